@@ -1,0 +1,108 @@
+// any_communicator: a communicator behind a virtual interface, so that a Tensor can reach the
+// communicator of its mesh axes without its type naming the backend.
+//
+// Backends implement the Communicator concept (communicator.hpp) as plain classes;
+// communicator_model<C> wraps one. A virtual call per collective costs nothing next to moving a
+// tensor, and it keeps Tensor<float, B<X>, D<Y>> one type whatever transport carries it.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <utility>
+
+#include "tpx/comm/communicator.hpp"
+#include "tpx/core/bfloat16.hpp"
+
+namespace tpx {
+
+namespace detail {
+template <class T>
+class collectives_of {
+ public:
+  virtual void all_gather(std::span<const T> in, std::span<T> out,
+                          std::span<const std::size_t> counts) = 0;
+  virtual void reduce_scatter(std::span<const T> in, std::span<T> out,
+                              std::span<const std::size_t> counts) = 0;
+  virtual void all_reduce(std::span<const T> in, std::span<T> out) = 0;
+  virtual void all_to_all(std::span<const T> in, std::span<T> out,
+                          std::span<const std::size_t> counts) = 0;
+  virtual void broadcast(std::span<const T> in, std::span<T> out, int root) = 0;
+
+ protected:
+  ~collectives_of() = default;
+};
+}  // namespace detail
+
+class any_communicator : public detail::collectives_of<float>,
+                         public detail::collectives_of<bf16> {
+ public:
+  virtual ~any_communicator() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  virtual void barrier() = 0;
+
+  using detail::collectives_of<float>::all_gather;
+  using detail::collectives_of<bf16>::all_gather;
+  using detail::collectives_of<float>::reduce_scatter;
+  using detail::collectives_of<bf16>::reduce_scatter;
+  using detail::collectives_of<float>::all_reduce;
+  using detail::collectives_of<bf16>::all_reduce;
+  using detail::collectives_of<float>::all_to_all;
+  using detail::collectives_of<bf16>::all_to_all;
+  using detail::collectives_of<float>::broadcast;
+  using detail::collectives_of<bf16>::broadcast;
+};
+
+namespace detail {
+template <class C, class T, class Base>
+class collectives_model : public Base {
+ public:
+  using Base::Base;
+  void all_gather(std::span<const T> in, std::span<T> out,
+                  std::span<const std::size_t> counts) override {
+    this->impl().all_gather(in, out, counts);
+  }
+  void reduce_scatter(std::span<const T> in, std::span<T> out,
+                      std::span<const std::size_t> counts) override {
+    this->impl().reduce_scatter(in, out, counts);
+  }
+  void all_reduce(std::span<const T> in, std::span<T> out) override {
+    this->impl().all_reduce(in, out);
+  }
+  void all_to_all(std::span<const T> in, std::span<T> out,
+                  std::span<const std::size_t> counts) override {
+    this->impl().all_to_all(in, out, counts);
+  }
+  void broadcast(std::span<const T> in, std::span<T> out, int root) override {
+    this->impl().broadcast(in, out, root);
+  }
+};
+
+template <class C>
+class communicator_holder : public any_communicator {
+ public:
+  explicit communicator_holder(C comm) : comm_(std::move(comm)) {}
+  int size() const override { return static_cast<int>(comm_.size()); }
+  int rank() const override { return static_cast<int>(comm_.rank()); }
+  void barrier() override { comm_.barrier(); }
+  C& impl() { return comm_; }
+
+ private:
+  C comm_;
+};
+}  // namespace detail
+
+// Owns a C and serves it as an any_communicator.
+template <class C>
+  requires CommunicatorFor<C, float> && CommunicatorFor<C, bf16>
+class communicator_model final
+    : public detail::collectives_model<
+          C, float, detail::collectives_model<C, bf16, detail::communicator_holder<C>>> {
+ public:
+  explicit communicator_model(C comm)
+      : detail::collectives_model<
+            C, float, detail::collectives_model<C, bf16, detail::communicator_holder<C>>>(
+            std::move(comm)) {}
+};
+
+}  // namespace tpx

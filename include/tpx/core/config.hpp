@@ -1,0 +1,13 @@
+// Build-wide switches shared by every tpx header.
+//
+// TPX_HOST_DEVICE marks the functions that hold a kernel's per-element math: the host backend
+// calls them in plain loops and the CUDA backend calls the very same functions inside kernels,
+// so the host tests cover the arithmetic the GPU runs. Under nvcc it expands to
+// `__host__ __device__`; under a host compiler it expands to nothing.
+#pragma once
+
+#if defined(__CUDACC__)
+#define TPX_HOST_DEVICE __host__ __device__
+#else
+#define TPX_HOST_DEVICE
+#endif

@@ -1,0 +1,296 @@
+// The collectives as typed operations on tensors: what each does to the type is checked at
+// compile time, what it does to the numbers happens on the communicator of the axis.
+//
+//   all_gather<X>(t)            [B_X, D]      -> [B, D]        X must be B's innermost split
+//   reduce_scatter<X, D>(t)     [B, D]{U_X}   -> [B, D_X]
+//   all_reduce<X>(t)            [B, D]{U_X}   -> [B, D]
+//   all_to_all<X, B, D>(t)      [B_X, D]      -> [B, D_X]
+//   slice<X, D>(t)              [B, D]        -> [B, D_X]      local: keep this rank's block
+//   embed<X, D>(t)              [B, D_X]      -> [B, D]{U_X}   local: block into zeros
+//
+// Dims can be given as templates (reduce_scatter<X, D>) or as types (reduce_scatter<X, D<>>).
+// Any dim may be the one gathered or scattered, not only the outermost: blocks of an inner dim
+// are packed into contiguous buffers before the communicator sees them and unpacked after, with
+// copy_box. Uneven blocks (extents that do not divide) are handled by per-rank counts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tpx/core/compile_error.hpp"
+#include "tpx/sharding/sharding.hpp"
+#include "tpx/sharding/split.hpp"
+#include "tpx/sharding/transforms.hpp"
+#include "tpx/tensor/tensor.hpp"
+
+namespace tpx {
+
+namespace detail {
+
+// This rank's block of a dim of the given global extent, split over Axes in order.
+template <class... Axes>
+block block_over(const rank_context& ctx, std::int64_t global, type_list<Axes...>) {
+  block b{0, global};
+  ((b = split_block(b, ctx.axis<Axes>().size, ctx.axis<Axes>().coord)), ...);
+  return b;
+}
+
+template <class Tn, class A>
+struct axis_query {
+  using universe = unique_t<concat_t<typename Tn::traits::axes, type_list<A>>>;
+  static constexpr sharding_desc desc = Tn::traits::parts::template describe<universe>();
+  static constexpr int id = index_of_v<A, universe>;
+  static constexpr int dim = desc.dim_of_axis(id);
+  static constexpr bool unreduced = desc.is_unreduced(id);
+  static constexpr bool innermost = dim >= 0 && desc.axis[dim][desc.n_axes[dim] - 1] == id;
+};
+
+template <class Tn, class D>
+constexpr int checked_dim_position() {
+  constexpr int k = dim_position_v<D, typename Tn::dims>;
+  if constexpr (k < 0)
+    compile_error<"tpx: tensor " + Tn::notation + " has no dim " + D::name>{};
+  return k;
+}
+
+template <std::size_t N>
+index_array<N> with_entry(index_array<N> a, std::size_t k, std::int64_t v) {
+  a[k] = v;
+  return a;
+}
+
+}  // namespace detail
+
+// [.., D_..X, ..] -> [.., D_.., ..]: every rank along X ends with the whole of D's X-blocks.
+template <MeshAxis A, AnyTensor Tn>
+auto all_gather(const Tn& t) {
+  using q = detail::axis_query<Tn, A>;
+  if constexpr (q::unreduced)
+    compile_error<"tpx: all_gather<" + A::name + ">: tensor " + Tn::notation +
+                  " is unreduced over " + A::name + ", not sharded: use all_reduce<" + A::name +
+                  "> or reduce_scatter<" + A::name + ", Dim>">{};
+  else if constexpr (q::dim < 0)
+    compile_error<"tpx: all_gather<" + A::name + ">: tensor " + Tn::notation +
+                  " is not sharded over mesh axis " + A::name>{};
+  else if constexpr (!q::innermost)
+    compile_error<"tpx: all_gather<" + A::name + ">: mesh axis " + A::name +
+                  " is not the innermost split of dim " +
+                  type_at_t<q::dim, typename Tn::dims>::name + " in " + Tn::notation +
+                  " (gather the axes after it first, or use reshard)">{};
+  if constexpr (q::dim >= 0 && q::innermost && !q::unreduced) {
+    constexpr std::size_t k = q::dim;
+    using old_dim = type_at_t<k, typename Tn::dims>;
+    using Result = tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, without_axis_t<A, old_dim>>,
+                                 typename Tn::unreduced>;
+    const rank_context& ctx = t.context();
+    Result out(ctx, typename Result::shape_type(t.global_extents()));
+    any_communicator& comm = ctx.template group<A>();
+    const int parts = comm.size();
+    const block parent = detail::block_over(ctx, t.global_extent(k),
+                                            typename without_axis_t<A, old_dim>::axes{});
+    const std::int64_t others = element_count(detail::with_entry(t.local_extents(), k, 1));
+    std::vector<std::size_t> counts(parts);
+    for (int r = 0; r < parts; ++r)
+      counts[r] = static_cast<std::size_t>(split_block(parent.size, parts, r).size * others);
+    if (k == 0) {
+      comm.all_gather(t.local(), out.local(), counts);
+      return out;
+    }
+    std::vector<typename Tn::value_type> gathered(out.size());
+    comm.all_gather(t.local(), std::span(gathered), counts);
+    std::size_t at = 0;
+    for (int r = 0; r < parts; ++r) {
+      const block piece = split_block(parent.size, parts, r);
+      const auto piece_shape = detail::with_entry(t.local_extents(), k, piece.size);
+      copy_box(gathered.data() + at, piece_shape, {}, out.data(), out.local_extents(),
+               detail::with_entry(index_array<Tn::order>{}, k, piece.offset), piece_shape);
+      at += counts[r];
+    }
+    return out;
+  }
+}
+
+// [.., D_.., ..]{U_X} -> [.., D_..X, ..]: sum the partial sums over X, each rank keeping its
+// block of D.
+template <MeshAxis A, Dim D, AnyTensor Tn>
+auto reduce_scatter(const Tn& t) {
+  using q = detail::axis_query<Tn, A>;
+  constexpr int k = detail::checked_dim_position<Tn, D>();
+  if constexpr (!q::unreduced)
+    compile_error<"tpx: reduce_scatter<" + A::name + ", " + D::name + ">: tensor " +
+                  Tn::notation + " is not unreduced over " + A::name + " (nothing to reduce)">{};
+  if constexpr (q::unreduced && k >= 0) {
+    using old_dim = type_at_t<k, typename Tn::dims>;
+    using Result = tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, with_axis_appended_t<A, old_dim>>,
+                                 unreduced_without_t<typename Tn::unreduced, A>>;
+    const rank_context& ctx = t.context();
+    Result out(ctx, typename Result::shape_type(t.global_extents()));
+    any_communicator& comm = ctx.template group<A>();
+    const int parts = comm.size();
+    const std::int64_t extent = t.local_extent(k);
+    const std::int64_t others = element_count(detail::with_entry(t.local_extents(), k, 1));
+    std::vector<std::size_t> counts(parts);
+    for (int r = 0; r < parts; ++r)
+      counts[r] = static_cast<std::size_t>(split_block(extent, parts, r).size * others);
+    if (k == 0) {
+      comm.reduce_scatter(t.local(), out.local(), counts);
+      return out;
+    }
+    std::vector<typename Tn::value_type> packed(t.size());
+    std::size_t at = 0;
+    for (int r = 0; r < parts; ++r) {
+      const block piece = split_block(extent, parts, r);
+      const auto piece_shape = detail::with_entry(t.local_extents(), k, piece.size);
+      copy_box(t.data(), t.local_extents(),
+               detail::with_entry(index_array<Tn::order>{}, k, piece.offset), packed.data() + at,
+               piece_shape, {}, piece_shape);
+      at += counts[r];
+    }
+    comm.reduce_scatter(std::span<const typename Tn::value_type>(packed), out.local(), counts);
+    return out;
+  }
+}
+template <MeshAxis A, template <class...> class D, AnyTensor Tn>
+auto reduce_scatter(const Tn& t) {
+  return reduce_scatter<A, D<>>(t);
+}
+
+// [..]{U_X} -> [..]: every rank along X ends with the sum of the partial sums.
+template <MeshAxis A, AnyTensor Tn>
+auto all_reduce(const Tn& t) {
+  using q = detail::axis_query<Tn, A>;
+  if constexpr (!q::unreduced)
+    compile_error<"tpx: all_reduce<" + A::name + ">: tensor " + Tn::notation +
+                  " is not unreduced over " + A::name + " (nothing to reduce)">{};
+  if constexpr (q::unreduced) {
+    using Result =
+        tensor_with_t<Tn, typename Tn::dims, unreduced_without_t<typename Tn::unreduced, A>>;
+    Result out(t.context(), typename Result::shape_type(t.global_extents()));
+    t.context().template group<A>().all_reduce(t.local(), out.local());
+    return out;
+  }
+}
+
+// [.., F_..X, .., T_.., ..] -> [.., F_.., .., T_..X, ..]: X moves from dim F to dim T.
+template <MeshAxis A, Dim From, Dim To, AnyTensor Tn>
+auto all_to_all(const Tn& t) {
+  using q = detail::axis_query<Tn, A>;
+  constexpr int f = detail::checked_dim_position<Tn, From>();
+  constexpr int k = detail::checked_dim_position<Tn, To>();
+  if constexpr (f >= 0 && q::dim != f)
+    compile_error<"tpx: all_to_all<" + A::name + ", " + From::name + ", " + To::name +
+                  ">: dim " + From::name + " of " + Tn::notation + " is not split over " +
+                  A::name>{};
+  else if constexpr (f >= 0 && !q::innermost)
+    compile_error<"tpx: all_to_all<" + A::name + ", " + From::name + ", " + To::name +
+                  ">: mesh axis " + A::name + " is not the innermost split of dim " +
+                  From::name + " in " + Tn::notation>{};
+  else if constexpr (f == k)
+    compile_error<"tpx: all_to_all<" + A::name + ", " + From::name + ", " + To::name +
+                  ">: source and target dim are the same">{};
+  if constexpr (f >= 0 && k >= 0 && f != k && q::dim == f && q::innermost) {
+    using from_dim = type_at_t<f, typename Tn::dims>;
+    using to_dim = type_at_t<k, typename Tn::dims>;
+    using Result = tensor_with_t<
+        Tn,
+        replace_dim_t<replace_dim_t<typename Tn::dims, from_dim, without_axis_t<A, from_dim>>,
+                      to_dim, with_axis_appended_t<A, to_dim>>,
+        typename Tn::unreduced>;
+    const rank_context& ctx = t.context();
+    Result out(ctx, typename Result::shape_type(t.global_extents()));
+    any_communicator& comm = ctx.template group<A>();
+    const int parts = comm.size();
+    const int me = comm.rank();
+    const block parent = detail::block_over(ctx, t.global_extent(f),
+                                            typename without_axis_t<A, from_dim>::axes{});
+    const std::int64_t to_extent = t.local_extent(k);
+    const std::int64_t others =
+        element_count(detail::with_entry(detail::with_entry(t.local_extents(), f, 1), k, 1));
+    std::vector<std::size_t> counts(static_cast<std::size_t>(parts) * parts);
+    for (int src = 0; src < parts; ++src)
+      for (int dst = 0; dst < parts; ++dst)
+        counts[src * parts + dst] = static_cast<std::size_t>(
+            split_block(parent.size, parts, src).size * split_block(to_extent, parts, dst).size *
+            others);
+    using V = typename Tn::value_type;
+    std::vector<V> send(t.size()), received(out.size());
+    std::size_t at = 0;
+    for (int dst = 0; dst < parts; ++dst) {
+      const block piece = split_block(to_extent, parts, dst);
+      const auto piece_shape = detail::with_entry(t.local_extents(), k, piece.size);
+      copy_box(t.data(), t.local_extents(),
+               detail::with_entry(index_array<Tn::order>{}, k, piece.offset), send.data() + at,
+               piece_shape, {}, piece_shape);
+      at += counts[me * parts + dst];
+    }
+    comm.all_to_all(std::span<const V>(send), std::span<V>(received), counts);
+    at = 0;
+    for (int src = 0; src < parts; ++src) {
+      const block piece = split_block(parent.size, parts, src);
+      const auto piece_shape = detail::with_entry(out.local_extents(), f, piece.size);
+      copy_box(received.data() + at, piece_shape, {}, out.data(), out.local_extents(),
+               detail::with_entry(index_array<Tn::order>{}, f, piece.offset), piece_shape);
+      at += counts[src * parts + me];
+    }
+    return out;
+  }
+}
+template <MeshAxis A, template <class...> class From, template <class...> class To, AnyTensor Tn>
+auto all_to_all(const Tn& t) {
+  return all_to_all<A, From<>, To<>>(t);
+}
+
+// [.., D_.., ..] -> [.., D_..X, ..] without communication: this rank keeps its block along X.
+template <MeshAxis A, Dim D, AnyTensor Tn>
+auto slice(const Tn& t) {
+  using q = detail::axis_query<Tn, A>;
+  constexpr int k = detail::checked_dim_position<Tn, D>();
+  if constexpr (q::dim >= 0 || q::unreduced)
+    compile_error<"tpx: slice<" + A::name + ", " + D::name + ">: tensor " + Tn::notation +
+                  " already uses mesh axis " + A::name>{};
+  if constexpr (k >= 0 && q::dim < 0 && !q::unreduced) {
+    using old_dim = type_at_t<k, typename Tn::dims>;
+    using Result = tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, with_axis_appended_t<A, old_dim>>,
+                                 typename Tn::unreduced>;
+    Result out(t.context(), typename Result::shape_type(t.global_extents()));
+    index_array<Tn::order> start{};
+    start[k] = out.local_offset(k) - t.local_offset(k);
+    copy_box(t.data(), t.local_extents(), start, out.data(), out.local_extents(), {},
+             out.local_extents());
+    return out;
+  }
+}
+template <MeshAxis A, template <class...> class D, AnyTensor Tn>
+auto slice(const Tn& t) {
+  return slice<A, D<>>(t);
+}
+
+// [.., D_..X, ..] -> [.., D_.., ..]{U_X} without communication: this rank's block, zeros
+// elsewhere; the sum over X of the results is the gathered tensor.
+template <MeshAxis A, Dim D, AnyTensor Tn>
+auto embed(const Tn& t) {
+  using q = detail::axis_query<Tn, A>;
+  constexpr int k = detail::checked_dim_position<Tn, D>();
+  if constexpr (k >= 0 && (q::dim != k || !q::innermost))
+    compile_error<"tpx: embed<" + A::name + ", " + D::name + ">: mesh axis " + A::name +
+                  " is not the innermost split of dim " + D::name + " in " + Tn::notation>{};
+  if constexpr (k >= 0 && q::dim == k && q::innermost) {
+    using old_dim = type_at_t<k, typename Tn::dims>;
+    using Result = tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, without_axis_t<A, old_dim>>,
+                                 unreduced_union_t<typename Tn::unreduced, Unreduced<A>>>;
+    Result out(t.context(), typename Result::shape_type(t.global_extents()));
+    index_array<Tn::order> start{};
+    start[k] = t.local_offset(k) - out.local_offset(k);
+    copy_box(t.data(), t.local_extents(), {}, out.data(), out.local_extents(), start,
+             t.local_extents());
+    return out;
+  }
+}
+template <MeshAxis A, template <class...> class D, AnyTensor Tn>
+auto embed(const Tn& t) {
+  return embed<A, D<>>(t);
+}
+
+}  // namespace tpx

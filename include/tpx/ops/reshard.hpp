@@ -1,0 +1,145 @@
+// reshard<Target>(t): move a tensor to another sharding, with the collectives worked out at
+// compile time (ops/plan.hpp), and the plan visible as a type and as a sentence.
+//
+//   auto w = tpx::reshard<D<>, F<Y>>(w_shards);          // [D_X, F_Y] -> [D, F_Y]
+//   using P = tpx::reshard_traits<decltype(w_shards), Tensor<float, D<>, F<Y>>>;
+//   static_assert(std::is_same_v<P::steps, tpx::type_list<tpx::AllGather<X, D<>>>>);
+//   P::description  // "AllGather<X>(D); -> [D, F_Y]"
+//
+// Replicated -> sharded is a local slice, with no communication. A tensor unreduced over X
+// converts implicitly to a declared type that only reduces it (the declaration is the request):
+//   Tensor<float, I<>, K<X>> c = matmul(a, b);   // [I, K]{U_X} -> ReduceScatter<X>(K)
+// Every other change of sharding is spelled reshard.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "tpx/core/compile_error.hpp"
+#include "tpx/ops/collectives.hpp"
+#include "tpx/ops/plan.hpp"
+#include "tpx/sharding/steps.hpp"
+#include "tpx/tensor/tensor.hpp"
+
+namespace tpx {
+
+namespace detail {
+
+// Runs steps [I, end) of a step list on t; dims are addressed by position, axes by their id in
+// Universe.
+template <class Universe, step_list Steps, int I = 0, AnyTensor Tn>
+auto apply_steps(Tn&& t) {
+  if constexpr (I == Steps.count) {
+    return std::forward<Tn>(t);
+  } else {
+    constexpr plan_step s = Steps.steps[I];
+    using T = std::remove_cvref_t<Tn>;
+    using A = type_at_t<s.axis, Universe>;
+    using D = unsplit_t<type_at_t<s.dim, typename T::dims>>;
+    if constexpr (s.kind == step_kind::all_gather) {
+      return apply_steps<Universe, Steps, I + 1>(all_gather<A>(t));
+    } else if constexpr (s.kind == step_kind::reduce_scatter) {
+      return apply_steps<Universe, Steps, I + 1>(reduce_scatter<A, D>(t));
+    } else if constexpr (s.kind == step_kind::all_reduce) {
+      return apply_steps<Universe, Steps, I + 1>(all_reduce<A>(t));
+    } else if constexpr (s.kind == step_kind::all_to_all) {
+      using To = unsplit_t<type_at_t<s.to_dim, typename T::dims>>;
+      return apply_steps<Universe, Steps, I + 1>(all_to_all<A, D, To>(t));
+    } else {
+      return apply_steps<Universe, Steps, I + 1>(slice<A, D>(t));
+    }
+  }
+}
+
+template <class Universe, class Dims, plan_step S>
+struct step_type {
+  using A = type_at_t<S.axis, Universe>;
+  using D = unsplit_t<type_at_t<S.dim, Dims>>;
+  static auto pick() {
+    if constexpr (S.kind == step_kind::all_gather) return AllGather<A, D>{};
+    else if constexpr (S.kind == step_kind::reduce_scatter) return ReduceScatter<A, D>{};
+    else if constexpr (S.kind == step_kind::all_reduce) return AllReduce<A>{};
+    else if constexpr (S.kind == step_kind::all_to_all)
+      return AllToAll<A, D, unsplit_t<type_at_t<S.to_dim, Dims>>>{};
+    else return Slice<A, D>{};
+  }
+  using type = decltype(pick());
+};
+
+template <class Universe, class Dims, step_list Steps, class Indices>
+struct step_types;
+template <class Universe, class Dims, step_list Steps, std::size_t... I>
+struct step_types<Universe, Dims, Steps, std::index_sequence<I...>> {
+  using type = type_list<typename step_type<Universe, Dims, Steps.steps[I]>::type...>;
+};
+template <class Universe, class Dims, step_list Steps>
+using step_types_t =
+    typename step_types<Universe, Dims, Steps, std::make_index_sequence<Steps.count>>::type;
+
+// Target given as a tensor type or as a sharding argument list.
+template <class Like, class... Spec>
+struct target_tensor {
+  using type = BasicTensor<typename Like::space, typename Like::value_type, Spec...>;
+};
+template <class Like, class Space, class T, class... Spec>
+struct target_tensor<Like, BasicTensor<Space, T, Spec...>> {
+  static_assert(std::is_same_v<T, typename Like::value_type>,
+                "tpx: reshard keeps the element type; convert it separately");
+  using type = BasicTensor<Space, T, Spec...>;
+};
+
+}  // namespace detail
+
+template <AnyTensor From, AnyTensor To>
+struct reshard_traits {
+  using universe = unique_t<concat_t<typename From::traits::axes, typename To::traits::axes>>;
+  static constexpr sharding_desc from = From::traits::parts::template describe<universe>();
+  static constexpr sharding_desc to = To::traits::parts::template describe<universe>();
+  static constexpr reshard_plan plan = plan_reshard<universe>(from, to);
+  static constexpr bool possible = plan.error.size() == 0;
+  using steps = detail::step_types_t<universe, typename From::dims, plan.steps>;
+  static constexpr bool only_reduces = [] {
+    bool reductions = plan.steps.count > 0;
+    for (int i = 0; i < plan.steps.count; ++i)
+      reductions = reductions && (plan.steps.steps[i].kind == step_kind::reduce_scatter ||
+                                  plan.steps.steps[i].kind == step_kind::all_reduce);
+    return possible && reductions;
+  }();
+  static constexpr auto description = freeze<[] {
+    static_string<240> text;
+    append_steps(text, plan.steps, from, "", universe{});
+    text += "-> ";
+    append_notation(text, to, universe{});
+    return text;
+  }>();
+};
+
+// t resharded to Target, given as tensor type or as sharding arguments (reshard<B<X>, D<>>(t)).
+template <class... Target, AnyTensor Tn>
+auto reshard(const Tn& t) {
+  using To = typename detail::target_tensor<Tn, Target...>::type;
+  using traits = reshard_traits<Tn, To>;
+  if constexpr (!traits::possible) {
+    compile_error<freeze<[] { return traits::plan.error; }>()>{};
+  } else {
+    return detail::apply_steps<typename traits::universe, traits::plan.steps>(t);
+  }
+}
+
+namespace detail {
+template <class To, class From>
+struct reduction_conversion {
+  static constexpr bool value = reshard_traits<From, To>::only_reduces;
+  static To convert(const From& from) { return reshard<To>(from); }
+};
+}  // namespace detail
+
+// The whole tensor, in global row-major order, on every rank (a collective: all ranks call it).
+template <AnyTensor Tn>
+std::vector<typename Tn::value_type> to_global(const Tn& t) {
+  using Replicated = tensor_with_t<Tn, typename remove_all_axes<typename Tn::dims>::type, Unreduced<>>;
+  const Replicated whole = reshard<Replicated>(t);
+  return {whole.local().begin(), whole.local().end()};
+}
+
+}  // namespace tpx

@@ -1,0 +1,80 @@
+// rank_context: what one rank knows about where it stands: its place on each mesh axis and the
+// communicator of every set of axes.
+//
+// Every tensor keeps a pointer to the context of the rank that made it, so that collectives on
+// it (all_gather<X>(t), matmul(a, b)) find the ranks along X without the user passing them.
+// Axes are looked up by type at run time through a per-type key; the typed Rank<Mesh> in
+// rank.hpp performs the same lookups at compile time where it can.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tpx/comm/any_communicator.hpp"
+#include "tpx/sharding/mesh_axis.hpp"
+
+namespace tpx {
+
+// A distinct address per axis type: its identity at run time.
+template <class Axis>
+inline constexpr char axis_key = 0;
+
+struct axis_place {
+  const void* key = nullptr;  // &axis_key<Axis>
+  const char* name = "";
+  int size = 1;   // ranks along the axis
+  int coord = 0;  // this rank's coordinate on it
+};
+
+class rank_context {
+ public:
+  // groups[mask] is the communicator of the ranks that share this rank's coordinates on every
+  // axis not in mask (bit i = axes[i]); groups[0] is unused.
+  rank_context(int world_rank, int world_size, std::vector<axis_place> axes,
+               std::vector<any_communicator*> groups)
+      : world_rank_(world_rank),
+        world_size_(world_size),
+        axes_(std::move(axes)),
+        groups_(std::move(groups)) {}
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  const std::vector<axis_place>& axes() const { return axes_; }
+
+  template <MeshAxis A>
+  int axis_index() const {
+    for (std::size_t i = 0; i < axes_.size(); ++i)
+      if (axes_[i].key == &axis_key<A>) return static_cast<int>(i);
+    throw std::invalid_argument("tpx: rank " + std::to_string(world_rank_) + ": mesh axis " +
+                                std::string(A::name.c_str()) + " is not an axis of the mesh (" +
+                                mesh_string() + ")");
+  }
+  template <MeshAxis A>
+  const axis_place& axis() const {
+    return axes_[axis_index<A>()];
+  }
+
+  // The communicator of the ranks that differ from this one only along Axes.
+  template <MeshAxis... Axes>
+  any_communicator& group() const {
+    const unsigned mask = ((1u << axis_index<Axes>()) | ...);
+    return *groups_[mask];
+  }
+
+  // "X=2, Y=2"
+  std::string mesh_string() const {
+    std::string text;
+    for (const axis_place& a : axes_)
+      text += (text.empty() ? "" : ", ") + std::string(a.name) + "=" + std::to_string(a.size);
+    return text;
+  }
+
+ private:
+  int world_rank_;
+  int world_size_;
+  std::vector<axis_place> axes_;
+  std::vector<any_communicator*> groups_;
+};
+
+}  // namespace tpx

@@ -1,0 +1,151 @@
+// spmd(tpx::host, mesh, fn): run fn once per rank of the mesh, each rank a thread of this
+// process, the way a GPU cluster runs one process per device.
+//
+// This is tpx's default backend, so every program runs, and is tested, on any machine: it is
+// the analogue of JAX's forced host devices and PyTorch's threaded process group. The launcher
+// registers one communicator group per set of mesh axes (the rows, the columns, the whole mesh
+// ...) before the threads start, gives each rank a Rank<Mesh> that finds them, and keeps BLAS
+// single-threaded inside the ranks.
+//
+// If a rank throws, the others' pending and future collectives fail at once (comm_error naming
+// the rank), every thread is joined, and spmd rethrows the first failure as spmd_error,
+// "rank 2 (X=1, Y=0) failed: ...", with the original exception nested. A rank that waits longer
+// than options.timeout for its group fails the same way, naming who never arrived.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tpx/comm/any_communicator.hpp"
+#include "tpx/comm/host_communicator.hpp"
+#include "tpx/comm/host_world.hpp"
+#include "tpx/kernels/blas_threads.hpp"
+#include "tpx/sharding/mesh.hpp"
+#include "tpx/spmd/rank.hpp"
+
+namespace tpx {
+
+// Selects the host backend: one thread per rank, shared-memory collectives.
+struct host_backend {};
+inline constexpr host_backend host{};
+
+struct spmd_options {
+  // How long a rank waits for its group in a collective before failing.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+};
+
+class spmd_error : public std::runtime_error {
+ public:
+  spmd_error(int rank, const std::string& what) : std::runtime_error(what), rank_(rank) {}
+  int rank() const { return rank_; }
+
+ private:
+  int rank_;
+};
+
+namespace detail {
+// The groups of a set of mesh axes: ranks that agree on every other axis, in rank order.
+template <class MeshT>
+std::vector<std::vector<int>> groups_of_axes(const MeshT& mesh, unsigned mask) {
+  std::vector<std::vector<int>> groups;
+  std::vector<int> group_of_key;
+  for (int r = 0; r < mesh.rank_count(); ++r) {
+    int key = 0;
+    for (int a = 0; a < MeshT::axis_count; ++a)
+      if (!(mask & (1u << a))) key = key * mesh.size(a) + mesh.coord(r, a);
+    if (key >= static_cast<int>(group_of_key.size())) group_of_key.resize(key + 1, -1);
+    if (group_of_key[key] < 0) {
+      group_of_key[key] = static_cast<int>(groups.size());
+      groups.emplace_back();
+    }
+    groups[group_of_key[key]].push_back(r);
+  }
+  return groups;
+}
+
+template <class MeshT>
+std::string place_of(const MeshT& mesh, int rank) {
+  std::string text;
+  for (int a = 0; a < MeshT::axis_count; ++a)
+    text += (a ? ", " : "") + std::string(MeshT::name(a)) + "=" +
+            std::to_string(mesh.coord(rank, a));
+  return text;
+}
+}  // namespace detail
+
+template <MeshAxis... Axes, class Fn>
+void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options = {}) {
+  using MeshT = Mesh<Axes...>;
+  constexpr unsigned masks = 1u << MeshT::axis_count;
+  const int ranks = mesh.rank_count();
+  HostWorld world(ranks, HostWorldOptions{options.timeout});
+  std::vector<int> set_of_mask(masks, HostWorld::whole_world);
+  for (unsigned mask = 1; mask < masks; ++mask)
+    set_of_mask[mask] = world.add_groups(detail::groups_of_axes(mesh, mask));
+
+  std::vector<std::exception_ptr> failures(ranks);
+  auto run_rank = [&](int r) {
+    try {
+      kernels::set_blas_threads(1);
+      std::vector<std::unique_ptr<communicator_model<HostCommunicator>>> comms;
+      std::vector<any_communicator*> groups(masks, nullptr);
+      for (unsigned mask = 1; mask < masks; ++mask) {
+        comms.push_back(std::make_unique<communicator_model<HostCommunicator>>(
+            HostCommunicator(world, set_of_mask[mask], r)));
+        groups[mask] = comms.back().get();
+      }
+      std::vector<axis_place> axes;
+      int a = 0;
+      ((axes.push_back({&axis_key<Axes>, Axes::name.c_str(), mesh.size(a), mesh.coord(r, a)}),
+        ++a),
+       ...);
+      Rank<MeshT> rank(mesh, r, std::move(axes), std::move(groups));
+      fn(rank);
+    } catch (const std::exception& e) {
+      failures[r] = std::current_exception();
+      world.abort(r, e.what());
+    } catch (...) {
+      failures[r] = std::current_exception();
+      world.abort(r, "unknown exception");
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(ranks);
+  for (int r = 0; r < ranks; ++r) threads.emplace_back(run_rank, r);
+  for (std::thread& t : threads) t.join();
+
+  // The root cause: the first failure that is not another rank's failure reported back.
+  int first = -1;
+  for (int r = 0; r < ranks && first < 0; ++r) {
+    if (!failures[r]) continue;
+    try {
+      std::rethrow_exception(failures[r]);
+    } catch (const comm_error&) {
+    } catch (...) {
+      first = r;
+    }
+  }
+  for (int r = 0; r < ranks && first < 0; ++r)
+    if (failures[r]) first = r;
+  if (first < 0) return;
+  try {
+    std::rethrow_exception(failures[first]);
+  } catch (const std::exception& e) {
+    std::throw_with_nested(spmd_error(first, "tpx: rank " + std::to_string(first) + " (" +
+                                                 detail::place_of(mesh, first) +
+                                                 ") failed: " + e.what()));
+  } catch (...) {
+    std::throw_with_nested(spmd_error(first, "tpx: rank " + std::to_string(first) + " (" +
+                                                 detail::place_of(mesh, first) +
+                                                 ") failed with a non-standard exception"));
+  }
+}
+
+}  // namespace tpx

@@ -1,0 +1,155 @@
+// Tensor<T, Dims...>: one rank's shard of a global tensor whose sharding is its type.
+//
+// `Tensor<float, B<X>, D<Y>>` is In[B_X, D_Y]: rank (x, y) holds the x-th block of B and the y-th
+// block of D, row-major in the order the dims are listed. `Unreduced<X>` as the last argument
+// marks a partial sum over X (the notes' {U_X}). The global extents are run-time values; the
+// local block follows from them and the rank's mesh coordinates (split.hpp), so a tensor always
+// knows which global indices it holds. That is what lets tpx check results against an unsharded
+// reference, print what a collective will do, and move shards between layouts.
+//
+// An invalid sharding (an axis on two dims, an axis both sharding and unreduced) is a compile
+// error naming the dims and the axis. Elements live in the memory space Space (host memory for
+// tpx::Tensor); every tensor remembers the rank_context it belongs to.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "tpx/core/compile_error.hpp"
+#include "tpx/sharding/sharding.hpp"
+#include "tpx/sharding/split.hpp"
+#include "tpx/spmd/rank_context.hpp"
+#include "tpx/tensor/box_copy.hpp"
+#include "tpx/tensor/shape.hpp"
+
+namespace tpx {
+
+// Host memory: what tpx::Tensor uses. The CUDA backend adds a device space.
+struct host_space {
+  template <class T>
+  using storage = std::vector<T>;
+};
+
+namespace detail {
+template <class... Args>
+constexpr bool check_sharding() {
+  using traits = sharding_traits<Args...>;
+  if constexpr (!traits::valid) compile_error<traits::problem>{};
+  return traits::valid;
+}
+
+// Implemented by ops/reshard.hpp: whether From converts to To by reductions alone, and how.
+template <class To, class From>
+struct reduction_conversion;
+
+template <class Dims>
+struct shape_of;
+template <class... Dims>
+struct shape_of<type_list<Dims...>> {
+  using type = Shape<unsplit_t<Dims>...>;
+};
+}  // namespace detail
+
+template <class Space, class T, class... Spec>
+class BasicTensor {
+  static_assert(detail::check_sharding<Spec...>());
+
+ public:
+  using space = Space;
+  using value_type = T;
+  using traits = sharding_traits<Spec...>;
+  using dims = typename traits::dims;
+  using unreduced = typename traits::unreduced;
+  using shape_type = typename detail::shape_of<dims>::type;
+  static constexpr std::size_t order = dims::size;
+  using extents_type = index_array<order>;
+  // The notes' notation of the type, e.g. "[B_X, D_Y]".
+  static constexpr auto notation = traits::notation;
+
+  // A zero-filled shard of a tensor of the given global shape.
+  BasicTensor(const rank_context& context, const shape_type& global)
+      : context_(&context), global_(global.extents) {
+    locate(std::make_index_sequence<order>{});
+    data_.assign(static_cast<std::size_t>(element_count(local_)), T{});
+  }
+
+  // Reduce-on-declaration: a partial sum converts to a declared type that only reduces it,
+  // `Tensor<float, I<>, K<X>> c = matmul(a, b);` with c's type asking for ReduceScatter<X>(K).
+  template <class... Other>
+    requires(!std::is_same_v<typename sharding_of<Other...>::unreduced, Unreduced<>> &&
+             detail::reduction_conversion<BasicTensor, BasicTensor<Space, T, Other...>>::value)
+  BasicTensor(const BasicTensor<Space, T, Other...>& partial)  // NOLINT: implicit by design
+      : BasicTensor(detail::reduction_conversion<BasicTensor, BasicTensor<Space, T, Other...>>::
+                        convert(partial)) {}
+
+  const rank_context& context() const { return *context_; }
+  const extents_type& global_extents() const { return global_; }
+  const extents_type& local_extents() const { return local_; }
+  // First global index, along each dim, of the block this rank holds.
+  const extents_type& local_offsets() const { return offset_; }
+  std::int64_t global_extent(std::size_t d) const { return global_[d]; }
+  std::int64_t local_extent(std::size_t d) const { return local_[d]; }
+  std::int64_t local_offset(std::size_t d) const { return offset_[d]; }
+  shape_type shape() const { return shape_type(global_); }
+
+  std::span<T> local() { return data_; }
+  std::span<const T> local() const { return data_; }
+  T* data() { return data_.data(); }
+  const T* data() const { return data_.data(); }
+  std::size_t size() const { return data_.size(); }
+
+ private:
+  template <std::size_t... D>
+  void locate(std::index_sequence<D...>) {
+    (locate_dim<D>(typename type_at_t<D, dims>::axes{}), ...);
+  }
+  template <std::size_t D, class... Axes>
+  void locate_dim(type_list<Axes...>) {
+    if (global_[D] < 0)
+      throw std::invalid_argument("tpx: tensor " + std::string(notation.c_str()) + ": dim " +
+                                  std::string(type_at_t<D, dims>::name.c_str()) +
+                                  " has negative extent " + std::to_string(global_[D]));
+    block b{0, global_[D]};
+    ((b = split_block(b, context_->axis<Axes>().size, context_->axis<Axes>().coord)), ...);
+    offset_[D] = b.offset;
+    local_[D] = b.size;
+  }
+
+  const rank_context* context_;
+  extents_type global_{};
+  extents_type local_{};
+  extents_type offset_{};
+  typename Space::template storage<T> data_;
+};
+
+template <class T, class... Spec>
+using Tensor = BasicTensor<host_space, T, Spec...>;
+
+template <class X>
+inline constexpr bool is_tensor_v = false;
+template <class Space, class T, class... Spec>
+inline constexpr bool is_tensor_v<BasicTensor<Space, T, Spec...>> = true;
+
+template <class X>
+concept AnyTensor = is_tensor_v<std::remove_cvref_t<X>>;
+
+// The tensor type with the same space and element type as Like, and the given dims and
+// unreduced axes (Unreduced<> is dropped, so equal shardings give one type).
+template <class Like, class Dims, class Unred>
+struct tensor_with;
+template <class Space, class T, class... Spec, class... Dims, class... Unred>
+struct tensor_with<BasicTensor<Space, T, Spec...>, type_list<Dims...>, Unreduced<Unred...>> {
+  using type = std::conditional_t<sizeof...(Unred) == 0, BasicTensor<Space, T, Dims...>,
+                                  BasicTensor<Space, T, Dims..., Unreduced<Unred...>>>;
+};
+template <class Like, class Dims, class Unred>
+using tensor_with_t = typename tensor_with<Like, Dims, Unred>::type;
+
+}  // namespace tpx
