@@ -15,6 +15,7 @@
 #pragma once
 
 #include "tpx/core/bfloat16.hpp"
+#include "tpx/ops/apply.hpp"
 #include "tpx/ops/collectives.hpp"
 #include "tpx/ops/matmul.hpp"
 #include "tpx/ops/reshard.hpp"

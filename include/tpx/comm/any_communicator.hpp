@@ -58,6 +58,11 @@ template <class C, class T, class Base>
 class collectives_model : public Base {
  public:
   using Base::Base;
+  using Base::all_gather;
+  using Base::all_reduce;
+  using Base::all_to_all;
+  using Base::broadcast;
+  using Base::reduce_scatter;
   void all_gather(std::span<const T> in, std::span<T> out,
                   std::span<const std::size_t> counts) override {
     this->impl().all_gather(in, out, counts);

@@ -197,7 +197,11 @@ auto matmul(const L& a, const R& b) {
   }
 }
 
+// The plan of matmul(l, r), for static_asserts: ::lhs_steps, ::rhs_steps, ::result,
+// ::description.
 template <AnyTensor L, AnyTensor R>
-using matmul_plan_t = matmul_traits<L, R, typename detail::shared_dim<L, R>::type>;
+using matmul_plan_t =
+    matmul_traits<std::remove_cvref_t<L>, std::remove_cvref_t<R>,
+                  typename detail::shared_dim<std::remove_cvref_t<L>, std::remove_cvref_t<R>>::type>;
 
 }  // namespace tpx

@@ -38,11 +38,12 @@ struct host_space {
 };
 
 namespace detail {
+// Reports an invalid sharding through compile_error (the one diagnostic the user sees).
 template <class... Args>
 constexpr bool check_sharding() {
   using traits = sharding_traits<Args...>;
   if constexpr (!traits::valid) compile_error<traits::problem>{};
-  return traits::valid;
+  return true;
 }
 
 // Implemented by ops/reshard.hpp: whether From converts to To by reductions alone, and how.
@@ -59,7 +60,7 @@ struct shape_of<type_list<Dims...>> {
 
 template <class Space, class T, class... Spec>
 class BasicTensor {
-  static_assert(detail::check_sharding<Spec...>());
+  static_assert(detail::check_sharding<Spec...>(), "tpx: invalid sharding (see above)");
 
  public:
   using space = Space;

@@ -1,0 +1,80 @@
+# The functions that register tpx's tests with CTest, one per kind of test:
+#
+#   tpx_add_test(NAME n SOURCES files... LABELS labels...)
+#       a doctest executable n (sources + the shared doctest main), run as the CTest test n.
+#   tpx_add_cuda_test(NAME n SOURCES files... LABELS labels...)
+#       the same with .cu sources compiled by nvcc; needs TPX_CUDA; adds the label cuda.
+#   tpx_add_static_test(NAME n SOURCE file)
+#       a static_assert-only file: the test is that it compiles. It is built with everything else,
+#       so a broken assertion breaks the build, and the CTest test n rebuilds it. Label static.
+#   tpx_add_compile_fail_test(NAME n SOURCE file REGEX regex [DEFINES macros...])
+#       a file that must not compile: the CTest test n compiles it and passes only if that fails
+#       with a diagnostic matching regex (CMake regex syntax; no ';'). DEFINES picks one case
+#       of a file holding several (#if defined(CASE_NAME)). Label compile-fail.
+#
+# The compile checks run `cmake --build` on this build tree (cmake/tpxCompileCheck.cmake), one
+# at a time (RESOURCE_LOCK), as two build tools must not share one build tree. Every run-time
+# test joins the target tpx-tests, which the sanitizer presets build instead of everything.
+# Our own test targets compile with -Wall -Wextra -Wpedantic -Werror; tpx::tpx does not pass
+# these on to consumers.
+include_guard(GLOBAL)
+
+add_custom_target(tpx-tests)
+
+function(tpx_target_warnings target)
+  target_compile_options(${target} PRIVATE
+    "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Wpedantic;-Werror>"
+    "$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings;-Xcompiler=-Wall,-Wextra,-Werror>")
+endfunction()
+
+function(tpx_add_test)
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME" "SOURCES;LABELS")
+  add_executable(${arg_NAME} ${arg_SOURCES})
+  target_link_libraries(${arg_NAME} PRIVATE tpx::tpx tpx_doctest_main)
+  tpx_target_warnings(${arg_NAME})
+  add_test(NAME ${arg_NAME} COMMAND ${arg_NAME})
+  set_tests_properties(${arg_NAME} PROPERTIES LABELS "${arg_LABELS}")
+  add_dependencies(tpx-tests ${arg_NAME})
+endfunction()
+
+function(tpx_add_cuda_test)
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME" "SOURCES;LABELS")
+  if(NOT TPX_CUDA)
+    message(FATAL_ERROR "tpx_add_cuda_test(${arg_NAME}): configure with TPX_CUDA=ON (needs nvcc)")
+  endif()
+  tpx_add_test(NAME ${arg_NAME} SOURCES ${arg_SOURCES} LABELS cuda ${arg_LABELS})
+endfunction()
+
+# The CTest test `name` that builds the object target `name` and expects it to compile
+# (expect = pass) or not (expect = fail).
+function(_tpx_add_compile_check name expect)
+  add_test(NAME ${name}
+    COMMAND "${CMAKE_COMMAND}" -DBUILD_DIR=${CMAKE_BINARY_DIR} -DTARGET=${name}
+            -DCONFIG=$<CONFIG> -DEXPECT=${expect}
+            -P "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tpxCompileCheck.cmake")
+  set_tests_properties(${name} PROPERTIES RESOURCE_LOCK tpx-build-tree)
+endfunction()
+
+function(tpx_add_static_test)
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;SOURCE" "")
+  add_library(${arg_NAME} OBJECT ${arg_SOURCE})
+  target_link_libraries(${arg_NAME} PRIVATE tpx::tpx)
+  tpx_target_warnings(${arg_NAME})
+  _tpx_add_compile_check(${arg_NAME} pass)
+  set_tests_properties(${arg_NAME} PROPERTIES LABELS static)
+endfunction()
+
+function(tpx_add_compile_fail_test)
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;SOURCE;REGEX" "DEFINES")
+  if(NOT arg_REGEX)
+    message(FATAL_ERROR "tpx_add_compile_fail_test(${arg_NAME}): give the expected diagnostic as REGEX")
+  endif()
+  add_library(${arg_NAME} OBJECT EXCLUDE_FROM_ALL ${arg_SOURCE})
+  target_link_libraries(${arg_NAME} PRIVATE tpx::tpx)
+  target_compile_definitions(${arg_NAME} PRIVATE ${arg_DEFINES})
+  _tpx_add_compile_check(${arg_NAME} fail)
+  set_tests_properties(${arg_NAME} PROPERTIES
+    LABELS compile-fail
+    PASS_REGULAR_EXPRESSION "${arg_REGEX}"
+    FAIL_REGULAR_EXPRESSION "tpx-compile-check: [^ ]+ compiled")
+endfunction()

@@ -1,0 +1,69 @@
+// CollectiveDescriptor: which collective a rank is calling, in a few comparable numbers.
+//
+// Collectives are matched by order, not by name: the n-th call of every rank of a group is
+// taken to be the same operation. When control flow diverges between ranks that assumption
+// breaks, and reading a peer's buffer as if it held something else corrupts memory or hangs.
+// Every host collective therefore publishes one of these beside its buffers, and the group
+// compares them before anyone reads a peer's data: operation, element type, element count, root
+// and a digest of the per-rank counts. describe() turns one into the words of the error message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace tpx::detail {
+
+enum class CollectiveOp : std::uint8_t {
+  barrier,
+  all_gather,
+  reduce_scatter,
+  all_reduce,
+  all_to_all,
+  broadcast
+};
+
+constexpr std::string_view op_name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::barrier: return "barrier";
+    case CollectiveOp::all_gather: return "all_gather";
+    case CollectiveOp::reduce_scatter: return "reduce_scatter";
+    case CollectiveOp::all_reduce: return "all_reduce";
+    case CollectiveOp::all_to_all: return "all_to_all";
+    case CollectiveOp::broadcast: return "broadcast";
+  }
+  return "unknown collective";
+}
+
+struct CollectiveDescriptor {
+  CollectiveOp op = CollectiveOp::barrier;
+  std::string_view element;         // "float" or "bf16"; empty for barrier
+  std::size_t elements = 0;         // all_gather, reduce_scatter, all_to_all: the sum of the
+                                    // counts; all_reduce, broadcast: the elements of one rank
+  std::uint64_t counts_digest = 0;  // counts_digest() of the per-rank counts, 0 if none
+  int root = -1;                    // broadcast only
+
+  friend bool operator==(const CollectiveDescriptor&, const CollectiveDescriptor&) = default;
+};
+
+// FNV-1a over the counts: equal counts give equal digests, and differing ones almost never do.
+inline std::uint64_t counts_digest(std::span<const std::size_t> counts) {
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (std::size_t count : counts) {
+    hash = (hash ^ static_cast<std::uint64_t>(count)) * 0x100000001b3ull;
+  }
+  return hash;
+}
+
+// "barrier", "all_gather<float> of 12 elements", "broadcast<bf16> of 5 elements from rank 1".
+inline std::string describe(const CollectiveDescriptor& call) {
+  std::string text(op_name(call.op));
+  if (call.op == CollectiveOp::barrier) return text;
+  text += "<" + std::string(call.element) + "> of " + std::to_string(call.elements) + " elements";
+  if (call.op == CollectiveOp::broadcast) text += " from rank " + std::to_string(call.root);
+  return text;
+}
+
+}  // namespace tpx::detail

@@ -1,0 +1,219 @@
+// HostCommunicator: one rank's handle on one group of a HostWorld, providing the collectives of
+// tpx::CommunicatorFor over shared memory, for fp32 and bf16.
+//
+// Every collective follows one pattern: publish a pointer to this rank's input, meet the group,
+// read the peers' inputs directly (std::memcpy for blocks, plain loops the compiler vectorises
+// for sums), and meet again before returning, so that no rank changes or frees a buffer a peer
+// still reads. all_gather, reduce_scatter, all_to_all and broadcast need those two meetings, and
+// each rank pulls exactly its own result. all_reduce is a reduce-scatter then an all-gather:
+// each rank sums a 1/size chunk of all inputs into its scratch, the group meets, each rank copies
+// every chunk into its output, and the group meets again; the summing is spread across ranks,
+// and in and out may alias because no input is read after the middle meeting. Sums run in fp32
+// over the ranks in group-rank order and are rounded once, so every rank gets the same bits,
+// equal to a sequential sum.
+//
+// A rank whose sizes disagree with the counts throws std::invalid_argument without meeting its
+// group; failures of the group throw comm_error (see host_world.hpp). A handle is cheap to copy,
+// belongs to one rank thread, and must not outlive its world.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstring>
+#include <numeric>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tpx/comm/collective_descriptor.hpp"
+#include "tpx/comm/communicator.hpp"
+#include "tpx/comm/host_group.hpp"
+#include "tpx/comm/host_world.hpp"
+#include "tpx/core/bfloat16.hpp"
+
+namespace tpx {
+
+template <class T>
+concept HostElement = std::same_as<T, float> || std::same_as<T, bf16>;
+
+class HostCommunicator {
+ public:
+  // The handle of `world_rank` on its group in set `group_set` (HostWorld::whole_world or an
+  // id returned by HostWorld::add_groups).
+  HostCommunicator(HostWorld& world, int group_set, int world_rank)
+      : group_(&world.group_of(group_set, world_rank)),
+        rank_(static_cast<int>(std::ranges::find(group_->world_ranks(), world_rank) -
+                               group_->world_ranks().begin())) {}
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return group_->size(); }
+  // The members in world numbering, in group-rank order.
+  std::span<const int> world_ranks() const noexcept { return group_->world_ranks(); }
+
+  void barrier() { group_->exchange(rank_, CollectiveDescriptor{}); }
+
+  template <HostElement T>
+  void all_gather(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts) {
+    const std::size_t total = sum_of_counts(Op::all_gather, counts, size());
+    expect_size(Op::all_gather, "in", in.size(), counts[rank_]);
+    expect_size(Op::all_gather, "out", out.size(), total);
+    const auto peers = group_->exchange(rank_, call<T>(Op::all_gather, total, counts), in.data());
+    std::size_t offset = 0;
+    for (int s = 0; s < size(); ++s) {
+      copy_elements(out.data() + offset, input<T>(peers[s]), counts[s]);
+      offset += counts[s];
+    }
+    group_->wait_for_all(rank_);
+  }
+
+  template <HostElement T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out,
+                      std::span<const std::size_t> counts) {
+    const std::size_t total = sum_of_counts(Op::reduce_scatter, counts, size());
+    expect_size(Op::reduce_scatter, "in", in.size(), total);
+    expect_size(Op::reduce_scatter, "out", out.size(), counts[rank_]);
+    const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
+    const auto peers =
+        group_->exchange(rank_, call<T>(Op::reduce_scatter, total, counts), in.data());
+    sum_inputs(peers, offset, out.size(), out.data());
+    group_->wait_for_all(rank_);
+  }
+
+  template <HostElement T>
+  void all_reduce(std::span<const T> in, std::span<T> out) {
+    expect_size(Op::all_reduce, "out", out.size(), in.size());
+    const std::size_t n = in.size();
+    const std::size_t mine = chunk_begin(n, rank_);
+    const std::size_t mine_size = chunk_begin(n, rank_ + 1) - mine;
+    std::vector<std::byte>& scratch = group_->scratch(rank_);
+    scratch.resize(mine_size * sizeof(T));
+    const auto peers =
+        group_->exchange(rank_, call<T>(Op::all_reduce, n, {}), in.data(), scratch.data());
+    sum_inputs(peers, mine, mine_size, reinterpret_cast<T*>(scratch.data()));
+    group_->wait_for_all(rank_);
+    for (int s = 0; s < size(); ++s) {
+      copy_elements(out.data() + chunk_begin(n, s), static_cast<const T*>(peers[s].scratch),
+                    chunk_begin(n, s + 1) - chunk_begin(n, s));
+    }
+    group_->wait_for_all(rank_);
+  }
+
+  template <HostElement T>
+  void all_to_all(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts) {
+    const int n = size();
+    const std::size_t total = sum_of_counts(Op::all_to_all, counts, n * n);
+    const auto count = [&](int from, int to) { return counts[from * n + to]; };
+    std::size_t sent = 0;
+    std::size_t received = 0;
+    for (int s = 0; s < n; ++s) {
+      sent += count(rank_, s);
+      received += count(s, rank_);
+    }
+    expect_size(Op::all_to_all, "in", in.size(), sent);
+    expect_size(Op::all_to_all, "out", out.size(), received);
+    const auto peers = group_->exchange(rank_, call<T>(Op::all_to_all, total, counts), in.data());
+    std::size_t offset = 0;
+    for (int s = 0; s < n; ++s) {
+      std::size_t peer_offset = 0;  // where block rank_ starts in rank s's input
+      for (int q = 0; q < rank_; ++q) peer_offset += count(s, q);
+      copy_elements(out.data() + offset, input<T>(peers[s]) + peer_offset, count(s, rank_));
+      offset += count(s, rank_);
+    }
+    group_->wait_for_all(rank_);
+  }
+
+  template <HostElement T>
+  void broadcast(std::span<const T> in, std::span<T> out, int root) {
+    if (root < 0 || root >= size()) {
+      invalid(Op::broadcast, "root " + std::to_string(root) + " is not a rank of the group");
+    }
+    if (rank_ == root) expect_size(Op::broadcast, "in", in.size(), out.size());
+    const auto peers = group_->exchange(rank_, call<T>(Op::broadcast, out.size(), {}, root),
+                                        rank_ == root ? in.data() : nullptr);
+    copy_elements(out.data(), input<T>(peers[root]), out.size());
+    group_->wait_for_all(rank_);
+  }
+
+ private:
+  using Op = detail::CollectiveOp;
+  using CollectiveDescriptor = detail::CollectiveDescriptor;
+  using Publication = detail::HostGroup::Publication;
+
+  template <HostElement T>
+  static CollectiveDescriptor call(Op op, std::size_t elements,
+                                   std::span<const std::size_t> counts, int root = -1) {
+    return {.op = op,
+            .element = std::same_as<T, float> ? "float" : "bf16",
+            .elements = elements,
+            .counts_digest = counts.empty() ? 0 : detail::counts_digest(counts),
+            .root = root};
+  }
+
+  template <HostElement T>
+  static const T* input(const Publication& peer) {
+    return static_cast<const T*>(peer.input);
+  }
+
+  // Where chunk `s` of an all_reduce of n elements starts (chunk_begin(n, size()) == n).
+  std::size_t chunk_begin(std::size_t n, int s) const {
+    return n * static_cast<std::size_t>(s) / static_cast<std::size_t>(size());
+  }
+
+  template <HostElement T>
+  static void copy_elements(T* to, const T* from, std::size_t n) {
+    if (n != 0 && to != from) std::memcpy(to, from, n * sizeof(T));
+  }
+
+  // to[i] = the sum over ranks, in rank order, of element offset + i of their inputs, summed in
+  // fp32 and rounded once. Tiles keep the accumulators in cache and the loops vectorisable.
+  template <HostElement T>
+  void sum_inputs(std::span<const Publication> peers, std::size_t offset, std::size_t n,
+                  T* to) const {
+    constexpr std::size_t tile = 512;
+    std::array<compute_t<T>, tile> sum;
+    for (std::size_t begin = 0; begin < n; begin += tile) {
+      const std::size_t m = std::min(tile, n - begin);
+      const T* first = input<T>(peers[0]) + offset + begin;
+      for (std::size_t i = 0; i < m; ++i) sum[i] = static_cast<compute_t<T>>(first[i]);
+      for (int s = 1; s < size(); ++s) {
+        const T* from = input<T>(peers[s]) + offset + begin;
+        for (std::size_t i = 0; i < m; ++i) sum[i] += static_cast<compute_t<T>>(from[i]);
+      }
+      for (std::size_t i = 0; i < m; ++i) to[begin + i] = static_cast<T>(sum[i]);
+    }
+  }
+
+  std::size_t sum_of_counts(Op op, std::span<const std::size_t> counts, int expected) const {
+    if (counts.size() != static_cast<std::size_t>(expected)) {
+      invalid(op, "counts has " + std::to_string(counts.size()) + " entries, expected " +
+                      std::to_string(expected));
+    }
+    return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  }
+
+  void expect_size(Op op, std::string_view name, std::size_t actual, std::size_t expected) const {
+    if (actual == expected) return;
+    invalid(op, std::string(name) + ".size() is " + std::to_string(actual) + ", expected " +
+                    std::to_string(expected));
+  }
+
+  [[noreturn]] void invalid(Op op, const std::string& what) const {
+    throw std::invalid_argument("tpx: " + std::string(detail::op_name(op)) + " on group " +
+                                detail::bracketed(world_ranks()) + ", rank " +
+                                std::to_string(rank_) + ": " + what);
+  }
+
+  detail::HostGroup* group_;
+  int rank_;
+};
+
+static_assert(CommunicatorFor<HostCommunicator, float>,
+              "HostCommunicator must provide every collective of CommunicatorFor<C, float>");
+static_assert(CommunicatorFor<HostCommunicator, bf16>,
+              "HostCommunicator must provide every collective of CommunicatorFor<C, bf16>");
+
+}  // namespace tpx

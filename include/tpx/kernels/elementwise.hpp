@@ -1,0 +1,93 @@
+// Per-element math: the functors behind tpx's elementwise ops and activation layers, and the
+// host loop that applies them.
+//
+// Each functor is a small struct whose call operator is TPX_HOST_DEVICE and works on floats:
+// values stored as bf16 are widened to compute_t (fp32) before the call and the result is rounded
+// once when stored. The host backend applies a functor with transform() below; the CUDA backend
+// launches the very same functor in a kernel, so the host tests check the arithmetic the GPU
+// runs. (The two agree to a few ulps, not bit for bit: nvcc fuses a*b+c into one FMA and its
+// tanhf differs from glibc's in the last bits.)
+//
+// Activations come with their derivatives as separate functors taking (x, dy) and returning
+// dx = dy * f'(x), which is all a backward pass needs, given the saved input x.
+#pragma once
+
+#include <math.h>  // the C float functions (tanhf, fmaf), which nvcc provides in device code too
+
+#include <concepts>
+#include <cstdint>
+
+#include "tpx/core/bfloat16.hpp"
+#include "tpx/core/config.hpp"
+
+namespace tpx::kernels {
+
+// x + y
+struct add {
+  TPX_HOST_DEVICE float operator()(float x, float y) const { return x + y; }
+};
+
+// x - y
+struct sub {
+  TPX_HOST_DEVICE float operator()(float x, float y) const { return x - y; }
+};
+
+// x * y
+struct mul {
+  TPX_HOST_DEVICE float operator()(float x, float y) const { return x * y; }
+};
+
+// a * x
+struct scale {
+  float a;
+  TPX_HOST_DEVICE float operator()(float x) const { return a * x; }
+};
+
+// a * x + y, as one fused multiply-add (a single rounding, on the host and on the GPU alike).
+struct axpy {
+  float a;
+  TPX_HOST_DEVICE float operator()(float x, float y) const { return fmaf(a, x, y); }
+};
+
+// x * x
+struct square {
+  TPX_HOST_DEVICE float operator()(float x) const { return x * x; }
+};
+
+// max(x, 0); a NaN input stays NaN, so a diverging run shows up rather than being clipped away.
+struct relu {
+  TPX_HOST_DEVICE float operator()(float x) const { return x < 0.0f ? 0.0f : x; }
+};
+
+// dx = dy where x > 0, else 0 (the subgradient at 0 is taken to be 0).
+struct relu_backward {
+  TPX_HOST_DEVICE float operator()(float x, float dy) const { return x > 0.0f ? dy : 0.0f; }
+};
+
+// The tanh approximation of GELU used by GPT-2 (and llm.c):
+//   gelu(x) = x/2 * (1 + tanh(s * (x + c x^3))),  s = sqrt(2/pi), c = 0.044715.
+struct gelu {
+  static constexpr float s = 0.7978845608028654f;  // sqrt(2 / pi)
+  static constexpr float c = 0.044715f;
+  TPX_HOST_DEVICE float operator()(float x) const { return 0.5f * x * (1.0f + tanhf(s * (x + c * x * x * x))); }
+};
+
+// dx = dy * gelu'(x) for the tanh approximation above:
+//   gelu'(x) = (1 + t)/2 + x/2 * (1 - t^2) * s * (1 + 3c x^2),  t = tanh(s * (x + c x^3)).
+struct gelu_backward {
+  TPX_HOST_DEVICE float operator()(float x, float dy) const {
+    const float t = tanhf(gelu::s * (x + gelu::c * x * x * x));
+    const float slope = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * gelu::s * (1.0f + 3.0f * gelu::c * x * x);
+    return dy * slope;
+  }
+};
+
+// out[i] = f(in[i]...) for i in [0, n), on the host: the inputs are widened to compute_t, f runs
+// in fp32, and its result is converted to Out once. out may be one of the inputs (in place).
+template <class Out, class F, class... In>
+  requires std::invocable<const F&, compute_t<In>...>
+void transform(std::int64_t n, const F& f, Out* out, const In*... in) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f(static_cast<compute_t<In>>(in[i])...));
+}
+
+}  // namespace tpx::kernels

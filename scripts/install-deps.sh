@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what building and testing tpx needs on Debian 12 / Ubuntu 24.04 or newer: the compiler,
+# CMake and Ninja, OpenBLAS, doctest, nlohmann-json, CLI11, ccache and gnuplot (for the benchmark
+# plots). Only the packages missing are installed (checked with dpkg-query first), so a second
+# run, or a run on a machine that has everything, returns at once without touching apt.
+# Uses sudo when not run as root. CUDA (nvcc) is not installed here: it is optional.
+set -euo pipefail
+
+packages=(cmake ninja-build g++ doctest-dev libopenblas-dev nlohmann-json3-dev libcli11-dev
+          ccache gnuplot-nox)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || { echo "install-deps: not root and no sudo; install: ${missing[*]}" >&2; exit 1; }
+    sudo=(sudo)
+  fi
+  "${sudo[@]}" apt-get update -q
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The presets (CMakePresets.json, version 6) need CMake 3.25; Ubuntu 22.04's apt has 3.22.
+cmake_version=$(cmake --version | awk 'NR == 1 { print $3 }')
+if ! printf '3.25\n%s\n' "$cmake_version" | sort -V -C; then
+  echo "install-deps: CMake $cmake_version is too old, tpx needs 3.25 (e.g. pip install 'cmake>=3.25')" >&2
+  exit 1
+fi

@@ -1,0 +1,72 @@
+// Programs tpx must reject at compile time, one per case, each with the sentence the compiler
+// must print. tests/CMakeLists.txt reads the `// expect(CASE): text` lines below, compiles this
+// file once per CASE with -DCASE, and passes only if compilation fails with a diagnostic that
+// contains the text (so a case that compiles, or fails for another reason, fails the test).
+//
+// expect(AXIS_ON_TWO_DIMS): mesh axis X shards both dim B and dim D
+// expect(AXIS_TWICE_IN_DIM): mesh axis Y splits dim B twice
+// expect(DIM_TWICE): dim B appears twice
+// expect(SHARDED_AND_UNREDUCED): mesh axis X shards dim B and is also unreduced
+// expect(AXIS_NOT_IN_MESH): mesh axis Z is not an axis of this mesh
+// expect(CONTRACTION_DIM_MISSING): the left operand has no dim F
+// expect(RESULT_AXIS_ON_TWO_DIMS): tensor \[I_X, K_X\]: mesh axis X shards both dim I and dim K
+// expect(UNREDUCED_MEETS_AXIS): the left operand is unreduced over X and the right one also uses X
+// expect(NO_SHARED_DIM): the operands must share exactly one dim
+// expect(GATHER_UNSHARDED_AXIS): all_gather<Y>: tensor \[B_X, D\] is not sharded over mesh axis Y
+// expect(GATHER_OUTER_SPLIT): mesh axis X is not the innermost split of dim B in \[B_XY, D\]
+// expect(GATHER_UNREDUCED): all_gather<X>: tensor \[B, D\]{U_X} is unreduced over X, not sharded
+// expect(REDUCE_REDUCED): reduce_scatter<X, D>: tensor \[B, D\] is not unreduced over X
+// expect(INVENT_PARTIAL_SUMS): reshard to an unreduced tensor over X from one that is not
+// expect(TRANSPOSE): the dims differ or are in another order
+#include <tpx/tpx.hpp>
+
+TPX_MESH_AXES(X, Y, Z);
+TPX_DIMS(B, D, F, I, J, K, L);
+
+using tpx::Tensor;
+using tpx::Unreduced;
+
+template <class Tn>
+const Tn& some() {
+  static const Tn* none = nullptr;
+  return *none;
+}
+
+void body(const tpx::Rank<tpx::Mesh<X, Y>>& rank) {
+  (void)rank;
+#if defined(AXIS_ON_TWO_DIMS)
+  Tensor<float, B<X>, D<X>> t(rank, {B(4), D(4)});
+#elif defined(AXIS_TWICE_IN_DIM)
+  Tensor<float, B<Y, Y>, D<>> t(rank, {B(4), D(4)});
+#elif defined(DIM_TWICE)
+  Tensor<float, B<X>, B<Y>> t(rank, {B(4), B(4)});
+#elif defined(SHARDED_AND_UNREDUCED)
+  Tensor<float, B<X>, D<>, Unreduced<X>> t(rank, {B(4), D(4)});
+#elif defined(AXIS_NOT_IN_MESH)
+  auto t = tpx::randn<float, B<Z>, D<>>(rank, {B(4), D(4)}, 1);
+#elif defined(CONTRACTION_DIM_MISSING)
+  auto t = tpx::contract<F>(some<Tensor<float, B<X>, D<>>>(), some<Tensor<float, D<>, K<>>>());
+#elif defined(RESULT_AXIS_ON_TWO_DIMS)
+  auto t = tpx::matmul<Tensor<float, I<X>, K<X>>>(some<Tensor<float, I<X>, J<>>>(),
+                                                  some<Tensor<float, J<>, K<X>>>());
+#elif defined(UNREDUCED_MEETS_AXIS)
+  auto t = tpx::matmul(some<Tensor<float, I<>, J<>, Unreduced<X>>>(),
+                       some<Tensor<float, J<>, K<X>>>());
+#elif defined(NO_SHARED_DIM)
+  auto t = tpx::matmul(some<Tensor<float, I<>, J<>>>(), some<Tensor<float, K<>, L<>>>());
+#elif defined(GATHER_UNSHARDED_AXIS)
+  auto t = tpx::all_gather<Y>(some<Tensor<float, B<X>, D<>>>());
+#elif defined(GATHER_OUTER_SPLIT)
+  auto t = tpx::all_gather<X>(some<Tensor<float, B<X, Y>, D<>>>());
+#elif defined(GATHER_UNREDUCED)
+  auto t = tpx::all_gather<X>(some<Tensor<float, B<>, D<>, Unreduced<X>>>());
+#elif defined(REDUCE_REDUCED)
+  auto t = tpx::reduce_scatter<X, D>(some<Tensor<float, B<>, D<>>>());
+#elif defined(INVENT_PARTIAL_SUMS)
+  auto t = tpx::reshard<B<>, D<>, Unreduced<X>>(some<Tensor<float, B<>, D<>>>());
+#elif defined(TRANSPOSE)
+  auto t = tpx::reshard<D<>, B<>>(some<Tensor<float, B<>, D<>>>());
+#endif
+}
+
+int main() {}

@@ -1,0 +1,531 @@
+// Tests of the host communicator (comm/host_world.hpp, comm/host_communicator.hpp): every
+// collective for fp32 and bf16 on groups of 1, 2, 3, 4 and 6 threads, with uneven counts and
+// zeros, against naive loops; sub-groups of a 2x2 world used at once; and the failure paths:
+// abort propagation, timeout and mismatched collectives, each of which must throw comm_error
+// with a message naming the culprit, within bounded time, on every rank.
+//
+// Tolerance: none. Copies must be exact, and the communicator promises sums in fp32 over the
+// ranks in group-rank order, rounded once, which is exactly what the reference computes; so
+// every comparison is for equal bits (which also shows all ranks got the same result).
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tpx/comm/host_communicator.hpp"
+#include "tpx/comm/host_world.hpp"
+#include "tpx/core/bfloat16.hpp"
+
+namespace {
+
+using tpx::bf16;
+using tpx::comm_error;
+using tpx::HostCommunicator;
+using tpx::HostWorld;
+using Counts = std::vector<std::size_t>;
+using namespace std::chrono_literals;
+
+// Runs fn(world_rank) on one thread per rank, as the SPMD launcher does: a rank that throws
+// reports it through world.abort (unless told not to). Returns what each rank threw ("" if
+// nothing).
+std::vector<std::string> run_ranks(HostWorld& world, const std::function<void(int)>& fn,
+                                   bool report_failures = true) {
+  std::vector<std::string> errors(static_cast<std::size_t>(world.size()));
+  {
+    std::vector<std::jthread> ranks;
+    for (int r = 0; r < world.size(); ++r) {
+      ranks.emplace_back([&, r] {
+        try {
+          fn(r);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+          if (report_failures) world.abort(r, e.what());
+        }
+      });
+    }
+  }
+  return errors;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A value in [-1, 1) with a full mantissa, different for every (rank, index, salt).
+template <class T>
+T value(int rank, std::size_t i, int salt = 0) {
+  std::uint64_t h = (static_cast<std::uint64_t>(rank) * 1000003u + i) * 0x9e3779b97f4a7c15ull +
+                    static_cast<std::uint64_t>(salt) * 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 31;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 29;
+  return static_cast<T>(static_cast<float>(h >> 40) / static_cast<float>(1ull << 23) - 1.0f);
+}
+
+template <class T>
+std::vector<T> values(int rank, std::size_t n, int salt = 0) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = value<T>(rank, i, salt);
+  return v;
+}
+
+// "" if equal bit for bit, else the first difference.
+template <class T>
+std::string mismatch(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) {
+    return "size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const float g = static_cast<float>(got[i]);
+    const float w = static_cast<float>(want[i]);
+    if (g != w) return "element " + std::to_string(i) + ": " + std::to_string(g) + " != " + std::to_string(w);
+  }
+  return "";
+}
+
+// Elementwise sum over ranks, in rank order, in fp32, rounded once: the naive reference.
+template <class T>
+std::vector<T> rank_order_sum(const std::vector<std::vector<T>>& inputs, std::size_t begin,
+                              std::size_t n) {
+  std::vector<T> sum(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    float acc = 0.0f;
+    for (const auto& in : inputs) acc += static_cast<float>(in[begin + i]);
+    sum[i] = static_cast<T>(acc);
+  }
+  return sum;
+}
+
+const std::vector<int> kGroupSizes = {1, 2, 3, 4, 6};
+
+// Per-rank counts: uneven with zeros, all zero, and large enough to span several sum tiles.
+std::vector<Counts> count_patterns(int n) {
+  std::vector<Counts> patterns(3, Counts(static_cast<std::size_t>(n)));
+  const std::size_t uneven[] = {3, 0, 5, 1, 0, 4};
+  for (int r = 0; r < n; ++r) {
+    patterns[0][r] = uneven[r];
+    patterns[1][r] = 0;
+    patterns[2][r] = 700 + 37 * static_cast<std::size_t>(r);
+  }
+  return patterns;
+}
+
+constexpr tpx::HostWorldOptions kPatient{.timeout = 10s};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("all_gather concatenates every rank's block in rank order", T, float, bf16) {
+  for (int n : kGroupSizes) {
+    CAPTURE(n);
+    const std::vector<Counts> patterns = count_patterns(n);
+    std::vector<std::vector<std::vector<T>>> got(patterns.size(), std::vector<std::vector<T>>(n));
+    HostWorld world(n, kPatient);
+    const auto errors = run_ranks(world, [&](int r) {
+      HostCommunicator comm(world, HostWorld::whole_world, r);
+      for (std::size_t p = 0; p < patterns.size(); ++p) {
+        const Counts& counts = patterns[p];
+        const std::vector<T> in = values<T>(r, counts[r]);
+        got[p][r].resize(std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
+        comm.all_gather(std::span<const T>(in), std::span<T>(got[p][r]), std::span(counts));
+      }
+    });
+    for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+    for (std::size_t p = 0; p < patterns.size(); ++p) {
+      std::vector<T> want;
+      for (int s = 0; s < n; ++s) {
+        const std::vector<T> block = values<T>(s, patterns[p][s]);
+        want.insert(want.end(), block.begin(), block.end());
+      }
+      for (int r = 0; r < n; ++r) CHECK(mismatch(got[p][r], want) == "");
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("reduce_scatter gives each rank its block of the rank-order sum", T, float,
+                   bf16) {
+  for (int n : kGroupSizes) {
+    CAPTURE(n);
+    const std::vector<Counts> patterns = count_patterns(n);
+    std::vector<std::vector<std::vector<T>>> got(patterns.size(), std::vector<std::vector<T>>(n));
+    HostWorld world(n, kPatient);
+    const auto errors = run_ranks(world, [&](int r) {
+      HostCommunicator comm(world, HostWorld::whole_world, r);
+      for (std::size_t p = 0; p < patterns.size(); ++p) {
+        const Counts& counts = patterns[p];
+        const std::vector<T> in =
+            values<T>(r, std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
+        got[p][r].resize(counts[r]);
+        comm.reduce_scatter(std::span<const T>(in), std::span<T>(got[p][r]), std::span(counts));
+      }
+    });
+    for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+    for (std::size_t p = 0; p < patterns.size(); ++p) {
+      const Counts& counts = patterns[p];
+      const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+      std::vector<std::vector<T>> inputs;
+      for (int s = 0; s < n; ++s) inputs.push_back(values<T>(s, total));
+      std::size_t begin = 0;
+      for (int r = 0; r < n; ++r) {
+        CHECK(mismatch(got[p][r], rank_order_sum(inputs, begin, counts[r])) == "");
+        begin += counts[r];
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("all_reduce sums in rank order, out of place and in place", T, float, bf16) {
+  const std::vector<std::size_t> lengths = {0, 1, 5, 1000, 2051};
+  for (int n : kGroupSizes) {
+    CAPTURE(n);
+    // got[length][in_place][rank]
+    std::vector<std::vector<std::vector<std::vector<T>>>> got(
+        lengths.size(), std::vector<std::vector<std::vector<T>>>(2, std::vector<std::vector<T>>(n)));
+    HostWorld world(n, kPatient);
+    const auto errors = run_ranks(world, [&](int r) {
+      HostCommunicator comm(world, HostWorld::whole_world, r);
+      for (std::size_t l = 0; l < lengths.size(); ++l) {
+        const std::vector<T> in = values<T>(r, lengths[l]);
+        got[l][0][r].resize(lengths[l]);
+        comm.all_reduce(std::span<const T>(in), std::span<T>(got[l][0][r]));
+        got[l][1][r] = in;
+        comm.all_reduce(std::span<const T>(got[l][1][r]), std::span<T>(got[l][1][r]));
+      }
+    });
+    for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+    for (std::size_t l = 0; l < lengths.size(); ++l) {
+      std::vector<std::vector<T>> inputs;
+      for (int s = 0; s < n; ++s) inputs.push_back(values<T>(s, lengths[l]));
+      const std::vector<T> want = rank_order_sum(inputs, 0, lengths[l]);
+      for (int r = 0; r < n; ++r) {
+        CHECK(mismatch(got[l][0][r], want) == "");
+        CHECK(mismatch(got[l][1][r], want) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("all_to_all delivers block s of rank r as block r of rank s", T, float, bf16) {
+  for (int n : kGroupSizes) {
+    CAPTURE(n);
+    // counts[from * n + to]: uneven with zeros, all zero, large.
+    std::vector<Counts> patterns(3, Counts(static_cast<std::size_t>(n * n)));
+    for (int from = 0; from < n; ++from) {
+      for (int to = 0; to < n; ++to) {
+        patterns[0][from * n + to] = static_cast<std::size_t>((from * 3 + to * 5) % 4);
+        patterns[2][from * n + to] = static_cast<std::size_t>(300 + from * 11 + to);
+      }
+    }
+    std::vector<std::vector<std::vector<T>>> got(patterns.size(), std::vector<std::vector<T>>(n));
+    const auto sent_by = [&](const Counts& counts, int from) {
+      std::size_t sum = 0;
+      for (int to = 0; to < n; ++to) sum += counts[from * n + to];
+      return sum;
+    };
+    HostWorld world(n, kPatient);
+    const auto errors = run_ranks(world, [&](int r) {
+      HostCommunicator comm(world, HostWorld::whole_world, r);
+      for (std::size_t p = 0; p < patterns.size(); ++p) {
+        const Counts& counts = patterns[p];
+        const std::vector<T> in = values<T>(r, sent_by(counts, r));
+        std::size_t received = 0;
+        for (int from = 0; from < n; ++from) received += counts[from * n + r];
+        got[p][r].resize(received);
+        comm.all_to_all(std::span<const T>(in), std::span<T>(got[p][r]), std::span(counts));
+      }
+    });
+    for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+    for (std::size_t p = 0; p < patterns.size(); ++p) {
+      const Counts& counts = patterns[p];
+      for (int r = 0; r < n; ++r) {
+        std::vector<T> want;
+        for (int from = 0; from < n; ++from) {
+          const std::vector<T> in = values<T>(from, sent_by(counts, from));
+          std::size_t begin = 0;
+          for (int to = 0; to < r; ++to) begin += counts[from * n + to];
+          want.insert(want.end(), in.begin() + static_cast<std::ptrdiff_t>(begin),
+                      in.begin() + static_cast<std::ptrdiff_t>(begin + counts[from * n + r]));
+        }
+        CHECK(mismatch(got[p][r], want) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("broadcast copies root's input to every rank, root in place too", T, float,
+                   bf16) {
+  const std::vector<std::size_t> lengths = {0, 7, 1000};
+  for (int n : kGroupSizes) {
+    CAPTURE(n);
+    // got[length][root][rank]
+    std::vector<std::vector<std::vector<std::vector<T>>>> got(
+        lengths.size(), std::vector<std::vector<std::vector<T>>>(n, std::vector<std::vector<T>>(n)));
+    HostWorld world(n, kPatient);
+    const auto errors = run_ranks(world, [&](int r) {
+      HostCommunicator comm(world, HostWorld::whole_world, r);
+      for (std::size_t l = 0; l < lengths.size(); ++l) {
+        for (int root = 0; root < n; ++root) {
+          std::vector<T>& out = got[l][root][r];
+          out.assign(lengths[l], static_cast<T>(-7.0f));
+          if (r == root) out = values<T>(root, lengths[l], 1);  // the root broadcasts in place
+          comm.broadcast(std::span<const T>(out), std::span<T>(out), root);
+        }
+      }
+    });
+    for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+    for (std::size_t l = 0; l < lengths.size(); ++l) {
+      for (int root = 0; root < n; ++root) {
+        for (int r = 0; r < n; ++r) CHECK(mismatch(got[l][root][r], values<T>(root, lengths[l], 1)) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE("barrier orders every rank's writes before every rank's reads") {
+  const int n = 4;
+  std::vector<int> written(n, 0);
+  std::vector<int> seen(n, 0);
+  HostWorld world(n, kPatient);
+  const auto errors = run_ranks(world, [&](int r) {
+    HostCommunicator comm(world, HostWorld::whole_world, r);
+    written[r] = r + 1;
+    comm.barrier();
+    seen[r] = std::accumulate(written.begin(), written.end(), 0);
+    comm.barrier();
+  });
+  for (int r = 0; r < n; ++r) {
+    CHECK(errors[r] == "");
+    CHECK(seen[r] == 10);
+  }
+}
+
+TEST_CASE("back-to-back collectives never read a peer's previous publication") {
+  // A barrier has one meeting: a rank leaving it may publish its next call while a slow peer
+  // still checks the barrier's. Many quick alternations make that overlap happen.
+  const int n = 4;
+  const int steps = 500;
+  std::vector<std::vector<float>> got(n);
+  HostWorld world(n, kPatient);
+  const auto errors = run_ranks(world, [&](int r) {
+    HostCommunicator comm(world, HostWorld::whole_world, r);
+    got[r].assign(3, 1.0f);
+    for (int step = 0; step < steps; ++step) {
+      comm.barrier();
+      comm.all_reduce(std::span<const float>(got[r]), std::span<float>(got[r]));
+      for (float& x : got[r]) x /= static_cast<float>(n);
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    CHECK(errors[r] == "");
+    CHECK(mismatch(got[r], std::vector<float>(3, 1.0f)) == "");
+  }
+}
+
+TEST_CASE("rows and columns of a 2x2 world run their collectives at the same time") {
+  // World rank = 2 * row + column. Column groups list their members bottom-up, so group rank
+  // and world order differ.
+  HostWorld world(4, kPatient);
+  const int rows = world.add_groups({{0, 1}, {2, 3}});
+  const int columns = world.add_groups({{2, 0}, {3, 1}});
+  const int steps = 50;
+  const std::size_t length = 300;
+  std::vector<std::vector<float>> row_sums(4), column_gathers(4), world_sums(4);
+  std::vector<std::vector<int>> ranks_in_column(4);
+  const auto errors = run_ranks(world, [&](int r) {
+    HostCommunicator row(world, rows, r);
+    HostCommunicator column(world, columns, r);
+    HostCommunicator everyone(world, HostWorld::whole_world, r);
+    ranks_in_column[r] = {column.rank(), column.size(), row.rank()};
+    for (int step = 0; step < steps; ++step) {
+      const std::vector<float> in = values<float>(r, length, step);
+      row_sums[r].resize(length);
+      row.all_reduce(std::span<const float>(in), std::span<float>(row_sums[r]));
+      const Counts counts = {length, length};
+      column_gathers[r].resize(2 * length);
+      column.all_gather(std::span<const float>(in), std::span<float>(column_gathers[r]),
+                        std::span(counts));
+      if (step % 10 == 0) {
+        world_sums[r].resize(length);
+        everyone.all_reduce(std::span<const float>(in), std::span<float>(world_sums[r]));
+      }
+    }
+  });
+  const int last = steps - 1;
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(errors[r] == "");
+    const int row = r / 2;
+    const int col = r % 2;
+    CHECK(ranks_in_column[r] == std::vector<int>{1 - row, 2, col});
+    CHECK(mismatch(row_sums[r], rank_order_sum<float>({values<float>(2 * row, length, last),
+                                                       values<float>(2 * row + 1, length, last)},
+                                                      0, length)) == "");
+    std::vector<float> gathered = values<float>(2 + col, length, last);  // column rank 0 first
+    const std::vector<float> lower = values<float>(col, length, last);
+    gathered.insert(gathered.end(), lower.begin(), lower.end());
+    CHECK(mismatch(column_gathers[r], gathered) == "");
+    std::vector<std::vector<float>> all;
+    for (int s = 0; s < 4; ++s) all.push_back(values<float>(s, length, 40));
+    CHECK(mismatch(world_sums[r], rank_order_sum(all, 0, length)) == "");
+  }
+}
+
+TEST_CASE("a failing rank aborts every collective of every group, waiting or to come") {
+  // 2x2 world; rank 3 fails after a few steps while the others keep calling collectives on
+  // their row, their column and the whole world. Nobody may wait for the (long) timeout.
+  HostWorld world(4, kPatient);
+  const int rows = world.add_groups({{0, 1}, {2, 3}});
+  const int columns = world.add_groups({{0, 2}, {1, 3}});
+  const auto start = std::chrono::steady_clock::now();
+  const auto errors = run_ranks(world, [&](int r) {
+    HostCommunicator row(world, rows, r);
+    HostCommunicator column(world, columns, r);
+    HostCommunicator everyone(world, HostWorld::whole_world, r);
+    std::vector<float> data(64, 1.0f);
+    for (int step = 0; step < 1000; ++step) {
+      if (r == 3 && step == 3) throw std::runtime_error("boom at step 3");
+      row.all_reduce(std::span<const float>(data), std::span<float>(data));
+      column.barrier();
+      everyone.all_reduce(std::span<const float>(data), std::span<float>(data));
+    }
+  });
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  CHECK(errors[3] == "boom at step 3");
+  CHECK(world.failure() == "rank 3 failed: boom at step 3");
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(errors[r]);
+    CHECK(contains(errors[r], "tpx: collective "));
+    CHECK(contains(errors[r], " aborted: rank 3 failed: boom at step 3"));
+  }
+  // A collective entered after the abort throws at once.
+  HostCommunicator late(world, HostWorld::whole_world, 0);
+  CHECK_THROWS_WITH_AS(late.barrier(),
+                       "tpx: collective barrier on group {0,1,2,3} aborted: rank 3 failed: boom "
+                       "at step 3",
+                       comm_error);
+}
+
+TEST_CASE("a rank that never arrives times the collective out, naming it") {
+  // Failures are not reported to the world here: the group alone must stop every waiting rank.
+  HostWorld world(3, {.timeout = 100ms});
+  const auto start = std::chrono::steady_clock::now();
+  const auto errors = run_ranks(world, [&](int r) {
+    if (r == 2) return;  // never calls the collective
+    HostCommunicator comm(world, HostWorld::whole_world, r);
+    const std::vector<float> in(4, 1.0f);
+    std::vector<float> out(12);
+    const Counts counts = {4, 4, 4};
+    comm.all_gather(std::span<const float>(in), std::span<float>(out), std::span(counts));
+  }, /*report_failures=*/false);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(elapsed >= 100ms);
+  CHECK(elapsed < 1s);
+  CHECK(errors[2] == "");
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(errors[r]);
+    CHECK(contains(errors[r], "tpx: collective all_gather on group {0,1,2} "));
+    CHECK(contains(errors[r], "timed out after 100 ms: world ranks {2} never arrived"));
+  }
+  CHECK(world.failure() == std::nullopt);
+  // Rank 2 arriving late finds the group unusable instead of waiting.
+  HostCommunicator late(world, HostWorld::whole_world, 2);
+  CHECK_THROWS_WITH_AS(late.barrier(),
+                       "tpx: collective barrier on group {0,1,2} aborted: all_gather timed out "
+                       "after 100 ms: world ranks {2} never arrived",
+                       comm_error);
+}
+
+TEST_CASE("mismatched collectives throw on every rank, naming both calls") {
+  struct Case {
+    std::function<void(HostCommunicator&)> rank0, rank1;
+    std::string expected;
+  };
+  const std::vector<float> four(4, 1.0f);
+  const auto all_reduce = [&](std::size_t n) {
+    return [n, &four](HostCommunicator& c) {
+      std::vector<float> out(n);
+      c.all_reduce(std::span<const float>(four.data(), n), std::span<float>(out));
+    };
+  };
+  const auto all_gather = [&](Counts counts) {
+    return [counts, &four](HostCommunicator& c) {
+      std::vector<float> out(counts[0] + counts[1]);
+      c.all_gather(std::span<const float>(four.data(), counts[c.rank()]), std::span<float>(out),
+                   std::span(counts));
+    };
+  };
+  const auto all_reduce_bf16 = [](HostCommunicator& c) {
+    std::vector<bf16> data(4, bf16(1.0f));
+    c.all_reduce(std::span<const bf16>(data), std::span<bf16>(data));
+  };
+  const std::vector<Case> cases = {
+      {all_gather({2, 2}), all_reduce(4),
+       "rank 0 (world 0) called all_gather<float> of 4 elements but rank 1 (world 1) called "
+       "all_reduce<float> of 4 elements"},
+      {all_reduce(4), all_reduce(3),
+       "called all_reduce<float> of 4 elements but rank 1 (world 1) called all_reduce<float> of "
+       "3 elements"},
+      {all_reduce(4), all_reduce_bf16, "but rank 1 (world 1) called all_reduce<bf16> of 4 elements"},
+      {all_gather({1, 2}), all_gather({2, 1}),
+       "called all_gather<float> of 3 elements with different per-rank counts"},
+      {[](HostCommunicator& c) { c.barrier(); }, all_reduce(2),
+       "rank 0 (world 0) called barrier but rank 1 (world 1) called all_reduce<float> of 2"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.expected);
+    HostWorld world(2, kPatient);
+    const auto errors = run_ranks(world, [&](int r) {
+      HostCommunicator comm(world, HostWorld::whole_world, r);
+      (r == 0 ? c.rank0 : c.rank1)(comm);
+    });
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(errors[r]);
+      CHECK(contains(errors[r], "tpx: mismatched collectives on group {0,1}: "));
+      CHECK(contains(errors[r], c.expected));
+    }
+  }
+}
+
+TEST_CASE("sizes that disagree with the counts are rejected before the group meets") {
+  HostWorld world(1, kPatient);
+  HostCommunicator comm(world, HostWorld::whole_world, 0);
+  const std::vector<float> in(3);
+  std::vector<float> out(4);
+  const Counts four = {4};
+  CHECK_THROWS_WITH_AS(
+      comm.all_gather(std::span<const float>(in), std::span<float>(out), std::span(four)),
+      "tpx: all_gather on group {0}, rank 0: in.size() is 3, expected 4", std::invalid_argument);
+  const Counts two = {2, 2};
+  CHECK_THROWS_AS(
+      comm.reduce_scatter(std::span<const float>(out), std::span<float>(out), std::span(two)),
+      std::invalid_argument);
+  CHECK_THROWS_AS(comm.all_reduce(std::span<const float>(in), std::span<float>(out)),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(comm.broadcast(std::span<const float>(in), std::span<float>(out), 1),
+                  std::invalid_argument);
+  // The group is still usable: nothing met.
+  comm.all_reduce(std::span<const float>(out), std::span<float>(out));
+}
+
+TEST_CASE("groups must be disjoint sets of world ranks, and a rank finds only its own") {
+  HostWorld world(4, kPatient);
+  CHECK_THROWS_AS(world.add_groups({{0, 1}, {1, 2}}), std::invalid_argument);
+  CHECK_THROWS_AS(world.add_groups({{0, 4}}), std::invalid_argument);
+  CHECK_THROWS_AS(world.add_groups({{}}), std::invalid_argument);
+  const int pair = world.add_groups({{3, 1}});
+  HostCommunicator three(world, pair, 3);
+  CHECK(three.rank() == 0);
+  CHECK(three.size() == 2);
+  CHECK(std::vector<int>(three.world_ranks().begin(), three.world_ranks().end()) ==
+        std::vector<int>{3, 1});
+  CHECK_THROWS_AS(HostCommunicator(world, pair, 0), std::invalid_argument);
+  CHECK_THROWS_AS(HostCommunicator(world, 7, 0), std::invalid_argument);
+}

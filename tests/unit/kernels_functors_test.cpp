@@ -1,0 +1,327 @@
+// Tests of the per-element and per-row math of kernels/: elementwise functors and transform(),
+// reductions, softmax cross-entropy and RMSNorm, each against an independent formula in double.
+//
+// Derivatives (GELU, ReLU, RMSNorm) are checked against central finite differences of the double
+// formula, (f(x+h) - f(x-h)) / 2h with h = 1e-4, whose own error (h^2 f''' / 6 plus rounding
+// 2^-53 / h) is below 1e-8 here, far under the fp32 tolerances. Every tolerance is stated beside
+// its check, in units of u = 2^-24, the unit roundoff of fp32.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "tpx/core/bfloat16.hpp"
+#include "tpx/kernels/cross_entropy.hpp"
+#include "tpx/kernels/elementwise.hpp"
+#include "tpx/kernels/reduction.hpp"
+#include "tpx/kernels/rmsnorm.hpp"
+
+namespace {
+
+using tpx::bf16;
+using std::int64_t;
+namespace k = tpx::kernels;
+
+constexpr double u = 0x1.0p-24;  // fp32 unit roundoff
+constexpr double h = 1e-4;       // finite-difference step
+constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
+constexpr float inf_f = std::numeric_limits<float>::infinity();
+
+const std::vector<float> sample_points = {-6.0f, -3.5f, -1.25f, -0.5f, -0.1f, -1e-3f, 0.0f,
+                                          1e-3f, 0.1f,  0.5f,  1.0f,  2.75f, 4.0f,  8.0f};
+
+std::vector<float> random_floats(int64_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+double gelu_ref(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+template <class F>
+double central_difference(F f, double x) {
+  return (f(x + h) - f(x - h)) / (2.0 * h);
+}
+
+}  // namespace
+
+TEST_CASE("arithmetic functors equal the direct formula") {
+  for (float x : sample_points) {
+    for (float y : {-2.5f, 0.0f, 0.3f, 7.0f}) {
+      // Same float operation on both sides: exact equality.
+      CHECK(k::add{}(x, y) == x + y);
+      CHECK(k::sub{}(x, y) == x - y);
+      CHECK(k::mul{}(x, y) == x * y);
+      CHECK(k::scale{y}(x) == y * x);
+      CHECK(k::square{}(x) == x * x);
+      // One rounding of the exact a*x + y (exact in double: the product of two floats has 48 bits).
+      const double exact = static_cast<double>(y) * x + 0.25;
+      CHECK(std::abs(k::axpy{y}(x, 0.25f) - exact) <= u * std::abs(exact));
+    }
+  }
+}
+
+TEST_CASE("relu and its derivative") {
+  for (float x : sample_points) {
+    CHECK(k::relu{}(x) == (x > 0.0f ? x : 0.0f));
+    if (std::abs(x) > h) {  // away from the kink, the finite difference is exact up to rounding
+      const double fd = central_difference([](double v) { return std::max(v, 0.0); }, x);
+      CHECK(std::abs(k::relu_backward{}(x, 1.5f) - 1.5 * fd) <= 1e-9);
+    }
+  }
+  CHECK(k::relu_backward{}(0.0f, 1.0f) == 0.0f);
+  CHECK(std::isnan(k::relu{}(nan_f)));  // NaN is propagated, not clipped
+}
+
+TEST_CASE("gelu (tanh approximation) and its derivative") {
+  for (float x : sample_points) {
+    CAPTURE(x);
+    // The error is tanhf's, a few ulps of 1, scaled by x/2: |err| <= 8u (1 + |x|).
+    CHECK(std::abs(k::gelu{}(x) - gelu_ref(x)) <= 8 * u * (1.0 + std::abs(x)));
+    // The derivative carries one more factor x from its second term: |err| <= 16u (1 + x^2) |dy|.
+    const float dy = -0.7f;
+    const double expected = dy * central_difference(gelu_ref, x);
+    CHECK(std::abs(k::gelu_backward{}(x, dy) - expected) <= 16 * u * (1.0 + x * x) * std::abs(dy));
+  }
+  // Known values of the GPT-2 GELU.
+  CHECK(k::gelu{}(0.0f) == 0.0f);
+  CHECK(k::gelu{}(1.0f) == doctest::Approx(0.8411920).epsilon(1e-6));
+  CHECK(k::gelu{}(-1.0f) == doctest::Approx(-0.1588080).epsilon(1e-5));
+}
+
+TEST_CASE("transform applies a functor to float and bf16 storage, in place too") {
+  const std::vector<float> x = random_floats(37, -3.0f, 3.0f, 1), y = random_floats(37, -3.0f, 3.0f, 2);
+  std::vector<float> out(x.size());
+  k::transform(static_cast<int64_t>(x.size()), k::axpy{2.0f}, out.data(), x.data(), y.data());
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(out[i] == std::fma(2.0f, x[i], y[i]));
+
+  // bf16 in, bf16 out: widen, compute in fp32, round once.
+  std::vector<bf16> xb(x.begin(), x.end()), yb(y.begin(), y.end()), outb(x.size());
+  k::transform(static_cast<int64_t>(x.size()), k::mul{}, outb.data(), xb.data(), yb.data());
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(outb[i].bits == bf16(float(xb[i]) * float(yb[i])).bits);
+
+  // Mixed: bf16 in, float out, in place on a float buffer.
+  std::vector<float> acc = y;
+  k::transform(static_cast<int64_t>(x.size()), k::add{}, acc.data(), acc.data(), xb.data());
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(acc[i] == y[i] + float(xb[i]));
+
+  k::transform(0, k::relu{}, out.data(), x.data());  // n == 0 touches nothing
+}
+
+TEST_CASE("sum and sum of squares: the host helpers return the exact sum rounded once") {
+  // 1e6 copies of 0.1f: a serial fp32 sum drifts by ~1%; a double accumulator does not.
+  const std::vector<float> tenths(1'000'000, 0.1f);
+  const double exact = 1e6 * static_cast<double>(0.1f);
+  const int64_t n = static_cast<int64_t>(tenths.size());
+  // Tolerance: one fp32 rounding of the result (u |exact|) plus the double accumulation (n 2^-53 |exact|).
+  CHECK(std::abs(k::sum(n, tenths.data()) - exact) <= (u + 1e6 * 0x1.0p-53) * exact);
+  CHECK(std::abs(k::reduce(n, tenths.data(), k::sum_reducer<float>{}) - exact) > 1e-3 * exact);  // why double
+
+  const std::vector<float> x = random_floats(1001, -2.0f, 2.0f, 3);
+  double s = 0.0, ss = 0.0;
+  for (float v : x) s += v, ss += static_cast<double>(v) * v;
+  const int64_t m = static_cast<int64_t>(x.size());
+  CHECK(std::abs(k::sum(m, x.data()) - s) <= u * std::abs(s) + 1e-12);
+  CHECK(std::abs(k::sum_of_squares(m, x.data()) - ss) <= u * ss);
+  // fp32 accumulation, as the per-row kernels use: the serial bound (n - 1) u sum |x_i|.
+  double abs_sum = 0.0;
+  for (float v : x) abs_sum += std::abs(v);
+  CHECK(std::abs(k::reduce(m, x.data(), k::sum_reducer<float>{}) - s) <= (m - 1) * u * abs_sum);
+
+  const std::vector<bf16> xb(x.begin(), x.end());
+  double sb = 0.0;
+  for (bf16 v : xb) sb += float(v);
+  CHECK(std::abs(k::sum(m, xb.data()) - sb) <= u * std::abs(sb) + 1e-12);
+
+  CHECK(k::sum(0, x.data()) == 0.0f);
+  CHECK(k::sum_of_squares(0, x.data()) == 0.0f);
+}
+
+TEST_CASE("maximum, with NaN propagation and -inf for an empty range") {
+  const std::vector<float> x = random_floats(513, -5.0f, 5.0f, 4);
+  const int64_t n = static_cast<int64_t>(x.size());
+  CHECK(k::maximum(n, x.data()) == *std::max_element(x.begin(), x.end()));
+  CHECK(k::maximum(0, x.data()) == -inf_f);
+  for (std::size_t where : {std::size_t{0}, std::size_t{200}, x.size() - 1}) {
+    std::vector<float> y = x;
+    y[where] = nan_f;
+    CHECK(std::isnan(k::maximum(n, y.data())));
+  }
+}
+
+namespace {
+
+// Softmax of a row in double, shifted by the maximum so large logits stay finite.
+std::vector<double> softmax_ref(const std::vector<float>& x) {
+  const double m = *std::max_element(x.begin(), x.end());
+  double s = 0.0;
+  for (float v : x) s += std::exp(v - m);
+  std::vector<double> p;
+  for (float v : x) p.push_back(std::exp(v - m) / s);
+  return p;
+}
+
+double cross_entropy_ref(const std::vector<float>& x, int64_t target) {
+  return -std::log(softmax_ref(x)[static_cast<std::size_t>(target)]);
+}
+
+// Rows of logits: moderate, large (around 1e4, where exp would overflow), and negative large.
+std::vector<std::vector<float>> logit_rows() {
+  std::vector<std::vector<float>> rows;
+  for (int64_t n : {1, 2, 7, 100, 1000}) rows.push_back(random_floats(n, -8.0f, 8.0f, static_cast<unsigned>(n)));
+  for (float offset : {1e4f, -1e4f, 80.0f}) {
+    std::vector<float> r = random_floats(257, -4.0f, 4.0f, 9);
+    for (float& v : r) v += offset;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace
+
+// Tolerances for n <= 1000 classes: the fp32 sum of exp(x - max) is off by about sqrt(n) u
+// (a random walk: ~32u at n = 1000; the worst case is (n - 1) u), expf and logf by 1-2 ulps. We
+// allow 100u (6e-6) for the loss and, relative, for each probability: over 800 random rows we
+// measured at most 7u and 39u, while a formula error shows up as 1e-3 or more.
+TEST_CASE("softmax cross-entropy forward vs a double reference, including logits near +-1e4") {
+  for (const auto& x : logit_rows()) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    CAPTURE(n);
+    CAPTURE(x[0]);
+    const std::vector<double> p_ref = softmax_ref(x);
+    std::vector<float> p(x.size());
+    k::softmax_row(n, x.data(), p.data());
+    for (std::size_t j = 0; j < x.size(); ++j) CHECK(std::abs(p[j] - p_ref[j]) <= 100 * u * p_ref[j]);
+
+    for (int64_t target : {int64_t{0}, n / 2, n - 1, static_cast<int64_t>(std::max_element(x.begin(), x.end()) - x.begin())}) {
+      CAPTURE(target);
+      const double loss_ref = cross_entropy_ref(x, target);
+      const k::cross_entropy_forward_result r = k::cross_entropy_forward_row(n, x.data(), target);
+      CHECK(std::abs(r.loss - loss_ref) <= 100 * u * (1.0 + loss_ref));
+    }
+  }
+}
+
+TEST_CASE("softmax cross-entropy backward: dloss * (softmax - onehot)") {
+  for (const auto& x : logit_rows()) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    const std::vector<double> p_ref = softmax_ref(x);
+    const int64_t target = n / 3;
+    const float dloss = 0.37f;
+    const k::cross_entropy_forward_result r = k::cross_entropy_forward_row(n, x.data(), target);
+    std::vector<float> g(x.size());
+    k::cross_entropy_backward_row(n, x.data(), target, r.stats, dloss, g.data());
+    for (int64_t j = 0; j < n; ++j) {
+      const double ref = dloss * (p_ref[static_cast<std::size_t>(j)] - (j == target ? 1.0 : 0.0));
+      // Error of p (100u relative, as above) plus one rounding of p - 1 (u).
+      CHECK(std::abs(g[static_cast<std::size_t>(j)] - ref) <= dloss * (100 * u * p_ref[static_cast<std::size_t>(j)] + u));
+    }
+  }
+}
+
+TEST_CASE("softmax stats of the pieces of a row merge into the stats of the row") {
+  const std::vector<float> x = random_floats(300, -20.0f, 20.0f, 5);
+  const k::softmax_stats whole = k::softmax_stats_of(300, x.data());
+  const k::softmax_stats a = k::softmax_stats_of(100, x.data());
+  const k::softmax_stats b = k::softmax_stats_of(150, x.data() + 100);
+  const k::softmax_stats c = k::softmax_stats_of(50, x.data() + 250);
+  for (const k::softmax_stats& merged : {k::merge(k::merge(a, b), c), k::merge(c, k::merge(b, a))}) {
+    CHECK(merged.max == whole.max);
+    CHECK(std::abs(k::logsumexp(merged) - k::logsumexp(whole)) <= 100 * u * std::abs(k::logsumexp(whole)));
+  }
+  // Empty and fully masked pieces are identities.
+  const std::vector<float> masked(4, -inf_f);
+  for (const k::softmax_stats& none : {k::softmax_stats_of(0, x.data()), k::softmax_stats_of(4, masked.data())}) {
+    CHECK(none.max == -inf_f);
+    CHECK(none.sum == 0.0f);
+    CHECK(k::merge(none, whole).sum == whole.sum);
+    CHECK(k::merge(whole, none).max == whole.max);
+    CHECK(k::merge(none, none).sum == 0.0f);
+  }
+}
+
+TEST_CASE("cross-entropy: bf16 logits, and an invalid target gives NaN") {
+  const std::vector<float> x = random_floats(64, -6.0f, 6.0f, 6);
+  const std::vector<bf16> xb(x.begin(), x.end());
+  const std::vector<float> widened(xb.begin(), xb.end());
+  const double loss_ref = cross_entropy_ref(widened, 5);
+  CHECK(std::abs(k::cross_entropy_forward_row(64, xb.data(), 5).loss - loss_ref) <= 100 * u * (1.0 + loss_ref));
+  std::vector<bf16> gb(64);
+  const auto r = k::cross_entropy_forward_row(64, xb.data(), 5);
+  k::cross_entropy_backward_row(64, xb.data(), 5, r.stats, 1.0f, gb.data());
+  const std::vector<double> p_ref = softmax_ref(widened);
+  for (int64_t j = 0; j < 64; ++j) {  // plus the rounding of the output to bf16: 2^-8 relative
+    const double ref = p_ref[static_cast<std::size_t>(j)] - (j == 5 ? 1.0 : 0.0);
+    CHECK(std::abs(float(gb[static_cast<std::size_t>(j)]) - ref) <= 0x1.0p-8 * std::abs(ref) + 100 * u);
+  }
+  CHECK(std::isnan(k::cross_entropy_forward_row(64, x.data(), 64).loss));
+  CHECK(std::isnan(k::cross_entropy_forward_row(64, x.data(), -1).loss));
+}
+
+namespace {
+
+// RMSNorm in double, and L = sum_i g_i y_i, whose gradient the backward computes for dy = g.
+std::vector<double> rmsnorm_ref(const std::vector<double>& x, const std::vector<double>& w, double eps) {
+  double ms = 0.0;
+  for (double v : x) ms += v * v;
+  const double r = 1.0 / std::sqrt(ms / static_cast<double>(x.size()) + eps);
+  std::vector<double> y;
+  for (std::size_t i = 0; i < x.size(); ++i) y.push_back(x[i] * r * w[i]);
+  return y;
+}
+
+double weighted_output(const std::vector<double>& x, const std::vector<double>& w, const std::vector<float>& g,
+                       double eps) {
+  const std::vector<double> y = rmsnorm_ref(x, w, eps);
+  double l = 0.0;
+  for (std::size_t i = 0; i < y.size(); ++i) l += g[i] * y[i];
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("rmsnorm forward vs double, backward vs finite differences") {
+  constexpr int64_t d = 48;
+  constexpr float eps = 1e-5f;
+  const std::vector<float> x = random_floats(d, -2.0f, 2.0f, 10), w = random_floats(d, 0.5f, 1.5f, 11);
+  const std::vector<float> g = random_floats(d, -1.0f, 1.0f, 12);
+  const std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end());
+
+  std::vector<float> y(d);
+  const float r = k::rmsnorm_forward_row(d, x.data(), w.data(), eps, y.data());
+  const std::vector<double> y_ref = rmsnorm_ref(xd, wd, eps);
+  double ms = 0.0;
+  for (double v : xd) ms += v * v;
+  // Tolerances: the fp32 sum of squares (d u relative) then a few roundings: 2 d u relative.
+  CHECK(std::abs(r - 1.0 / std::sqrt(ms / d + eps)) <= 2 * d * u * r);
+  for (int64_t i = 0; i < d; ++i) CHECK(std::abs(y[i] - y_ref[i]) <= 2 * d * u * (std::abs(y_ref[i]) + 1e-3));
+
+  std::vector<float> dx(d), dw(d, 0.25f);  // dw starts non-zero: the backward accumulates into it
+  k::rmsnorm_backward_row(d, x.data(), w.data(), r, g.data(), dx.data(), dw.data());
+  for (int64_t j = 0; j < d; ++j) {
+    CAPTURE(j);
+    const auto along_x = [&](double v) { auto xs = xd; xs[j] = v; return weighted_output(xs, wd, g, eps); };
+    const auto along_w = [&](double v) { auto ws = wd; ws[j] = v; return weighted_output(xd, ws, g, eps); };
+    // dx sums d products of size ~1: absolute 4 d u; dw is one product: 8u relative (on top of 0.25).
+    CHECK(std::abs(dx[j] - central_difference(along_x, xd[j])) <= 4 * d * u);
+    CHECK(std::abs((dw[j] - 0.25) - central_difference(along_w, wd[j])) <= 8 * u + 1e-7);
+  }
+}
+
+TEST_CASE("rmsnorm on bf16 activations with fp32 weights, in place") {
+  constexpr int64_t d = 32;
+  const std::vector<float> x = random_floats(d, -2.0f, 2.0f, 13), w = random_floats(d, 0.5f, 1.5f, 14);
+  std::vector<bf16> xb(x.begin(), x.end());
+  const std::vector<double> xd(xb.begin(), xb.end()), wd(w.begin(), w.end());
+  const std::vector<double> y_ref = rmsnorm_ref(xd, wd, 1e-6);
+  k::rmsnorm_forward_row(d, xb.data(), w.data(), 1e-6f, xb.data());
+  for (int64_t i = 0; i < d; ++i) CHECK(std::abs(float(xb[i]) - y_ref[i]) <= 0x1.0p-8 * std::abs(y_ref[i]) + 2 * d * u);
+}
