@@ -2,8 +2,11 @@
 #
 #   tpx_add_test(NAME n SOURCES files... LABELS labels...)
 #       a doctest executable n (sources + the shared doctest main), run as the CTest test n.
-#   tpx_add_cuda_test(NAME n SOURCES files... LABELS labels...)
-#       the same with .cu sources compiled by nvcc; needs TPX_CUDA; adds the label cuda.
+#   tpx_add_cuda_test(NAME n SOURCES files... LABELS labels... [MIN_DEVICES k])
+#       a doctest executable of .cu sources compiled by nvcc, linked to tpx::cuda and the CUDA
+#       test main (tests/cuda/cuda_test_main.cpp); needs TPX_CUDA; adds the label cuda. With fewer
+#       than k GPUs (default 1) it prints "skipped: no CUDA device" (or how many it needs) and
+#       CTest counts it as skipped, never as passed.
 #   tpx_add_static_test(NAME n SOURCE file)
 #       a static_assert-only file: the test is that it compiles. It is built with everything else,
 #       so a broken assertion breaks the build, and the CTest test n rebuilds it. Label static.
@@ -37,12 +40,25 @@ function(tpx_add_test)
   add_dependencies(tpx-tests ${arg_NAME})
 endfunction()
 
+# The exit status with which the CUDA test main reports "skipped" (the automake convention).
+set(TPX_SKIP_RETURN_CODE 77)
+
 function(tpx_add_cuda_test)
-  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME" "SOURCES;LABELS")
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;MIN_DEVICES" "SOURCES;LABELS")
   if(NOT TPX_CUDA)
     message(FATAL_ERROR "tpx_add_cuda_test(${arg_NAME}): configure with TPX_CUDA=ON (needs nvcc)")
   endif()
-  tpx_add_test(NAME ${arg_NAME} SOURCES ${arg_SOURCES} LABELS cuda ${arg_LABELS})
+  if(NOT arg_MIN_DEVICES)
+    set(arg_MIN_DEVICES 1)
+  endif()
+  add_executable(${arg_NAME} ${arg_SOURCES})
+  target_link_libraries(${arg_NAME} PRIVATE tpx::cuda tpx_cuda_test_main)
+  tpx_target_warnings(${arg_NAME})
+  add_test(NAME ${arg_NAME} COMMAND ${arg_NAME} --tpx-min-devices=${arg_MIN_DEVICES})
+  set_tests_properties(${arg_NAME} PROPERTIES
+    LABELS "cuda;${arg_LABELS}"
+    SKIP_RETURN_CODE ${TPX_SKIP_RETURN_CODE})
+  add_dependencies(tpx-tests ${arg_NAME})
 endfunction()
 
 # The CTest test `name` that builds the object target `name` and expects it to compile

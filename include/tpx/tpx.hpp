@@ -17,6 +17,7 @@
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/ops/apply.hpp"
 #include "tpx/ops/collectives.hpp"
+#include "tpx/ops/elementwise.hpp"
 #include "tpx/ops/matmul.hpp"
 #include "tpx/ops/reshard.hpp"
 #include "tpx/sharding/dim.hpp"

@@ -7,6 +7,8 @@
 // Tolerance: none. Copies must be exact, and the communicator promises sums in fp32 over the
 // ranks in group-rank order, rounded once, which is exactly what the reference computes; so
 // every comparison is for equal bits (which also shows all ranks got the same result).
+#include "tpx/comm/host_communicator.hpp"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -21,7 +23,6 @@
 #include <thread>
 #include <vector>
 
-#include "tpx/comm/host_communicator.hpp"
 #include "tpx/comm/host_world.hpp"
 #include "tpx/core/bfloat16.hpp"
 
@@ -87,7 +88,8 @@ std::string mismatch(const std::vector<T>& got, const std::vector<T>& want) {
   for (std::size_t i = 0; i < got.size(); ++i) {
     const float g = static_cast<float>(got[i]);
     const float w = static_cast<float>(want[i]);
-    if (g != w) return "element " + std::to_string(i) + ": " + std::to_string(g) + " != " + std::to_string(w);
+    if (g != w)
+      return "element " + std::to_string(i) + ": " + std::to_string(g) + " != " + std::to_string(w);
   }
   return "";
 }
@@ -188,7 +190,8 @@ TEST_CASE_TEMPLATE("all_reduce sums in rank order, out of place and in place", T
     CAPTURE(n);
     // got[length][in_place][rank]
     std::vector<std::vector<std::vector<std::vector<T>>>> got(
-        lengths.size(), std::vector<std::vector<std::vector<T>>>(2, std::vector<std::vector<T>>(n)));
+        lengths.size(),
+        std::vector<std::vector<std::vector<T>>>(2, std::vector<std::vector<T>>(n)));
     HostWorld world(n, kPatient);
     const auto errors = run_ranks(world, [&](int r) {
       HostCommunicator comm(world, HostWorld::whole_world, r);
@@ -267,7 +270,8 @@ TEST_CASE_TEMPLATE("broadcast copies root's input to every rank, root in place t
     CAPTURE(n);
     // got[length][root][rank]
     std::vector<std::vector<std::vector<std::vector<T>>>> got(
-        lengths.size(), std::vector<std::vector<std::vector<T>>>(n, std::vector<std::vector<T>>(n)));
+        lengths.size(),
+        std::vector<std::vector<std::vector<T>>>(n, std::vector<std::vector<T>>(n)));
     HostWorld world(n, kPatient);
     const auto errors = run_ranks(world, [&](int r) {
       HostCommunicator comm(world, HostWorld::whole_world, r);
@@ -283,7 +287,8 @@ TEST_CASE_TEMPLATE("broadcast copies root's input to every rank, root in place t
     for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
     for (std::size_t l = 0; l < lengths.size(); ++l) {
       for (int root = 0; root < n; ++root) {
-        for (int r = 0; r < n; ++r) CHECK(mismatch(got[l][root][r], values<T>(root, lengths[l], 1)) == "");
+        for (int r = 0; r < n; ++r)
+          CHECK(mismatch(got[l][root][r], values<T>(root, lengths[l], 1)) == "");
       }
     }
   }
@@ -417,14 +422,17 @@ TEST_CASE("a rank that never arrives times the collective out, naming it") {
   // Failures are not reported to the world here: the group alone must stop every waiting rank.
   HostWorld world(3, {.timeout = 100ms});
   const auto start = std::chrono::steady_clock::now();
-  const auto errors = run_ranks(world, [&](int r) {
-    if (r == 2) return;  // never calls the collective
-    HostCommunicator comm(world, HostWorld::whole_world, r);
-    const std::vector<float> in(4, 1.0f);
-    std::vector<float> out(12);
-    const Counts counts = {4, 4, 4};
-    comm.all_gather(std::span<const float>(in), std::span<float>(out), std::span(counts));
-  }, /*report_failures=*/false);
+  const auto errors = run_ranks(
+      world,
+      [&](int r) {
+        if (r == 2) return;  // never calls the collective
+        HostCommunicator comm(world, HostWorld::whole_world, r);
+        const std::vector<float> in(4, 1.0f);
+        std::vector<float> out(12);
+        const Counts counts = {4, 4, 4};
+        comm.all_gather(std::span<const float>(in), std::span<float>(out), std::span(counts));
+      },
+      /*report_failures=*/false);
   const auto elapsed = std::chrono::steady_clock::now() - start;
   CHECK(elapsed >= 100ms);
   CHECK(elapsed < 1s);
@@ -473,7 +481,8 @@ TEST_CASE("mismatched collectives throw on every rank, naming both calls") {
       {all_reduce(4), all_reduce(3),
        "called all_reduce<float> of 4 elements but rank 1 (world 1) called all_reduce<float> of "
        "3 elements"},
-      {all_reduce(4), all_reduce_bf16, "but rank 1 (world 1) called all_reduce<bf16> of 4 elements"},
+      {all_reduce(4), all_reduce_bf16,
+       "but rank 1 (world 1) called all_reduce<bf16> of 4 elements"},
       {all_gather({1, 2}), all_gather({2, 1}),
        "called all_gather<float> of 3 elements with different per-rank counts"},
       {[](HostCommunicator& c) { c.barrier(); }, all_reduce(2),

@@ -6,6 +6,7 @@
 // tensor, and it keeps Tensor<float, B<X>, D<Y>> one type whatever transport carries it.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <span>
 #include <utility>
@@ -41,6 +42,10 @@ class any_communicator : public detail::collectives_of<float>,
   virtual int rank() const = 0;
   virtual void barrier() = 0;
 
+  // Wall time this rank has spent inside this communicator's collectives (waiting included):
+  // the trainers report it as the share of a step spent communicating.
+  double collective_seconds() const { return seconds_; }
+
   using detail::collectives_of<float>::all_gather;
   using detail::collectives_of<bf16>::all_gather;
   using detail::collectives_of<float>::reduce_scatter;
@@ -51,6 +56,25 @@ class any_communicator : public detail::collectives_of<float>,
   using detail::collectives_of<bf16>::all_to_all;
   using detail::collectives_of<float>::broadcast;
   using detail::collectives_of<bf16>::broadcast;
+
+ protected:
+  // Adds the time from construction to destruction to collective_seconds().
+  class timed {
+   public:
+    explicit timed(any_communicator& c) : c_(c), start_(std::chrono::steady_clock::now()) {}
+    ~timed() {
+      c_.seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+    timed(const timed&) = delete;
+    timed& operator=(const timed&) = delete;
+
+   private:
+    any_communicator& c_;
+    std::chrono::steady_clock::time_point start_;
+  };
+
+ private:
+  double seconds_ = 0;
 };
 
 namespace detail {
@@ -65,20 +89,25 @@ class collectives_model : public Base {
   using Base::reduce_scatter;
   void all_gather(std::span<const T> in, std::span<T> out,
                   std::span<const std::size_t> counts) override {
+    const typename Base::timed clock(*this);
     this->impl().all_gather(in, out, counts);
   }
   void reduce_scatter(std::span<const T> in, std::span<T> out,
                       std::span<const std::size_t> counts) override {
+    const typename Base::timed clock(*this);
     this->impl().reduce_scatter(in, out, counts);
   }
   void all_reduce(std::span<const T> in, std::span<T> out) override {
+    const typename Base::timed clock(*this);
     this->impl().all_reduce(in, out);
   }
   void all_to_all(std::span<const T> in, std::span<T> out,
                   std::span<const std::size_t> counts) override {
+    const typename Base::timed clock(*this);
     this->impl().all_to_all(in, out, counts);
   }
   void broadcast(std::span<const T> in, std::span<T> out, int root) override {
+    const typename Base::timed clock(*this);
     this->impl().broadcast(in, out, root);
   }
 };
@@ -89,7 +118,10 @@ class communicator_holder : public any_communicator {
   explicit communicator_holder(C comm) : comm_(std::move(comm)) {}
   int size() const override { return static_cast<int>(comm_.size()); }
   int rank() const override { return static_cast<int>(comm_.rank()); }
-  void barrier() override { comm_.barrier(); }
+  void barrier() override {
+    const timed clock(*this);
+    comm_.barrier();
+  }
   C& impl() { return comm_; }
 
  private:

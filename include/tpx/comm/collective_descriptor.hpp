@@ -27,12 +27,18 @@ enum class CollectiveOp : std::uint8_t {
 
 constexpr std::string_view op_name(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::barrier: return "barrier";
-    case CollectiveOp::all_gather: return "all_gather";
-    case CollectiveOp::reduce_scatter: return "reduce_scatter";
-    case CollectiveOp::all_reduce: return "all_reduce";
-    case CollectiveOp::all_to_all: return "all_to_all";
-    case CollectiveOp::broadcast: return "broadcast";
+    case CollectiveOp::barrier:
+      return "barrier";
+    case CollectiveOp::all_gather:
+      return "all_gather";
+    case CollectiveOp::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveOp::all_reduce:
+      return "all_reduce";
+    case CollectiveOp::all_to_all:
+      return "all_to_all";
+    case CollectiveOp::broadcast:
+      return "broadcast";
   }
   return "unknown collective";
 }

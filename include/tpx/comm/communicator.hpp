@@ -20,6 +20,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "tpx/core/bfloat16.hpp"
+
 namespace tpx {
 
 // Thrown by every collective of a group in which some rank failed or that timed out. The
@@ -53,6 +55,6 @@ concept CommunicatorFor = requires(C& c, std::span<const T> in, std::span<T> out
 
 // A communicator serves the element types tpx stores: fp32 and bf16 (reduced in fp32).
 template <class C>
-concept Communicator = CommunicatorFor<C, float>;
+concept Communicator = CommunicatorFor<C, float> && CommunicatorFor<C, bf16>;
 
 }  // namespace tpx

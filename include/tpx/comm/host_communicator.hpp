@@ -27,6 +27,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "tpx/comm/collective_descriptor.hpp"
@@ -54,8 +55,10 @@ class HostCommunicator {
   // The members in world numbering, in group-rank order.
   std::span<const int> world_ranks() const noexcept { return group_->world_ranks(); }
 
+  // Returns once every rank of the group has called it.
   void barrier() { group_->exchange(rank_, CollectiveDescriptor{}); }
 
+  // out = every rank's in, rank after rank; in may be this rank's block of out (in place).
   template <HostElement T>
   void all_gather(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts) {
     const std::size_t total = sum_of_counts(Op::all_gather, counts, size());
@@ -70,19 +73,22 @@ class HostCommunicator {
     group_->wait_for_all(rank_);
   }
 
+  // out = this rank's block (counts[rank()] elements) of the sum over ranks of in.
   template <HostElement T>
   void reduce_scatter(std::span<const T> in, std::span<T> out,
                       std::span<const std::size_t> counts) {
     const std::size_t total = sum_of_counts(Op::reduce_scatter, counts, size());
     expect_size(Op::reduce_scatter, "in", in.size(), total);
     expect_size(Op::reduce_scatter, "out", out.size(), counts[rank_]);
-    const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
+    const std::size_t offset =
+        std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
     const auto peers =
         group_->exchange(rank_, call<T>(Op::reduce_scatter, total, counts), in.data());
     sum_inputs(peers, offset, out.size(), out.data());
     group_->wait_for_all(rank_);
   }
 
+  // out = the sum over ranks of in; in and out may be the same memory.
   template <HostElement T>
   void all_reduce(std::span<const T> in, std::span<T> out) {
     expect_size(Op::all_reduce, "out", out.size(), in.size());
@@ -102,6 +108,8 @@ class HostCommunicator {
     group_->wait_for_all(rank_);
   }
 
+  // Block s of this rank's in (counts[rank() * size() + s] elements) goes to rank s, which
+  // stores it as its block rank() of out.
   template <HostElement T>
   void all_to_all(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts) {
     const int n = size();
@@ -126,6 +134,7 @@ class HostCommunicator {
     group_->wait_for_all(rank_);
   }
 
+  // out = root's in, on every rank; in is read on root only and may be out there.
   template <HostElement T>
   void broadcast(std::span<const T> in, std::span<T> out, int root) {
     if (root < 0 || root >= size()) {
@@ -144,8 +153,8 @@ class HostCommunicator {
   using Publication = detail::HostGroup::Publication;
 
   template <HostElement T>
-  static CollectiveDescriptor call(Op op, std::size_t elements,
-                                   std::span<const std::size_t> counts, int root = -1) {
+  static CollectiveDescriptor call(Op op, std::size_t elements, std::span<const std::size_t> counts,
+                                   int root = -1) {
     return {.op = op,
             .element = std::same_as<T, float> ? "float" : "bf16",
             .elements = elements,
@@ -169,22 +178,27 @@ class HostCommunicator {
   }
 
   // to[i] = the sum over ranks, in rank order, of element offset + i of their inputs, summed in
-  // fp32 and rounded once. Tiles keep the accumulators in cache and the loops vectorisable.
+  // fp32 and rounded once. Tiles keep the accumulators in cache; a full tile has a constant
+  // length, so that its loops vectorise even at -O2.
   template <HostElement T>
   void sum_inputs(std::span<const Publication> peers, std::size_t offset, std::size_t n,
                   T* to) const {
     constexpr std::size_t tile = 512;
     std::array<compute_t<T>, tile> sum;
-    for (std::size_t begin = 0; begin < n; begin += tile) {
-      const std::size_t m = std::min(tile, n - begin);
+    const auto sum_tile = [&](std::size_t begin, auto length) {
       const T* first = input<T>(peers[0]) + offset + begin;
-      for (std::size_t i = 0; i < m; ++i) sum[i] = static_cast<compute_t<T>>(first[i]);
+      for (std::size_t i = 0; i < length; ++i) sum[i] = static_cast<compute_t<T>>(first[i]);
       for (int s = 1; s < size(); ++s) {
         const T* from = input<T>(peers[s]) + offset + begin;
-        for (std::size_t i = 0; i < m; ++i) sum[i] += static_cast<compute_t<T>>(from[i]);
+        for (std::size_t i = 0; i < length; ++i) sum[i] += static_cast<compute_t<T>>(from[i]);
       }
-      for (std::size_t i = 0; i < m; ++i) to[begin + i] = static_cast<T>(sum[i]);
+      for (std::size_t i = 0; i < length; ++i) to[begin + i] = static_cast<T>(sum[i]);
+    };
+    std::size_t begin = 0;
+    for (; n - begin >= tile; begin += tile) {
+      sum_tile(begin, std::integral_constant<std::size_t, tile>{});
     }
+    if (begin < n) sum_tile(begin, n - begin);
   }
 
   std::size_t sum_of_counts(Op op, std::span<const std::size_t> counts, int expected) const {

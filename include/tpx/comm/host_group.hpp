@@ -90,6 +90,8 @@ class HostGroup {
 
   // Wakes the waiting ranks so they notice the world's failure (HostWorld::abort).
   void wake_all() {
+    // Passing through the lock means every waiter is either asleep (and woken below) or has yet
+    // to check for the failure, which was recorded before: no wake-up is lost.
     { std::lock_guard lock(mutex_); }
     everyone_arrived_.notify_all();
   }
@@ -155,8 +157,8 @@ class HostGroup {
       const std::string first = describe(calls[0].call);
       const std::string other = describe(calls[r].call);
       throw comm_error("tpx: mismatched collectives on group " + bracketed(world_ranks_) +
-                       ": rank 0 (world " + std::to_string(world_ranks_[0]) + ") called " +
-                       first + " but rank " + std::to_string(r) + " (world " +
+                       ": rank 0 (world " + std::to_string(world_ranks_[0]) + ") called " + first +
+                       " but rank " + std::to_string(r) + " (world " +
                        std::to_string(world_ranks_[r]) + ") called " + other +
                        (first == other ? " with different per-rank counts" : ""));
     }

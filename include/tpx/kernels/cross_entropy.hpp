@@ -56,11 +56,28 @@ TPX_HOST_DEVICE inline softmax_stats merge(softmax_stats a, softmax_stats b) {
 // log(sum_j exp(x_j)) of the row summarized by s.
 TPX_HOST_DEVICE inline float logsumexp(softmax_stats s) { return s.max + logf(s.sum); }
 
+// The per-element pieces of the row functions below, given the stats of the whole row: for
+// kernels that split a row across threads (stats of the pieces combined with merge()), or a
+// vocabulary sharded across ranks. The row functions are these pieces in a serial loop.
+
+// softmax(x)_j = exp(x_j - m) / s
+TPX_HOST_DEVICE inline float softmax_element(float x, softmax_stats row) { return expf(x - row.max) / row.sum; }
+
+// The loss of a row from its stats and its target's logit: (m - x_t) + log(s).
+TPX_HOST_DEVICE inline float cross_entropy_loss(softmax_stats row, float target_logit) {
+  return (row.max - target_logit) + logf(row.sum);
+}
+
+// dloss * (softmax(x)_j - [j is the target])
+TPX_HOST_DEVICE inline float cross_entropy_gradient(float x, bool is_target, softmax_stats row, float dloss) {
+  return dloss * (softmax_element(x, row) - (is_target ? 1.0f : 0.0f));
+}
+
 // probs[j] = softmax(logits)_j. probs may be logits (in place).
 template <class T, class P>
 TPX_HOST_DEVICE void softmax_row(std::int64_t n, const T* logits, P* probs) {
   const softmax_stats st = softmax_stats_of(n, logits);
-  for (std::int64_t j = 0; j < n; ++j) probs[j] = static_cast<P>(expf(static_cast<float>(logits[j]) - st.max) / st.sum);
+  for (std::int64_t j = 0; j < n; ++j) probs[j] = static_cast<P>(softmax_element(static_cast<float>(logits[j]), st));
 }
 
 struct cross_entropy_forward_result {
@@ -74,7 +91,7 @@ TPX_HOST_DEVICE cross_entropy_forward_result cross_entropy_forward_row(std::int6
                                                                        std::int64_t target) {
   const softmax_stats st = softmax_stats_of(n, logits);
   if (target < 0 || target >= n) return {NAN, st};
-  return {(st.max - static_cast<float>(logits[target])) + logf(st.sum), st};
+  return {cross_entropy_loss(st, static_cast<float>(logits[target])), st};
 }
 
 // dlogits[j] = dloss * (softmax(logits)_j - [j == target]), given the stats the forward returned.
@@ -82,10 +99,8 @@ TPX_HOST_DEVICE cross_entropy_forward_result cross_entropy_forward_row(std::int6
 template <class T, class G>
 TPX_HOST_DEVICE void cross_entropy_backward_row(std::int64_t n, const T* logits, std::int64_t target,
                                                 softmax_stats stats, float dloss, G* dlogits) {
-  for (std::int64_t j = 0; j < n; ++j) {
-    const float p = expf(static_cast<float>(logits[j]) - stats.max) / stats.sum;
-    dlogits[j] = static_cast<G>(dloss * (p - (j == target ? 1.0f : 0.0f)));
-  }
+  for (std::int64_t j = 0; j < n; ++j)
+    dlogits[j] = static_cast<G>(cross_entropy_gradient(static_cast<float>(logits[j]), j == target, stats, dloss));
 }
 
 }  // namespace tpx::kernels

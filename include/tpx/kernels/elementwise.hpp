@@ -23,6 +23,11 @@
 namespace tpx::kernels {
 
 // x + y
+// x itself: with transform's storing, a conversion between element types (cast).
+struct identity {
+  TPX_HOST_DEVICE float operator()(float x) const { return x; }
+};
+
 struct add {
   TPX_HOST_DEVICE float operator()(float x, float y) const { return x + y; }
 };

@@ -11,7 +11,8 @@
 // Dims can be given as templates (reduce_scatter<X, D>) or as types (reduce_scatter<X, D<>>).
 // Any dim may be the one gathered or scattered, not only the outermost: blocks of an inner dim
 // are packed into contiguous buffers before the communicator sees them and unpacked after, with
-// copy_box. Uneven blocks (extents that do not divide) are handled by per-rank counts.
+// the memory space's copy_box (tensor/host_space.hpp), so the same code serves every backend.
+// Uneven blocks (extents that do not divide) are handled by per-rank counts.
 #pragma once
 
 #include <cstddef>
@@ -98,13 +99,13 @@ auto all_gather(const Tn& t) {
       comm.all_gather(t.local(), out.local(), counts);
       return out;
     }
-    std::vector<typename Tn::value_type> gathered(out.size());
-    comm.all_gather(t.local(), std::span(gathered), counts);
+    auto gathered = Tn::space::template make_buffer<typename Tn::value_type>(ctx, out.size());
+    comm.all_gather(t.local(), std::span(gathered.data(), gathered.size()), counts);
     std::size_t at = 0;
     for (int r = 0; r < parts; ++r) {
       const block piece = split_block(parent.size, parts, r);
       const auto piece_shape = detail::with_entry(t.local_extents(), k, piece.size);
-      copy_box(gathered.data() + at, piece_shape, {}, out.data(), out.local_extents(),
+      Tn::space::copy_box(ctx, gathered.data() + at, piece_shape, {}, out.data(), out.local_extents(),
                detail::with_entry(index_array<Tn::order>{}, k, piece.offset), piece_shape);
       at += counts[r];
     }
@@ -138,17 +139,18 @@ auto reduce_scatter(const Tn& t) {
       comm.reduce_scatter(t.local(), out.local(), counts);
       return out;
     }
-    std::vector<typename Tn::value_type> packed(t.size());
+    auto packed = Tn::space::template make_buffer<typename Tn::value_type>(ctx, t.size());
     std::size_t at = 0;
     for (int r = 0; r < parts; ++r) {
       const block piece = split_block(extent, parts, r);
       const auto piece_shape = detail::with_entry(t.local_extents(), k, piece.size);
-      copy_box(t.data(), t.local_extents(),
+      Tn::space::copy_box(ctx, t.data(), t.local_extents(),
                detail::with_entry(index_array<Tn::order>{}, k, piece.offset), packed.data() + at,
                piece_shape, {}, piece_shape);
       at += counts[r];
     }
-    comm.reduce_scatter(std::span<const typename Tn::value_type>(packed), out.local(), counts);
+    comm.reduce_scatter(std::span<const typename Tn::value_type>(packed.data(), packed.size()),
+                        out.local(), counts);
     return out;
   }
 }
@@ -215,22 +217,24 @@ auto all_to_all(const Tn& t) {
             split_block(parent.size, parts, src).size * split_block(to_extent, parts, dst).size *
             others);
     using V = typename Tn::value_type;
-    std::vector<V> send(t.size()), received(out.size());
+    auto send = Tn::space::template make_buffer<V>(ctx, t.size());
+    auto received = Tn::space::template make_buffer<V>(ctx, out.size());
     std::size_t at = 0;
     for (int dst = 0; dst < parts; ++dst) {
       const block piece = split_block(to_extent, parts, dst);
       const auto piece_shape = detail::with_entry(t.local_extents(), k, piece.size);
-      copy_box(t.data(), t.local_extents(),
+      Tn::space::copy_box(ctx, t.data(), t.local_extents(),
                detail::with_entry(index_array<Tn::order>{}, k, piece.offset), send.data() + at,
                piece_shape, {}, piece_shape);
       at += counts[me * parts + dst];
     }
-    comm.all_to_all(std::span<const V>(send), std::span<V>(received), counts);
+    comm.all_to_all(std::span<const V>(send.data(), send.size()),
+                    std::span(received.data(), received.size()), counts);
     at = 0;
     for (int src = 0; src < parts; ++src) {
       const block piece = split_block(parent.size, parts, src);
       const auto piece_shape = detail::with_entry(out.local_extents(), f, piece.size);
-      copy_box(received.data() + at, piece_shape, {}, out.data(), out.local_extents(),
+      Tn::space::copy_box(ctx, received.data() + at, piece_shape, {}, out.data(), out.local_extents(),
                detail::with_entry(index_array<Tn::order>{}, f, piece.offset), piece_shape);
       at += counts[src * parts + me];
     }
@@ -254,10 +258,11 @@ auto slice(const Tn& t) {
     using old_dim = type_at_t<k, typename Tn::dims>;
     using Result = tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, with_axis_appended_t<A, old_dim>>,
                                  typename Tn::unreduced>;
-    Result out(t.context(), typename Result::shape_type(t.global_extents()));
+    const rank_context& ctx = t.context();
+    Result out(ctx, typename Result::shape_type(t.global_extents()));
     index_array<Tn::order> start{};
     start[k] = out.local_offset(k) - t.local_offset(k);
-    copy_box(t.data(), t.local_extents(), start, out.data(), out.local_extents(), {},
+    Tn::space::copy_box(ctx, t.data(), t.local_extents(), start, out.data(), out.local_extents(), {},
              out.local_extents());
     return out;
   }
@@ -280,10 +285,11 @@ auto embed(const Tn& t) {
     using old_dim = type_at_t<k, typename Tn::dims>;
     using Result = tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, without_axis_t<A, old_dim>>,
                                  unreduced_union_t<typename Tn::unreduced, Unreduced<A>>>;
-    Result out(t.context(), typename Result::shape_type(t.global_extents()));
+    const rank_context& ctx = t.context();
+    Result out(ctx, typename Result::shape_type(t.global_extents()));
     index_array<Tn::order> start{};
     start[k] = t.local_offset(k) - out.local_offset(k);
-    copy_box(t.data(), t.local_extents(), {}, out.data(), out.local_extents(), start,
+    Tn::space::copy_box(ctx, t.data(), t.local_extents(), {}, out.data(), out.local_extents(), start,
              t.local_extents());
     return out;
   }

@@ -19,7 +19,6 @@
 #include <utility>
 
 #include "tpx/core/compile_error.hpp"
-#include "tpx/kernels/gemm_host.hpp"
 #include "tpx/ops/plan.hpp"
 #include "tpx/ops/reshard.hpp"
 #include "tpx/tensor/tensor.hpp"
@@ -52,15 +51,16 @@ struct matmul_result {
 };
 template <class Traits, class L, class R>
 struct matmul_result<Traits, L, R, true> {
-  static constexpr const matmul_plan& plan = Traits::plan;
+  // Traits::plan spelled out: nvcc rejects a static constexpr reference member here
+  // ("has already been initialized").
   using type = tensor_with_t<
       L,
-      type_list<typename result_dim<Traits, 0, type_at_t<1 - plan.lhs_contract, typename L::dims>,
-                                    std::make_index_sequence<plan.result.n_axes[0]>>::type,
-                typename result_dim<Traits, 1, type_at_t<1 - plan.rhs_contract, typename R::dims>,
-                                    std::make_index_sequence<plan.result.n_axes[1]>>::type>,
+      type_list<typename result_dim<Traits, 0, type_at_t<1 - Traits::plan.lhs_contract, typename L::dims>,
+                                    std::make_index_sequence<Traits::plan.result.n_axes[0]>>::type,
+                typename result_dim<Traits, 1, type_at_t<1 - Traits::plan.rhs_contract, typename R::dims>,
+                                    std::make_index_sequence<Traits::plan.result.n_axes[1]>>::type>,
       typename result_unreduced<Traits,
-                                std::make_index_sequence<plan.result.n_unreduced>>::type>;
+                                std::make_index_sequence<Traits::plan.result.n_unreduced>>::type>;
 };
 
 // The one dim (by name) both operands have, or an error naming what they share.
@@ -159,8 +159,9 @@ auto contract_impl(const L& a, const R& b) {
         rhs.local_extent(1 - jr) != n)
       throw std::logic_error("tpx: matmul: local blocks do not line up (a tpx bug)");
     auto leading = [](std::int64_t cols) { return std::max<std::int64_t>(cols, 1); };  // BLAS
-    kernels::gemm(jl == 0, jr == 1, m, n, k, 1.0f, lhs.data(), leading(lhs.local_extent(1)),
-                  rhs.data(), leading(rhs.local_extent(1)), 0.0f, out.data(), leading(n));
+    L::space::gemm(a.context(), jl == 0, jr == 1, m, n, k, 1.0f, lhs.data(),
+                   leading(lhs.local_extent(1)), rhs.data(), leading(rhs.local_extent(1)), 0.0f,
+                   out.data(), leading(n));
     if constexpr (std::is_void_v<Target>) {
       return out;
     } else {

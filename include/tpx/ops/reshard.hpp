@@ -35,33 +35,38 @@ auto apply_steps(Tn&& t) {
     constexpr plan_step s = Steps.steps[I];
     using T = std::remove_cvref_t<Tn>;
     using A = type_at_t<s.axis, Universe>;
-    using D = unsplit_t<type_at_t<s.dim, typename T::dims>>;
-    if constexpr (s.kind == step_kind::all_gather) {
-      return apply_steps<Universe, Steps, I + 1>(all_gather<A>(t));
-    } else if constexpr (s.kind == step_kind::reduce_scatter) {
-      return apply_steps<Universe, Steps, I + 1>(reduce_scatter<A, D>(t));
-    } else if constexpr (s.kind == step_kind::all_reduce) {
+    if constexpr (s.kind == step_kind::all_reduce) {
       return apply_steps<Universe, Steps, I + 1>(all_reduce<A>(t));
-    } else if constexpr (s.kind == step_kind::all_to_all) {
-      using To = unsplit_t<type_at_t<s.to_dim, typename T::dims>>;
-      return apply_steps<Universe, Steps, I + 1>(all_to_all<A, D, To>(t));
     } else {
-      return apply_steps<Universe, Steps, I + 1>(slice<A, D>(t));
+      using D = unsplit_t<type_at_t<s.dim, typename T::dims>>;
+      if constexpr (s.kind == step_kind::all_gather) {
+        return apply_steps<Universe, Steps, I + 1>(all_gather<A>(t));
+      } else if constexpr (s.kind == step_kind::reduce_scatter) {
+        return apply_steps<Universe, Steps, I + 1>(reduce_scatter<A, D>(t));
+      } else if constexpr (s.kind == step_kind::all_to_all) {
+        using To = unsplit_t<type_at_t<s.to_dim, typename T::dims>>;
+        return apply_steps<Universe, Steps, I + 1>(all_to_all<A, D, To>(t));
+      } else {
+        return apply_steps<Universe, Steps, I + 1>(slice<A, D>(t));
+      }
     }
   }
 }
 
 template <class Universe, class Dims, plan_step S>
 struct step_type {
-  using A = type_at_t<S.axis, Universe>;
-  using D = unsplit_t<type_at_t<S.dim, Dims>>;
   static auto pick() {
-    if constexpr (S.kind == step_kind::all_gather) return AllGather<A, D>{};
-    else if constexpr (S.kind == step_kind::reduce_scatter) return ReduceScatter<A, D>{};
-    else if constexpr (S.kind == step_kind::all_reduce) return AllReduce<A>{};
-    else if constexpr (S.kind == step_kind::all_to_all)
-      return AllToAll<A, D, unsplit_t<type_at_t<S.to_dim, Dims>>>{};
-    else return Slice<A, D>{};
+    using A = type_at_t<S.axis, Universe>;
+    if constexpr (S.kind == step_kind::all_reduce) {
+      return AllReduce<A>{};
+    } else {
+      using D = unsplit_t<type_at_t<S.dim, Dims>>;
+      if constexpr (S.kind == step_kind::all_gather) return AllGather<A, D>{};
+      else if constexpr (S.kind == step_kind::reduce_scatter) return ReduceScatter<A, D>{};
+      else if constexpr (S.kind == step_kind::all_to_all)
+        return AllToAll<A, D, unsplit_t<type_at_t<S.to_dim, Dims>>>{};
+      else return Slice<A, D>{};
+    }
   }
   using type = decltype(pick());
 };
@@ -139,7 +144,9 @@ template <AnyTensor Tn>
 std::vector<typename Tn::value_type> to_global(const Tn& t) {
   using Replicated = tensor_with_t<Tn, typename remove_all_axes<typename Tn::dims>::type, Unreduced<>>;
   const Replicated whole = reshard<Replicated>(t);
-  return {whole.local().begin(), whole.local().end()};
+  std::vector<typename Tn::value_type> host(whole.size());
+  Tn::space::to_host(whole.context(), whole.data(), whole.size(), host.data());
+  return host;
 }
 
 }  // namespace tpx

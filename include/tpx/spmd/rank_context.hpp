@@ -27,6 +27,16 @@ struct axis_place {
   int coord = 0;  // this rank's coordinate on it
 };
 
+// What a backend keeps for one rank besides its communicators: for CUDA, the rank's device,
+// stream, memory pool and cuBLASLt handle (cuda/rank_resources.hpp). The launcher owns it, sets
+// it with set_backend() before the rank's function runs and keeps it alive until that function
+// returns; the memory space of a tensor finds it through the tensor's context. The host backend
+// sets none.
+class backend_state {
+ public:
+  virtual ~backend_state() = default;
+};
+
 class rank_context {
  public:
   // groups[mask] is the communicator of the ranks that share this rank's coordinates on every
@@ -37,6 +47,10 @@ class rank_context {
         world_size_(world_size),
         axes_(std::move(axes)),
         groups_(std::move(groups)) {}
+
+  // This rank's backend state, or nullptr (the host backend has none).
+  backend_state* backend() const { return backend_; }
+  void set_backend(backend_state* state) { backend_ = state; }
 
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
@@ -62,6 +76,14 @@ class rank_context {
     return *groups_[mask];
   }
 
+  // Wall time spent in the collectives of all this rank's groups so far.
+  double collective_seconds() const {
+    double total = 0;
+    for (const any_communicator* g : groups_)
+      if (g != nullptr) total += g->collective_seconds();
+    return total;
+  }
+
   // "X=2, Y=2"
   std::string mesh_string() const {
     std::string text;
@@ -75,6 +97,7 @@ class rank_context {
   int world_size_;
   std::vector<axis_place> axes_;
   std::vector<any_communicator*> groups_;
+  backend_state* backend_ = nullptr;
 };
 
 }  // namespace tpx

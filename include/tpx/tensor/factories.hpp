@@ -10,6 +10,12 @@
 // element, and tpx needs no type for values that differ per rank without being shards.
 // Unreduced tensors cannot be made this way (their elements have no single value); they come
 // from products (matmul) or from embed.
+//
+// The tensor lives in the rank's memory space: a rank that declares `using space = ...` (a CUDA
+// rank: cuda/device_rank.hpp) gets tensors of that space, any other rank host tensors, so the
+// same generic code `[](auto& rank) { auto in = tpx::randn<...>(rank, ...); }` runs on both.
+// Other spaces are filled on the host and copied over (from_host), except randn, which a space
+// may generate in place (a static fill_normal, as the device space does).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +29,23 @@
 #include "tpx/tensor/tensor.hpp"
 
 namespace tpx {
+
+// The memory space of the tensors a rank makes: R::space when R names one, else host memory.
+template <class R>
+struct space_of {
+  using type = host_space;
+};
+template <class R>
+  requires requires { typename R::space; }
+struct space_of<R> {
+  using type = typename R::space;
+};
+template <class R>
+using space_of_t = typename space_of<R>::type;
+
+// The tensor type a factory returns for rank type R.
+template <class R, class T, class... Spec>
+using rank_tensor_t = BasicTensor<space_of_t<R>, T, Spec...>;
 
 namespace detail {
 // Compile-time checks of a tensor made for a rank: every axis is one of its mesh's, and the
@@ -40,62 +63,100 @@ constexpr void check_factory() {
 }
 }  // namespace detail
 
-// The tensor whose element at global row-major index i is value_at(i), on this rank.
-template <class T, class... Spec, class R, class Fn>
-Tensor<T, Spec...> generate(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
-                            Fn&& value_at) {
-  using Tn = Tensor<T, Spec...>;
-  detail::check_factory<R, Tn>();
-  Tn t(rank, shape);
+// Overwrites this rank's block of t with value_at(i), i the global row-major index.
+template <AnyTensor Tn, class Fn>
+void fill_with(Tn& t, Fn&& value_at) {
+  static_assert(std::is_same_v<typename Tn::unreduced, Unreduced<>>,
+                "tpx: fill_with: a partial sum has no single value per element");
   constexpr std::size_t n = Tn::order;
-  if (t.size() == 0) return t;
-  index_array<n> global_stride{};
-  global_stride[n - 1] = 1;
-  for (std::size_t d = n - 1; d > 0; --d)
-    global_stride[d - 1] = global_stride[d] * t.global_extent(d);
-  index_array<n> at{};
-  for (T& x : t.local()) {
-    std::int64_t g = 0;
-    for (std::size_t d = 0; d < n; ++d) g += (t.local_offset(d) + at[d]) * global_stride[d];
-    x = static_cast<T>(value_at(g));
-    for (std::size_t d = n; d-- > 0;) {
-      if (++at[d] < t.local_extent(d)) break;
-      at[d] = 0;
+  if (t.size() == 0) return;
+  if constexpr (n == 0) {
+    t.local()[0] = static_cast<typename Tn::value_type>(value_at(std::int64_t{0}));
+  } else {
+    index_array<n> global_stride{};
+    global_stride[n - 1] = 1;
+    for (std::size_t d = n - 1; d > 0; --d)
+      global_stride[d - 1] = global_stride[d] * t.global_extent(d);
+    index_array<n> at{};
+    for (auto& x : t.local()) {
+      std::int64_t g = 0;
+      for (std::size_t d = 0; d < n; ++d) g += (t.local_offset(d) + at[d]) * global_stride[d];
+      x = static_cast<typename Tn::value_type>(value_at(g));
+      for (std::size_t d = n; d-- > 0;) {
+        if (++at[d] < t.local_extent(d)) break;
+        at[d] = 0;
+      }
     }
   }
-  return t;
+}
+
+namespace detail {
+// A tensor of the rank's space whose host copy `stage` fills (directly when that space is the host).
+template <class T, class... Spec, class R, class Stage>
+rank_tensor_t<R, T, Spec...> made_on_host(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
+                                          Stage&& stage) {
+  using Tn = rank_tensor_t<R, T, Spec...>;
+  detail::check_factory<R, Tn>();
+  if constexpr (std::is_same_v<typename Tn::space, host_space>) {
+    Tn t(rank, shape);
+    stage(t);
+    return t;
+  } else {
+    Tensor<T, Spec...> staged(rank, shape);
+    stage(staged);
+    Tn t(rank, shape);
+    Tn::space::from_host(rank, staged.data(), staged.size(), t.data());
+    return t;
+  }
+}
+}  // namespace detail
+
+// The tensor whose element at global row-major index i is value_at(i), on this rank.
+template <class T, class... Spec, class R, class Fn>
+rank_tensor_t<R, T, Spec...> generate(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
+                                      Fn&& value_at) {
+  return detail::made_on_host<T, Spec...>(rank, shape, [&](auto& t) { fill_with(t, value_at); });
 }
 
 // Normal(0, 1) entries (times scale), the same at each global index on any mesh.
 template <class T, class... Spec, class R>
-Tensor<T, Spec...> randn(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
-                         std::uint64_t seed, float scale = 1.0f) {
-  return generate<T, Spec...>(rank, shape, [&](std::int64_t i) {
-    return scale * kernels::normal_at(seed, static_cast<std::uint64_t>(i));
-  });
+rank_tensor_t<R, T, Spec...> randn(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
+                                   std::uint64_t seed, float scale = 1.0f) {
+  using Tn = rank_tensor_t<R, T, Spec...>;
+  if constexpr (requires(Tn& t) {
+                  Tn::space::fill_normal(rank, t.data(), t.local_extents(), t.local_offsets(), t.global_extents(),
+                                         seed, scale);
+                }) {
+    detail::check_factory<R, Tn>();
+    Tn t(rank, shape);
+    Tn::space::fill_normal(rank, t.data(), t.local_extents(), t.local_offsets(), t.global_extents(), seed, scale);
+    return t;
+  } else {
+    return generate<T, Spec...>(rank, shape, [&](std::int64_t i) {
+      return scale * kernels::normal_at(seed, static_cast<std::uint64_t>(i));
+    });
+  }
 }
 
 template <class T, class... Spec, class R>
-Tensor<T, Spec...> zeros(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape) {
-  using Tn = Tensor<T, Spec...>;
+rank_tensor_t<R, T, Spec...> zeros(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape) {
+  using Tn = rank_tensor_t<R, T, Spec...>;
   detail::check_factory<R, Tn>();
   return Tn(rank, shape);
 }
 
 // This rank's block of a global row-major array that every rank holds.
 template <class T, class... Spec, class R>
-Tensor<T, Spec...> from_global(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
-                               std::span<const T> global) {
-  using Tn = Tensor<T, Spec...>;
-  detail::check_factory<R, Tn>();
-  Tn t(rank, shape);
-  if (static_cast<std::int64_t>(global.size()) != element_count(t.global_extents()))
-    throw std::invalid_argument("tpx: from_global: tensor " + std::string(Tn::notation.c_str()) +
-                                " has " + std::to_string(element_count(t.global_extents())) +
-                                " elements but the array has " + std::to_string(global.size()));
-  copy_box(global.data(), t.global_extents(), t.local_offsets(), t.data(), t.local_extents(), {},
-           t.local_extents());
-  return t;
+rank_tensor_t<R, T, Spec...> from_global(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
+                                         std::span<const T> global) {
+  return detail::made_on_host<T, Spec...>(rank, shape, [&](auto& t) {
+    if (static_cast<std::int64_t>(global.size()) != element_count(t.global_extents()))
+      throw std::invalid_argument("tpx: from_global: tensor " + std::string(t.notation.c_str()) + " has " +
+                                  std::to_string(element_count(t.global_extents())) +
+                                  " elements but the array has " + std::to_string(global.size()));
+    copy_box(global.data(), t.global_extents(), t.local_offsets(), t.data(), t.local_extents(), {},
+             t.local_extents());
+  });
 }
 
 }  // namespace tpx

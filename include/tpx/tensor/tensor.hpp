@@ -9,7 +9,8 @@
 //
 // An invalid sharding (an axis on two dims, an axis both sharding and unreduced) is a compile
 // error naming the dims and the axis. Elements live in the memory space Space (host memory for
-// tpx::Tensor); every tensor remembers the rank_context it belongs to.
+// tpx::Tensor, see host_space.hpp; local() is then a span of that space's memory); every
+// tensor remembers the rank_context it belongs to.
 #pragma once
 
 #include <array>
@@ -27,15 +28,10 @@
 #include "tpx/sharding/split.hpp"
 #include "tpx/spmd/rank_context.hpp"
 #include "tpx/tensor/box_copy.hpp"
+#include "tpx/tensor/host_space.hpp"
 #include "tpx/tensor/shape.hpp"
 
 namespace tpx {
-
-// Host memory: what tpx::Tensor uses. The CUDA backend adds a device space.
-struct host_space {
-  template <class T>
-  using storage = std::vector<T>;
-};
 
 namespace detail {
 // Reports an invalid sharding through compile_error (the one diagnostic the user sees).
@@ -78,7 +74,7 @@ class BasicTensor {
   BasicTensor(const rank_context& context, const shape_type& global)
       : context_(&context), global_(global.extents) {
     locate(std::make_index_sequence<order>{});
-    data_.assign(static_cast<std::size_t>(element_count(local_)), T{});
+    data_ = Space::template make_buffer<T>(context, static_cast<std::size_t>(element_count(local_)));
   }
 
   // Reduce-on-declaration: a partial sum converts to a declared type that only reduces it,
@@ -127,7 +123,7 @@ class BasicTensor {
   extents_type global_{};
   extents_type local_{};
   extents_type offset_{};
-  typename Space::template storage<T> data_;
+  typename Space::template buffer<T> data_;
 };
 
 template <class T, class... Spec>

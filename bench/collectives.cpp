@@ -1,0 +1,363 @@
+// tpx-bench-collectives: the nccl-tests sweep (all_gather, reduce_scatter, all_reduce,
+// all_to_all, broadcast) on tpx's communicators, with a single-thread memcpy beside each size.
+//
+//   tpx-bench-collectives -g 4 -b 1K -e 256M -f 2 -n 20 -w 5 --json collectives.json
+//
+// The ranks are the threads of tpx::spmd(tpx::host, Mesh<R>{g}) and each collective runs on
+// the communicator of that mesh axis, exactly as a typed all_gather<R> would reach it. Sizes,
+// counts and bandwidths follow NVIDIA/nccl-tests doc/PERFORMANCE.md: S is the size of the
+// whole array (for all_gather the gathered output, for reduce_scatter the input, for
+// all_to_all one rank's send buffer), algbw = S / t, busbw = algbw * factor with factor
+// 2(n-1)/n for all_reduce, (n-1)/n for reduce_scatter, all_gather and all_to_all, 1 for
+// broadcast. Each size runs out of place and in place (nccl-tests' layouts: all_gather's input
+// is this rank's block of the output, reduce_scatter's output is this rank's block of the
+// input; all_to_all has no in-place form and prints N/A), each timed as the mean of -n
+// back-to-back calls after -w warm-up calls. Then the inputs are refilled from seeded integer
+// values (sums of them are exact in fp32 in any order), the collective runs once more and
+// #wrong counts the output elements, over all ranks, that differ from the reference computed
+// from the same seeds.
+//
+// memcpy is one thread copying S bytes between two buffers (std::memcpy, the mean of at least
+// -n calls after -w), and ratio = out-of-place busbw / memcpy. "memcpy x ranks" is every rank
+// copying S bytes at once, the total GB/s: what the machine's memory gives these threads
+// together, the bound the collectives share. bench/README.md says why these are the comparisons
+// and what they mean on a machine with fewer cores than ranks. The largest size is
+// lowered to fit --max-memory (every rank holds a send and a receive buffer of S bytes).
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <tpx/tpx.hpp>
+
+#include "support/report.hpp"
+#include "support/sizes.hpp"
+
+namespace {
+
+TPX_MESH_AXES(R);
+
+using tpx::bench::clock;
+using tpx::bench::seconds_since;
+
+// The seeded input: element i of rank r's input is an integer in [-16, 15].
+float value_at(int rank, std::size_t i) {
+  const std::uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull + (rank + 1ull) * 0xC2B2AE3D27D4EB4Full;
+  return static_cast<float>(static_cast<int>(h >> 59) - 16);
+}
+
+// One rank's view of one collective at one size, in elements of float.
+struct layout {
+  std::size_t count = 0;  // nccl-tests' count: the count argument NCCL would be given
+  std::size_t send = 0;   // elements of this rank's input
+  std::size_t recv = 0;   // elements of this rank's output
+  // In place, input and output share one buffer of max(send, recv) elements: where each starts.
+  std::size_t in_place_input = 0;
+  std::size_t in_place_output = 0;
+};
+
+// The table of collectives, as nccl-tests keeps one file per collective.
+struct collective {
+  const char* name;
+  const char* redop;
+  int root;
+  bool has_in_place;
+  double (*bus_factor)(int n);
+  layout (*shape)(std::int64_t bytes, int n, int rank);
+  void (*run)(tpx::any_communicator& comm, const layout& l, const float* in, float* out);
+  // Element j of rank `rank`'s output.
+  float (*expected)(const layout& l, int n, int rank, std::size_t j);
+};
+
+std::vector<std::size_t> equal_counts(std::size_t entries, std::size_t count) {
+  return std::vector<std::size_t>(entries, count);
+}
+
+float sum_over_ranks(int n, std::size_t i) {
+  float s = 0;
+  for (int r = 0; r < n; ++r) s += value_at(r, i);
+  return s;
+}
+
+std::size_t per_rank_block(std::int64_t bytes, int n) {
+  return static_cast<std::size_t>(bytes) / sizeof(float) / static_cast<std::size_t>(n);
+}
+
+const collective collectives[] = {
+    {"all_gather", "none", -1, true, [](int n) { return (n - 1.0) / n; },
+     [](std::int64_t bytes, int n, int rank) {
+       const std::size_t c = per_rank_block(bytes, n);
+       return layout{c, c, n * c, rank * c, 0};
+     },
+     [](tpx::any_communicator& comm, const layout& l, const float* in, float* out) {
+       comm.all_gather(std::span(in, l.send), std::span(out, l.recv),
+                       equal_counts(comm.size(), l.count));
+     },
+     [](const layout& l, int, int, std::size_t j) {
+       return value_at(static_cast<int>(j / l.count), j % l.count);
+     }},
+    {"reduce_scatter", "sum", -1, true, [](int n) { return (n - 1.0) / n; },
+     [](std::int64_t bytes, int n, int rank) {
+       const std::size_t c = per_rank_block(bytes, n);
+       return layout{c, n * c, c, 0, rank * c};
+     },
+     [](tpx::any_communicator& comm, const layout& l, const float* in, float* out) {
+       comm.reduce_scatter(std::span(in, l.send), std::span(out, l.recv),
+                           equal_counts(comm.size(), l.count));
+     },
+     [](const layout& l, int n, int rank, std::size_t j) {
+       return sum_over_ranks(n, rank * l.count + j);
+     }},
+    {"all_reduce", "sum", -1, true, [](int n) { return 2.0 * (n - 1.0) / n; },
+     [](std::int64_t bytes, int, int) {
+       const std::size_t c = static_cast<std::size_t>(bytes) / sizeof(float);
+       return layout{c, c, c, 0, 0};
+     },
+     [](tpx::any_communicator& comm, const layout& l, const float* in, float* out) {
+       comm.all_reduce(std::span(in, l.send), std::span(out, l.recv));
+     },
+     [](const layout&, int n, int, std::size_t j) { return sum_over_ranks(n, j); }},
+    {"all_to_all", "none", -1, false, [](int n) { return (n - 1.0) / n; },
+     [](std::int64_t bytes, int n, int) {
+       const std::size_t c = per_rank_block(bytes, n);
+       return layout{c, n * c, n * c, 0, 0};
+     },
+     [](tpx::any_communicator& comm, const layout& l, const float* in, float* out) {
+       const auto n = static_cast<std::size_t>(comm.size());
+       comm.all_to_all(std::span(in, l.send), std::span(out, l.recv), equal_counts(n * n, l.count));
+     },
+     [](const layout& l, int, int rank, std::size_t j) {
+       return value_at(static_cast<int>(j / l.count), rank * l.count + j % l.count);
+     }},
+    {"broadcast", "none", 0, true, [](int) { return 1.0; },
+     [](std::int64_t bytes, int, int) {
+       const std::size_t c = static_cast<std::size_t>(bytes) / sizeof(float);
+       return layout{c, c, c, 0, 0};
+     },
+     [](tpx::any_communicator& comm, const layout& l, const float* in, float* out) {
+       comm.broadcast(std::span(in, l.send), std::span(out, l.recv), 0);
+     },
+     [](const layout&, int, int, std::size_t j) { return value_at(0, j); }},
+};
+
+struct options {
+  int ranks = 4;
+  std::int64_t min_bytes = 1 << 10, max_bytes = 256 << 20;
+  double factor = 2;
+  int iters = 20, warmup = 5;
+  bool check = true;
+  std::int64_t max_memory = 0;
+  std::vector<std::string> ops;
+  std::string json;
+};
+
+// One timed variant (out of place or in place) of one collective at one size.
+struct result {
+  double seconds = 0;
+  std::int64_t wrong = 0;
+};
+
+// Times `iters` calls of one thing after `warmup` calls: the mean, in seconds.
+template <class Fn>
+double mean_time(int warmup, std::int64_t iters, Fn&& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  const auto start = clock::now();
+  for (std::int64_t i = 0; i < iters; ++i) fn();
+  return seconds_since(start) / static_cast<double>(iters);
+}
+
+// Single-thread memcpy of each size: the mean of at least -n calls, and of enough calls to copy
+// 256 MiB, so that small copies are timed over many calls rather than a few clock reads.
+std::vector<double> memcpy_seconds(const std::vector<std::int64_t>& sizes, const options& o) {
+  const std::int64_t largest = *std::ranges::max_element(sizes);
+  std::vector<char> from(static_cast<std::size_t>(largest), 1), to(from.size(), 2);
+  std::vector<double> seconds;
+  for (std::int64_t bytes : sizes)
+    seconds.push_back(mean_time(o.warmup, std::max<std::int64_t>(o.iters, (256 << 20) / bytes), [&] {
+      std::memcpy(to.data(), from.data(), static_cast<std::size_t>(bytes));
+      asm volatile("" : : "r"(to.data()) : "memory");  // the copy must happen every time
+    }));
+  return seconds;
+}
+
+void print_header(const collective& c, int ranks) {
+  std::printf("#\n# %s, %d ranks\n#\n", c.name, ranks);
+  std::printf("# %70s %35s\n", "out-of-place", "in-place");
+  std::printf("# %10s %12s %6s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s %8s %6s %8s\n", "size",
+              "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+              "algbw", "busbw", "#wrong", "memcpy", "ratio", "memcpy");
+  std::printf("# %10s %12s %6s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s %8s %6s %8s\n", "(B)",
+              "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+              "(GB/s)", "", "(GB/s)", "", "x ranks");
+}
+
+// Runs every collective of o.ops at every size on the ranks; rank 0 prints and collects rows.
+void sweep(const options& o, const std::vector<std::int64_t>& sizes,
+           const std::vector<double>& memcpy_s, nlohmann::json& rows) {
+  std::vector<std::int64_t> wrong_of_rank(static_cast<std::size_t>(o.ranks));
+  const std::size_t buffer = static_cast<std::size_t>(sizes.back()) / sizeof(float);
+  tpx::spmd(tpx::host, tpx::Mesh<R>{o.ranks}, [&](auto& rank) {
+    tpx::any_communicator& comm = rank.template group<R>();
+    const int n = comm.size(), me = comm.rank();
+    std::vector<float> send(buffer), recv(buffer);  // zero-filled: every page touched now
+
+    // Seconds per call of fn when every rank calls it at once: -w calls, then the mean of -n.
+    const auto time_on_ranks = [&](auto&& fn) {
+      for (int i = 0; i < o.warmup; ++i) fn();
+      comm.barrier();
+      const auto start = clock::now();
+      for (int i = 0; i < o.iters; ++i) fn();
+      comm.barrier();
+      return seconds_since(start) / o.iters;
+    };
+
+    // Every rank copying S bytes at once, the machine's copy throughput with these threads.
+    std::vector<double> all_ranks_memcpy_gbps;
+    for (std::int64_t bytes : sizes)
+      all_ranks_memcpy_gbps.push_back(n * static_cast<double>(bytes) / 1e9 / time_on_ranks([&] {
+        std::memcpy(recv.data(), send.data(), static_cast<std::size_t>(bytes));
+        asm volatile("" : : "r"(recv.data()) : "memory");
+      }));
+
+    // Fills the input, times the collective, then checks one call on fresh input.
+    const auto measure = [&](const collective& c, const layout& l, bool in_place) {
+      float* in = in_place ? recv.data() + l.in_place_input : send.data();
+      float* out = recv.data() + (in_place ? l.in_place_output : 0);
+      const auto fill = [&] {
+        for (std::size_t i = 0; i < l.send; ++i) in[i] = value_at(me, i);
+      };
+      fill();
+      result r{time_on_ranks([&] { c.run(comm, l, in, out); }), 0};
+      if (!o.check) return r;
+      fill();
+      c.run(comm, l, in, out);
+      std::int64_t wrong = 0;
+      for (std::size_t j = 0; j < l.recv; ++j) wrong += out[j] != c.expected(l, n, me, j);
+      wrong_of_rank[me] = wrong;
+      comm.barrier();
+      for (std::int64_t w : wrong_of_rank) r.wrong += w;
+      comm.barrier();  // no rank overwrites its count before rank 0 has read it
+      return r;
+    };
+
+    for (const collective& c : collectives) {
+      if (std::ranges::find(o.ops, c.name) == o.ops.end()) continue;
+      if (me == 0) print_header(c, n);
+      double busbw_sum = 0;
+      int rows_printed = 0;
+      for (std::size_t s = 0; s < sizes.size(); ++s) {
+        const layout l = c.shape(sizes[s], n, me);
+        if (l.count == 0) continue;
+        const std::int64_t bytes = static_cast<std::int64_t>(std::max(l.send, l.recv) *
+                                                             sizeof(float));
+        const result oop = measure(c, l, false);
+        const result ip = c.has_in_place ? measure(c, l, true) : result{};
+        if (me != 0) continue;
+        const auto algbw = [&](const result& r) { return bytes / r.seconds / 1e9; };
+        const double busbw = algbw(oop) * c.bus_factor(n);
+        const double memcpy_gbps = sizes[s] / memcpy_s[s] / 1e9;
+        std::printf("  %10lld %12zu %6s %6s %6d %9.1f %7.2f %7.2f %6lld ",
+                    static_cast<long long>(bytes), l.count, "float", c.redop, c.root,
+                    oop.seconds * 1e6, algbw(oop), busbw, static_cast<long long>(oop.wrong));
+        if (c.has_in_place)
+          std::printf("%9.1f %7.2f %7.2f %6lld ", ip.seconds * 1e6, algbw(ip),
+                      algbw(ip) * c.bus_factor(n), static_cast<long long>(ip.wrong));
+        else
+          std::printf("%9s %7s %7s %6s ", "N/A", "N/A", "N/A", "N/A");
+        std::printf("%8.2f %6.3f %8.2f\n", memcpy_gbps, busbw / memcpy_gbps,
+                    all_ranks_memcpy_gbps[s]);
+        std::fflush(stdout);
+        busbw_sum += busbw;
+        ++rows_printed;
+        nlohmann::json row = {{"op", c.name},           {"ranks", n},
+                              {"size", bytes},          {"count", l.count},
+                              {"type", "float"},        {"redop", c.redop},
+                              {"root", c.root},         {"oop_time_us", oop.seconds * 1e6},
+                              {"oop_algbw", algbw(oop)}, {"oop_busbw", busbw},
+                              {"oop_wrong", oop.wrong}, {"memcpy_gbps", memcpy_gbps},
+                              {"ratio", busbw / memcpy_gbps},
+                              {"all_ranks_memcpy_gbps", all_ranks_memcpy_gbps[s]}};
+        if (c.has_in_place) {
+          row["ip_time_us"] = ip.seconds * 1e6;
+          row["ip_algbw"] = algbw(ip);
+          row["ip_busbw"] = algbw(ip) * c.bus_factor(n);
+          row["ip_wrong"] = ip.wrong;
+        }
+        rows.push_back(std::move(row));
+      }
+      if (me == 0 && rows_printed > 0)
+        std::printf("# Avg bus bandwidth (out of place) : %.3f GB/s\n", busbw_sum / rows_printed);
+    }
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (const collective& c : collectives) o.ops.emplace_back(c.name);
+  std::string min_text = "1K", max_text = "256M", memory_text;
+  CLI::App app{"tpx-bench-collectives: nccl-tests' sweep of tpx's host collectives"};
+  app.add_option("-g,--ranks", o.ranks, "ranks (threads of this process)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("-b,--minbytes", min_text, "smallest size S (K/M/G suffixes)");
+  app.add_option("-e,--maxbytes", max_text, "largest size S (lowered to fit --max-memory)");
+  app.add_option("-f,--stepfactor", o.factor, "multiply S by this each step")
+      ->check(CLI::Range(1.0001, 1e9));
+  app.add_option("-n,--iters", o.iters, "timed calls per size")->check(CLI::Range(1, 1 << 30));
+  app.add_option("-w,--warmup_iters", o.warmup, "untimed calls first")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("-c,--check", o.check, "check every result (1) or not (0)");
+  app.add_option("-o,--op", o.ops, "collectives to run (default: all)")
+      ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce", "all_to_all",
+                             "broadcast"}));
+  app.add_option("--max-memory", memory_text,
+                 "bytes all ranks' buffers may take (default: half of MemAvailable)");
+  app.add_option("--json", o.json, "write every row to this file as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    o.min_bytes = tpx::bench::parse_bytes(min_text);
+    o.max_bytes = tpx::bench::parse_bytes(max_text);
+    o.max_memory = memory_text.empty() ? tpx::bench::available_memory() / 2
+                                       : tpx::bench::parse_bytes(memory_text);
+    std::vector<std::int64_t> sizes = tpx::bench::size_sweep(o.min_bytes, o.max_bytes, o.factor);
+    // Every rank holds a send and a receive buffer as large as the largest S.
+    const auto fits = [&](std::int64_t s) { return 2 * s * o.ranks <= o.max_memory; };
+    while (!sizes.empty() && !fits(sizes.back())) sizes.pop_back();
+    if (sizes.empty())
+      throw std::invalid_argument("no size fits in --max-memory " + memory_text);
+    std::printf("# tpx-bench-collectives: %d ranks (threads, host communicator) on %d cores "
+                "(load average %.2f), float, -n %d -w %d -c %d\n",
+                o.ranks, tpx::bench::usable_cores(), tpx::bench::load_average(), o.iters,
+                o.warmup, o.check ? 1 : 0);
+    if (sizes.back() < o.max_bytes)
+      std::printf("# -e lowered to %s: %d ranks x 2 buffers must fit --max-memory %s\n",
+                  tpx::bench::format_bytes(sizes.back()).c_str(), o.ranks,
+                  tpx::bench::format_bytes(o.max_memory).c_str());
+    const std::vector<double> memcpy_s = memcpy_seconds(sizes, o);
+    nlohmann::json rows = nlohmann::json::array();
+    sweep(o, sizes, memcpy_s, rows);
+    std::int64_t wrong = 0;
+    for (const auto& row : rows) wrong += row["oop_wrong"].get<std::int64_t>() +
+                                          row.value("ip_wrong", std::int64_t{0});
+    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong),
+                wrong == 0 ? "OK" : "FAILED");
+    if (!o.json.empty())
+      tpx::bench::write_json(o.json, "collectives", tpx::bench::command_line(argc, argv),
+                             {{"ranks", o.ranks}, {"iters", o.iters}, {"warmup", o.warmup},
+                              {"check", o.check}},
+                             std::move(rows));
+    return wrong == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tpx-bench-collectives: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,307 @@
+// The model of the example trainer: a byte-level language model made of L residual MLP blocks,
+// trained with FSDP over mesh axis X and tensor parallelism over Y — the notes' running example
+// (seed 001, "Combined FSDP and Tensor Parallelism") grown into something that learns.
+//
+//   x0[B_X, D_Y]  = sum_k E_k[token_k]                      (one table per context position)
+//   block l:  h   = RMSNorm(x) ;  x += GELU(h *_D W_in[D_X, F_Y]) *_F W_out[F_Y, D_X]
+//   logits[B_X, V_Y] = RMSNorm(x_L) *_D Head[D_X, V_Y] ;     loss = mean cross-entropy
+//
+// Every parameter is an fp32 master sharded over both axes; before use it is cast to the compute
+// type, all-gathered over X (FSDP) and dropped after. The collectives of the forward pass are
+// named as types below (gather_weight, gather_act, ...); the backward pass applies their
+// adjoints (tpx::adjoint_t), so each gradient arrives reduce-scattered onto its parameter's
+// sharding without a hand-written collective. README.md sets the notes' equations beside this
+// code. With checkpoint_every = C > 0 only every C-th block input is kept, and each segment's
+// forward pass is recomputed during the backward pass (seed 000, activation checkpointing).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <tpx/kernels/cross_entropy.hpp>
+#include <tpx/nn/adamw.hpp>
+#include <tpx/nn/global_norm.hpp>
+#include <tpx/nn/rmsnorm.hpp>
+#include <tpx/tpx.hpp>
+
+#include "text_data.hpp"
+
+namespace trainer {
+
+TPX_MESH_AXES(X, Y);       // X: data parallel + FSDP, Y: tensor parallel
+TPX_DIMS(B, D, F, V, W);   // batch rows, model width, MLP width, vocabulary (bytes), window
+
+using tpx::AllGather;
+using tpx::ReduceScatter;
+using tpx::Tensor;
+using tpx::Unreduced;
+
+struct config {
+  std::int64_t batch = 64;
+  std::int64_t d_model = 64;
+  std::int64_t ffn = 256;
+  int layers = 4;
+  int context = 3;
+  int checkpoint_every = 0;  // 0: keep every activation
+  std::uint64_t seed = 1;
+  float init_scale = 1.0f;
+  static constexpr std::int64_t vocab = 256;
+};
+
+// Every parameter-shaped tensor of the model, fp32: the master weights, their gradients and
+// the two Adam moments are each one of these.
+struct model_tensors {
+  std::vector<Tensor<float, V<X>, D<Y>>> embed;
+  std::vector<Tensor<float, D<Y, X>>> norm;
+  std::vector<Tensor<float, D<X>, F<Y>>> w_in;
+  std::vector<Tensor<float, F<Y>, D<X>>> w_out;
+  Tensor<float, D<Y, X>> final_norm;
+  Tensor<float, D<X>, V<Y>> head;
+
+  // Zeros of every parameter's shape.
+  model_tensors(const tpx::rank_context& rank, const config& c)
+      : final_norm(rank, {D(c.d_model)}), head(rank, {D(c.d_model), V(config::vocab)}) {
+    for (int k = 0; k < c.context; ++k) embed.emplace_back(rank, tpx::Shape{V(config::vocab), D(c.d_model)});
+    for (int l = 0; l < c.layers; ++l) {
+      norm.emplace_back(rank, tpx::Shape{D(c.d_model)});
+      w_in.emplace_back(rank, tpx::Shape{D(c.d_model), F(c.ffn)});
+      w_out.emplace_back(rank, tpx::Shape{F(c.ffn), D(c.d_model)});
+    }
+  }
+
+  // f(name, tensor, others' tensor of the same name...) for every tensor, in a fixed order.
+  template <class Fn, class... Others>
+  void for_each(Fn&& f, Others&... others) {
+    visit(*this, f, others...);
+  }
+  template <class Fn, class... Others>
+  void for_each(Fn&& f, Others&... others) const {
+    visit(*this, f, others...);
+  }
+
+ private:
+  template <class Self, class Fn, class... Others>
+  static void visit(Self& self, Fn& f, Others&... others) {
+    for (std::size_t k = 0; k < self.embed.size(); ++k)
+      f("embed." + std::to_string(k), self.embed[k], others.embed[k]...);
+    for (std::size_t l = 0; l < self.norm.size(); ++l) {
+      const std::string p = "block." + std::to_string(l) + ".";
+      f(p + "norm", self.norm[l], others.norm[l]...);
+      f(p + "w_in", self.w_in[l], others.w_in[l]...);
+      f(p + "w_out", self.w_out[l], others.w_out[l]...);
+    }
+    f(std::string("final_norm"), self.final_norm, others.final_norm...);
+    f(std::string("head"), self.head, others.head...);
+  }
+};
+
+// The initial weights: N(0, 1/fan_in) for matrices, ones for norms; the same on every mesh.
+inline void initialize(model_tensors& p, const config& c) {
+  std::uint64_t seed = c.seed * 1000;
+  auto normal = [&](auto& t, double fan_in) {
+    const float scale = c.init_scale / static_cast<float>(std::sqrt(fan_in));
+    const std::uint64_t s = ++seed;
+    tpx::fill_with(t, [&](std::int64_t i) {
+      return scale * tpx::kernels::normal_at(s, static_cast<std::uint64_t>(i));
+    });
+  };
+  auto ones = [](auto& t) { tpx::fill_with(t, [](std::int64_t) { return 1.0f; }); };
+  for (auto& e : p.embed) normal(e, 1.0);
+  for (std::size_t l = 0; l < p.norm.size(); ++l) {
+    ones(p.norm[l]);
+    normal(p.w_in[l], static_cast<double>(c.d_model));
+    normal(p.w_out[l], static_cast<double>(c.ffn));
+  }
+  ones(p.final_norm);
+  normal(p.head, static_cast<double>(c.d_model));
+}
+
+// One rank's rows of a step's batch: tokens[B_X, W] with W = context + 1 (inputs, then target).
+using batch_tokens = Tensor<std::int32_t, B<X>, W<>>;
+
+inline batch_tokens load_batch(const tpx::rank_context& rank, const text_data& data,
+                               const config& c, std::int64_t step) {
+  batch_tokens t(rank, {B(c.batch), W(c.context + 1)});
+  const std::int64_t width = c.context + 1;
+  tpx::fill_with(t, [&](std::int64_t i) {
+    return data.byte_at(c.seed, step, c.batch, i / width, static_cast<int>(i % width));
+  });
+  return t;
+}
+
+// Forward and backward passes in compute type Tc (float or tpx::bf16).
+template <class Tc>
+class model {
+ public:
+  using act = Tensor<Tc, B<X>, D<Y>>;  // activations x[B_X, D_Y], as the notes' In
+
+  // The forward pass's collectives, as types. The backward pass applies their adjoints.
+  using gather_weight = AllGather<X, D<>>;  // FSDP: W_in[D_X,F_Y], W_out[F_Y,D_X], Head[D_X,V_Y], norms [D_YX]
+  using gather_embed = AllGather<X, V<>>;   // FSDP: E[V_X, D_Y] -> [V, D_Y]
+  using gather_act = AllGather<Y, D<>>;     // TP: h[B_X, D_Y] -> [B_X, D] before W_in and Head
+  using scatter_out = ReduceScatter<Y, D<>>;  // TP: o[B_X, D]{U_Y} -> [B_X, D_Y] after W_out
+  using gather_logits = AllGather<Y, V<>>;  // logits[B_X, V_Y] -> [B_X, V] for the loss
+
+  model(const tpx::rank_context& rank, const config& c) : rank_(rank), c_(c) {}
+
+  // Loss of the global batch (the same value on every rank); grads receives each parameter's
+  // gradient, reduce-scattered onto the parameter's sharding.
+  float forward_backward(const model_tensors& p, const batch_tokens& tokens, model_tensors& grads) {
+    const int layers = static_cast<int>(p.norm.size());
+    const int every = c_.checkpoint_every > 0 ? c_.checkpoint_every : 1;
+    // Forward: keep the input of every block at a checkpoint boundary (all of them if every == 1).
+    std::vector<act> kept;
+    act x = embed_forward(p, tokens);
+    for (int l = 0; l < layers; ++l) {
+      if (l % every == 0) kept.push_back(x);
+      x = block_forward(p, l, x).out;
+    }
+    head_result head = head_forward_backward(p, x, tokens, grads);
+    // Backward, segment by segment from the last: recompute the segment's blocks from its kept
+    // input (nothing to recompute without checkpointing), then back-propagate through them.
+    act dx = std::move(head.dx);
+    for (int first = ((layers - 1) / every) * every; first >= 0; first -= every) {
+      const int last = std::min(first + every, layers);
+      std::vector<block_state> states;
+      act xi = kept[first / every];
+      for (int l = first; l < last; ++l) {
+        states.push_back(block_forward(p, l, xi));
+        xi = states.back().out;
+      }
+      for (int l = last - 1; l >= first; --l) dx = block_backward(p, l, states[l - first], dx, grads);
+    }
+    embed_backward(tokens, dx, grads);
+    return head.loss;
+  }
+
+  // Matrix FLOPs of one forward + backward pass (2 per multiply-add, backward twice forward;
+  // recomputation under activation checkpointing not counted).
+  static double flops_for(const config& c) {
+    const double b = static_cast<double>(c.batch), d = static_cast<double>(c.d_model);
+    return 6.0 * b * (2.0 * d * static_cast<double>(c.ffn) * c.layers + d * config::vocab);
+  }
+
+ private:
+  // The parameter cast to the compute type, then all-gathered over X.
+  template <class Step, class P>
+  auto gathered(const P& master) const {
+    return tpx::apply<Step>(tpx::cast<Tc>(master));
+  }
+
+  act embed_forward(const model_tensors& p, const batch_tokens& tokens) const {
+    act x(rank_, {B(c_.batch), D(c_.d_model)});
+    const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
+    for (int k = 0; k < c_.context; ++k) {
+      const auto table = gathered<gather_embed>(p.embed[k]);  // [V, D_Y]
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t token = tokens.local()[r * (c_.context + 1) + k];
+        for (std::int64_t j = 0; j < cols; ++j)
+          x.local()[r * cols + j] = static_cast<float>(x.local()[r * cols + j]) +
+                                    static_cast<float>(table.local()[token * cols + j]);
+      }
+    }
+    return x;
+  }
+
+  // dE_k[V, D_Y]{U_X}: this rank's rows scattered into zeros; the adjoint of gather_embed
+  // reduce-scatters it onto E_k[V_X, D_Y].
+  void embed_backward(const batch_tokens& tokens, const act& dx, model_tensors& grads) const {
+    const std::int64_t rows = dx.local_extent(0), cols = dx.local_extent(1);
+    for (int k = 0; k < c_.context; ++k) {
+      Tensor<Tc, V<>, D<Y>, Unreduced<X>> partial(rank_, {V(config::vocab), D(c_.d_model)});
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t token = tokens.local()[r * (c_.context + 1) + k];
+        for (std::int64_t j = 0; j < cols; ++j)
+          partial.local()[token * cols + j] = static_cast<float>(partial.local()[token * cols + j]) +
+                                              static_cast<float>(dx.local()[r * cols + j]);
+      }
+      grads.embed[k] = tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_embed>>(partial));
+    }
+  }
+
+  using rstd_t = Tensor<float, B<X>>;
+  struct block_state {
+    act x;                            // block input
+    rstd_t rstd;                      // RMSNorm statistics
+    Tensor<Tc, B<X>, D<>> h_full;     // normalized input, gathered over Y
+    Tensor<Tc, B<X>, F<Y>> a;         // pre-activation
+    Tensor<Tc, B<X>, F<Y>> g;         // GELU(a)
+    act out;                          // x + block(x)
+  };
+
+  block_state block_forward(const model_tensors& p, int l, const act& x) const {
+    const auto norm = gathered<gather_weight>(p.norm[l]);       // [D_Y]
+    auto normed = tpx::nn::rmsnorm_forward(x, norm);            // h[B_X, D_Y]
+    auto h_full = tpx::apply<gather_act>(normed.y);             // [B_X, D]
+    auto a = tpx::matmul(h_full, gathered<gather_weight>(p.w_in[l]));   // [B_X, D] *_D [D, F_Y]
+    auto g = tpx::map(tpx::kernels::gelu{}, a);
+    const auto o_partial = tpx::matmul(g, gathered<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
+    act out = tpx::add(x, tpx::apply<scatter_out>(o_partial));
+    return {x, std::move(normed.rstd), std::move(h_full), std::move(a), std::move(g), std::move(out)};
+  }
+
+  act block_backward(const model_tensors& p, int l, const block_state& s, const act& dout,
+                     model_tensors& grads) const {
+    const auto do_full = tpx::apply<tpx::adjoint_t<scatter_out>>(dout);        // [B_X, D]
+    const auto w_out = gathered<gather_weight>(p.w_out[l]);                     // [F_Y, D]
+    grads.w_out[l] = tpx::cast<float>(
+        tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(s.g, do_full)));  // [F_Y, D_X]
+    const auto dg = tpx::contract<D>(do_full, w_out);                           // [B_X, F_Y]
+    const auto da = tpx::map(tpx::kernels::gelu_backward{}, s.a, dg);
+    const auto w_in = gathered<gather_weight>(p.w_in[l]);                       // [D, F_Y]
+    grads.w_in[l] = tpx::cast<float>(
+        tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(s.h_full, da)));  // [D_X, F_Y]
+    const act dh = tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<F>(da, w_in));  // [B_X, D_Y]
+    const auto norm = gathered<gather_weight>(p.norm[l]);
+    auto dnorm = tpx::nn::rmsnorm_backward(s.x, norm, s.rstd, dh);
+    grads.norm[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(dnorm.dw);      // [D_YX]
+    return tpx::add(dout, dnorm.dx);
+  }
+
+  struct head_result {
+    float loss;
+    act dx;
+  };
+
+  // Final norm, logits, mean cross-entropy, and their backward pass. The logits are gathered
+  // over Y so each rank scores its rows over the whole vocabulary; every rank of a Y group then
+  // holds the same loss, so each takes 1/|Y| of it: the per-rank losses are a partial sum over X
+  // and Y of the batch mean, and so are the gradients of the gathered logits, which the adjoint
+  // of gather_logits (a ReduceScatter) sums back onto [B_X, V_Y].
+  head_result head_forward_backward(const model_tensors& p, const act& x,
+                                    const batch_tokens& tokens, model_tensors& grads) const {
+    const auto norm = gathered<gather_weight>(p.final_norm);
+    auto normed = tpx::nn::rmsnorm_forward(x, norm);
+    const auto h_full = tpx::apply<gather_act>(normed.y);               // [B_X, D]
+    const auto head = gathered<gather_weight>(p.head);                  // [D, V_Y]
+    const auto logits = tpx::apply<gather_logits>(tpx::matmul(h_full, head));  // [B_X, V]
+    const std::int64_t rows = logits.local_extent(0), vocab = config::vocab;
+    const float share =
+        1.0f / static_cast<float>(c_.batch * rank_.axis<Y>().size);
+    Tensor<float, Unreduced<X, Y>> loss(rank_, {});
+    Tensor<Tc, B<X>, V<>, Unreduced<Y>> dlogits(rank_, {B(c_.batch), V(vocab)});
+    std::vector<float> row(vocab);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t v = 0; v < vocab; ++v) row[v] = logits.local()[r * vocab + v];
+      const std::int64_t target = tokens.local()[r * (c_.context + 1) + c_.context];
+      const auto ce = tpx::kernels::cross_entropy_forward_row(vocab, row.data(), target);
+      loss.local()[0] += share * ce.loss;
+      tpx::kernels::cross_entropy_backward_row(vocab, row.data(), target, ce.stats, share,
+                                               dlogits.local().data() + r * vocab);
+    }
+    const auto dlog = tpx::apply<tpx::adjoint_t<gather_logits>>(dlogits);  // [B_X, V_Y]
+    grads.head = tpx::cast<float>(
+        tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(h_full, dlog)));  // [D_X, V_Y]
+    const act dh = tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<V>(dlog, head));
+    auto dnorm = tpx::nn::rmsnorm_backward(x, norm, normed.rstd, dh);
+    grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(dnorm.dw);
+    return {tpx::reshard<Tensor<float>>(loss).local()[0], std::move(dnorm.dx)};
+  }
+
+  const tpx::rank_context& rank_;
+  config c_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,84 @@
+// device_buffer<T>: n elements of device memory owned like a std::vector, allocated and freed in
+// stream order (cudaMallocFromPoolAsync / cudaFreeAsync) on the stream of the rank that made it.
+//
+// This is the buffer of tpx's device space (device_space.hpp): a device tensor's elements, and
+// the pack/unpack buffers of the collectives. Allocation comes from the rank's memory pool,
+// which keeps freed memory for reuse (rank_resources.hpp), so a training step's temporaries cost
+// no cudaMalloc after the first step. Memory starts zeroed (as host tensors do). A copy is a new
+// allocation filled by a device-to-device copy on the same stream; a move steals the pointer.
+// begin()/end() are device pointers, which makes a buffer convertible to std::span<T>: the
+// spans a communicator receives for a device tensor point to device memory.
+//
+// Freeing is stream-ordered too: the memory returns to the pool once the work already queued on
+// the stream (which may still read it) has finished, with no host synchronization.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <utility>
+
+#include "tpx/cuda/check.hpp"
+
+namespace tpx::cuda {
+
+template <class T>
+class device_buffer {
+ public:
+  device_buffer() = default;
+  // n zero elements from `pool`, ordered on `stream`.
+  device_buffer(std::size_t n, cudaMemPool_t pool, cudaStream_t stream)
+      : size_(n), pool_(pool), stream_(stream) {
+    if (n == 0) return;
+    void* p = nullptr;
+    TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_));
+    data_ = static_cast<T*>(p);
+    TPX_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), stream_));
+  }
+  device_buffer(const device_buffer& other) : size_(other.size_), pool_(other.pool_), stream_(other.stream_) {
+    if (size_ == 0) return;
+    void* p = nullptr;
+    TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_));
+    data_ = static_cast<T*>(p);
+    TPX_CUDA_CHECK(cudaMemcpyAsync(data_, other.data_, bytes(), cudaMemcpyDeviceToDevice, stream_));
+  }
+  device_buffer(device_buffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        pool_(other.pool_),
+        stream_(other.stream_) {}
+  device_buffer& operator=(device_buffer other) noexcept {
+    swap(*this, other);
+    return *this;
+  }
+  ~device_buffer() {
+    if (data_ != nullptr) cudaFreeAsync(data_, stream_);  // a destructor cannot report failure
+  }
+
+  friend void swap(device_buffer& a, device_buffer& b) noexcept {
+    std::swap(a.data_, b.data_);
+    std::swap(a.size_, b.size_);
+    std::swap(a.pool_, b.pool_);
+    std::swap(a.stream_, b.stream_);
+  }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  T* begin() { return data_; }
+  T* end() { return data_ + size_; }
+  const T* begin() const { return data_; }
+  const T* end() const { return data_ + size_; }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  std::size_t bytes() const { return size_ * sizeof(T); }
+
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  cudaMemPool_t pool_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace tpx::cuda

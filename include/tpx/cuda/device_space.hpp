@@ -1,0 +1,95 @@
+// device_space: where a device tensor keeps its elements (the memory of its rank's GPU), with
+// the interface of host_space (tensor/host_space.hpp), so the collectives, reshard, matmul and
+// the elementwise ops, written once against that interface, run on the GPU unchanged.
+//
+//   buffer<T>                   device_buffer<T>: pool memory, stream-ordered, zeroed
+//   copy_box                    the pack/unpack of a box (cuda/kernels/copy_box.hpp)
+//   gemm                        cuBLASLt (cuda/gemm.hpp); fp32 uses TF32 when the rank allows
+//   transform                   the elementwise kernel running a kernels/ functor
+//   to_host / from_host         copies that return once the data has arrived
+//   fill_normal                 tpx::randn generated in place (cuda/kernels/random.hpp)
+//
+// Everything runs on the tensor's rank's stream (rank_resources.hpp) and returns without
+// waiting, except the copies to and from host memory. DeviceTensor<T, Spec...> is the tensor
+// type; tpx's factories return it for a CUDA rank (cuda/device_rank.hpp).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "tpx/cuda/check.hpp"
+#include "tpx/cuda/device_buffer.hpp"
+#include "tpx/cuda/gemm.hpp"
+#include "tpx/cuda/kernels/copy_box.hpp"
+#include "tpx/cuda/kernels/elementwise.hpp"
+#include "tpx/cuda/kernels/random.hpp"
+#include "tpx/cuda/rank_resources.hpp"
+#include "tpx/spmd/rank_context.hpp"
+#include "tpx/tensor/tensor.hpp"
+
+namespace tpx {
+
+namespace cuda {
+
+struct device_space {
+  template <class T>
+  using buffer = device_buffer<T>;
+
+  template <class T>
+  static buffer<T> make_buffer(const rank_context& ctx, std::size_t n) {
+    const rank_resources& r = resources_of(ctx);
+    return buffer<T>(n, r.pool(), r.stream());
+  }
+
+  template <class T, std::size_t N>
+  static void copy_box(const rank_context& ctx, const T* src, const std::array<std::int64_t, N>& src_shape,
+                       const std::array<std::int64_t, N>& src_start, T* dst, const std::array<std::int64_t, N>& dst_shape,
+                       const std::array<std::int64_t, N>& dst_start, const std::array<std::int64_t, N>& box) {
+    cuda::copy_box(resources_of(ctx).stream(), src, src_shape, src_start, dst, dst_shape, dst_start, box);
+  }
+
+  template <class T>
+  static void gemm(const rank_context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                   float alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, float beta, T* c,
+                   std::int64_t ldc) {
+    rank_resources& r = resources_of(ctx);
+    cuda::gemm(r.gemms(), r.stream(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+               gemm_options<T>{.tf32 = r.options().tf32});
+  }
+
+  template <class F, class Out, class... In>
+  static void transform(const rank_context& ctx, std::size_t n, const F& f, Out* out, const In*... in) {
+    cuda::transform(resources_of(ctx).stream(), static_cast<std::int64_t>(n), f, out, in...);
+  }
+
+  template <class T>
+  static void to_host(const rank_context& ctx, const T* src, std::size_t n, T* dst) {
+    const rank_resources& r = resources_of(ctx);
+    TPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, r.stream()));
+    r.synchronize();
+  }
+  template <class T>
+  static void from_host(const rank_context& ctx, const T* src, std::size_t n, T* dst) {
+    const rank_resources& r = resources_of(ctx);
+    TPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, r.stream()));
+    r.synchronize();
+  }
+
+  template <class T, std::size_t N>
+  static void fill_normal(const rank_context& ctx, T* out, const std::array<std::int64_t, N>& local,
+                          const std::array<std::int64_t, N>& offsets, const std::array<std::int64_t, N>& global,
+                          std::uint64_t seed, float scale) {
+    cuda::fill_normal(resources_of(ctx).stream(), out, local, offsets, global, seed, scale);
+  }
+};
+
+}  // namespace cuda
+
+// A tensor in device memory: tpx::Tensor's device twin.
+template <class T, class... Spec>
+using DeviceTensor = BasicTensor<cuda::device_space, T, Spec...>;
+
+}  // namespace tpx

@@ -1,0 +1,141 @@
+// Softmax and the softmax cross-entropy loss over the rows of a row-major [rows, n] array of
+// logits, forward and backward, on the device: the pieces of kernels/cross_entropy.hpp assembled
+// in parallel.
+//
+//   softmax_forward(stream, rows, n, logits, probs)
+//   cross_entropy_forward(stream, rows, n, logits, targets, losses, stats)
+//   cross_entropy_backward(stream, rows, n, logits, targets, stats, dloss, dlogits)
+//
+// One block per row (rows.hpp). Each thread folds its share of the row into softmax_stats,
+// element by element, with softmax_stats_of and merge(), and cub::BlockReduce merges the
+// threads' stats into the row's: the same functions that combine a vocabulary sharded across
+// ranks, so a masked logit (-inf) is handled as on the host. The loss comes from
+// cross_entropy_loss and the outputs from softmax_element and cross_entropy_gradient. targets are
+// class indices (std::int64_t); a target outside [0, n) gives a NaN loss, as on the host. The
+// forward saves each row's stats for the backward, which then reads the logits once.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include <cstdint>
+
+#include "tpx/cuda/check.hpp"
+#include "tpx/cuda/kernels/launch.hpp"
+#include "tpx/cuda/kernels/rows.hpp"
+#include "tpx/kernels/cross_entropy.hpp"
+
+namespace tpx::cuda {
+
+namespace detail {
+
+struct merge_stats {
+  __device__ kernels::softmax_stats operator()(kernels::softmax_stats a, kernels::softmax_stats b) const {
+    return kernels::merge(a, b);
+  }
+};
+
+// The stats of a whole row, on every thread of the block.
+template <int W, class T>
+__device__ kernels::softmax_stats row_stats(const T* row, std::int64_t n,
+                                            typename block_reduce<kernels::softmax_stats>::TempStorage& scratch,
+                                            kernels::softmax_stats& shared) {
+  kernels::softmax_stats acc{-INFINITY, 0.0f};  // the empty piece: merge's identity
+  for_row_vectors<W>(n, [&](std::int64_t i) {
+    float v[W];
+    load_floats<W>(row, i, v);
+#pragma unroll
+    for (int j = 0; j < W; ++j) acc = kernels::merge(acc, kernels::softmax_stats_of(1, &v[j]));
+  });
+  return block_combine(scratch, shared, acc, merge_stats{});
+}
+
+template <int W, class T, class P>
+__global__ void __launch_bounds__(block_threads) softmax_kernel(std::int64_t rows, std::int64_t n, const T* logits, P* probs) {
+  __shared__ typename block_reduce<kernels::softmax_stats>::TempStorage scratch;
+  __shared__ kernels::softmax_stats shared;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = logits + row * n;
+    const kernels::softmax_stats s = row_stats<W>(x, n, scratch, shared);
+    for_row_vectors<W>(n, [&](std::int64_t i) {
+      float v[W];
+      load_floats<W>(x, i, v);
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[j] = kernels::softmax_element(v[j], s);
+      store_floats<W>(probs + row * n, i, v);
+    });
+  }
+}
+
+template <int W, class T>
+__global__ void __launch_bounds__(block_threads)
+    cross_entropy_forward_kernel(std::int64_t rows, std::int64_t n, const T* logits, const std::int64_t* targets,
+                                 float* losses, kernels::softmax_stats* stats) {
+  __shared__ typename block_reduce<kernels::softmax_stats>::TempStorage scratch;
+  __shared__ kernels::softmax_stats shared;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = logits + row * n;
+    const kernels::softmax_stats s = row_stats<W>(x, n, scratch, shared);
+    if (threadIdx.x == 0) {
+      const std::int64_t t = targets[row];
+      losses[row] = t < 0 || t >= n ? NAN : kernels::cross_entropy_loss(s, static_cast<float>(x[t]));
+      if (stats != nullptr) stats[row] = s;
+    }
+  }
+}
+
+template <int W, class T, class G>
+__global__ void __launch_bounds__(block_threads)
+    cross_entropy_backward_kernel(std::int64_t rows, std::int64_t n, const T* logits, const std::int64_t* targets,
+                                  const kernels::softmax_stats* stats, const float* dloss, G* dlogits) {
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = logits + row * n;
+    const std::int64_t t = targets[row];
+    const kernels::softmax_stats s = stats[row];
+    const float g = dloss[row];
+    for_row_vectors<W>(n, [&](std::int64_t i) {
+      float v[W];
+      load_floats<W>(x, i, v);
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[j] = kernels::cross_entropy_gradient(v[j], i + j == t, s, g);
+      store_floats<W>(dlogits + row * n, i, v);
+    });
+  }
+}
+
+}  // namespace detail
+
+// probs[row] = softmax(logits[row]); probs may be logits.
+template <class T, class P>
+void softmax_forward(cudaStream_t stream, std::int64_t rows, std::int64_t n, const T* logits, P* probs) {
+  if (rows <= 0 || n <= 0) return;
+  constexpr int W = common_width<T, P>;
+  detail::launch_rows(stream, rows, row_vectors_fit(n, logits, static_cast<const P*>(probs)),
+                      detail::softmax_kernel<W, T, P>, detail::softmax_kernel<1, T, P>, rows, n, logits, probs);
+}
+
+// losses[row] = the cross-entropy of logits[row] with class targets[row]; stats[row] saved for
+// the backward (may be null when not needed).
+template <class T>
+void cross_entropy_forward(cudaStream_t stream, std::int64_t rows, std::int64_t n, const T* logits,
+                           const std::int64_t* targets, float* losses, kernels::softmax_stats* stats) {
+  if (rows <= 0 || n <= 0) return;
+  constexpr int W = common_width<T>;
+  detail::launch_rows(stream, rows, row_vectors_fit(n, logits), detail::cross_entropy_forward_kernel<W, T>,
+                      detail::cross_entropy_forward_kernel<1, T>, rows, n, logits, targets, losses, stats);
+}
+
+// dlogits[row] = dloss[row] * (softmax(logits[row]) - onehot(targets[row])), from the forward's
+// stats; dlogits may be logits.
+template <class T, class G>
+void cross_entropy_backward(cudaStream_t stream, std::int64_t rows, std::int64_t n, const T* logits,
+                            const std::int64_t* targets, const kernels::softmax_stats* stats, const float* dloss,
+                            G* dlogits) {
+  if (rows <= 0 || n <= 0) return;
+  constexpr int W = common_width<T, G>;
+  detail::launch_rows(stream, rows, row_vectors_fit(n, logits, static_cast<const G*>(dlogits)),
+                      detail::cross_entropy_backward_kernel<W, T, G>, detail::cross_entropy_backward_kernel<1, T, G>,
+                      rows, n, logits, targets, stats, dloss, dlogits);
+}
+
+}  // namespace tpx::cuda

@@ -1,0 +1,127 @@
+// The NCCL communicators of one rank of a mesh: a world communicator made from an ncclUniqueId,
+// and from it, with ncclCommSplit, one communicator per set of mesh axes (the rows, the
+// columns, ... : the ranks that agree on every other axis, ordered by world rank), exactly the
+// groups the host and simulated launchers register. The set of all axes is the world itself.
+//
+// Every communicator is nonblocking (ncclConfig_t::blocking = 0), so creating one cannot hang:
+// each creation is polled with ncclCommGetAsyncError until it is ready, and one that is not
+// ready within the timeout (a rank that never joined) is aborted with an error naming it.
+// All ranks must build their nccl_mesh with the same mesh and unique id, at the same time.
+#pragma once
+
+#include <nccl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tpx/comm/any_communicator.hpp"
+#include "tpx/comm/communicator.hpp"
+#include "tpx/cuda/nccl_check.hpp"
+#include "tpx/cuda/nccl_communicator.hpp"
+#include "tpx/cuda/rank_resources.hpp"
+#include "tpx/sharding/mesh.hpp"
+
+namespace tpx::cuda {
+
+// What a rank needs to join the world: the id rank 0 made with nccl_unique_id() and passed to
+// every rank (over MPI, a file, a socket: the multi-process launcher is future work), its rank
+// and the GPU it drives.
+struct nccl_bootstrap {
+  ncclUniqueId id;
+  int world_rank = 0;
+  int device = 0;
+};
+
+inline ncclUniqueId nccl_unique_id() {
+  ncclUniqueId id;
+  TPX_NCCL_CHECK(ncclGetUniqueId(&id));
+  return id;
+}
+
+namespace detail {
+// Polls a nonblocking communicator being created until it is ready; aborts it after `timeout`.
+inline void await_ready(ncclComm_t comm, const char* what, const nccl_watch& watch) {
+  const auto deadline = std::chrono::steady_clock::now() + watch.timeout;
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress) {
+    TPX_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
+    const bool late = std::chrono::steady_clock::now() > deadline;
+    const bool peer_failed = watch.failure != nullptr && watch.failure->happened();
+    if (state == ncclInProgress && (late || peer_failed)) {
+      ncclCommAbort(comm);
+      throw nccl_error(std::string("tpx: ") + what + ": " +
+                       (peer_failed ? watch.failure->reason()
+                                    : "not ready after " + std::to_string(watch.timeout.count()) +
+                                          " ms (did every rank join?)"));
+    }
+    std::this_thread::yield();
+  }
+  if (state != ncclSuccess) {
+    ncclCommAbort(comm);
+    throw nccl_error(std::string("tpx: ") + what + " failed: " + ncclGetErrorString(state));
+  }
+}
+
+inline ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+}  // namespace detail
+
+template <class MeshT>
+class nccl_mesh {
+ public:
+  static constexpr unsigned masks = 1u << MeshT::axis_count;
+
+  // Joins the world of mesh.rank_count() ranks and splits it; resources must be on boot.device.
+  nccl_mesh(const MeshT& mesh, const nccl_bootstrap& boot, rank_resources& resources, const nccl_watch& watch) {
+    ncclConfig_t config = detail::nonblocking_config();
+    ncclComm_t world = nullptr;
+    const ncclResult_t started = ncclCommInitRankConfig(&world, mesh.rank_count(), boot.id, boot.world_rank, &config);
+    if (started != ncclSuccess && started != ncclInProgress)
+      throw nccl_error(detail::nccl_message(started, "ncclCommInitRankConfig", __FILE__, __LINE__));
+    detail::await_ready(world, "ncclCommInitRankConfig (world)", watch);
+    // Owned at once, so that a failure below aborts it (NcclCommunicator's destructor).
+    auto world_comm = std::make_unique<model>(NcclCommunicator(world, resources, watch));
+    for (unsigned mask = 1; mask + 1 < masks; ++mask) {
+      ncclConfig_t split_config = detail::nonblocking_config();
+      ncclComm_t part = nullptr;
+      const ncclResult_t status =
+          ncclCommSplit(world, color(mesh, boot.world_rank, mask), boot.world_rank, &part, &split_config);
+      if (status != ncclSuccess && status != ncclInProgress)
+        throw nccl_error(detail::nccl_message(status, "ncclCommSplit", __FILE__, __LINE__));
+      detail::await_ready(part, "ncclCommSplit", watch);
+      comms_.push_back(std::make_unique<model>(NcclCommunicator(part, resources, watch)));
+    }
+    comms_.push_back(std::move(world_comm));
+    groups_.assign(masks, nullptr);
+    for (unsigned mask = 1; mask < masks; ++mask) groups_[mask] = comms_[mask - 1].get();
+  }
+
+  // groups()[mask]: the communicator of the axes in mask (bit i = axis i); [0] is unused.
+  const std::vector<any_communicator*>& groups() const { return groups_; }
+  // The NCCL communicator of the axes in mask, for what any_communicator does not offer (send,
+  // recv, wait_all).
+  NcclCommunicator& nccl(unsigned mask) { return comms_[mask - 1]->impl(); }
+
+ private:
+  // Ranks with equal coordinates on every axis outside mask share a color.
+  static int color(const MeshT& mesh, int rank, unsigned mask) {
+    int key = 0;
+    for (int a = 0; a < MeshT::axis_count; ++a)
+      if (!(mask & (1u << a))) key = key * mesh.size(a) + mesh.coord(rank, a);
+    return key;
+  }
+
+  using model = communicator_model<NcclCommunicator>;
+
+  std::vector<std::unique_ptr<model>> comms_;  // [mask - 1]
+  std::vector<any_communicator*> groups_;
+};
+
+}  // namespace tpx::cuda

@@ -1,0 +1,95 @@
+// Running a mesh over NCCL, one GPU per rank:
+//
+//   cuda::run_rank(mesh, {id, world_rank, device}, fn)   this process's one rank of the mesh
+//   spmd(tpx::cuda_devices, mesh, fn)                    every rank, a thread per GPU of this
+//                                                        process (rank r on device r)
+//
+// run_rank is the building block of the one-process-per-GPU deployment that multi-node
+// training uses: every process calls it with the same mesh and the same ncclUniqueId (made by
+// rank 0 with nccl_unique_id() and handed out by whatever starts the processes; that launcher is
+// future work), and its own rank and GPU. It makes the rank's CUDA resources and its NCCL
+// communicators (nccl_mesh.hpp), calls fn with a DeviceRank, then waits for the rank's
+// collectives and stream, so that errors surface as this rank's.
+//
+// spmd(tpx::cuda_devices, ...) runs all ranks in one process, one thread per GPU, on top of the
+// host launcher (which reports "tpx: rank 2 (X=1, Y=0) failed: ..."); when a rank fails, the
+// others' NCCL calls abort at their next poll instead of waiting out the timeout. It is what the
+// CUDA tests use on a machine with several GPUs.
+#pragma once
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "tpx/comm/host_failure.hpp"
+#include "tpx/cuda/check.hpp"
+#include "tpx/cuda/device.hpp"
+#include "tpx/cuda/device_rank.hpp"
+#include "tpx/cuda/launch_options.hpp"
+#include "tpx/cuda/nccl_communicator.hpp"
+#include "tpx/cuda/nccl_mesh.hpp"
+#include "tpx/cuda/rank_resources.hpp"
+#include "tpx/sharding/mesh.hpp"
+#include "tpx/spmd/spmd.hpp"
+
+namespace tpx {
+
+namespace cuda {
+
+namespace detail {
+template <MeshAxis... Axes, class Fn>
+void run_rank_watched(const Mesh<Axes...>& mesh, const nccl_bootstrap& boot, Fn&& fn, const launch_options& options,
+                      const tpx::detail::HostFailure* failure) {
+  using MeshT = Mesh<Axes...>;
+  rank_resources resources(boot.device, options.rank);
+  nccl_mesh<MeshT> comms(mesh, boot, resources, nccl_watch{options.timeout, failure});
+  std::vector<axis_place> axes;
+  int a = 0;
+  ((axes.push_back({&axis_key<Axes>, Axes::name.c_str(), mesh.size(a), mesh.coord(boot.world_rank, a)}), ++a), ...);
+  DeviceRank<MeshT> rank(mesh, boot.world_rank, std::move(axes), comms.groups(), resources);
+  fn(rank);
+  for (unsigned mask = 1; mask < nccl_mesh<MeshT>::masks; ++mask) comms.nccl(mask).wait_all();
+  resources.synchronize();
+}
+}  // namespace detail
+
+// Runs this process's rank `boot.world_rank` of the mesh on GPU `boot.device` (see the top).
+template <MeshAxis... Axes, class Fn>
+void run_rank(const Mesh<Axes...>& mesh, const nccl_bootstrap& boot, Fn&& fn, const launch_options& options = {}) {
+  detail::run_rank_watched(mesh, boot, fn, options, nullptr);
+}
+
+}  // namespace cuda
+
+// Selects one GPU per rank, all in this process: rank r on device r, NCCL between them.
+struct cuda_devices_backend {};
+inline constexpr cuda_devices_backend cuda_devices{};
+
+template <MeshAxis... Axes, class Fn>
+void spmd(cuda_devices_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::launch_options options = {}) {
+  const cuda::device_census devices = cuda::find_devices();
+  if (devices.count < mesh.rank_count())
+    throw cuda::cuda_error("tpx: spmd(tpx::cuda_devices): the mesh " + mesh.to_string() + " has " +
+                           std::to_string(mesh.rank_count()) + " ranks but this process sees " +
+                           std::to_string(devices.count) + " CUDA device(s)" +
+                           (devices.reason.empty() ? "" : " (" + devices.reason + ")"));
+  const ncclUniqueId id = cuda::nccl_unique_id();
+  detail::HostFailure failure;
+  spmd(
+      host, mesh,
+      [&](auto& host_rank) {
+        const int r = host_rank.world_rank();
+        try {
+          cuda::detail::run_rank_watched(mesh, cuda::nccl_bootstrap{id, r, r}, fn, options, &failure);
+        } catch (const std::exception& e) {
+          failure.record(r, e.what());
+          throw;
+        } catch (...) {
+          failure.record(r, "unknown exception");
+          throw;
+        }
+      },
+      spmd_options{options.timeout});
+}
+
+}  // namespace tpx

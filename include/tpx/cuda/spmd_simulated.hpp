@@ -1,0 +1,78 @@
+// spmd(tpx::cuda_simulated, mesh, fn): every rank of the mesh as a thread of this process, all
+// on ONE GPU, each with its own stream, collectives as device-to-device copies and reduction
+// kernels (SimulatedCommunicator). It is how a user with a single GPU runs, and tests, a
+// program written for many: the analogue of JAX's forced host devices, on the device.
+//
+// The launcher runs on top of the host one (spmd(tpx::host, ...), spmd/spmd.hpp), which gives
+// the threads, and reports a failing rank as "tpx: rank 2 (X=1, Y=0) failed: ..." with the
+// original exception nested. On each rank's thread it makes the rank's CUDA resources
+// (rank_resources: device, stream, pool, cuBLASLt) and one SimulatedCommunicator per set of mesh
+// axes, registered in a HostWorld of its own; a failure is reported to that world too, so the
+// other ranks' collectives fail at once instead of waiting for the timeout. fn receives a
+// DeviceRank, so tensors made for it live on the GPU; when fn returns, the launcher waits for
+// the rank's stream, so device faults are reported as that rank's failure.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "tpx/comm/any_communicator.hpp"
+#include "tpx/comm/host_world.hpp"
+#include "tpx/cuda/check.hpp"
+#include "tpx/cuda/device.hpp"
+#include "tpx/cuda/device_rank.hpp"
+#include "tpx/cuda/launch_options.hpp"
+#include "tpx/cuda/rank_resources.hpp"
+#include "tpx/cuda/simulated_communicator.hpp"
+#include "tpx/sharding/mesh.hpp"
+#include "tpx/spmd/spmd.hpp"
+
+namespace tpx {
+
+// Selects the simulated CUDA mesh: all ranks on one GPU (launch_options::device).
+struct cuda_simulated_backend {};
+inline constexpr cuda_simulated_backend cuda_simulated{};
+
+template <MeshAxis... Axes, class Fn>
+void spmd(cuda_simulated_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::launch_options options = {}) {
+  using MeshT = Mesh<Axes...>;
+  constexpr unsigned masks = 1u << MeshT::axis_count;
+  const cuda::device_census devices = cuda::find_devices();
+  if (options.device < 0 || options.device >= devices.count)
+    throw cuda::cuda_error("tpx: spmd(tpx::cuda_simulated): no CUDA device " + std::to_string(options.device) + " (" +
+                           std::to_string(devices.count) + " found" +
+                           (devices.reason.empty() ? "" : ": " + devices.reason) + ")");
+  HostWorld world(mesh.rank_count(), HostWorldOptions{options.timeout});
+  std::vector<int> set_of_mask(masks, HostWorld::whole_world);
+  for (unsigned mask = 1; mask < masks; ++mask) set_of_mask[mask] = world.add_groups(detail::groups_of_axes(mesh, mask));
+
+  spmd(
+      host, mesh,
+      [&](auto& host_rank) {
+        const int r = host_rank.world_rank();
+        try {
+          cuda::rank_resources resources(options.device, options.rank);
+          std::vector<std::unique_ptr<communicator_model<cuda::SimulatedCommunicator>>> comms;
+          std::vector<any_communicator*> groups(masks, nullptr);
+          for (unsigned mask = 1; mask < masks; ++mask) {
+            comms.push_back(std::make_unique<communicator_model<cuda::SimulatedCommunicator>>(
+                cuda::SimulatedCommunicator(world, set_of_mask[mask], r, resources)));
+            groups[mask] = comms.back().get();
+          }
+          cuda::DeviceRank<MeshT> rank(mesh, r, host_rank.axes(), std::move(groups), resources);
+          fn(rank);
+          resources.synchronize();
+        } catch (const std::exception& e) {
+          world.abort(r, e.what());
+          throw;
+        } catch (...) {
+          world.abort(r, "unknown exception");
+          throw;
+        }
+      },
+      spmd_options{options.timeout});
+}
+
+}  // namespace tpx

@@ -1,0 +1,102 @@
+// The layout of a tpx checkpoint on disk, shared by its writer and its reader:
+//
+//   <dir>/latest                                "step-00000040": the newest complete checkpoint
+//   <dir>/step-00000040/rank-<r>.safetensors    rank r's blocks of the tensors, one entry each
+//   <dir>/step-00000040/manifest.json           the index, written last
+//
+// manifest.json is {"format": "tpx-checkpoint", "version": 1, "step": 40,
+//   "mesh": [{"axis": "X", "size": 2}, ...], "state": <the trainer's JSON>,
+//   "files": [{"name": "rank-0.safetensors", "bytes": 1234, "xxh64": "<16 hex digits>"}, ...],
+//   "tensors": {"w_in": {"dtype": "F32", "dims": ["D", "F"], "notation": "[D_X, F_Y]",
+//                        "global_shape": [16, 32],
+//                        "blocks": [{"file": 0, "offsets": [0, 0], "extents": [8, 16]}, ...]}}}
+// A block is a box of the global tensor, [offsets, offsets + extents) along each dim, stored
+// row-major as the entry of that name in the file; the blocks of a tensor tile it exactly. Each
+// rank file repeats, in its safetensors __metadata__, its blocks' place in the global tensor
+// ({"w_in": "{\"global_shape\":[16,32],\"offsets\":[0,0],...}"}), so one file makes sense to a
+// Python user on its own. While a checkpoint is being written, each rank also leaves
+// rank-<r>.json, its part of the manifest; rank 0 merges them into manifest.json and removes them.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tpx/core/compile_error.hpp"
+#include "tpx/io/atomic_file.hpp"
+#include "tpx/io/io_error.hpp"
+#include "tpx/io/safetensors.hpp"
+#include "tpx/tensor/tensor.hpp"
+
+namespace tpx::io {
+
+inline constexpr const char* checkpoint_format = "tpx-checkpoint";
+inline constexpr int checkpoint_version = 1;
+
+inline std::string step_name(std::int64_t step) {
+  char text[32];
+  std::snprintf(text, sizeof text, "step-%08lld", static_cast<long long>(step));
+  return text;
+}
+inline std::filesystem::path step_folder(const std::filesystem::path& dir, std::int64_t step) {
+  return dir / step_name(step);
+}
+inline std::string rank_file_name(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
+inline std::string rank_record_name(int rank) { return "rank-" + std::to_string(rank) + ".json"; }
+
+inline std::string read_text_file(const std::filesystem::path& path) {
+  std::error_code error;
+  const std::uint64_t size = std::filesystem::file_size(path, error);
+  if (error) throw io_error("tpx: " + path.string() + ": cannot read: " + error.message());
+  std::string text(size, '\0');
+  read_file_range(path, 0, std::as_writable_bytes(std::span(text)));
+  return text;
+}
+
+// The step that <dir>/latest names, or nothing if dir holds no complete checkpoint yet.
+inline std::optional<std::int64_t> latest_step(const std::filesystem::path& dir) {
+  const std::filesystem::path latest = dir / "latest";
+  if (!std::filesystem::exists(latest)) return std::nullopt;
+  const std::string text = read_text_file(latest);
+  long long step = -1;
+  int used = 0;
+  if (std::sscanf(text.c_str(), "step-%lld%n", &step, &used) != 1 || step < 0 ||
+      text.find_first_not_of("\n", static_cast<std::size_t>(used)) != std::string::npos)
+    throw io_error("tpx: " + latest.string() + ": expected \"step-<number>\", found \"" + text + "\"");
+  return step;
+}
+
+// Points <dir>/latest at step (atomically: readers see the old step or the new one).
+inline void set_latest_step(const std::filesystem::path& dir, std::int64_t step) {
+  const std::string text = step_name(step) + "\n";
+  write_atomically(dir / "latest", [&](file_sink& out) { out.write(std::as_bytes(std::span(text))); });
+}
+
+// A partial sum has no single value per element, so there is nothing to save: reduce it first.
+template <class Tn>
+constexpr void check_checkpointable() {
+  if constexpr (!std::is_same_v<typename Tn::unreduced, Unreduced<>>)
+    compile_error<"tpx: checkpoint: tensor " + Tn::notation +
+                  " is unreduced (a partial sum); reduce it before saving or loading it">{};
+}
+
+// What a checkpoint records about a tensor besides its blocks.
+template <class Space, class T, class... Spec>
+nlohmann::json describe_tensor(const BasicTensor<Space, T, Spec...>& t) {
+  using Tn = BasicTensor<Space, T, Spec...>;
+  const std::vector<std::string> dims = []<class... Dims>(type_list<Dims...>) {
+    return std::vector<std::string>{std::string(Dims::name.c_str())...};
+  }(typename Tn::dims{});
+  return {{"dtype", dtype_name(dtype_of<T>)},
+          {"dims", dims},
+          {"notation", Tn::notation.c_str()},
+          {"global_shape", std::vector<std::int64_t>(t.global_extents().begin(), t.global_extents().end())}};
+}
+
+}  // namespace tpx::io

@@ -1,0 +1,213 @@
+// checkpoint_reader: fills a tensor's block from a checkpoint saved on any mesh, in any sharding.
+//
+//   tpx::io::checkpoint_reader ckpt("ckpt");          // the step <dir>/latest names
+//   auto w_in = tpx::zeros<float, D<X>, F<Y>>(rank, {D(16), F(32)});
+//   ckpt.load("w_in", w_in);                          // this rank's block, whatever the old mesh
+//   const std::int64_t step = ckpt.step();  const nlohmann::json& state = ckpt.state();
+//
+// A tensor's elements are stored as blocks (boxes of the global tensor) in the rank files; the
+// manifest lists them. load() intersects the box this rank holds (local_offsets, local_extents)
+// with every stored block and copies each overlap, so the same checkpoint loads onto 2x2, 4x1
+// or 1x1, into [D_X, F_Y] or [D, F]: only the global shape, the dims (by name, in order) and the
+// dtype must match, and a mismatch is an io_error naming the tensor, what this program expects
+// and what the checkpoint has. Same mesh and sharding: every element is the bit pattern saved.
+//
+// Only the files that hold an overlapping block are touched, each verified once (size and
+// XXH64 against the manifest; an io_error naming the file otherwise) and its header checked,
+// and of a block only the rows (outermost dim) that overlap are read. Loading needs no
+// communication: each rank reads what it needs on its own. Files are read through host
+// memory and moved to the tensor's memory space with Space::from_host.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tpx/io/atomic_file.hpp"
+#include "tpx/io/checkpoint_layout.hpp"
+#include "tpx/io/io_error.hpp"
+#include "tpx/io/safetensors.hpp"
+#include "tpx/tensor/box_copy.hpp"
+#include "tpx/tensor/tensor.hpp"
+
+namespace tpx::io {
+
+class checkpoint_reader {
+ public:
+  // The checkpoint that <dir>/latest names; an io_error if there is none.
+  explicit checkpoint_reader(const std::filesystem::path& dir)
+      : checkpoint_reader(dir, [&] {
+          const std::optional<std::int64_t> step = latest_step(dir);
+          if (!step) throw io_error("tpx: " + dir.string() + ": holds no checkpoint (no 'latest' file)");
+          return *step;
+        }()) {}
+
+  // The checkpoint of the given step under dir.
+  checkpoint_reader(const std::filesystem::path& dir, std::int64_t step) : folder_(step_folder(dir, step)) {
+    const std::filesystem::path path = folder_ / "manifest.json";
+    if (!std::filesystem::exists(path))
+      throw io_error("tpx: " + path.string() + ": missing: step " + std::to_string(step) +
+                     " was never completely saved");
+    try {
+      manifest_ = nlohmann::json::parse(read_text_file(path));
+      if (manifest_.at("format") != checkpoint_format || manifest_.at("version") != checkpoint_version ||
+          manifest_.at("step") != step)
+        throw io_error("tpx: " + path.string() + ": not a version-" + std::to_string(checkpoint_version) +
+                       " tpx checkpoint manifest of step " + std::to_string(step));
+      for (const nlohmann::json& f : manifest_.at("files"))
+        files_.push_back({f.at("name").get<std::string>(),
+                          {f.at("bytes").get<std::uint64_t>(), parse_hex(f.at("xxh64").get<std::string>(), path)},
+                          std::nullopt});
+      for (const auto& [name, t] : manifest_.at("tensors").items()) tensors_[name] = parse_tensor(t, path);
+    } catch (const nlohmann::json::exception& e) {
+      throw io_error("tpx: " + path.string() + ": not a valid tpx checkpoint manifest: " + e.what());
+    }
+  }
+
+  std::int64_t step() const { return manifest_["step"].get<std::int64_t>(); }
+  // The JSON the trainer passed to checkpoint_writer::save.
+  const nlohmann::json& state() const { return manifest_["state"]; }
+  const nlohmann::json& manifest() const { return manifest_; }
+
+  // Fills t's block with the elements of the saved tensor `name`.
+  template <class Space, class T, class... Spec>
+  void load(const std::string& name, BasicTensor<Space, T, Spec...>& t) {
+    using Tn = BasicTensor<Space, T, Spec...>;
+    constexpr std::size_t N = Tn::order;
+    check_checkpointable<Tn>();
+    const stored_tensor& saved = find(name);
+    const nlohmann::json expected = describe_tensor(t);
+    for (const char* key : {"dtype", "dims", "global_shape"})
+      if (expected[key] != saved.description[key])
+        throw io_error("tpx: checkpoint " + folder_.string() + ": tensor '" + name + "': the tensor " +
+                       Tn::notation.c_str() + " loaded into has " + key + " " + expected[key].dump() +
+                       ", the checkpoint has " + saved.description[key].dump());
+
+    std::vector<T> staging(t.size());
+    std::int64_t filled = 0;
+    std::vector<const stored_block*> used;
+    for (const stored_block& b : saved.blocks) {
+      index_array<N> lo{}, box{};
+      bool overlaps = true;
+      for (std::size_t d = 0; d < N; ++d) {
+        lo[d] = std::max(b.offsets[d], t.local_offset(d));
+        box[d] = std::min(b.offsets[d] + b.extents[d], t.local_offset(d) + t.local_extent(d)) - lo[d];
+        overlaps = overlaps && box[d] > 0;
+      }
+      const bool repeated = std::any_of(used.begin(), used.end(), [&](const stored_block* u) {
+        return u->offsets == b.offsets && u->extents == b.extents;
+      });
+      if (!overlaps || repeated) continue;
+      used.push_back(&b);
+      copy_overlap(name, b, lo, box, t, staging);
+      filled += element_count(box);
+    }
+    if (filled != static_cast<std::int64_t>(t.size()))
+      throw io_error("tpx: checkpoint " + folder_.string() + ": tensor '" + name + "': its blocks hold " +
+                     std::to_string(filled) + " of the " + std::to_string(t.size()) +
+                     " elements of this rank's block");
+    Space::from_host(t.context(), staging.data(), staging.size(), t.data());
+  }
+
+ private:
+  struct stored_block {
+    int file = 0;
+    std::vector<std::int64_t> offsets, extents;
+  };
+  struct stored_tensor {
+    nlohmann::json description;  // dtype, dims, notation, global_shape
+    std::vector<stored_block> blocks;
+  };
+  struct stored_file {
+    std::string name;
+    file_digest digest;
+    std::optional<safetensors_header> header;  // read (and the file verified) on first use
+  };
+
+  static std::uint64_t parse_hex(const std::string& text, const std::filesystem::path& path) {
+    if (text.size() != 16 || text.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw io_error("tpx: " + path.string() + ": \"" + text + "\" is not an xxh64 of 16 hex digits");
+    return std::stoull(text, nullptr, 16);
+  }
+
+  stored_tensor parse_tensor(const nlohmann::json& t, const std::filesystem::path& path) const {
+    stored_tensor s{{{"dtype", t.at("dtype")}, {"dims", t.at("dims")}, {"notation", t.at("notation")},
+                     {"global_shape", t.at("global_shape")}},
+                    {}};
+    const auto global = t.at("global_shape").get<std::vector<std::int64_t>>();
+    for (const nlohmann::json& b : t.at("blocks")) {
+      stored_block block{b.at("file").get<int>(), b.at("offsets").get<std::vector<std::int64_t>>(),
+                         b.at("extents").get<std::vector<std::int64_t>>()};
+      bool inside = block.file >= 0 && block.file < static_cast<int>(files_.size()) &&
+                    block.offsets.size() == global.size() && block.extents.size() == global.size();
+      for (std::size_t d = 0; inside && d < global.size(); ++d)
+        inside = block.offsets[d] >= 0 && block.extents[d] >= 0 &&
+                 block.offsets[d] + block.extents[d] <= global[d];
+      if (!inside)
+        throw io_error("tpx: " + path.string() + ": block " + b.dump() +
+                       " lies outside its tensor or names no file");
+      s.blocks.push_back(std::move(block));
+    }
+    return s;
+  }
+
+  const stored_tensor& find(const std::string& name) const {
+    const auto it = tensors_.find(name);
+    if (it != tensors_.end()) return it->second;
+    std::string names;
+    for (const auto& [n, _] : tensors_) names += (names.empty() ? "" : ", ") + n;
+    throw io_error("tpx: checkpoint " + folder_.string() + ": has no tensor '" + name +
+                   "' (it has: " + names + ")");
+  }
+
+  // The header of file i, after checking the file against the manifest (once).
+  const safetensors_header& file(int i) {
+    stored_file& f = files_[static_cast<std::size_t>(i)];
+    if (!f.header) {
+      verify_file(folder_ / f.name, f.digest);
+      f.header = read_safetensors_header(folder_ / f.name);
+    }
+    return *f.header;
+  }
+
+  // Copies the box [lo, lo + box) of the global tensor from stored block b into staging, which is
+  // laid out like t's block. Reads only the rows of b's outermost dim that the box spans.
+  template <class Tn, class T, std::size_t N>
+  void copy_overlap(const std::string& name, const stored_block& b, const index_array<N>& lo,
+                    const index_array<N>& box, const Tn& t, std::vector<T>& staging) {
+    const safetensors_header& header = file(b.file);
+    const tensor_info& info = header.tensor(name);
+    if (info.shape != b.extents)
+      throw io_error("tpx: " + header.file.string() + ": tensor '" + name + "' has shape " +
+                     nlohmann::json(info.shape).dump() + " but the manifest says " +
+                     nlohmann::json(b.extents).dump());
+    index_array<N> rows_shape{}, src_start{}, dst_start{};
+    std::int64_t row = 1;  // elements per index of the outermost dim
+    for (std::size_t d = 0; d < N; ++d) {
+      rows_shape[d] = d == 0 ? box[0] : b.extents[d];
+      src_start[d] = d == 0 ? 0 : lo[d] - b.offsets[d];
+      dst_start[d] = lo[d] - t.local_offset(d);
+      if (d > 0) row *= b.extents[d];
+    }
+    std::int64_t first_row = 0;
+    if constexpr (N > 0) first_row = lo[0] - b.offsets[0];
+    std::vector<T> rows(static_cast<std::size_t>(element_count(rows_shape)));
+    read_elements(header, info, static_cast<std::uint64_t>(first_row * row), std::span(rows));
+    copy_box(rows.data(), rows_shape, src_start, staging.data(), t.local_extents(), dst_start, box);
+  }
+
+  std::filesystem::path folder_;
+  nlohmann::json manifest_;
+  std::vector<stored_file> files_;
+  std::map<std::string, stored_tensor> tensors_;
+};
+
+}  // namespace tpx::io

@@ -1,0 +1,213 @@
+// checkpoint_writer: every rank saves its blocks of the training state; rank 0 indexes them.
+//
+//   tpx::io::checkpoint_writer ckpt(rank, "ckpt", step);
+//   ckpt.add("w_in", w_in);                // any reduced tensor: its block is copied to host now
+//   ckpt.add("adam.m.w_in", m_in);
+//   ckpt.save({{"data_position", pos}});   // collective: every rank of the mesh calls it
+//
+// save() writes rank r's blocks to step-<S>/rank-<r>.safetensors and its part of the manifest to
+// rank-<r>.json, each atomically (atomic_file.hpp); waits for every rank (a barrier over the
+// whole mesh); then rank 0 merges the parts into manifest.json, with each file's size and XXH64,
+// points <dir>/latest at the step, and all ranks wait once more, so that when save() returns the
+// checkpoint is complete and durable everywhere. A crash at any point leaves <dir>/latest on the
+// previous complete checkpoint. The layout is described in checkpoint_layout.hpp.
+//
+// A block replicated over some mesh axes is held by several ranks; only the one at coordinate 0
+// on each of those axes writes it, so a checkpoint stores every element once. Rank 0 checks that
+// the ranks agree on each tensor's shape, dims and dtype, and that the blocks written tile the
+// whole tensor (a rank that forgot an add() is caught here, not at load time).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tpx/comm/any_communicator.hpp"
+#include "tpx/io/atomic_file.hpp"
+#include "tpx/io/checkpoint_layout.hpp"
+#include "tpx/io/io_error.hpp"
+#include "tpx/io/safetensors.hpp"
+#include "tpx/spmd/rank.hpp"
+#include "tpx/tensor/tensor.hpp"
+
+namespace tpx::io {
+
+class checkpoint_writer {
+ public:
+  // A checkpoint of step `step` under dir, written by this rank of the mesh.
+  template <class MeshT>
+  checkpoint_writer(const Rank<MeshT>& rank, std::filesystem::path dir, std::int64_t step)
+      : rank_(&rank),
+        mesh_(&[&]<class... Axes>(type_list<Axes...>) -> any_communicator& {
+          return rank.template group<Axes...>();
+        }(typename MeshT::axes{})),
+        dir_(std::move(dir)),
+        step_(step) {
+    if (step < 0) throw std::invalid_argument("tpx: checkpoint step " + std::to_string(step) + " is negative");
+  }
+
+  // Records t's block under name (unique among this rank's adds), copying it to host memory.
+  template <class Space, class T, class... Spec>
+  void add(const std::string& name, const BasicTensor<Space, T, Spec...>& t) {
+    using Tn = BasicTensor<Space, T, Spec...>;
+    check_checkpointable<Tn>();
+    if (!names_.insert(name).second)
+      throw std::invalid_argument("tpx: checkpoint: tensor '" + name + "' is added twice");
+    if (!holds_first_copy(t.context(), typename Tn::traits::axes{})) return;
+    block b{name, dtype_of<T>, describe_tensor(t), std::vector<std::byte>(t.size() * sizeof(T))};
+    b.record["offsets"] = std::vector<std::int64_t>(t.local_offsets().begin(), t.local_offsets().end());
+    b.record["extents"] = std::vector<std::int64_t>(t.local_extents().begin(), t.local_extents().end());
+    Space::to_host(t.context(), t.data(), t.size(), reinterpret_cast<T*>(b.bytes.data()));
+    blocks_.push_back(std::move(b));
+  }
+
+  // Writes the checkpoint (collective); state is free-form JSON kept in the manifest: data
+  // position, hyper-parameters, optimizer step counts.
+  void save(const nlohmann::json& state = nlohmann::json::object()) {
+    const std::filesystem::path folder = step_folder(dir_, step_);
+    std::error_code error;
+    std::filesystem::create_directories(folder, error);
+    if (error) throw io_error("tpx: " + folder.string() + ": cannot create: " + error.message());
+    const int r = rank_->world_rank();
+
+    std::vector<tensor_bytes> tensors;
+    metadata_map placement;
+    nlohmann::json records = nlohmann::json::object();
+    for (const block& b : blocks_) {
+      tensors.push_back({b.name, b.type, b.record["extents"].get<std::vector<std::int64_t>>(), b.bytes});
+      nlohmann::json where = b.record;
+      where.erase("extents");
+      where.erase("dtype");
+      placement[b.name] = where.dump();
+      records[b.name] = b.record;
+    }
+    const file_digest digest = write_atomically(
+        folder / rank_file_name(r), [&](file_sink& out) { write_safetensors(out, tensors, placement); });
+    const std::string part =
+        nlohmann::json{{"file", {{"name", rank_file_name(r)}, {"bytes", digest.bytes}, {"xxh64", to_hex(digest.xxh64)}}},
+                       {"tensors", records}}
+            .dump();
+    write_atomically(folder / rank_record_name(r),
+                     [&](file_sink& out) { out.write(std::as_bytes(std::span(part))); });
+    mesh_->barrier();
+    if (r == 0) publish(folder, state);
+    mesh_->barrier();
+  }
+
+ private:
+  struct block {
+    std::string name;
+    dtype type;
+    nlohmann::json record;  // describe_tensor, and the block's offsets and extents
+    std::vector<std::byte> bytes;
+  };
+
+  // Whether this rank is the one that writes its block: coordinate 0 on every mesh axis that
+  // does not shard the tensor.
+  template <class... TensorAxes>
+  static bool holds_first_copy(const rank_context& context, type_list<TensorAxes...>) {
+    for (const axis_place& a : context.axes())
+      if (a.coord != 0 && ((a.key != &axis_key<TensorAxes>) && ...)) return false;
+    return true;
+  }
+
+  // Rank 0: merges the ranks' parts into manifest.json and points latest at this step.
+  void publish(const std::filesystem::path& folder, const nlohmann::json& state) const {
+    nlohmann::json files = nlohmann::json::array();
+    nlohmann::json tensors = nlohmann::json::object();
+    for (int r = 0; r < rank_->world_size(); ++r) {
+      const nlohmann::json part = nlohmann::json::parse(read_text_file(folder / rank_record_name(r)));
+      files.push_back(part["file"]);
+      for (const auto& [name, record] : part["tensors"].items()) {
+        nlohmann::json description = record;
+        description.erase("offsets");
+        description.erase("extents");
+        nlohmann::json& entry = tensors[name];
+        if (entry.is_null()) {
+          entry = description;
+          entry["blocks"] = nlohmann::json::array();
+        }
+        for (const auto& [key, value] : description.items())
+          if (entry[key] != value)
+            throw io_error("tpx: checkpoint " + folder.string() + ": tensor '" + name + "' has " +
+                           key + " " + entry[key].dump() + " on rank " +
+                           entry["blocks"][0]["file"].dump() + " but " + value.dump() +
+                           " on rank " + std::to_string(r));
+        entry["blocks"].push_back(
+            {{"file", r}, {"offsets", record["offsets"]}, {"extents", record["extents"]}});
+      }
+    }
+    for (const auto& [name, entry] : tensors.items()) check_tiling(folder, name, entry);
+    nlohmann::json mesh = nlohmann::json::array();
+    for (const axis_place& a : rank_->axes()) mesh.push_back({{"axis", a.name}, {"size", a.size}});
+    const std::string manifest = one_entry_per_line(nlohmann::json{{"format", checkpoint_format},
+                                                {"version", checkpoint_version},
+                                                {"step", step_},
+                                                {"mesh", mesh},
+                                                {"state", state},
+                                                {"files", files},
+                                                {"tensors", tensors}});
+    write_atomically(folder / "manifest.json",
+                     [&](file_sink& out) { out.write(std::as_bytes(std::span(manifest))); });
+    set_latest_step(dir_, step_);
+    for (int r = 0; r < rank_->world_size(); ++r) std::filesystem::remove(folder / rank_record_name(r));
+  }
+
+  // JSON with each member of the top-level object, and each element or member of those, on a
+  // line of its own: a manifest reads as one line per file and per tensor.
+  static std::string one_entry_per_line(const nlohmann::json& object) {
+    std::string text = "{";
+    const char* separator = "\n ";
+    for (const auto& [key, value] : object.items()) {
+      text += separator + nlohmann::json(key).dump() + ": ";
+      separator = ",\n ";
+      if (!value.is_structured() || value.empty()) {
+        text += value.dump();
+        continue;
+      }
+      const char* inner = "\n  ";
+      text += value.is_object() ? "{" : "[";
+      for (const auto& [k, v] : value.items()) {
+        text += inner + (value.is_object() ? nlohmann::json(k).dump() + ": " : "") + v.dump();
+        inner = ",\n  ";
+      }
+      text += value.is_object() ? "\n }" : "\n ]";
+    }
+    return text + "\n}\n";
+  }
+
+  // The blocks written (disjoint by construction) must hold every element of the tensor.
+  static void check_tiling(const std::filesystem::path& folder, const std::string& name,
+                           const nlohmann::json& entry) {
+    std::uint64_t stored = 0, total = 1;
+    for (const nlohmann::json& e : entry["global_shape"]) total *= e.get<std::uint64_t>();
+    for (const nlohmann::json& b : entry["blocks"]) {
+      std::uint64_t n = 1;
+      for (const nlohmann::json& e : b["extents"]) n *= e.get<std::uint64_t>();
+      stored += n;
+    }
+    if (stored != total)
+      throw io_error("tpx: checkpoint " + folder.string() + ": tensor '" + name + "' has " +
+                     std::to_string(total) + " elements but the ranks saved blocks of " +
+                     std::to_string(stored) + " (did every rank add it?)");
+  }
+
+  const rank_context* rank_;
+  any_communicator* mesh_;
+  std::filesystem::path dir_;
+  std::int64_t step_;
+  std::set<std::string> names_;
+  std::vector<block> blocks_;
+};
+
+}  // namespace tpx::io

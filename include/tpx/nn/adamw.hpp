@@ -1,0 +1,47 @@
+// AdamW on parameter shards: each rank updates only the block of each parameter it owns (FSDP /
+// ZeRO-3), with fp32 master weights and moments of the same sharding as the parameter.
+//
+// The optimizer needs no communication: the gradient arrives already reduce-scattered onto the
+// parameter's sharding (the adjoint of the forward AllGather), so the update is local. The only
+// global quantity, the gradient norm for clipping, is nn/global_norm.hpp's.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+#include "tpx/kernels/optimizer.hpp"
+#include "tpx/tensor/tensor.hpp"
+
+namespace tpx::nn {
+
+struct adamw_config {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+};
+
+// One AdamW step (t counts from 1) on this rank's block of `param`; the moments m and v are
+// sharded like it.
+template <AnyTensor P, AnyTensor G>
+void adamw_step(P& param, const G& grad, P& m, P& v, const adamw_config& c, int t,
+                float grad_scale) {
+  static_assert(std::is_same_v<typename P::dims, typename G::dims> &&
+                    std::is_same_v<typename G::unreduced, Unreduced<>>,
+                "tpx: adamw_step: the gradient must be reduced onto the parameter's sharding");
+  static_assert(std::is_same_v<typename P::value_type, float>,
+                "tpx: adamw_step: master weights are fp32");
+  const kernels::adamw_update update{c.lr,
+                                     c.beta1,
+                                     c.beta2,
+                                     c.eps,
+                                     c.weight_decay,
+                                     1.0f - std::pow(c.beta1, static_cast<float>(t)),
+                                     1.0f - std::pow(c.beta2, static_cast<float>(t)),
+                                     grad_scale};
+  for (std::size_t i = 0; i < param.size(); ++i)
+    update(param.local()[i], static_cast<float>(grad.local()[i]), m.local()[i], v.local()[i]);
+}
+
+}  // namespace tpx::nn

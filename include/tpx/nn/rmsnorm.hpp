@@ -1,0 +1,108 @@
+// RMSNorm over the columns of a [Rows, Cols] tensor whose columns may be sharded (tensor
+// parallel: x[B_X, D_Y]), with the statistics reduced as typed partial sums.
+//
+//   y[r, c] = x[r, c] * rstd[r] * w[c],   rstd[r] = 1 / sqrt(mean_c x[r, c]^2 + eps)
+//
+// Each rank sums x^2 over its block of columns; that is a partial sum over the axes that split
+// Cols (a Tensor<float, Rows, Unreduced<...>>), and reshard to Tensor<float, Rows> all-reduces it.
+// The backward pass needs one more such sum, sum_c w dy x, and returns the weight gradient as a
+// partial sum over the axes that split Rows (each rank saw only its rows): the caller reduces it
+// onto the weight's shards, e.g. with ReduceScatter as the adjoint of the weight's AllGather.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "tpx/ops/reshard.hpp"
+#include "tpx/tensor/tensor.hpp"
+
+namespace tpx::nn {
+
+namespace detail {
+template <class Axes>
+struct unreduced_over;
+template <class... Axes>
+struct unreduced_over<type_list<Axes...>> {
+  using type = Unreduced<Axes...>;
+};
+
+// Row sums of f(r, c) over all columns of x's global row, on every rank of the row's group.
+template <class Xt, class F>
+auto row_sums(const Xt& x, F&& f) {
+  using Row = type_at_t<0, typename Xt::dims>;
+  using Col = type_at_t<1, typename Xt::dims>;
+  using Partial = tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Row>,
+                                typename unreduced_over<typename Col::axes>::type>;
+  Partial partial(x.context(), typename Partial::shape_type(index_array<1>{x.global_extent(0)}));
+  const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float s = 0;
+    for (std::int64_t c = 0; c < cols; ++c) s += f(r, c);
+    partial.local()[r] = s;
+  }
+  return reshard<BasicTensor<typename Xt::space, float, Row>>(partial);
+}
+}  // namespace detail
+
+template <class Xt, class Rstd>
+struct rmsnorm_output {
+  Xt y;
+  Rstd rstd;  // [Rows], kept for the backward pass
+};
+
+// x: [Rows, Cols_...], w: [Cols_...] with the same split of Cols as x.
+template <AnyTensor Xt, AnyTensor Wt>
+auto rmsnorm_forward(const Xt& x, const Wt& w, float eps = 1e-5f) {
+  static_assert(std::is_same_v<typename Wt::dims, type_list<type_at_t<1, typename Xt::dims>>>,
+                "tpx: rmsnorm: the weight must be split like the normalized dim of x");
+  const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
+  const float n = static_cast<float>(x.global_extent(1));
+  auto sums = detail::row_sums(x, [&](std::int64_t r, std::int64_t c) {
+    const float v = x.local()[r * cols + c];
+    return v * v;
+  });
+  auto& rstd = sums;
+  for (float& s : rstd.local()) s = 1.0f / std::sqrt(s / n + eps);
+  Xt y(x.context(), x.shape());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      y.local()[r * cols + c] = static_cast<float>(x.local()[r * cols + c]) * rstd.local()[r] *
+                                static_cast<float>(w.local()[c]);
+  return rmsnorm_output<Xt, decltype(sums)>{std::move(y), std::move(sums)};
+}
+
+template <class Xt, class Dw>
+struct rmsnorm_gradients {
+  Xt dx;
+  Dw dw;  // [Cols_...]{U over Rows' axes}
+};
+
+// dx = rstd (w dy) - x rstd^3 / n * sum_c (w dy x);  dw[c] = sum_r dy x rstd.
+template <AnyTensor Xt, AnyTensor Wt, AnyTensor Rstd>
+auto rmsnorm_backward(const Xt& x, const Wt& w, const Rstd& rstd, const Xt& dy) {
+  using Row = type_at_t<0, typename Xt::dims>;
+  using Col = type_at_t<1, typename Xt::dims>;
+  const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
+  const float n = static_cast<float>(x.global_extent(1));
+  auto at = [cols](const auto& t, std::int64_t r, std::int64_t c) {
+    return static_cast<float>(t.local()[r * cols + c]);
+  };
+  const auto dot = detail::row_sums(x, [&](std::int64_t r, std::int64_t c) {
+    return static_cast<float>(w.local()[c]) * at(dy, r, c) * at(x, r, c);
+  });
+  Xt dx(x.context(), x.shape());
+  using Dw = tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Col>,
+                           typename detail::unreduced_over<typename Row::axes>::type>;
+  Dw dw(x.context(), typename Dw::shape_type(index_array<1>{x.global_extent(1)}));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float s = rstd.local()[r];
+    for (std::int64_t c = 0; c < cols; ++c) {
+      dx.local()[r * cols + c] = s * static_cast<float>(w.local()[c]) * at(dy, r, c) -
+                                 at(x, r, c) * s * s * s / n * dot.local()[r];
+      dw.local()[c] += at(dy, r, c) * at(x, r, c) * s;
+    }
+  }
+  return rmsnorm_gradients<Xt, Dw>{std::move(dx), std::move(dw)};
+}
+
+}  // namespace tpx::nn

@@ -1,0 +1,68 @@
+// host_space: where tpx::Tensor keeps its elements (host memory), and the three things every
+// memory space provides to the rest of tpx.
+//
+// A Space is a class of static functions, chosen by the tensor type (BasicTensor<Space, T, ...>)
+// so that the memory a pointer refers to is never in doubt:
+//   buffer<T>                   an owning, contiguous allocation with data() and size()
+//   make_buffer<T>(ctx, n)      n zero elements, allocated the space's way (for a GPU: on the
+//                               rank's stream, from a pool)
+//   copy_box(ctx, ...)          tensor/box_copy.hpp's copy between two arrays of the space
+//   gemm(ctx, ...)              the local matrix product, row-major, BLAS conventions
+//   transform(ctx, n, f, out, in...)   out[i] = f(in[i]...), f a kernels/ functor
+//   to_host / from_host         copies between the space and host memory
+// The collectives, reshard and matmul are written once against this interface; the CUDA
+// backend adds a device space with the same functions.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "tpx/kernels/elementwise.hpp"
+#include "tpx/kernels/gemm_host.hpp"
+#include "tpx/spmd/rank_context.hpp"
+#include "tpx/tensor/box_copy.hpp"
+
+namespace tpx {
+
+struct host_space {
+  template <class T>
+  using buffer = std::vector<T>;
+
+  template <class T>
+  static buffer<T> make_buffer(const rank_context&, std::size_t n) {
+    return buffer<T>(n);
+  }
+
+  template <class T, std::size_t N>
+  static void copy_box(const rank_context&, const T* src, const index_array<N>& src_shape,
+                       const index_array<N>& src_start, T* dst, const index_array<N>& dst_shape,
+                       const index_array<N>& dst_start, const index_array<N>& box) {
+    tpx::copy_box(src, src_shape, src_start, dst, dst_shape, dst_start, box);
+  }
+
+  template <class T>
+  static void gemm(const rank_context&, bool trans_a, bool trans_b, std::int64_t m,
+                   std::int64_t n, std::int64_t k, float alpha, const T* a, std::int64_t lda,
+                   const T* b, std::int64_t ldb, float beta, T* c, std::int64_t ldc) {
+    kernels::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+
+  template <class F, class Out, class... In>
+  static void transform(const rank_context&, std::size_t n, const F& f, Out* out,
+                        const In*... in) {
+    kernels::transform(static_cast<std::int64_t>(n), f, out, in...);
+  }
+
+  template <class T>
+  static void to_host(const rank_context&, const T* src, std::size_t n, T* dst) {
+    std::copy_n(src, n, dst);
+  }
+  template <class T>
+  static void from_host(const rank_context&, const T* src, std::size_t n, T* dst) {
+    std::copy_n(src, n, dst);
+  }
+};
+
+}  // namespace tpx

@@ -1,0 +1,32 @@
+// Shared by the trainer tests: a small configuration of the example trainer and a helper that
+// runs it and returns the loss of every step.
+#pragma once
+
+#include <vector>
+
+#include "../../examples/trainer/training.hpp"
+
+namespace trainer_test {
+
+inline trainer::options small(int mesh_x, int mesh_y, int checkpoint_every = 0) {
+  trainer::options o;
+  o.model.batch = 24;
+  o.model.d_model = 20;  // not a multiple of every mesh size: uneven shards on purpose
+  o.model.ffn = 36;
+  o.model.layers = 4;
+  o.model.context = 2;
+  o.model.checkpoint_every = checkpoint_every;
+  o.mesh_x = mesh_x;
+  o.mesh_y = mesh_y;
+  o.steps = 50;
+  o.lr = 1e-2f;
+  return o;
+}
+
+inline std::vector<float> losses(const trainer::options& o) {
+  std::vector<float> out;
+  trainer::run(o, [&](const trainer::step_report& r) { out.push_back(r.loss); });
+  return out;
+}
+
+}  // namespace trainer_test
