@@ -37,6 +37,7 @@
 
 #include <tpx/tpx.hpp>
 
+#include "support/page_vector.hpp"
 #include "support/report.hpp"
 #include "support/sizes.hpp"
 
@@ -173,14 +174,19 @@ double mean_time(int warmup, std::int64_t iters, Fn&& fn) {
   return seconds_since(start) / static_cast<double>(iters);
 }
 
-// Single-thread memcpy of each size: the mean of at least -n calls, and of enough calls to copy
-// 256 MiB, so that small copies are timed over many calls rather than a few clock reads.
+// How many memcpy calls of `bytes` to time: at least -n, and enough to copy 256 MiB, so that
+// small copies are timed over many calls rather than a few clock reads.
+std::int64_t memcpy_calls(std::int64_t bytes, const options& o) {
+  return std::max<std::int64_t>(o.iters, (std::int64_t{256} << 20) / bytes);
+}
+
+// Single-thread memcpy of each size, seconds per call.
 std::vector<double> memcpy_seconds(const std::vector<std::int64_t>& sizes, const options& o) {
   const std::int64_t largest = *std::ranges::max_element(sizes);
-  std::vector<char> from(static_cast<std::size_t>(largest), 1), to(from.size(), 2);
+  tpx::bench::page_vector<char> from(static_cast<std::size_t>(largest), 1), to(from.size(), 2);
   std::vector<double> seconds;
   for (std::int64_t bytes : sizes)
-    seconds.push_back(mean_time(o.warmup, std::max<std::int64_t>(o.iters, (256 << 20) / bytes), [&] {
+    seconds.push_back(mean_time(o.warmup, memcpy_calls(bytes, o), [&] {
       std::memcpy(to.data(), from.data(), static_cast<std::size_t>(bytes));
       asm volatile("" : : "r"(to.data()) : "memory");  // the copy must happen every time
     }));
@@ -206,25 +212,29 @@ void sweep(const options& o, const std::vector<std::int64_t>& sizes,
   tpx::spmd(tpx::host, tpx::Mesh<R>{o.ranks}, [&](auto& rank) {
     tpx::any_communicator& comm = rank.template group<R>();
     const int n = comm.size(), me = comm.rank();
-    std::vector<float> send(buffer), recv(buffer);  // zero-filled: every page touched now
+    tpx::bench::page_vector<float> send(buffer), recv(buffer);  // zeroed: pages touched now
 
-    // Seconds per call of fn when every rank calls it at once: -w calls, then the mean of -n.
-    const auto time_on_ranks = [&](auto&& fn) {
+    // Seconds per call of fn when every rank calls it at once: -w calls, then the mean of
+    // `iters` calls between two barriers.
+    const auto time_on_ranks = [&](std::int64_t iters, auto&& fn) {
       for (int i = 0; i < o.warmup; ++i) fn();
       comm.barrier();
       const auto start = clock::now();
-      for (int i = 0; i < o.iters; ++i) fn();
+      for (std::int64_t i = 0; i < iters; ++i) fn();
       comm.barrier();
-      return seconds_since(start) / o.iters;
+      return seconds_since(start) / static_cast<double>(iters);
     };
 
-    // Every rank copying S bytes at once, the machine's copy throughput with these threads.
+    // Every rank copying S bytes at once (as many calls as the single-thread memcpy), the
+    // machine's copy throughput with these threads.
     std::vector<double> all_ranks_memcpy_gbps;
-    for (std::int64_t bytes : sizes)
-      all_ranks_memcpy_gbps.push_back(n * static_cast<double>(bytes) / 1e9 / time_on_ranks([&] {
+    for (std::int64_t bytes : sizes) {
+      const double seconds = time_on_ranks(memcpy_calls(bytes, o), [&] {
         std::memcpy(recv.data(), send.data(), static_cast<std::size_t>(bytes));
         asm volatile("" : : "r"(recv.data()) : "memory");
-      }));
+      });
+      all_ranks_memcpy_gbps.push_back(n * static_cast<double>(bytes) / 1e9 / seconds);
+    }
 
     // Fills the input, times the collective, then checks one call on fresh input.
     const auto measure = [&](const collective& c, const layout& l, bool in_place) {
@@ -234,7 +244,7 @@ void sweep(const options& o, const std::vector<std::int64_t>& sizes,
         for (std::size_t i = 0; i < l.send; ++i) in[i] = value_at(me, i);
       };
       fill();
-      result r{time_on_ranks([&] { c.run(comm, l, in, out); }), 0};
+      result r{time_on_ranks(o.iters, [&] { c.run(comm, l, in, out); }), 0};
       if (!o.check) return r;
       fill();
       c.run(comm, l, in, out);

@@ -2,11 +2,15 @@
 #
 #   tpx_add_test(NAME n SOURCES files... LABELS labels...)
 #       a doctest executable n (sources + the shared doctest main), run as the CTest test n.
-#   tpx_add_cuda_test(NAME n SOURCES files... LABELS labels... [MIN_DEVICES k])
-#       a doctest executable of .cu sources compiled by nvcc, linked to tpx::cuda and the CUDA
-#       test main (tests/cuda/cuda_test_main.cpp); needs TPX_CUDA; adds the label cuda. With fewer
-#       than k GPUs (default 1) it prints "skipped: no CUDA device" (or how many it needs) and
-#       CTest counts it as skipped, never as passed.
+#   tpx_add_cuda_test(NAME n [EXECUTABLE e] [SOURCES files...] [LABELS labels...]
+#                     [MIN_DEVICES k] [ARGS doctest-args...])
+#       the CTest test n running the doctest executable e (default n) with ARGS (a doctest
+#       filter, say); with SOURCES, e is built here from .cu files compiled by nvcc, linked to
+#       tpx::cuda and the CUDA test main (tests/cuda/cuda_test_main.cpp), else an earlier call
+#       built it.
+#       Needs TPX_CUDA; adds the label cuda; joins the target tpx-cuda-all. With fewer than k
+#       GPUs (default 1) it prints "skipped: no CUDA device" (or how many it needs) and CTest
+#       counts it as skipped, never as passed.
 #   tpx_add_static_test(NAME n SOURCE file)
 #       a static_assert-only file: the test is that it compiles. It is built with everything else,
 #       so a broken assertion breaks the build, and the CTest test n rebuilds it. Label static.
@@ -44,21 +48,27 @@ endfunction()
 set(TPX_SKIP_RETURN_CODE 77)
 
 function(tpx_add_cuda_test)
-  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;MIN_DEVICES" "SOURCES;LABELS")
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;MIN_DEVICES;EXECUTABLE" "SOURCES;LABELS;ARGS")
   if(NOT TPX_CUDA)
     message(FATAL_ERROR "tpx_add_cuda_test(${arg_NAME}): configure with TPX_CUDA=ON (needs nvcc)")
   endif()
   if(NOT arg_MIN_DEVICES)
     set(arg_MIN_DEVICES 1)
   endif()
-  add_executable(${arg_NAME} ${arg_SOURCES})
-  target_link_libraries(${arg_NAME} PRIVATE tpx::cuda tpx_cuda_test_main)
-  tpx_target_warnings(${arg_NAME})
-  add_test(NAME ${arg_NAME} COMMAND ${arg_NAME} --tpx-min-devices=${arg_MIN_DEVICES})
+  if(NOT arg_EXECUTABLE)
+    set(arg_EXECUTABLE ${arg_NAME})
+  endif()
+  if(arg_SOURCES)
+    add_executable(${arg_EXECUTABLE} ${arg_SOURCES})
+    target_link_libraries(${arg_EXECUTABLE} PRIVATE tpx::cuda tpx_cuda_test_main)
+    tpx_target_warnings(${arg_EXECUTABLE})
+    add_dependencies(tpx-tests ${arg_EXECUTABLE})
+    add_dependencies(tpx-cuda-all ${arg_EXECUTABLE})
+  endif()
+  add_test(NAME ${arg_NAME} COMMAND ${arg_EXECUTABLE} --tpx-min-devices=${arg_MIN_DEVICES} ${arg_ARGS})
   set_tests_properties(${arg_NAME} PROPERTIES
     LABELS "cuda;${arg_LABELS}"
     SKIP_RETURN_CODE ${TPX_SKIP_RETURN_CODE})
-  add_dependencies(tpx-tests ${arg_NAME})
 endfunction()
 
 # The CTest test `name` that builds the object target `name` and expects it to compile

@@ -59,6 +59,11 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-every", o.model.checkpoint_every,
                  "activation checkpointing: keep every C-th block input, recompute the rest")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--ckpt-dir", o.ckpt_dir, "write sharded checkpoints (safetensors) here");
+  app.add_option("--save-every", o.save_every, "save every N steps (the last step always)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", o.resume, "continue from --ckpt-dir's latest checkpoint, on any mesh")
+      ->needs("--ckpt-dir");
   app.add_option("--text", o.text, "training text")->capture_default_str()->check(CLI::ExistingFile);
   app.add_option("--log", log_path, "write one JSON object per step to this file (JSONL)");
   app.add_option("--log-every", log_every, "print a progress line every N steps")

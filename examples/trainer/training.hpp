@@ -3,7 +3,9 @@
 //
 // Each rank: initialize (or resume) its shards, then per step load its rows of the batch, run
 // forward and backward, clip by the global gradient norm, and apply AdamW to its shards. Rank 0
-// reports progress; checkpoints are written by every rank (io/checkpoint.hpp).
+// reports progress. Checkpoints (io/checkpoint.hpp) hold every rank's shards of the parameters
+// and Adam moments; --resume loads them onto whatever mesh this run has, and since a batch is a
+// function of the step number, the step is the whole data position.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +15,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <tpx/io/checkpoint.hpp>
 
 #include "model.hpp"
 
@@ -28,6 +32,9 @@ struct options {
   float clip = 1.0f;
   bool bf16 = false;
   std::string text = "/usr/share/common-licenses/GPL-3";
+  std::string ckpt_dir;  // where checkpoints go; empty: none
+  int save_every = 0;    // also save every N steps (the last step is always saved)
+  bool resume = false;   // continue from ckpt_dir's latest checkpoint, on any mesh
 };
 
 // What rank 0 reports after each step.
@@ -39,15 +46,57 @@ struct step_report {
   double collective_seconds;  // of which inside collectives (rank 0)
 };
 
+// The checkpoint of the training state after `step` steps: every rank's shards of the
+// parameters and of both Adam moments, and the run's settings.
+template <class Rank>
+void save_checkpoint(const Rank& rank, const options& o, int step, const model_tensors& params,
+                     const model_tensors& m, const model_tensors& v) {
+  tpx::io::checkpoint_writer out(rank, o.ckpt_dir, step);
+  params.for_each([&](const std::string& name, const auto& p, const auto& pm, const auto& pv) {
+    out.add("param." + name, p);
+    out.add("adam.m." + name, pm);
+    out.add("adam.v." + name, pv);
+  }, m, v);
+  out.save({{"data_position", step},  // batches are a function of the step (text_data.hpp)
+            {"mesh", std::to_string(o.mesh_x) + "x" + std::to_string(o.mesh_y)},
+            {"batch", o.model.batch}, {"d_model", o.model.d_model}, {"ffn", o.model.ffn},
+            {"layers", o.model.layers}, {"context", o.model.context},
+            {"seed", o.model.seed}, {"lr", o.lr}, {"bf16", o.bf16}});
+}
+
+// Loads the latest checkpoint of o.ckpt_dir into this rank's shards; returns its step.
+inline int load_checkpoint(const options& o, model_tensors& params, model_tensors& m,
+                           model_tensors& v) {
+  tpx::io::checkpoint_reader in(o.ckpt_dir);
+  for (const char* key : {"batch", "d_model", "ffn", "layers", "context", "seed"}) {
+    const std::int64_t saved = in.state().at(key).get<std::int64_t>();
+    const std::int64_t now = nlohmann::json{{"batch", o.model.batch}, {"d_model", o.model.d_model},
+                                            {"ffn", o.model.ffn}, {"layers", o.model.layers},
+                                            {"context", o.model.context}, {"seed", o.model.seed}}
+                                 .at(key)
+                                 .get<std::int64_t>();
+    if (saved != now)
+      throw std::runtime_error("trainer: --resume: the checkpoint in " + o.ckpt_dir + " has " +
+                               key + " = " + std::to_string(saved) + ", this run " +
+                               std::to_string(now));
+  }
+  params.for_each([&](const std::string& name, auto& p, auto& pm, auto& pv) {
+    in.load("param." + name, p);
+    in.load("adam.m." + name, pm);
+    in.load("adam.v." + name, pv);
+  }, m, v);
+  return static_cast<int>(in.state().at("data_position").get<std::int64_t>());
+}
+
 template <class Tc, class Rank>
 void train_rank(Rank& rank, const options& o, const text_data& data,
                 const std::function<void(const step_report&)>& report) {
-  model_tensors params(rank, o.model), grads(rank, o.model);
+  model_tensors params(rank, o.model), grads(rank, o.model), m(rank, o.model), v(rank, o.model);
   initialize(params, o.model);
-  model_tensors m(rank, o.model), v(rank, o.model);
+  const int first = o.resume ? load_checkpoint(o, params, m, v) : 0;
   model<Tc> net(rank, o.model);
   const tpx::nn::adamw_config adam{o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay};
-  for (int step = 0; step < o.steps; ++step) {
+  for (int step = first; step < o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const double comm_start = rank.collective_seconds();
     const batch_tokens tokens = load_batch(rank, data, o.model, step);
@@ -63,6 +112,9 @@ void train_rank(Rank& rank, const options& o, const text_data& data,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rank.world_rank() == 0)
       report({step, loss, norm, seconds, rank.collective_seconds() - comm_start});
+    const bool last = step + 1 == o.steps;
+    if (!o.ckpt_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0)))
+      save_checkpoint(rank, o, step + 1, params, m, v);
   }
 }
 

@@ -18,6 +18,8 @@
 // expect(REDUCE_REDUCED): reduce_scatter<X, D>: tensor \[B, D\] is not unreduced over X
 // expect(INVENT_PARTIAL_SUMS): reshard to an unreduced tensor over X from one that is not
 // expect(TRANSPOSE): the dims differ or are in another order
+// expect(CHECKPOINT_PARTIAL_SUM): checkpoint: tensor \[B, F\]{U_X} is unreduced
+#include <tpx/io/checkpoint.hpp>
 #include <tpx/tpx.hpp>
 
 TPX_MESH_AXES(X, Y, Z);
@@ -66,6 +68,9 @@ void body(const tpx::Rank<tpx::Mesh<X, Y>>& rank) {
   auto t = tpx::reshard<B<>, D<>, Unreduced<X>>(some<Tensor<float, B<>, D<>>>());
 #elif defined(TRANSPOSE)
   auto t = tpx::reshard<D<>, B<>>(some<Tensor<float, B<>, D<>>>());
+#elif defined(CHECKPOINT_PARTIAL_SUM)
+  tpx::io::checkpoint_writer out(rank, "/nonexistent", 0);
+  out.add("partial", some<Tensor<float, B<>, F<>, Unreduced<X>>>());
 #endif
 }
 

@@ -78,7 +78,8 @@ std::vector<std::byte> read_file(const fs::path& path) {
 }
 void write_file(const fs::path& path, std::span<const std::byte> bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 // The message of what fn throws ("" if nothing).
@@ -113,10 +114,14 @@ bool block_matches(const Tn& t, Fn value_at) {
   return true;
 }
 auto normal(std::uint64_t seed) {
-  return [seed](std::int64_t i) { return tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i)); };
+  return [seed](std::int64_t i) {
+    return tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i));
+  };
 }
 auto normal_bf16(std::uint64_t seed) {
-  return [seed](std::int64_t i) { return bf16(tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i))); };
+  return [seed](std::int64_t i) {
+    return bf16(tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i)));
+  };
 }
 
 // The tensors of the sharded tests, saved on a 2x2 mesh: two 7x5 matrices in transposed
@@ -185,7 +190,8 @@ TEST_CASE("safetensors files are byte for byte what the format's reference write
     const std::vector<float> values = {0, 1, 2, 3, 4, 5};
     byte_sink out;
     io::write_safetensors(out, {{"attn.0", io::dtype::f32, {1, 2, 3}, bytes_of(values)}}, {});
-    const std::string header = R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})";
+    const std::string header =
+        R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})";
     REQUIRE(header.size() == 64);
     std::vector<std::byte> want = length_prefix(64);
     for (std::byte b : bytes_of(header)) want.push_back(b);
@@ -205,10 +211,11 @@ TEST_CASE("safetensors files are byte for byte what the format's reference write
     const std::vector<bf16> a = {bf16(1.0f), bf16(2.0f), bf16(3.0f)};
     const std::vector<float> b = {4.0f};
     byte_sink out;
-    io::write_safetensors(out, {{"a", io::dtype::bf16, {3}, bytes_of(a)}, {"b", io::dtype::f32, {1}, bytes_of(b)}},
-                          {});
-    std::string header =
-        R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"BF16","shape":[3],"data_offsets":[4,10]}})";
+    io::write_safetensors(
+        out, {{"a", io::dtype::bf16, {3}, bytes_of(a)}, {"b", io::dtype::f32, {1}, bytes_of(b)}},
+        {});
+    std::string header = R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                         R"("a":{"dtype":"BF16","shape":[3],"data_offsets":[4,10]}})";
     header.append((8 - header.size() % 8) % 8, ' ');
     std::vector<std::byte> want = length_prefix(header.size());
     for (std::byte x : bytes_of(header)) want.push_back(x);
@@ -219,8 +226,11 @@ TEST_CASE("safetensors files are byte for byte what the format's reference write
   SUBCASE("a tensor whose bytes do not match its shape is refused") {
     const std::vector<float> values = {1, 2, 3};
     byte_sink out;
-    CHECK(contains(error_of([&] { io::write_safetensors(out, {{"w", io::dtype::f32, {2, 2}, bytes_of(values)}}, {}); }),
-                   "tensor 'w' of shape [2, 2]"));
+    CHECK(contains(
+        error_of([&] {
+          io::write_safetensors(out, {{"w", io::dtype::f32, {2, 2}, bytes_of(values)}}, {});
+        }),
+        "tensor 'w' of shape [2, 2]"));
   }
 }
 
@@ -265,9 +275,11 @@ TEST_CASE("safetensors round trip: F32 and BF16 tensors, an empty one, a scalar,
   CHECK(std::memcmp(h_back.data(), h.data(), h.size() * sizeof(bf16)) == 0);
   CHECK(s_back[0] == 42.0f);
   CHECK(std::equal(tail.begin(), tail.end(), w.begin() + 20));
-  CHECK(contains(error_of([&] { io::read_elements(header, header.tensor("h"), 0, std::span(w_back)); }),
-                 "tensor 'h' is BF16, not the F32 asked for"));
-  CHECK(contains(error_of([&] { (void)header.tensor("nope"); }), "t.safetensors: has no tensor 'nope'"));
+  CHECK(contains(
+      error_of([&] { io::read_elements(header, header.tensor("h"), 0, std::span(w_back)); }),
+      "tensor 'h' is BF16, not the F32 asked for"));
+  CHECK(contains(error_of([&] { (void)header.tensor("nope"); }),
+                 "t.safetensors: has no tensor 'nope'"));
 }
 
 TEST_CASE("the safetensors reader rejects damaged files, naming the file and the tensor") {
@@ -292,12 +304,14 @@ TEST_CASE("the safetensors reader rejects damaged files, naming the file and the
   }
   SUBCASE("truncated inside the header") {
     write_file(file, std::span(whole).first(30));
-    CHECK(contains(problem(), "bad.safetensors: not a valid safetensors file: header length 54 runs past "
-                              "the end of the 30-byte file (truncated?)"));
+    CHECK(contains(problem(),
+                   "bad.safetensors: not a valid safetensors file: header length 54 runs past "
+                   "the end of the 30-byte file (truncated?)"));
   }
   SUBCASE("truncated inside the data") {
     write_file(file, std::span(whole).first(whole.size() - 1));
-    CHECK(contains(problem(), "the tensors index 8 bytes of data but the file holds 7 (truncated?)"));
+    CHECK(
+        contains(problem(), "the tensors index 8 bytes of data but the file holds 7 (truncated?)"));
   }
   SUBCASE("bytes after the last tensor") {
     make(good, 9);
@@ -311,20 +325,26 @@ TEST_CASE("the safetensors reader rejects damaged files, naming the file and the
   }
   SUBCASE("header is not JSON, or not an object") {
     make(R"({"a":{"dtype":"F32",)", 0);
-    CHECK(contains(problem(), "bad.safetensors: not a valid safetensors file: the header is not JSON"));
+    CHECK(contains(problem(),
+                   "bad.safetensors: not a valid safetensors file: the header is not JSON"));
     make(R"([1, 2])", 0);
     CHECK(contains(problem(), "does not start with '{'"));
   }
   SUBCASE("duplicate key") {
-    make(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8);
+    make(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+         R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+         8);
     CHECK(contains(problem(), "the header has the key 'a' twice"));
   }
   SUBCASE("byte count does not match shape and dtype") {
     make(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8);
-    CHECK(contains(problem(), "tensor 'a': shape [3] of F32 needs 12 bytes but data_offsets [0,8] span 8"));
+    CHECK(contains(problem(),
+                   "tensor 'a': shape [3] of F32 needs 12 bytes but data_offsets [0,8] span 8"));
   }
   SUBCASE("overlapping and missing bytes") {
-    make(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8);
+    make(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+         R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+         8);
     CHECK(contains(problem(), "the data of tensor 'b' overlaps that of tensor 'a'"));
     make(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8);
     CHECK(contains(problem(), "bytes [0, 4) before tensor 'a' belong to no tensor"));
@@ -357,28 +377,33 @@ TEST_CASE("write_atomically replaces a file whole, or leaves it as it was") {
   const io::file_digest digest = write_text("new contents", false);
   CHECK(read_file(file) == bytes_of("new contents"));
   CHECK(digest == io::digest_file(file));
-  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);  // no .tmp left
+  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) ==
+        1);  // no .tmp left
 }
 
 TEST_CASE("a checkpoint saved on 2x2 loads onto 4x1, 1x2, 1x1 and 2x2, in any sharding") {
   scratch_folder dir("reshard");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) { save_model(rank, dir.path, 40, 1); });
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
+            [&](auto& rank) { save_model(rank, dir.path, 40, 1); });
   for (auto [x, y] : {std::pair{4, 1}, std::pair{1, 2}, std::pair{1, 1}, std::pair{2, 2}}) {
     CAPTURE(x);
     CAPTURE(y);
     std::atomic<int> wrong{0}, wrong_state{0};
     tpx::spmd(tpx::host, tpx::Mesh<X, Y>{x, y}, [&](auto& rank) {
       io::checkpoint_reader in(dir.path);
-      wrong_state += in.step() != 40 || in.state()["data_position"] != 123 || in.state()["lr"] != 0.5;
+      wrong_state +=
+          in.step() != 40 || in.state()["data_position"] != 123 || in.state()["lr"] != 0.5;
       // As saved (on 2x2 this is a same-mesh resume: every element bit-exact).
-      wrong += wrong_blocks<Tensor<float, D<X>, F<Y>>, Tensor<float, F<Y>, D<X>>, Tensor<float, V<Y, X>>,
-                            Tensor<float, D<>>, Tensor<bf16, D<X>, F<>>>(rank, in, 1);
+      wrong +=
+          wrong_blocks<Tensor<float, D<X>, F<Y>>, Tensor<float, F<Y>, D<X>>, Tensor<float, V<Y, X>>,
+                       Tensor<float, D<>>, Tensor<bf16, D<X>, F<>>>(rank, in, 1);
       // Replicated everywhere.
       wrong += wrong_blocks<Tensor<float, D<>, F<>>, Tensor<float, F<>, D<>>, Tensor<float, V<>>,
                             Tensor<float, D<>>, Tensor<bf16, D<>, F<>>>(rank, in, 1);
       // Other shardings: axes swapped, the vector split X-major, the replicated vector sharded.
-      wrong += wrong_blocks<Tensor<float, D<Y>, F<X>>, Tensor<float, F<X>, D<>>, Tensor<float, V<X, Y>>,
-                            Tensor<float, D<X>>, Tensor<bf16, D<>, F<Y>>>(rank, in, 1);
+      wrong +=
+          wrong_blocks<Tensor<float, D<Y>, F<X>>, Tensor<float, F<X>, D<>>, Tensor<float, V<X, Y>>,
+                       Tensor<float, D<X>>, Tensor<bf16, D<>, F<Y>>>(rank, in, 1);
     });
     CHECK(wrong == 0);
     CHECK(wrong_state == 0);
@@ -387,7 +412,8 @@ TEST_CASE("a checkpoint saved on 2x2 loads onto 4x1, 1x2, 1x1 and 2x2, in any sh
 
 TEST_CASE("resharding in a chain: saved on 2x2, resaved on 4x1, loaded on 1x1") {
   scratch_folder dir("chain");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) { save_model(rank, dir.path, 1, 3); });
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
+            [&](auto& rank) { save_model(rank, dir.path, 1, 3); });
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{4, 1}, [&](auto& rank) {
     io::checkpoint_reader in(dir.path);
     Tensor<float, D<>, F<X>> w_in(rank, {D(7), F(5)});
@@ -414,7 +440,8 @@ TEST_CASE("resharding in a chain: saved on 2x2, resaved on 4x1, loaded on 1x1") 
 
 TEST_CASE("the manifest indexes every block once, with each file's size and checksum") {
   scratch_folder dir("manifest");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) { save_model(rank, dir.path, 7, 1); });
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
+            [&](auto& rank) { save_model(rank, dir.path, 7, 1); });
   const fs::path folder = dir.path / "step-00000007";
   CHECK(io::latest_step(dir.path) == 7);
   const io::checkpoint_reader in(dir.path);
@@ -434,7 +461,8 @@ TEST_CASE("the manifest indexes every block once, with each file's size and chec
   CHECK(w_in["dims"] == nlohmann::json::parse(R"(["D","F"])"));
   CHECK(w_in["global_shape"] == nlohmann::json::parse("[7,5]"));
   CHECK(w_in["blocks"].size() == 4);
-  CHECK(w_in["blocks"][3] == nlohmann::json::parse(R"({"file":3,"offsets":[4,3],"extents":[3,2]})"));
+  CHECK(w_in["blocks"][3] ==
+        nlohmann::json::parse(R"({"file":3,"offsets":[4,3],"extents":[3,2]})"));
   CHECK(m["tensors"]["norm"]["blocks"].size() == 1);  // replicated: written by rank 0 only
   CHECK(m["tensors"]["half"]["blocks"].size() == 2);  // replicated over Y: ranks (0,0) and (1,0)
   CHECK(m["tensors"]["half"]["dtype"] == "BF16");
@@ -450,8 +478,10 @@ TEST_CASE("latest names the newest complete checkpoint; older ones stay loadable
   scratch_folder dir("latest");
   CHECK(!io::latest_step(dir.path).has_value());
   CHECK(contains(error_of([&] { io::checkpoint_reader in(dir.path); }), "holds no checkpoint"));
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1}, [&](auto& rank) { save_model(rank, dir.path, 10, 1); });
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1}, [&](auto& rank) { save_model(rank, dir.path, 20, 11); });
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1},
+            [&](auto& rank) { save_model(rank, dir.path, 10, 1); });
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1},
+            [&](auto& rank) { save_model(rank, dir.path, 20, 11); });
   CHECK(io::latest_step(dir.path) == 20);
   std::atomic<int> wrong{0};
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 2}, [&](auto& rank) {
@@ -468,7 +498,8 @@ TEST_CASE("latest names the newest complete checkpoint; older ones stay loadable
 
 TEST_CASE("a write that crashed leaves stray temporary files that change nothing") {
   scratch_folder dir("crash");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) { save_model(rank, dir.path, 10, 1); });
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
+            [&](auto& rank) { save_model(rank, dir.path, 10, 1); });
   // Step 20 died after some ranks wrote: a half-written temporary, a finished rank file and a
   // rank's part of the manifest, but no manifest, and latest never moved. Step 10's folder and
   // dir also hold temporaries of an interrupted rewrite.
@@ -488,15 +519,17 @@ TEST_CASE("a write that crashed leaves stray temporary files that change nothing
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) {
     io::checkpoint_reader in(dir.path);
     wrong += in.step() != 10;
-    wrong += wrong_blocks<Tensor<float, D<X>, F<Y>>, Tensor<float, F<Y>, D<X>>, Tensor<float, V<Y, X>>,
-                          Tensor<float, D<>>, Tensor<bf16, D<X>, F<>>>(rank, in, 1);
+    wrong +=
+        wrong_blocks<Tensor<float, D<X>, F<Y>>, Tensor<float, F<Y>, D<X>>, Tensor<float, V<Y, X>>,
+                     Tensor<float, D<>>, Tensor<bf16, D<X>, F<>>>(rank, in, 1);
   });
   CHECK(wrong == 0);
 }
 
 TEST_CASE("a damaged rank file fails its checksum, naming the file") {
   scratch_folder dir("corrupt");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1}, [&](auto& rank) { save_model(rank, dir.path, 5, 1); });
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1},
+            [&](auto& rank) { save_model(rank, dir.path, 5, 1); });
   const fs::path victim = dir.path / "step-00000005" / "rank-1.safetensors";
   std::vector<std::byte> bytes = read_file(victim);
   const auto load_all = [&] {
@@ -538,7 +571,8 @@ TEST_CASE("a damaged rank file fails its checksum, naming the file") {
 
 TEST_CASE("load names the tensor, what the program expects and what the checkpoint has") {
   scratch_folder dir("mismatch");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) { save_model(rank, dir.path, 3, 1); });
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1},
+            [&](auto& rank) { save_model(rank, dir.path, 3, 1); });
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
     io::checkpoint_reader in(dir.path);
     Tensor<float, D<X>, F<Y>> w(rank, {D(8), F(5)});
@@ -548,12 +582,14 @@ TEST_CASE("load names the tensor, what the program expects and what the checkpoi
                    "tensor 'w_in': the tensor [D_X, F_Y] loaded into has global_shape [8,5], the "
                    "checkpoint has [7,5]"));
     Tensor<float, F<>, D<>> transposed(rank, {F(7), D(5)});
-    CHECK(contains(error_of([&] { in.load("w_in", transposed); }),
-                   "tensor 'w_in': the tensor [F, D] loaded into has dims [\"F\",\"D\"], the checkpoint "
-                   "has [\"D\",\"F\"]"));
+    CHECK(contains(
+        error_of([&] { in.load("w_in", transposed); }),
+        "tensor 'w_in': the tensor [F, D] loaded into has dims [\"F\",\"D\"], the checkpoint "
+        "has [\"D\",\"F\"]"));
     Tensor<bf16, D<>, F<>> narrow(rank, {D(7), F(5)});
     CHECK(contains(error_of([&] { in.load("w_in", narrow); }),
-                   "tensor 'w_in': the tensor [D, F] loaded into has dtype \"BF16\", the checkpoint has \"F32\""));
+                   "tensor 'w_in': the tensor [D, F] loaded into has dtype \"BF16\", the "
+                   "checkpoint has \"F32\""));
   });
 }
 
@@ -566,7 +602,8 @@ TEST_CASE("save refuses a tensor that some rank forgot to add, and a name added 
       out.save();
     });
   });
-  CHECK(contains(error, "tensor 'w' has 6 elements but the ranks saved blocks of 3 (did every rank add it?)"));
+  CHECK(contains(
+      error, "tensor 'w' has 6 elements but the ranks saved blocks of 3 (did every rank add it?)"));
   CHECK(!io::latest_step(dir.path).has_value());
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
     io::checkpoint_writer out(rank, dir.path, 1);

@@ -1,5 +1,7 @@
 // Tests of the per-element and per-row math of kernels/: elementwise functors and transform(),
-// reductions, softmax cross-entropy and RMSNorm, each against an independent formula in double.
+// reductions, softmax cross-entropy, RMSNorm, LayerNorm and the AdamW update, each against an
+// independent formula in double; and the pieces the CUDA kernels assemble rows from (a row
+// split into chunks, as threads split it) against the row functions.
 //
 // Derivatives (GELU, ReLU, RMSNorm) are checked against central finite differences of the double
 // formula, (f(x+h) - f(x-h)) / 2h with h = 1e-4, whose own error (h^2 f''' / 6 plus rounding
@@ -17,6 +19,8 @@
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/kernels/cross_entropy.hpp"
 #include "tpx/kernels/elementwise.hpp"
+#include "tpx/kernels/layernorm.hpp"
+#include "tpx/kernels/optimizer.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/kernels/rmsnorm.hpp"
 
@@ -324,4 +328,167 @@ TEST_CASE("rmsnorm on bf16 activations with fp32 weights, in place") {
   const std::vector<double> y_ref = rmsnorm_ref(xd, wd, 1e-6);
   k::rmsnorm_forward_row(d, xb.data(), w.data(), 1e-6f, xb.data());
   for (int64_t i = 0; i < d; ++i) CHECK(std::abs(float(xb[i]) - y_ref[i]) <= 0x1.0p-8 * std::abs(y_ref[i]) + 2 * d * u);
+}
+
+TEST_CASE("identity converts between storage types, rounding to bf16 once") {
+  for (float x : sample_points) {
+    CHECK(k::identity{}(x) == x);
+    CHECK(float(bf16(k::identity{}(x))) == float(bf16(x)));
+  }
+}
+
+namespace {
+
+// LayerNorm in double, and L = sum_i g_i y_i, whose gradient the backward computes for dy = g.
+std::vector<double> layernorm_ref(const std::vector<double>& x, const std::vector<double>& w,
+                                  const std::vector<double>& b, double eps) {
+  const double d = static_cast<double>(x.size());
+  double mean = 0.0, var = 0.0;
+  for (double v : x) mean += v / d;
+  for (double v : x) var += (v - mean) * (v - mean) / d;
+  std::vector<double> y;
+  for (std::size_t i = 0; i < x.size(); ++i) y.push_back((x[i] - mean) / std::sqrt(var + eps) * w[i] + b[i]);
+  return y;
+}
+
+double layernorm_weighted_output(const std::vector<double>& x, const std::vector<double>& w,
+                                 const std::vector<double>& b, const std::vector<float>& g, double eps) {
+  const std::vector<double> y = layernorm_ref(x, w, b, eps);
+  double l = 0.0;
+  for (std::size_t i = 0; i < y.size(); ++i) l += g[i] * y[i];
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("layernorm forward vs double, backward vs finite differences, for a row far from zero") {
+  constexpr int64_t d = 48;
+  constexpr float eps = 1e-5f;
+  // Centred at 3: the two-pass variance must not cancel (E[x^2] - mean^2 would lose ~4 bits).
+  const std::vector<float> x = random_floats(d, 2.0f, 4.0f, 20), w = random_floats(d, 0.5f, 1.5f, 21);
+  const std::vector<float> b = random_floats(d, -0.5f, 0.5f, 22), g = random_floats(d, -1.0f, 1.0f, 23);
+  const std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), bd(b.begin(), b.end());
+
+  std::vector<float> y(d);
+  const k::layernorm_stats s = k::layernorm_forward_row(d, x.data(), w.data(), b.data(), eps, y.data());
+  const std::vector<double> y_ref = layernorm_ref(xd, wd, bd, eps);
+  // The fp32 sums (d u relative to the magnitudes, amplified by 1/std ~ 2 here): 8 d u.
+  for (int64_t i = 0; i < d; ++i) CHECK(std::abs(y[i] - y_ref[i]) <= 8 * d * u * (std::abs(y_ref[i]) + 1.0));
+
+  std::vector<float> dx(d), dw(d, 0.25f), db(d, -0.5f);  // the parameter gradients accumulate
+  k::layernorm_backward_row(d, x.data(), w.data(), s, g.data(), dx.data(), dw.data(), db.data());
+  for (int64_t j = 0; j < d; ++j) {
+    CAPTURE(j);
+    auto xs = xd, ws = wd, bs = bd;
+    const auto lx = [&](double v) { xs[j] = v; const double l = layernorm_weighted_output(xs, wd, bd, g, eps); xs[j] = xd[j]; return l; };
+    const auto lw = [&](double v) { ws[j] = v; const double l = layernorm_weighted_output(xd, ws, bd, g, eps); ws[j] = wd[j]; return l; };
+    const auto lb = [&](double v) { bs[j] = v; const double l = layernorm_weighted_output(xd, wd, bs, g, eps); bs[j] = bd[j]; return l; };
+    // dx sums d products amplified by rstd ~ 2: absolute 16 d u; dw, db are single products.
+    CHECK(std::abs(dx[j] - central_difference(lx, xd[j])) <= 16 * d * u);
+    CHECK(std::abs((dw[j] - 0.25) - central_difference(lw, wd[j])) <= 16 * u + 1e-7);
+    CHECK(std::abs((db[j] + 0.5) - central_difference(lb, bd[j])) <= 4 * u + 1e-7);
+  }
+}
+
+// The CUDA row kernels give each thread a share of a row, combine the shares' partial results,
+// and finish with the row's statistic; here the same pieces are assembled from three chunks
+// on the host and must agree with the row functions (which are the pieces in a serial loop),
+// to the rounding of a differently ordered sum.
+TEST_CASE("row pieces: a row assembled from chunks equals the row functions") {
+  constexpr int64_t d = 90;
+  const int64_t cuts[] = {0, 31, 64, d};
+  const std::vector<float> x = random_floats(d, -3.0f, 3.0f, 30), w = random_floats(d, 0.5f, 1.5f, 31);
+  const std::vector<float> b = random_floats(d, -0.5f, 0.5f, 32), dy = random_floats(d, -1.0f, 1.0f, 33);
+
+  SUBCASE("rmsnorm") {
+    std::vector<float> y(d), dx(d), dw(d, 0.0f);
+    const float r = k::rmsnorm_forward_row(d, x.data(), w.data(), 1e-5f, y.data());
+    k::rmsnorm_backward_row(d, x.data(), w.data(), r, dy.data(), dx.data(), dw.data());
+    float squares = 0.0f, terms = 0.0f;
+    for (int c = 0; c < 3; ++c) {
+      float chunk_squares = 0.0f, chunk_terms = 0.0f;
+      for (int64_t i = cuts[c]; i < cuts[c + 1]; ++i) {
+        chunk_squares = k::sum_of_squares_reducer<float>::combine(chunk_squares, k::sum_of_squares_reducer<float>::element(x[i]));
+        chunk_terms += k::rmsnorm_backward_term(x[i], w[i], dy[i]);
+      }
+      squares += chunk_squares;
+      terms += chunk_terms;
+    }
+    const float r_pieces = k::rmsnorm_inverse_rms(squares, d, 1e-5f);
+    CHECK(std::abs(r_pieces - r) <= 2 * d * u * r);
+    const float c = k::rmsnorm_backward_scale(terms, r_pieces, d);
+    for (int64_t i = 0; i < d; ++i) {
+      CHECK(std::abs(k::rmsnorm_output(x[i], r_pieces, w[i]) - y[i]) <= 4 * d * u * (std::abs(y[i]) + 1e-3));
+      CHECK(std::abs(k::rmsnorm_input_gradient(x[i], w[i], dy[i], r_pieces, c) - dx[i]) <= 8 * d * u);
+      CHECK(std::abs(k::rmsnorm_weight_gradient(x[i], dy[i], r_pieces) - dw[i]) <= 4 * d * u * (std::abs(dw[i]) + 1e-3));
+    }
+  }
+  SUBCASE("layernorm") {
+    std::vector<float> y(d), dx(d), dw(d, 0.0f), db(d, 0.0f);
+    const k::layernorm_stats s = k::layernorm_forward_row(d, x.data(), w.data(), b.data(), 1e-5f, y.data());
+    k::layernorm_backward_row(d, x.data(), w.data(), s, dy.data(), dx.data(), dw.data(), db.data());
+    float sum = 0.0f;
+    for (int c = 0; c < 3; ++c) {
+      float chunk = 0.0f;
+      for (int64_t i = cuts[c]; i < cuts[c + 1]; ++i) chunk += x[i];
+      sum += chunk;
+    }
+    const float mean = k::layernorm_mean(sum, d);
+    float variance = 0.0f;
+    k::layernorm_backward_sums sums{0.0f, 0.0f};
+    for (int c = 0; c < 3; ++c)
+      for (int64_t i = cuts[c]; i < cuts[c + 1]; ++i) variance += k::layernorm_variance_term(x[i], mean);
+    const k::layernorm_stats pieces{mean, k::layernorm_rstd(variance, d, 1e-5f)};
+    CHECK(std::abs(pieces.mean - s.mean) <= 4 * d * u);
+    CHECK(std::abs(pieces.rstd - s.rstd) <= 4 * d * u * s.rstd);
+    for (int64_t i = 0; i < d; ++i) {
+      const k::layernorm_backward_sums t = k::layernorm_backward_terms(x[i], w[i], dy[i], pieces);
+      sums.w_dy += t.w_dy;
+      sums.w_dy_xhat += t.w_dy_xhat;
+    }
+    for (int64_t i = 0; i < d; ++i) {
+      CHECK(std::abs(k::layernorm_output(x[i], pieces, w[i], b[i]) - y[i]) <= 8 * d * u * (std::abs(y[i]) + 1.0));
+      CHECK(std::abs(k::layernorm_input_gradient(x[i], w[i], dy[i], pieces, sums, d) - dx[i]) <= 16 * d * u);
+      CHECK(std::abs(k::layernorm_weight_gradient(x[i], dy[i], pieces) - dw[i]) <= 8 * d * u * (std::abs(dw[i]) + 1e-3));
+    }
+  }
+  SUBCASE("softmax cross-entropy, with the stats merged element by element") {
+    const int64_t target = 40;
+    std::vector<float> probs(d), grad(d);
+    k::softmax_row(d, x.data(), probs.data());
+    const auto forward = k::cross_entropy_forward_row(d, x.data(), target);
+    k::cross_entropy_backward_row(d, x.data(), target, forward.stats, 0.5f, grad.data());
+    k::softmax_stats row{-inf_f, 0.0f};
+    for (int c = 0; c < 3; ++c) {
+      k::softmax_stats chunk{-inf_f, 0.0f};
+      for (int64_t i = cuts[c]; i < cuts[c + 1]; ++i) chunk = k::merge(chunk, k::softmax_stats_of(1, &x[i]));
+      row = k::merge(row, chunk);
+    }
+    CHECK(row.max == forward.stats.max);
+    CHECK(std::abs(k::cross_entropy_loss(row, x[target]) - forward.loss) <= 4 * d * u * (1.0 + forward.loss));
+    for (int64_t i = 0; i < d; ++i) {
+      CHECK(std::abs(k::softmax_element(x[i], row) - probs[i]) <= 4 * d * u * probs[i]);
+      CHECK(std::abs(k::cross_entropy_gradient(x[i], i == target, row, 0.5f) - grad[i]) <= 4 * d * u);
+    }
+  }
+}
+
+TEST_CASE("adamw_update: one step against the formula in double") {
+  const k::adamw_update update{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1 - 0.9f * 0.9f * 0.9f, 1 - 0.95f * 0.95f * 0.95f, 0.5f};
+  const std::vector<float> ps = random_floats(50, -1.0f, 1.0f, 40), gs = random_floats(50, -2.0f, 2.0f, 41);
+  const std::vector<float> ms = random_floats(50, -0.1f, 0.1f, 42), vs = random_floats(50, 0.0f, 0.05f, 43);
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    float p = ps[i], m = ms[i], v = vs[i];
+    update(p, gs[i], m, v);
+    // The reference takes the functor's float constants as exact values and works in double.
+    const double b1 = update.beta1, b2 = update.beta2, g = double(update.grad_scale) * gs[i];
+    const double m_ref = b1 * ms[i] + (1 - b1) * g, v_ref = b2 * vs[i] + (1 - b2) * g * g;
+    const double m_hat = m_ref / update.bias_correction1, v_hat = v_ref / update.bias_correction2;
+    const double p_ref = ps[i] - double(update.lr) * (m_hat / (std::sqrt(v_hat) + double(update.eps)) +
+                                                      double(update.weight_decay) * ps[i]);
+    // A handful of fp32 operations on O(1) values: 16u absolute each.
+    CHECK(std::abs(m - m_ref) <= 16 * u);
+    CHECK(std::abs(v - v_ref) <= 16 * u);
+    CHECK(std::abs(p - p_ref) <= 16 * u);
+  }
 }

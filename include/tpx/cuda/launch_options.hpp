@@ -13,7 +13,7 @@ struct launch_options {
   // A rank that waits longer than this for its group (simulated mesh), or a collective that has
   // not completed after it (NCCL), fails the run with comm_error naming the collective.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
-  rank_options rank;
+  rank_options rank{};
   // The GPU every rank of a simulated mesh runs on.
   int device = 0;
 };

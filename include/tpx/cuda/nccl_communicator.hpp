@@ -30,12 +30,15 @@
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <exception>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "tpx/comm/any_communicator.hpp"
 #include "tpx/comm/communicator.hpp"
 #include "tpx/comm/host_failure.hpp"
 #include "tpx/cuda/check.hpp"
@@ -326,6 +329,14 @@ class NcclCommunicator {
   std::deque<pending_call> pending_;
   std::vector<event> spare_;
 };
+
+// The NcclCommunicator behind one of a DeviceRank's groups (for send, recv and wait_all, which
+// any_communicator does not offer): `nccl_of(rank.group<X>()).send(...)`.
+inline NcclCommunicator& nccl_of(any_communicator& group) {
+  auto* model = dynamic_cast<communicator_model<NcclCommunicator>*>(&group);
+  if (model == nullptr) throw std::invalid_argument("tpx: nccl_of: this group is not an NCCL communicator");
+  return model->impl();
+}
 
 static_assert(Communicator<NcclCommunicator>,
               "NcclCommunicator must provide every collective of CommunicatorFor<C, float> and <C, bf16>");

@@ -1,6 +1,6 @@
 // The layout of a tpx checkpoint on disk, shared by its writer and its reader:
 //
-//   <dir>/latest                                "step-00000040": the newest complete checkpoint
+//   <dir>/latest                                "step-00000040": the checkpoint completed last
 //   <dir>/step-00000040/rank-<r>.safetensors    rank r's blocks of the tensors, one entry each
 //   <dir>/step-00000040/manifest.json           the index, written last
 //
@@ -47,7 +47,9 @@ inline std::string step_name(std::int64_t step) {
 inline std::filesystem::path step_folder(const std::filesystem::path& dir, std::int64_t step) {
   return dir / step_name(step);
 }
-inline std::string rank_file_name(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
+inline std::string rank_file_name(int rank) {
+  return "rank-" + std::to_string(rank) + ".safetensors";
+}
 inline std::string rank_record_name(int rank) { return "rank-" + std::to_string(rank) + ".json"; }
 
 inline std::string read_text_file(const std::filesystem::path& path) {
@@ -59,7 +61,8 @@ inline std::string read_text_file(const std::filesystem::path& path) {
   return text;
 }
 
-// The step that <dir>/latest names, or nothing if dir holds no complete checkpoint yet.
+// The step that <dir>/latest names (the checkpoint completed last), or nothing if dir holds no
+// complete checkpoint yet.
 inline std::optional<std::int64_t> latest_step(const std::filesystem::path& dir) {
   const std::filesystem::path latest = dir / "latest";
   if (!std::filesystem::exists(latest)) return std::nullopt;
@@ -68,14 +71,16 @@ inline std::optional<std::int64_t> latest_step(const std::filesystem::path& dir)
   int used = 0;
   if (std::sscanf(text.c_str(), "step-%lld%n", &step, &used) != 1 || step < 0 ||
       text.find_first_not_of("\n", static_cast<std::size_t>(used)) != std::string::npos)
-    throw io_error("tpx: " + latest.string() + ": expected \"step-<number>\", found \"" + text + "\"");
+    throw io_error("tpx: " + latest.string() + ": expected \"step-<number>\", found \"" + text +
+                   "\"");
   return step;
 }
 
 // Points <dir>/latest at step (atomically: readers see the old step or the new one).
 inline void set_latest_step(const std::filesystem::path& dir, std::int64_t step) {
   const std::string text = step_name(step) + "\n";
-  write_atomically(dir / "latest", [&](file_sink& out) { out.write(std::as_bytes(std::span(text))); });
+  write_atomically(dir / "latest",
+                   [&](file_sink& out) { out.write(std::as_bytes(std::span(text))); });
 }
 
 // A partial sum has no single value per element, so there is nothing to save: reduce it first.
@@ -96,7 +101,8 @@ nlohmann::json describe_tensor(const BasicTensor<Space, T, Spec...>& t) {
   return {{"dtype", dtype_name(dtype_of<T>)},
           {"dims", dims},
           {"notation", Tn::notation.c_str()},
-          {"global_shape", std::vector<std::int64_t>(t.global_extents().begin(), t.global_extents().end())}};
+          {"global_shape",
+           std::vector<std::int64_t>(t.global_extents().begin(), t.global_extents().end())}};
 }
 
 }  // namespace tpx::io

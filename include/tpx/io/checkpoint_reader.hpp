@@ -46,29 +46,41 @@ class checkpoint_reader {
   explicit checkpoint_reader(const std::filesystem::path& dir)
       : checkpoint_reader(dir, [&] {
           const std::optional<std::int64_t> step = latest_step(dir);
-          if (!step) throw io_error("tpx: " + dir.string() + ": holds no checkpoint (no 'latest' file)");
+          if (!step)
+            throw io_error("tpx: " + dir.string() + ": holds no checkpoint (no 'latest' file)");
           return *step;
         }()) {}
 
   // The checkpoint of the given step under dir.
-  checkpoint_reader(const std::filesystem::path& dir, std::int64_t step) : folder_(step_folder(dir, step)) {
+  checkpoint_reader(const std::filesystem::path& dir, std::int64_t step)
+      : folder_(step_folder(dir, step)) {
     const std::filesystem::path path = folder_ / "manifest.json";
     if (!std::filesystem::exists(path))
       throw io_error("tpx: " + path.string() + ": missing: step " + std::to_string(step) +
                      " was never completely saved");
     try {
       manifest_ = nlohmann::json::parse(read_text_file(path));
-      if (manifest_.at("format") != checkpoint_format || manifest_.at("version") != checkpoint_version ||
-          manifest_.at("step") != step)
-        throw io_error("tpx: " + path.string() + ": not a version-" + std::to_string(checkpoint_version) +
-                       " tpx checkpoint manifest of step " + std::to_string(step));
-      for (const nlohmann::json& f : manifest_.at("files"))
-        files_.push_back({f.at("name").get<std::string>(),
-                          {f.at("bytes").get<std::uint64_t>(), parse_hex(f.at("xxh64").get<std::string>(), path)},
+      if (manifest_.at("format") != checkpoint_format ||
+          manifest_.at("version") != checkpoint_version || manifest_.at("step") != step ||
+          !manifest_.contains("state"))
+        throw io_error("tpx: " + path.string() + ": not a version-" +
+                       std::to_string(checkpoint_version) + " tpx checkpoint manifest of step " +
+                       std::to_string(step));
+      for (const nlohmann::json& f : manifest_.at("files")) {
+        const std::string name = f.at("name").get<std::string>();
+        if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+          throw io_error("tpx: " + path.string() + ": file name \"" + name +
+                         "\" is not a name inside the checkpoint's folder");
+        files_.push_back({name,
+                          {f.at("bytes").get<std::uint64_t>(),
+                           parse_hex(f.at("xxh64").get<std::string>(), path)},
                           std::nullopt});
-      for (const auto& [name, t] : manifest_.at("tensors").items()) tensors_[name] = parse_tensor(t, path);
+      }
+      for (const auto& [name, t] : manifest_.at("tensors").items())
+        tensors_[name] = parse_tensor(t, path);
     } catch (const nlohmann::json::exception& e) {
-      throw io_error("tpx: " + path.string() + ": not a valid tpx checkpoint manifest: " + e.what());
+      throw io_error("tpx: " + path.string() +
+                     ": not a valid tpx checkpoint manifest: " + e.what());
     }
   }
 
@@ -87,9 +99,10 @@ class checkpoint_reader {
     const nlohmann::json expected = describe_tensor(t);
     for (const char* key : {"dtype", "dims", "global_shape"})
       if (expected[key] != saved.description[key])
-        throw io_error("tpx: checkpoint " + folder_.string() + ": tensor '" + name + "': the tensor " +
-                       Tn::notation.c_str() + " loaded into has " + key + " " + expected[key].dump() +
-                       ", the checkpoint has " + saved.description[key].dump());
+        throw io_error("tpx: checkpoint " + folder_.string() + ": tensor '" + name +
+                       "': the tensor " + Tn::notation.c_str() + " loaded into has " + key + " " +
+                       expected[key].dump() + ", the checkpoint has " +
+                       saved.description[key].dump());
 
     std::vector<T> staging(t.size());
     std::int64_t filled = 0;
@@ -99,7 +112,8 @@ class checkpoint_reader {
       bool overlaps = true;
       for (std::size_t d = 0; d < N; ++d) {
         lo[d] = std::max(b.offsets[d], t.local_offset(d));
-        box[d] = std::min(b.offsets[d] + b.extents[d], t.local_offset(d) + t.local_extent(d)) - lo[d];
+        box[d] =
+            std::min(b.offsets[d] + b.extents[d], t.local_offset(d) + t.local_extent(d)) - lo[d];
         overlaps = overlaps && box[d] > 0;
       }
       const bool repeated = std::any_of(used.begin(), used.end(), [&](const stored_block* u) {
@@ -111,9 +125,9 @@ class checkpoint_reader {
       filled += element_count(box);
     }
     if (filled != static_cast<std::int64_t>(t.size()))
-      throw io_error("tpx: checkpoint " + folder_.string() + ": tensor '" + name + "': its blocks hold " +
-                     std::to_string(filled) + " of the " + std::to_string(t.size()) +
-                     " elements of this rank's block");
+      throw io_error("tpx: checkpoint " + folder_.string() + ": tensor '" + name +
+                     "': its blocks hold " + std::to_string(filled) + " of the " +
+                     std::to_string(t.size()) + " elements of this rank's block");
     Space::from_host(t.context(), staging.data(), staging.size(), t.data());
   }
 
@@ -134,12 +148,15 @@ class checkpoint_reader {
 
   static std::uint64_t parse_hex(const std::string& text, const std::filesystem::path& path) {
     if (text.size() != 16 || text.find_first_not_of("0123456789abcdef") != std::string::npos)
-      throw io_error("tpx: " + path.string() + ": \"" + text + "\" is not an xxh64 of 16 hex digits");
+      throw io_error("tpx: " + path.string() + ": \"" + text +
+                     "\" is not an xxh64 of 16 hex digits");
     return std::stoull(text, nullptr, 16);
   }
 
   stored_tensor parse_tensor(const nlohmann::json& t, const std::filesystem::path& path) const {
-    stored_tensor s{{{"dtype", t.at("dtype")}, {"dims", t.at("dims")}, {"notation", t.at("notation")},
+    stored_tensor s{{{"dtype", t.at("dtype")},
+                     {"dims", t.at("dims")},
+                     {"notation", t.at("notation")},
                      {"global_shape", t.at("global_shape")}},
                     {}};
     const auto global = t.at("global_shape").get<std::vector<std::int64_t>>();

@@ -53,7 +53,8 @@ class checkpoint_writer {
         }(typename MeshT::axes{})),
         dir_(std::move(dir)),
         step_(step) {
-    if (step < 0) throw std::invalid_argument("tpx: checkpoint step " + std::to_string(step) + " is negative");
+    if (step < 0)
+      throw std::invalid_argument("tpx: checkpoint step " + std::to_string(step) + " is negative");
   }
 
   // Records t's block under name (unique among this rank's adds), copying it to host memory.
@@ -65,8 +66,10 @@ class checkpoint_writer {
       throw std::invalid_argument("tpx: checkpoint: tensor '" + name + "' is added twice");
     if (!holds_first_copy(t.context(), typename Tn::traits::axes{})) return;
     block b{name, dtype_of<T>, describe_tensor(t), std::vector<std::byte>(t.size() * sizeof(T))};
-    b.record["offsets"] = std::vector<std::int64_t>(t.local_offsets().begin(), t.local_offsets().end());
-    b.record["extents"] = std::vector<std::int64_t>(t.local_extents().begin(), t.local_extents().end());
+    b.record["offsets"] =
+        std::vector<std::int64_t>(t.local_offsets().begin(), t.local_offsets().end());
+    b.record["extents"] =
+        std::vector<std::int64_t>(t.local_extents().begin(), t.local_extents().end());
     Space::to_host(t.context(), t.data(), t.size(), reinterpret_cast<T*>(b.bytes.data()));
     blocks_.push_back(std::move(b));
   }
@@ -84,19 +87,21 @@ class checkpoint_writer {
     metadata_map placement;
     nlohmann::json records = nlohmann::json::object();
     for (const block& b : blocks_) {
-      tensors.push_back({b.name, b.type, b.record["extents"].get<std::vector<std::int64_t>>(), b.bytes});
+      tensors.push_back(
+          {b.name, b.type, b.record["extents"].get<std::vector<std::int64_t>>(), b.bytes});
       nlohmann::json where = b.record;
       where.erase("extents");
       where.erase("dtype");
       placement[b.name] = where.dump();
       records[b.name] = b.record;
     }
-    const file_digest digest = write_atomically(
-        folder / rank_file_name(r), [&](file_sink& out) { write_safetensors(out, tensors, placement); });
-    const std::string part =
-        nlohmann::json{{"file", {{"name", rank_file_name(r)}, {"bytes", digest.bytes}, {"xxh64", to_hex(digest.xxh64)}}},
-                       {"tensors", records}}
-            .dump();
+    const file_digest digest = write_atomically(folder / rank_file_name(r), [&](file_sink& out) {
+      write_safetensors(out, tensors, placement);
+    });
+    const std::string part = nlohmann::json{
+        {"file",
+         {{"name", rank_file_name(r)}, {"bytes", digest.bytes}, {"xxh64", to_hex(digest.xxh64)}}},
+        {"tensors", records}}.dump();
     write_atomically(folder / rank_record_name(r),
                      [&](file_sink& out) { out.write(std::as_bytes(std::span(part))); });
     mesh_->barrier();
@@ -117,7 +122,7 @@ class checkpoint_writer {
   template <class... TensorAxes>
   static bool holds_first_copy(const rank_context& context, type_list<TensorAxes...>) {
     for (const axis_place& a : context.axes())
-      if (a.coord != 0 && ((a.key != &axis_key<TensorAxes>) && ...)) return false;
+      if (a.coord != 0 && ((a.key != &axis_key<TensorAxes>)&&...)) return false;
     return true;
   }
 
@@ -126,7 +131,8 @@ class checkpoint_writer {
     nlohmann::json files = nlohmann::json::array();
     nlohmann::json tensors = nlohmann::json::object();
     for (int r = 0; r < rank_->world_size(); ++r) {
-      const nlohmann::json part = nlohmann::json::parse(read_text_file(folder / rank_record_name(r)));
+      const nlohmann::json part =
+          nlohmann::json::parse(read_text_file(folder / rank_record_name(r)));
       files.push_back(part["file"]);
       for (const auto& [name, record] : part["tensors"].items()) {
         nlohmann::json description = record;
@@ -151,16 +157,17 @@ class checkpoint_writer {
     nlohmann::json mesh = nlohmann::json::array();
     for (const axis_place& a : rank_->axes()) mesh.push_back({{"axis", a.name}, {"size", a.size}});
     const std::string manifest = one_entry_per_line(nlohmann::json{{"format", checkpoint_format},
-                                                {"version", checkpoint_version},
-                                                {"step", step_},
-                                                {"mesh", mesh},
-                                                {"state", state},
-                                                {"files", files},
-                                                {"tensors", tensors}});
+                                                                   {"version", checkpoint_version},
+                                                                   {"step", step_},
+                                                                   {"mesh", mesh},
+                                                                   {"state", state},
+                                                                   {"files", files},
+                                                                   {"tensors", tensors}});
     write_atomically(folder / "manifest.json",
                      [&](file_sink& out) { out.write(std::as_bytes(std::span(manifest))); });
     set_latest_step(dir_, step_);
-    for (int r = 0; r < rank_->world_size(); ++r) std::filesystem::remove(folder / rank_record_name(r));
+    for (int r = 0; r < rank_->world_size(); ++r)
+      std::filesystem::remove(folder / rank_record_name(r));
   }
 
   // JSON with each member of the top-level object, and each element or member of those, on a

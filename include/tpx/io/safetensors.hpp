@@ -92,7 +92,7 @@ struct tensor_info {
 // A file's header, checked.
 struct safetensors_header {
   std::filesystem::path file;
-  std::uint64_t data_start = 0;     // where the byte buffer starts in the file: 8 + N
+  std::uint64_t data_start = 0;      // where the byte buffer starts in the file: 8 + N
   std::vector<tensor_info> tensors;  // ordered by data_offsets
   metadata_map metadata;
 
@@ -108,8 +108,7 @@ inline constexpr std::uint64_t max_header_bytes = 100'000'000;  // the reference
 namespace detail {
 inline std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string text = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    text += (i ? ", " : "") + std::to_string(shape[i]);
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + "]";
 }
 
@@ -125,11 +124,14 @@ inline bool checked_element_count(const std::vector<std::int64_t>& shape, std::u
 // Writes a safetensors file through sink.write(std::span<const std::byte>) (a file_sink of
 // write_atomically, say).
 template <class Sink>
-void write_safetensors(Sink& sink, std::vector<tensor_bytes> tensors, const metadata_map& metadata) {
-  std::stable_sort(tensors.begin(), tensors.end(), [](const tensor_bytes& a, const tensor_bytes& b) {
-    if (dtype_size(a.dtype) != dtype_size(b.dtype)) return dtype_size(a.dtype) > dtype_size(b.dtype);
-    return a.name < b.name;
-  });
+void write_safetensors(Sink& sink, std::vector<tensor_bytes> tensors,
+                       const metadata_map& metadata) {
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const tensor_bytes& a, const tensor_bytes& b) {
+                     if (dtype_size(a.dtype) != dtype_size(b.dtype))
+                       return dtype_size(a.dtype) > dtype_size(b.dtype);
+                     return a.name < b.name;
+                   });
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
@@ -139,7 +141,8 @@ void write_safetensors(Sink& sink, std::vector<tensor_bytes> tensors, const meta
     if (t.name.empty() || t.name == "__metadata__" || !names.insert(t.name).second)
       throw std::invalid_argument("tpx: safetensors: tensor name '" + t.name +
                                   "' is empty, reserved or used twice");
-    if (!detail::checked_element_count(t.shape, count) || count * dtype_size(t.dtype) != t.data.size())
+    if (!detail::checked_element_count(t.shape, count) ||
+        count * dtype_size(t.dtype) != t.data.size())
       throw std::invalid_argument("tpx: safetensors: tensor '" + t.name + "' of shape " +
                                   detail::shape_string(t.shape) + " and dtype " +
                                   dtype_name(t.dtype) + " is given " +
@@ -196,9 +199,12 @@ inline tensor_info parse_tensor(const std::string& name, const nlohmann::json& e
   tensor_info info;
   info.name = name;
   const nlohmann::json& type = entry["dtype"];
-  if (type == "F32") info.dtype = dtype::f32;
-  else if (type == "BF16") info.dtype = dtype::bf16;
-  else bad_header(file, where + "dtype " + type.dump() + " is not one tpx reads (F32, BF16)");
+  if (type == "F32")
+    info.dtype = dtype::f32;
+  else if (type == "BF16")
+    info.dtype = dtype::bf16;
+  else
+    bad_header(file, where + "dtype " + type.dump() + " is not one tpx reads (F32, BF16)");
   const nlohmann::json& shape = entry["shape"];
   if (!shape.is_array()) bad_header(file, where + "shape is not an array");
   for (const nlohmann::json& e : shape) {
@@ -208,8 +214,10 @@ inline tensor_info parse_tensor(const std::string& name, const nlohmann::json& e
   }
   const nlohmann::json& offsets = entry["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-      !offsets[1].is_number_unsigned() || offsets[0].get<std::uint64_t>() > offsets[1].get<std::uint64_t>())
-    bad_header(file, where + "data_offsets " + offsets.dump() + " is not [begin, end] with begin <= end");
+      !offsets[1].is_number_unsigned() ||
+      offsets[0].get<std::uint64_t>() > offsets[1].get<std::uint64_t>())
+    bad_header(file,
+               where + "data_offsets " + offsets.dump() + " is not [begin, end] with begin <= end");
   info.begin = offsets[0].get<std::uint64_t>();
   info.end = offsets[1].get<std::uint64_t>();
   std::uint64_t count = 0, bytes = 0;
@@ -230,8 +238,8 @@ inline safetensors_header read_safetensors_header(const std::filesystem::path& f
   const std::uint64_t size = std::filesystem::file_size(file, error);
   if (error) throw io_error("tpx: " + file.string() + ": cannot read: " + error.message());
   if (size < 8)
-    detail::bad_header(file, "it has " + std::to_string(size) +
-                                 " bytes, fewer than the 8 of the header length");
+    detail::bad_header(
+        file, "it has " + std::to_string(size) + " bytes, fewer than the 8 of the header length");
   std::byte length[8];
   read_file_range(file, 0, length);
   std::uint64_t n = 0;
@@ -244,7 +252,8 @@ inline safetensors_header read_safetensors_header(const std::filesystem::path& f
                                  std::to_string(size) + "-byte file (truncated?)");
   std::string text(n, '\0');
   read_file_range(file, 8, std::as_writable_bytes(std::span(text)));
-  if (text.empty() || text[0] != '{') detail::bad_header(file, "the header does not start with '{'");
+  if (text.empty() || text[0] != '{')
+    detail::bad_header(file, "the header does not start with '{'");
   const nlohmann::json json = detail::parse_without_duplicates(text, file);
   if (!json.is_object()) detail::bad_header(file, "the header is not a JSON object");
 
@@ -256,7 +265,8 @@ inline safetensors_header read_safetensors_header(const std::filesystem::path& f
     }
     if (!value.is_object()) detail::bad_header(file, "__metadata__ is not an object");
     for (const auto& [k, v] : value.items()) {
-      if (!v.is_string()) detail::bad_header(file, "__metadata__ value of '" + k + "' is not a string");
+      if (!v.is_string())
+        detail::bad_header(file, "__metadata__ value of '" + k + "' is not a string");
       header.metadata[k] = v.get<std::string>();
     }
   }
@@ -271,8 +281,9 @@ inline safetensors_header read_safetensors_header(const std::filesystem::path& f
       detail::bad_header(file, "the data of tensor '" + t.name + "' overlaps that of tensor '" +
                                    previous->name + "'");
     if (t.begin > covered)
-      detail::bad_header(file, "bytes [" + std::to_string(covered) + ", " + std::to_string(t.begin) +
-                                   ") before tensor '" + t.name + "' belong to no tensor");
+      detail::bad_header(file, "bytes [" + std::to_string(covered) + ", " +
+                                   std::to_string(t.begin) + ") before tensor '" + t.name +
+                                   "' belong to no tensor");
     covered = t.end;
     previous = &t;
   }
@@ -294,8 +305,9 @@ void read_elements(const safetensors_header& header, const tensor_info& info, st
   const std::uint64_t count = (info.end - info.begin) / sizeof(T);
   if (first > count || out.size() > count - first)
     throw std::out_of_range("tpx: " + header.file.string() + ": tensor '" + info.name + "' has " +
-                            std::to_string(count) + " elements; elements [" + std::to_string(first) +
-                            ", " + std::to_string(first + out.size()) + ") were asked for");
+                            std::to_string(count) + " elements; elements [" +
+                            std::to_string(first) + ", " + std::to_string(first + out.size()) +
+                            ") were asked for");
   read_file_range(header.file, header.data_start + info.begin + first * sizeof(T),
                   std::as_writable_bytes(out));
 }

@@ -18,6 +18,7 @@ namespace tpx::io {
 class xxh64 {
  public:
   void update(std::span<const std::byte> bytes) {
+    if (bytes.empty()) return;  // (data() may then be null, which memcpy must not be given)
     const std::byte* p = bytes.data();
     std::size_t n = bytes.size();
     total_ += n;
@@ -50,7 +51,8 @@ class xxh64 {
       p += 4;
       n -= 4;
     }
-    for (; n > 0; ++p, --n) h = rotl(h ^ (std::to_integer<std::uint64_t>(*p) * prime5), 11) * prime1;
+    for (; n > 0; ++p, --n)
+      h = rotl(h ^ (std::to_integer<std::uint64_t>(*p) * prime5), 11) * prime1;
     h ^= h >> 33;
     h *= prime2;
     h ^= h >> 29;

@@ -1,0 +1,112 @@
+// tpx-bench-cuda kernels: the effective bandwidth of tpx's memory-bound kernels against a
+// device-to-device copy of the same array (measure.hpp).
+//
+// Each kernel is charged the bytes it must move once: every input read and every output
+// written, at its storage size (a kernel that rereads a row from cache is not credited for
+// it). The copy moves 2 x 4 bytes per fp32 element (read and write); its rate is the practical
+// ceiling, so ratio = kernel GB/s / copy GB/s says how close a kernel comes to it. The norms
+// and softmax run on rows of `row_length` elements (a model's hidden size or vocabulary).
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "measure.hpp"
+#include "tpx/core/bfloat16.hpp"
+#include "tpx/cuda/check.hpp"
+#include "tpx/cuda/device_buffer.hpp"
+#include "tpx/cuda/kernels/adamw.hpp"
+#include "tpx/cuda/kernels/elementwise.hpp"
+#include "tpx/cuda/kernels/norms.hpp"
+#include "tpx/cuda/kernels/random.hpp"
+#include "tpx/cuda/kernels/softmax.hpp"
+#include "tpx/cuda/rank_resources.hpp"
+#include "tpx/cuda/stream.hpp"
+#include "tpx/kernels/elementwise.hpp"
+#include "tpx/kernels/layernorm.hpp"
+#include "tpx/kernels/optimizer.hpp"
+
+namespace tpx::bench::cuda {
+
+namespace {
+namespace cu = tpx::cuda;
+
+template <class Fn>
+double seconds_per_call(cudaStream_t stream, int iters, int warmup, Fn&& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cu::event start(true), stop(true);
+  start.record(stream);
+  for (int i = 0; i < iters; ++i) fn();
+  stop.record(stream);
+  stop.synchronize();
+  return elapsed_ms(start, stop) / 1e3 / iters;
+}
+
+template <class T>
+cu::device_buffer<T> random_buffer(cu::rank_resources& r, std::int64_t n, std::uint64_t seed) {
+  cu::device_buffer<T> b(static_cast<std::size_t>(n), r.pool(), r.stream());
+  const std::array<std::int64_t, 1> shape{n}, origin{0};
+  cu::fill_normal(r.stream(), b.data(), shape, origin, shape, seed, 1.0f);
+  return b;
+}
+}  // namespace
+
+std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int iters, int warmup) {
+  cu::rank_resources r(0, {});
+  const cudaStream_t s = r.stream();
+  const std::int64_t rows = n / d;
+  n = rows * d;  // whole rows
+  auto x32 = random_buffer<float>(r, n, 1), y32 = random_buffer<float>(r, n, 2), z32 = random_buffer<float>(r, n, 3);
+  auto x16 = random_buffer<bf16>(r, n, 4), y16 = random_buffer<bf16>(r, n, 5);
+  auto w32 = random_buffer<float>(r, d, 6), b32 = random_buffer<float>(r, d, 7);
+  cu::device_buffer<float> r_out(rows, r.pool(), s), losses(rows, r.pool(), s);
+  cu::device_buffer<kernels::layernorm_stats> stats(rows, r.pool(), s);
+  cu::device_buffer<std::int64_t> targets(rows, r.pool(), s);  // zeros: class 0
+  auto m32 = random_buffer<float>(r, n, 8), v32 = random_buffer<float>(r, n, 9);
+  TPX_CUDA_CHECK(cudaMemsetAsync(v32.data(), 0, n * sizeof(float), s));  // v >= 0
+
+  const double copy_seconds = seconds_per_call(s, iters, warmup, [&] {
+    TPX_CUDA_CHECK(cudaMemcpyAsync(y32.data(), x32.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+  });
+  const double copy_gbps = 2.0 * n * sizeof(float) / copy_seconds / 1e9;
+
+  std::vector<bandwidth_row> rows_out;
+  const auto add_row = [&](const std::string& name, double bytes_per_element, auto&& fn) {
+    const double seconds = seconds_per_call(s, iters, warmup, fn);
+    const double bytes = bytes_per_element * static_cast<double>(n);
+    const double gbps = bytes / seconds / 1e9;
+    rows_out.push_back({name, n, bytes, seconds * 1e6, gbps, copy_gbps, gbps / copy_gbps});
+  };
+  add_row("memcpy fp32", 8, [&] {
+    TPX_CUDA_CHECK(cudaMemcpyAsync(y32.data(), x32.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+  });
+  add_row("add fp32", 12, [&] { cu::transform(s, n, kernels::add{}, z32.data(), x32.data(), y32.data()); });
+  add_row("gelu fp32", 8, [&] { cu::transform(s, n, kernels::gelu{}, y32.data(), x32.data()); });
+  add_row("gelu bf16", 4, [&] { cu::transform(s, n, kernels::gelu{}, y16.data(), x16.data()); });
+  add_row("gelu_backward bf16", 6, [&] {
+    cu::transform(s, n, kernels::gelu_backward{}, y16.data(), x16.data(), static_cast<const bf16*>(y16.data()));
+  });
+  add_row("bias add fp32", 8, [&] { cu::transform_rows(s, rows, d, kernels::add{}, y32.data(), x32.data(), b32.data()); });
+  add_row("rmsnorm fwd bf16", 4, [&] { cu::rmsnorm_forward(s, rows, d, x16.data(), w32.data(), 1e-5f, y16.data(), r_out.data()); });
+  add_row("rmsnorm fwd fp32", 8, [&] { cu::rmsnorm_forward(s, rows, d, x32.data(), w32.data(), 1e-5f, y32.data(), r_out.data()); });
+  add_row("layernorm fwd bf16", 4, [&] {
+    cu::layernorm_forward(s, rows, d, x16.data(), w32.data(), b32.data(), 1e-5f, y16.data(), stats.data());
+  });
+  add_row("rmsnorm bwd bf16", 6, [&] {
+    cu::rmsnorm_backward(s, r.pool(), rows, d, x16.data(), w32.data(), r_out.data(), y16.data(), y16.data(), w32.data());
+  });
+  add_row("softmax fp32", 8, [&] { cu::softmax_forward(s, rows, d, x32.data(), y32.data()); });
+  add_row("cross_entropy fwd fp32", 4, [&] {
+    cu::cross_entropy_forward<float>(s, rows, d, x32.data(), targets.data(), losses.data(), nullptr);
+  });
+  const kernels::adamw_update update{1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1.0f, 1.0f};
+  add_row("adamw fp32 master, bf16 grad+model", 28, [&] {
+    cu::adamw_step(s, n, update, z32.data(), static_cast<const bf16*>(x16.data()), m32.data(), v32.data(), y16.data());
+  });
+  r.synchronize();
+  return rows_out;
+}
+
+}  // namespace tpx::bench::cuda

@@ -1,0 +1,189 @@
+// tpx-bench-cuda: tpx's CUDA benchmarks, one program with a subcommand per question.
+//
+//   tpx-bench-cuda gemm -b 1024 -e 8192 -t fp32,tf32,bf16,fp16 --json gemm.json
+//       TFLOP/s of tpx's GEMM vs cuBLASLt called directly (target: ratio >= 0.95)
+//   tpx-bench-cuda kernels -N 64M -d 4096 --json kernels.json
+//       GB/s of the elementwise, norm, softmax and AdamW kernels vs a device memcpy (target:
+//       ratio >= 0.8 for elementwise and norms)
+//   tpx-bench-cuda collectives [--nccl] -g 4 -b 1K -e 256M --json collectives.json
+//       nccl-tests' table for the simulated mesh (-g ranks on GPU 0) or NCCL (one GPU per rank)
+//
+// Without a GPU it prints "skipped: no CUDA device (...)" and exits with 77, CTest's skip code
+// in the bench tests. The measuring is in gemm.cu, kernels.cu and collectives.cu (measure.hpp);
+// this file parses the command line, prints the tables and writes the JSON of
+// bench/support/report.hpp.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "../support/report.hpp"
+#include "../support/sizes.hpp"
+#include "measure.hpp"
+#include "tpx/cuda/device.hpp"
+
+namespace {
+
+using nlohmann::json;
+namespace b = tpx::bench;
+namespace bc = tpx::bench::cuda;
+
+constexpr int skipped = 77;
+
+struct common_options {
+  int iters = 20, warmup = 5;
+  std::string json;
+};
+
+void add_common(CLI::App& app, common_options& o) {
+  app.add_option("-n,--iters", o.iters, "timed calls")->check(CLI::Range(1, 1 << 30));
+  app.add_option("-w,--warmup_iters", o.warmup, "untimed calls first")->check(CLI::Range(0, 1 << 30));
+  app.add_option("--json", o.json, "write every row to this file as JSON");
+}
+
+int run_gemm(const std::vector<std::int64_t>& sizes, const std::vector<std::string>& types, const common_options& o,
+             const std::string& command) {
+  std::printf("# tpx-bench-cuda gemm: C = A B, m = n = k, tpx (device_space::gemm) vs cuBLASLt direct\n");
+  std::printf("# %6s %7s %12s %14s %7s %10s\n", "type", "size", "tpx TFLOP/s", "direct TFLOP/s", "ratio", "max|diff|");
+  json rows = json::array();
+  for (const bc::gemm_row& r : bc::measure_gemm(sizes, types, o.iters, o.warmup)) {
+    std::printf("  %6s %7lld %12.1f %14.1f %7.3f %10.3g\n", r.type.c_str(), static_cast<long long>(r.size),
+                r.tpx_tflops, r.direct_tflops, r.ratio, r.max_diff);
+    rows.push_back({{"type", r.type}, {"m", r.size}, {"n", r.size}, {"k", r.size}, {"tpx_tflops", r.tpx_tflops},
+                    {"direct_tflops", r.direct_tflops}, {"ratio", r.ratio}, {"max_diff", r.max_diff}});
+  }
+  if (!o.json.empty()) b::write_json(o.json, "cuda_gemm", command, {{"iters", o.iters}, {"warmup", o.warmup}}, rows);
+  return 0;
+}
+
+int run_kernels(std::int64_t elements, std::int64_t row_length, const common_options& o, const std::string& command) {
+  std::printf("# tpx-bench-cuda kernels: effective bandwidth vs device memcpy, rows of %lld\n",
+              static_cast<long long>(row_length));
+  std::printf("# %-36s %12s %10s %9s %9s %6s\n", "kernel", "elements", "time(us)", "GB/s", "memcpy", "ratio");
+  json rows = json::array();
+  for (const bc::bandwidth_row& r : bc::measure_kernels(elements, row_length, o.iters, o.warmup)) {
+    std::printf("  %-36s %12lld %10.1f %9.1f %9.1f %6.3f\n", r.kernel.c_str(), static_cast<long long>(r.elements),
+                r.microseconds, r.gbps, r.memcpy_gbps, r.ratio);
+    rows.push_back({{"kernel", r.kernel}, {"elements", r.elements}, {"bytes", r.bytes}, {"time_us", r.microseconds},
+                    {"gbps", r.gbps}, {"memcpy_gbps", r.memcpy_gbps}, {"ratio", r.ratio}});
+  }
+  if (!o.json.empty())
+    b::write_json(o.json, "cuda_kernels", command, {{"iters", o.iters}, {"row_length", row_length}}, rows);
+  return 0;
+}
+
+int run_collectives(bool nccl, int ranks, const std::vector<std::int64_t>& sizes, const std::vector<std::string>& ops,
+                    bool check, const common_options& o, const std::string& command) {
+  std::printf("# tpx-bench-cuda collectives: %d ranks, %s, float, -n %d -w %d -c %d\n", ranks,
+              nccl ? "NCCL (one GPU per rank)" : "simulated mesh (one GPU)", o.iters, o.warmup, check ? 1 : 0);
+  json rows = json::array();
+  std::string current;
+  std::int64_t wrong = 0;
+  bc::measure_collectives(nccl ? bc::mesh_kind::nccl : bc::mesh_kind::simulated, ranks, sizes, ops, o.iters, o.warmup,
+                          check, [&](const bc::collective_row& r) {
+                            if (r.op != current) {
+                              current = r.op;
+                              std::printf("#\n# %s\n#\n# %55s %35s\n", r.op.c_str(), "out-of-place", "in-place");
+                              std::printf("# %10s %12s %6s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count",
+                                          "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+                                          "busbw", "#wrong");
+                              std::printf("# %10s %12s %6s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)",
+                                          "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                                          "(GB/s)", "");
+                            }
+                            std::printf("  %10lld %12lld %6s %6s %6d %9.1f %7.2f %7.2f %6lld ",
+                                        static_cast<long long>(r.bytes), static_cast<long long>(r.count), "float",
+                                        r.redop.c_str(), r.root, r.oop_us, r.oop_algbw, r.oop_busbw,
+                                        static_cast<long long>(r.oop_wrong));
+                            if (r.has_in_place)
+                              std::printf("%9.1f %7.2f %7.2f %6lld\n", r.ip_us, r.ip_algbw, r.ip_busbw,
+                                          static_cast<long long>(r.ip_wrong));
+                            else
+                              std::printf("%9s %7s %7s %6s\n", "N/A", "N/A", "N/A", "N/A");
+                            std::fflush(stdout);
+                            wrong += r.oop_wrong + r.ip_wrong;
+                            json row = {{"op", r.op},         {"ranks", r.ranks},        {"size", r.bytes},
+                                        {"count", r.count},   {"type", "float"},         {"redop", r.redop},
+                                        {"root", r.root},     {"oop_time_us", r.oop_us}, {"oop_algbw", r.oop_algbw},
+                                        {"oop_busbw", r.oop_busbw}, {"oop_wrong", r.oop_wrong}};
+                            if (r.has_in_place) {
+                              row["ip_time_us"] = r.ip_us;
+                              row["ip_algbw"] = r.ip_algbw;
+                              row["ip_busbw"] = r.ip_busbw;
+                              row["ip_wrong"] = r.ip_wrong;
+                            }
+                            rows.push_back(std::move(row));
+                          });
+  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong), wrong == 0 ? "OK" : "FAILED");
+  if (!o.json.empty())
+    b::write_json(o.json, nccl ? "cuda_collectives_nccl" : "cuda_collectives_simulated", command,
+                  {{"ranks", ranks}, {"iters", o.iters}, {"warmup", o.warmup}, {"check", check}}, rows);
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tpx-bench-cuda: tpx's GEMM, kernels and collectives on NVIDIA GPUs"};
+  app.require_subcommand(1);
+
+  common_options gemm_o;
+  std::string gemm_min = "1024", gemm_max = "8192";
+  std::vector<std::string> types = {"fp32", "tf32", "bf16", "fp16"};
+  CLI::App* gemm = app.add_subcommand("gemm", "tpx's GEMM vs cuBLASLt directly, TFLOP/s");
+  gemm->add_option("-b,--min", gemm_min, "smallest m = n = k");
+  gemm->add_option("-e,--max", gemm_max, "largest m = n = k (doubling)");
+  gemm->add_option("-t,--types", types, "fp32, tf32, bf16, fp16")->delimiter(',');
+  add_common(*gemm, gemm_o);
+
+  common_options kernels_o;
+  std::string elements = "64M";
+  std::int64_t row_length = 4096;
+  CLI::App* kernels = app.add_subcommand("kernels", "kernel bandwidth vs device memcpy");
+  kernels->add_option("-N,--elements", elements, "elements per array (K/M/G suffixes)");
+  kernels->add_option("-d,--row-length", row_length, "row length of the norms and softmax")->check(CLI::Range(1, 1 << 24));
+  add_common(*kernels, kernels_o);
+
+  common_options coll_o;
+  bool nccl = false, check = true;
+  int ranks = 4;
+  std::string coll_min = "1K", coll_max = "256M";
+  std::vector<std::string> ops = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"};
+  CLI::App* coll = app.add_subcommand("collectives", "nccl-tests' sweep on the simulated mesh or NCCL");
+  coll->add_flag("--nccl", nccl, "one GPU per rank over NCCL (default: the simulated mesh on GPU 0)");
+  coll->add_option("-g,--ranks", ranks, "ranks")->check(CLI::Range(1, 64));
+  coll->add_option("-b,--minbytes", coll_min, "smallest size S");
+  coll->add_option("-e,--maxbytes", coll_max, "largest size S (doubling)");
+  coll->add_option("-o,--op", ops, "collectives to run (default: all)")->delimiter(',');
+  coll->add_option("-c,--check", check, "check every result (1) or not (0)");
+  add_common(*coll, coll_o);
+
+  CLI11_PARSE(app, argc, argv);
+
+  const tpx::cuda::device_census devices = tpx::cuda::find_devices();
+  if (devices.count == 0) {
+    std::printf("skipped: no CUDA device (%s)\n", devices.reason.c_str());
+    return skipped;
+  }
+  if (nccl && devices.count < ranks) {
+    std::printf("skipped: --nccl with %d ranks needs %d CUDA devices, found %d\n", ranks, ranks, devices.count);
+    return skipped;
+  }
+  const std::string command = b::command_line(argc, argv);
+  try {
+    if (*gemm) {
+      std::vector<std::int64_t> sizes;
+      for (std::int64_t s = b::parse_bytes(gemm_min); s <= b::parse_bytes(gemm_max); s *= 2) sizes.push_back(s);
+      return run_gemm(sizes, types, gemm_o, command);
+    }
+    if (*kernels) return run_kernels(b::parse_bytes(elements), row_length, kernels_o, command);
+    return run_collectives(nccl, ranks, b::size_sweep(b::parse_bytes(coll_min), b::parse_bytes(coll_max), 2), ops,
+                           check, coll_o, command);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tpx-bench-cuda: %s\n", e.what());
+    return 2;
+  }
+}

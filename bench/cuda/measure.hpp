@@ -1,0 +1,58 @@
+// The measurements of tpx-bench-cuda, as plain functions and rows, so that the command line,
+// the tables and the JSON (main.cpp, host code) stay out of the nvcc-compiled files that do the
+// GPU work (gemm.cu, kernels.cu, collectives.cu), which keeps the CUDA build short.
+//
+// Every function needs a GPU; main.cpp checks for one first. Times are CUDA-event or
+// synchronized wall-clock times of back-to-back calls after warm-up calls: the mean per call.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tpx::bench::cuda {
+
+// GEMM: C = A B, m = n = k = size, through tpx (the device space's gemm, as tpx::matmul calls
+// it) and through cuBLASLt called directly with the same problem, in TFLOP/s (2mnk / t).
+struct gemm_row {
+  std::string type;  // fp32, tf32, bf16, fp16
+  std::int64_t size = 0;
+  double tpx_tflops = 0, direct_tflops = 0;
+  double ratio = 0;     // tpx / direct (target >= 0.95)
+  double max_diff = 0;  // largest |C_tpx - C_direct| (0: the same algorithm ran)
+};
+std::vector<gemm_row> measure_gemm(const std::vector<std::int64_t>& sizes, const std::vector<std::string>& types,
+                                   int iters, int warmup);
+
+// Memory-bound kernels: effective bandwidth (the bytes each must read and write once, per second)
+// against a device-to-device cudaMemcpyAsync of the same array (read + write).
+struct bandwidth_row {
+  std::string kernel;
+  std::int64_t elements = 0;
+  double bytes = 0;  // per call
+  double microseconds = 0;
+  double gbps = 0, memcpy_gbps = 0;
+  double ratio = 0;  // gbps / memcpy_gbps (target >= 0.8 for elementwise and norms)
+};
+std::vector<bandwidth_row> measure_kernels(std::int64_t elements, std::int64_t row_length, int iters, int warmup);
+
+// Collectives in nccl-tests' terms (bench/collectives.cpp says what size, algbw and busbw mean).
+struct collective_row {
+  std::string op, redop;
+  int ranks = 0, root = -1;
+  std::int64_t bytes = 0, count = 0;
+  double oop_us = 0, oop_algbw = 0, oop_busbw = 0;
+  std::int64_t oop_wrong = 0;
+  bool has_in_place = false;
+  double ip_us = 0, ip_algbw = 0, ip_busbw = 0;
+  std::int64_t ip_wrong = 0;
+};
+enum class mesh_kind { simulated, nccl };
+// Runs on `ranks` ranks of the simulated mesh (one GPU) or over NCCL (one GPU per rank); calls
+// `row_done` with each row as it is measured (rank 0's thread), in op then size order.
+void measure_collectives(mesh_kind kind, int ranks, const std::vector<std::int64_t>& sizes,
+                         const std::vector<std::string>& ops, int iters, int warmup, bool check,
+                         const std::function<void(const collective_row&)>& row_done);
+
+}  // namespace tpx::bench::cuda

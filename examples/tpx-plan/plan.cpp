@@ -1,0 +1,176 @@
+// tpx-plan: which layout to train an MLP stack with, on which hardware, before running anything.
+//
+//   tpx-plan --hardware h100 --mesh 8,8 --layers 80 -d 8192 -f 28672 --batch 512 --seq 4096
+//
+// For the notes' MLP layer In[B, D] *_D W_in[D, F] *_F W_out[F, D] (cost/mlp.hpp) under DP and
+// FSDP over all X*Y devices, TP over all of them, and FSDP over X with TP over Y, it prints what
+// tpx would run (the plans tpx::matmul compiles, as sentences), the bytes each device moves, the
+// predicted compute and communication time of a training step (forward and backward) per layer
+// and for all layers, the memory per device and the MFU ceiling, then recommends the layout
+// with the shortest step among those that fit in device memory: the notes' "four situations"
+// (seed 003) as a tool. The prices come from tpx::cost with the named hardware profile, or with
+// one given by --flops, --memory-bw and --link-bw; --links gives how many physical links carry
+// each mesh axis (a TPU v5p axis spread over several ICI axes). --json FILE writes the table.
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <tpx/cost/bounds.hpp>
+
+namespace {
+
+namespace cost = tpx::cost;
+namespace mlp = tpx::cost::mlp;
+using cluster_t = cost::cluster<mlp::mesh>;
+
+// The plans of the layer's two products, as tpx prints them.
+template <class L>
+std::string plan_text() {
+  using first = tpx::matmul_plan_t<typename L::in, typename L::w_in>;
+  using second = tpx::matmul_plan_t<typename first::result, typename L::w_out>;
+  using reduce = tpx::reshard_traits<typename second::result, typename L::out>;
+  return std::string("Tmp: ") + first::description.c_str() + "  Out: " +
+         second::description.c_str() + (reduce::plan.steps.count ? "  then " : "") +
+         (reduce::plan.steps.count ? reduce::description.c_str() : "");
+}
+
+std::string plan_text(std::string_view layout) {
+  if (layout == "dp") return plan_text<mlp::dp>();
+  if (layout == "fsdp") return plan_text<mlp::fsdp>();
+  if (layout == "tp") return plan_text<mlp::tp>();
+  return plan_text<mlp::fsdp_tp>();
+}
+
+// The mesh each layout uses on x * y devices.
+mlp::mesh mesh_for(std::string_view layout, int x, int y) {
+  if (layout == "tp") return {1, x * y};
+  if (layout == "fsdp_tp") return {x, y};
+  return {x * y, 1};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string hardware = "h100", json;
+  std::vector<int> mesh_sizes = {8, 1};
+  std::vector<double> links = {1, 1};
+  double layers = 1, d_model = 8192, d_ff = 28672, batch = 256, seq = 4096, bytes = 2;
+  double flops = 0, memory_bw = 0, link_bw = 0, memory = 0;
+  CLI::App app{"tpx-plan: predicted cost of DP, FSDP, TP and FSDP+TP for an MLP stack"};
+  app.add_option("--hardware", hardware, "h100, h200, a100 or tpu-v5p")
+      ->check(CLI::IsMember({"h100", "h200", "a100", "tpu-v5p"}));
+  app.add_option("--mesh", mesh_sizes, "devices along X,Y")->delimiter(',')->expected(2);
+  app.add_option("--links", links, "physical links carrying X,Y")->delimiter(',')->expected(2);
+  app.add_option("--layers", layers, "MLP layers")->check(CLI::PositiveNumber);
+  app.add_option("-d,--d-model", d_model, "D")->check(CLI::PositiveNumber);
+  app.add_option("-f,--d-ff", d_ff, "F")->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "sequences per global batch")->check(CLI::PositiveNumber);
+  app.add_option("--seq", seq, "tokens per sequence")->check(CLI::PositiveNumber);
+  app.add_option("--bytes", bytes, "bytes per element (2: bf16)")->check(CLI::PositiveNumber);
+  app.add_option("--flops", flops, "override: FLOP/s per device");
+  app.add_option("--memory-bw", memory_bw, "override: memory bytes/s per device");
+  app.add_option("--link-bw", link_bw, "override: link bytes/s per device and axis");
+  app.add_option("--memory", memory, "override: device memory in bytes");
+  app.add_option("--json", json, "write the table as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    cost::hardware_profile hw = hardware == "h200"      ? cost::h200
+                                : hardware == "a100"    ? cost::a100_sxm
+                                : hardware == "tpu-v5p" ? cost::tpu_v5p
+                                                        : cost::h100_sxm;
+    if (flops > 0) hw.flops = flops;
+    if (memory_bw > 0) hw.memory_bw = memory_bw;
+    if (link_bw > 0) hw.link_bw = link_bw;
+    if (memory > 0) hw.memory = memory;
+    const int x = mesh_sizes[0], y = mesh_sizes[1];
+    if (x < 1 || y < 1) throw std::invalid_argument("--mesh sizes must be >= 1");
+    const mlp::shape shape{batch * seq, d_model, d_ff};
+
+    std::printf("# tpx-plan: %g layers of In[B, D] W_in[D, F] W_out[F, D], B = %g tokens, D = %g, "
+                "F = %g, %g-byte elements\n",
+                layers, shape.batch, d_model, d_ff, bytes);
+    std::printf("# %s: %.3g FLOP/s, %.3g B/s memory, %.3g B/s per link, %.3g B; mesh X=%d Y=%d "
+                "(links %g, %g)\n",
+                std::string(hw.name).c_str(), hw.flops, hw.memory_bw, hw.link_bw, hw.memory, x,
+                y, links[0], links[1]);
+    const cluster_t over_x{mlp::mesh{x * y, 1}, hw, {links[0], links[1]}, false};
+    std::printf("# the notes' bounds from this model: FSDP/DP compute bound above %.0f tokens per "
+                "device (here %.0f); TP compute bound up to Y = %d\n",
+                mlp::min_tokens_per_device<mlp::fsdp>(over_x, shape, bytes), shape.batch / (x * y),
+                mlp::max_compute_bound_degree<mlp::tp>(
+                    cluster_t{mlp::mesh{1, 1}, hw, {links[0], links[1]}, false}, shape, bytes));
+    std::printf("#\n# %-8s %-9s %10s %10s %10s %10s %10s %9s %6s  %s\n", "layout", "mesh",
+                "compute", "comm", "step", "all layers", "MiB moved", "memory", "MFU",
+                "bound / fits");
+    std::printf("# %-8s %-9s %10s %10s %10s %10s %10s %9s %6s\n", "", "", "(ms/layer)",
+                "(ms/layer)", "(ms/layer)", "(s)", "per layer", "(GB)", "ceil");
+
+    nlohmann::json rows = nlohmann::json::array();
+    std::string best;
+    double best_step = std::numeric_limits<double>::infinity();
+    for (std::string_view layout : mlp::layout_names) {
+      const mlp::mesh m = mesh_for(layout, x, y);
+      const cluster_t sys{m, hw, {links[0], links[1]}};
+      const mlp::layer_estimate e = mlp::predict_layer(layout, sys, shape, bytes);
+      const cost::op_estimate step = e.step();
+      const double memory_gb = (e.state_bytes + e.activation_bytes) * layers / 1e9 +
+                               e.gathered_bytes / 1e9;
+      const bool fits = hw.memory <= 0 || memory_gb * 1e9 <= hw.memory;
+      const std::string mesh = "X=" + std::to_string(m.size<mlp::X>()) +
+                               ",Y=" + std::to_string(m.size<mlp::Y>());
+      std::printf("  %-8s %-9s %10.3f %10.3f %10.3f %10.3f %10.1f %9.2f %6.2f  %s, %s\n",
+                  std::string(layout).c_str(), mesh.c_str(), step.compute_seconds() * 1e3,
+                  step.comm.seconds * 1e3, step.overlapped() * 1e3,
+                  step.overlapped() * layers, step.comm.bus_bytes / (1 << 20), memory_gb,
+                  e.mfu_ceiling(), step.comm_bound() ? "comm bound" : "compute bound",
+                  fits ? "fits" : "does not fit");
+      std::printf("  %-8s %s\n", "", plan_text(layout).c_str());
+      if (fits && step.overlapped() < best_step) {
+        best_step = step.overlapped();
+        best = std::string(layout);
+      }
+      rows.push_back({{"layout", layout},
+                      {"mesh", mesh},
+                      {"compute_ms", step.compute_seconds() * 1e3},
+                      {"comm_ms", step.comm.seconds * 1e3},
+                      {"step_ms", step.overlapped() * 1e3},
+                      {"forward_comm_ms", e.forward.comm.seconds * 1e3},
+                      {"backward_comm_ms", e.backward.comm.seconds * 1e3},
+                      {"collectives", step.comm.collectives},
+                      {"comm_mib_per_layer", step.comm.bus_bytes / (1 << 20)},
+                      {"memory_gb", memory_gb},
+                      {"fits", fits},
+                      {"mfu_ceiling", e.mfu_ceiling()},
+                      {"comm_bound", step.comm_bound()},
+                      {"plan", plan_text(layout)}});
+    }
+    if (best.empty())
+      std::printf("# recommendation: none of the layouts fits in %.3g bytes per device\n",
+                  hw.memory);
+    else
+      std::printf("# recommendation: %s (%.3f ms per layer per step, communication overlapped)\n",
+                  best.c_str(), best_step * 1e3);
+    if (!json.empty()) {
+      std::ofstream out(json);
+      out << nlohmann::json{{"bench", "tpx-plan"},
+                            {"command", argc > 0 ? argv[0] : ""},
+                            {"hardware", std::string(hw.name)},
+                            {"recommendation", best},
+                            {"rows", rows}}
+                 .dump(1)
+          << '\n';
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tpx-plan: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,313 @@
+// Every CUDA kernel of tpx/cuda/kernels against the host running the same kernels/ functors on
+// the same inputs: elementwise (16-byte vector and element paths), bias add, the sums of partial
+// sums, reductions, RMSNorm and LayerNorm forward and backward, softmax and cross-entropy,
+// AdamW, random initialization and copy_box.
+//
+// Tolerances, in units of roundoff: pure elementwise math agrees to a few ulps (nvcc fuses
+// a*b+c into FMAs; CUDA's tanhf, expf, logf differ from glibc's in the last bits); row
+// reductions sum in a tree on the GPU and serially on the host, which moves a fp32 sum of d
+// terms by up to d ulps of the sum of magnitudes; results rounded to bf16 may land one bf16 ulp
+// apart. Exact operations (copies, sums in the same order) must agree bit for bit. Each case
+// makes its own rank_resources on device 0 (a stream, the pool, cuBLASLt), as a launcher would.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "support/device_data.hpp"
+#include "tpx/core/bfloat16.hpp"
+#include "tpx/cuda/kernels/adamw.hpp"
+#include "tpx/cuda/kernels/copy_box.hpp"
+#include "tpx/cuda/kernels/elementwise.hpp"
+#include "tpx/cuda/kernels/norms.hpp"
+#include "tpx/cuda/kernels/random.hpp"
+#include "tpx/cuda/kernels/reduce.hpp"
+#include "tpx/cuda/kernels/softmax.hpp"
+#include "tpx/cuda/rank_resources.hpp"
+#include "tpx/kernels/cross_entropy.hpp"
+#include "tpx/kernels/elementwise.hpp"
+#include "tpx/kernels/layernorm.hpp"
+#include "tpx/kernels/optimizer.hpp"
+#include "tpx/kernels/random.hpp"
+#include "tpx/kernels/reduction.hpp"
+#include "tpx/kernels/rmsnorm.hpp"
+#include "tpx/tensor/box_copy.hpp"
+
+namespace {
+
+using tpx::bf16;
+using namespace tpx::cuda::testing;
+namespace k = tpx::kernels;
+namespace cu = tpx::cuda;
+
+// f applied on the device and on the host to the same n inputs, starting `shift` elements into
+// the buffers (shift 1 misaligns them and takes the element path).
+template <class Out, class In, class F>
+void check_unary(cu::rank_resources& gpu, F f, std::size_t n, std::size_t shift, double ulps, double unit) {
+  const std::vector<In> x = random_values<In>(n + shift, -4.0f, 4.0f, 1);
+  std::vector<Out> want(n + shift);
+  k::transform(static_cast<std::int64_t>(n), f, want.data() + shift, x.data() + shift);
+  auto dx = to_device(gpu, x);
+  cu::device_buffer<Out> dy(n + shift, gpu.pool(), gpu.stream());
+  cu::transform(gpu.stream(), static_cast<std::int64_t>(n), f, dy.data() + shift, dx.data() + shift);
+  CHECK(mismatches(to_host(gpu, dy), want, ulps, unit, 1e-30) == 0);
+}
+
+template <class Out, class A, class B, class F>
+void check_binary(cu::rank_resources& gpu, F f, std::size_t n, std::size_t shift, double ulps, double unit) {
+  const std::vector<A> a = random_values<A>(n + shift, -4.0f, 4.0f, 2);
+  const std::vector<B> b = random_values<B>(n + shift, -4.0f, 4.0f, 3);
+  std::vector<Out> want(n + shift);
+  k::transform(static_cast<std::int64_t>(n), f, want.data() + shift, a.data() + shift, b.data() + shift);
+  auto da = to_device(gpu, a);
+  auto db = to_device(gpu, b);
+  cu::device_buffer<Out> dy(n + shift, gpu.pool(), gpu.stream());
+  cu::transform(gpu.stream(), static_cast<std::int64_t>(n), f, dy.data() + shift, da.data() + shift,
+                db.data() + shift);
+  CHECK(mismatches(to_host(gpu, dy), want, ulps, unit, 1e-30) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("transform runs the shared functors, on the vector and on the element path") {
+  cu::rank_resources gpu(0, {});
+  for (std::size_t shift : {0u, 1u}) {
+    CAPTURE(shift);
+    // Single operations: exact, or one FMA instead of two roundings (1 ulp).
+    check_binary<float, float, float>(gpu, k::add{}, 1003, shift, 0, fp32_unit);
+    check_binary<float, float, float>(gpu, k::mul{}, 1003, shift, 0, fp32_unit);
+    check_binary<float, float, float>(gpu, k::axpy{0.75f}, 1003, shift, 0, fp32_unit);
+    check_unary<float, float>(gpu, k::scale{-1.5f}, 1003, shift, 0, fp32_unit);
+    check_unary<float, float>(gpu, k::relu{}, 1003, shift, 0, fp32_unit);
+    // GELU and its derivative: tanhf and the FMA-contracted polynomial, a few ulps.
+    check_unary<float, float>(gpu, k::gelu{}, 4099, shift, 8, fp32_unit);
+    check_binary<float, float, float>(gpu, k::gelu_backward{}, 4099, shift, 16, fp32_unit);
+    // bf16 storage: the fp32 results above rounded once, so at most one bf16 ulp apart.
+    check_unary<bf16, bf16>(gpu, k::gelu{}, 4099, shift, 1, bf16_unit);
+    check_binary<bf16, bf16, float>(gpu, k::add{}, 4099, shift, 1, bf16_unit);
+    check_unary<bf16, float>(gpu, k::identity{}, 4099, shift, 0, bf16_unit);
+  }
+}
+
+TEST_CASE("transform_rows adds a bias to every row, in place too") {
+  cu::rank_resources gpu(0, {});
+  for (std::int64_t cols : {64, 37}) {
+    CAPTURE(cols);
+    const std::int64_t rows = 9;
+    const auto x = random_values<float>(rows * cols, -2, 2, 4);
+    const auto bias = random_values<float>(cols, -1, 1, 5);
+    std::vector<float> want(x.size());
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) want[r * cols + c] = k::add{}(x[r * cols + c], bias[c]);
+    auto dx = to_device(gpu, x);
+    auto db = to_device(gpu, bias);
+    cu::transform_rows(gpu.stream(), rows, cols, k::add{}, dx.data(), dx.data(), db.data());
+    CHECK(mismatches(to_host(gpu, dx), want, 0, fp32_unit) == 0);  // one addition: exact
+  }
+}
+
+TEST_CASE("sum_arrays sums partial sums in fp32 in rank order, bit for bit as the host") {
+  cu::rank_resources gpu(0, {});
+  const std::size_t n = 5000;
+  std::vector<std::vector<bf16>> parts;
+  std::vector<cu::device_buffer<bf16>> device_parts;
+  std::vector<const bf16*> pointers;
+  for (unsigned a = 0; a < 5; ++a) {
+    parts.push_back(random_values<bf16>(n, -3, 3, 10 + a));
+    device_parts.push_back(to_device(gpu, parts.back()));
+    pointers.push_back(device_parts.back().data());
+  }
+  std::vector<bf16> want(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    float s = 0;
+    for (const auto& p : parts) s += static_cast<float>(p[i]);
+    want[i] = s;
+  }
+  cu::device_buffer<bf16> out(n, gpu.pool(), gpu.stream());
+  cu::sum_arrays<bf16>(gpu.stream(), n, pointers, out.data());
+  CHECK(mismatches(to_host(gpu, out), want, 0, bf16_unit) == 0);
+}
+
+TEST_CASE("reduce folds with the shared reducers: sum, sum of squares, maximum") {
+  cu::rank_resources gpu(0, {});
+  const std::int64_t n = 1 << 20;
+  const auto x = random_values<float>(n, -1, 1, 20);
+  auto dx = to_device(gpu, x);
+  cu::device_buffer<float> result(3, gpu.pool(), gpu.stream());
+  cu::reduce(gpu.stream(), gpu.pool(), n, dx.data(), k::sum_reducer<float>{}, result.data());
+  cu::reduce(gpu.stream(), gpu.pool(), n, dx.data(), k::sum_of_squares_reducer<float>{}, result.data() + 1);
+  cu::reduce(gpu.stream(), gpu.pool(), n, dx.data(), k::max_reducer<float>{}, result.data() + 2);
+  const auto got = to_host(gpu, result);
+  double magnitude = 0;
+  for (float v : x) magnitude += std::abs(v);
+  // A tree of fp32 additions: error below log2(n) ulps of the sum of magnitudes.
+  CHECK(std::abs(got[0] - k::sum(n, x.data())) <= 21 * fp32_unit * magnitude);
+  CHECK(std::abs(got[1] - k::sum_of_squares(n, x.data())) <= 21 * fp32_unit * k::sum_of_squares(n, x.data()));
+  CHECK(got[2] == k::maximum(n, x.data()));
+}
+
+TEST_CASE("rmsnorm forward and backward vs the host row functions") {
+  cu::rank_resources gpu(0, {});
+  for (std::int64_t d : {256, 50}) {  // 256: 16-byte vectors; 50: elements
+    CAPTURE(d);
+    const std::int64_t rows = 33;
+    const auto x = random_values<bf16>(rows * d, -2, 2, 30);
+    const auto w = random_values<float>(d, 0.5f, 1.5f, 31);
+    const auto dy = random_values<bf16>(rows * d, -1, 1, 32);
+    std::vector<bf16> y(x.size()), dx(x.size());
+    std::vector<float> r(rows), dw(d, 0.5f);
+    for (std::int64_t row = 0; row < rows; ++row) {
+      r[row] = k::rmsnorm_forward_row(d, x.data() + row * d, w.data(), 1e-5f, y.data() + row * d);
+      k::rmsnorm_backward_row(d, x.data() + row * d, w.data(), r[row], dy.data() + row * d, dx.data() + row * d,
+                              dw.data());
+    }
+    auto dxs = to_device(gpu, x);
+    auto dws = to_device(gpu, w);
+    auto ddy = to_device(gpu, dy);
+    cu::device_buffer<bf16> gy(x.size(), gpu.pool(), gpu.stream()), gdx(x.size(), gpu.pool(), gpu.stream());
+    cu::device_buffer<float> gr(rows, gpu.pool(), gpu.stream());
+    auto gdw = to_device(gpu, std::vector<float>(d, 0.5f));
+    cu::rmsnorm_forward(gpu.stream(), rows, d, dxs.data(), dws.data(), 1e-5f, gy.data(), gr.data());
+    cu::rmsnorm_backward(gpu.stream(), gpu.pool(), rows, d, dxs.data(), dws.data(), gr.data(), ddy.data(), gdx.data(),
+                         gdw.data());
+    // r: a sum of d squares in a different order (d ulps); outputs then round to bf16 (1 ulp).
+    CHECK(mismatches(to_host(gpu, gr), r, 2.0 * d, fp32_unit) == 0);
+    CHECK(mismatches(to_host(gpu, gy), y, 1, bf16_unit, 1e-6) == 0);
+    CHECK(mismatches(to_host(gpu, gdx), dx, 1, bf16_unit, 4 * d * fp32_unit) == 0);
+    // dw: sums over 33 rows of products, in a different order.
+    CHECK(mismatches(to_host(gpu, gdw), dw, 4.0 * rows, fp32_unit, 1e-6) == 0);
+  }
+}
+
+TEST_CASE("layernorm forward and backward vs the host row functions") {
+  cu::rank_resources gpu(0, {});
+  for (std::int64_t d : {128, 45}) {
+    CAPTURE(d);
+    const std::int64_t rows = 17;
+    const auto x = random_values<float>(rows * d, 1, 3, 40);  // away from zero: the mean matters
+    const auto w = random_values<float>(d, 0.5f, 1.5f, 41);
+    const auto b = random_values<float>(d, -0.5f, 0.5f, 42);
+    const auto dy = random_values<float>(rows * d, -1, 1, 43);
+    std::vector<float> y(x.size()), dx(x.size()), dw(d, 0.0f), db(d, 0.0f);
+    std::vector<k::layernorm_stats> stats(rows);
+    for (std::int64_t row = 0; row < rows; ++row) {
+      stats[row] = k::layernorm_forward_row(d, x.data() + row * d, w.data(), b.data(), 1e-5f, y.data() + row * d);
+      k::layernorm_backward_row(d, x.data() + row * d, w.data(), stats[row], dy.data() + row * d, dx.data() + row * d,
+                                dw.data(), db.data());
+    }
+    auto gx = to_device(gpu, x);
+    auto gw = to_device(gpu, w);
+    auto gb = to_device(gpu, b);
+    auto gdy = to_device(gpu, dy);
+    cu::device_buffer<float> gy(x.size(), gpu.pool(), gpu.stream()), gdx(x.size(), gpu.pool(), gpu.stream());
+    cu::device_buffer<float> gdw(d, gpu.pool(), gpu.stream()), gdb(d, gpu.pool(), gpu.stream());
+    cu::device_buffer<k::layernorm_stats> gstats(rows, gpu.pool(), gpu.stream());
+    cu::layernorm_forward(gpu.stream(), rows, d, gx.data(), gw.data(), gb.data(), 1e-5f, gy.data(), gstats.data());
+    cu::layernorm_backward(gpu.stream(), gpu.pool(), rows, d, gx.data(), gw.data(), gstats.data(), gdy.data(),
+                           gdx.data(), gdw.data(), gdb.data());
+    // Row sums in another order: d ulps of the magnitudes, which are O(1) here.
+    CHECK(mismatches(to_host(gpu, gy), y, 4.0 * d, fp32_unit, 4 * d * fp32_unit) == 0);
+    CHECK(mismatches(to_host(gpu, gdx), dx, 8.0 * d, fp32_unit, 8 * d * fp32_unit) == 0);
+    CHECK(mismatches(to_host(gpu, gdw), dw, 4.0 * rows, fp32_unit, 4 * rows * fp32_unit) == 0);
+    CHECK(mismatches(to_host(gpu, gdb), db, 4.0 * rows, fp32_unit, 4 * rows * fp32_unit) == 0);
+  }
+}
+
+TEST_CASE("softmax and cross-entropy vs the host, with a masked logit and an invalid target") {
+  cu::rank_resources gpu(0, {});
+  const std::int64_t rows = 6, n = 1000;
+  auto logits = random_values<float>(rows * n, -8, 8, 50);
+  logits[3 * n + 7] = -std::numeric_limits<float>::infinity();
+  const std::vector<std::int64_t> targets = {0, 999, 17, 7, 500, n};  // row 5: invalid, NaN loss
+  const std::vector<float> dloss = {1.0f, 0.5f, 2.0f, 1.0f, 0.25f, 1.0f};
+  std::vector<float> probs(logits.size()), losses(rows), dlogits(logits.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * n;
+    k::softmax_row(n, row, probs.data() + r * n);
+    const auto forward = k::cross_entropy_forward_row(n, row, targets[r]);
+    losses[r] = forward.loss;
+    k::cross_entropy_backward_row(n, row, targets[r], forward.stats, dloss[r], dlogits.data() + r * n);
+  }
+  auto gl = to_device(gpu, logits);
+  auto gt = to_device(gpu, targets);
+  auto gd = to_device(gpu, dloss);
+  cu::device_buffer<float> gp(logits.size(), gpu.pool(), gpu.stream()), gloss(rows, gpu.pool(), gpu.stream());
+  cu::device_buffer<float> gdl(logits.size(), gpu.pool(), gpu.stream());
+  cu::device_buffer<k::softmax_stats> gs(rows, gpu.pool(), gpu.stream());
+  cu::softmax_forward(gpu.stream(), rows, n, gl.data(), gp.data());
+  cu::cross_entropy_forward(gpu.stream(), rows, n, gl.data(), gt.data(), gloss.data(), gs.data());
+  cu::cross_entropy_backward(gpu.stream(), rows, n, gl.data(), gt.data(), gs.data(), gd.data(), gdl.data());
+  // The sum of n exponentials in another order (n ulps), then one division or log.
+  CHECK(mismatches(to_host(gpu, gp), probs, 2.0 * n, fp32_unit, 1e-12) == 0);
+  CHECK(mismatches(to_host(gpu, gloss), losses, 2.0 * n, fp32_unit, 2 * n * fp32_unit) == 0);
+  CHECK(mismatches(to_host(gpu, gdl), dlogits, 2.0 * n, fp32_unit, 2 * n * fp32_unit) == 0);
+}
+
+TEST_CASE("adamw_step applies the host's adamw_update to every element, writing a bf16 copy") {
+  cu::rank_resources gpu(0, {});
+  const std::int64_t n = 3001;
+  auto p = random_values<float>(n, -1, 1, 60), m = random_values<float>(n, -0.1f, 0.1f, 61);
+  auto v = random_values<float>(n, 0, 0.01f, 62);
+  const auto g = random_values<bf16>(n, -1, 1, 63);
+  const k::adamw_update update{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1 - 0.9f * 0.9f, 1 - 0.95f * 0.95f, 0.5f};
+  auto gp = to_device(gpu, p), gm = to_device(gpu, m), gv = to_device(gpu, v);
+  auto gg = to_device(gpu, g);
+  cu::device_buffer<bf16> model(n, gpu.pool(), gpu.stream());
+  cu::adamw_step(gpu.stream(), n, update, gp.data(), gg.data(), gm.data(), gv.data(), model.data());
+  std::vector<bf16> model_want(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    update(p[i], static_cast<float>(g[i]), m[i], v[i]);
+    model_want[i] = p[i];
+  }
+  // A few dependent operations, each possibly fused into an FMA on the device.
+  CHECK(mismatches(to_host(gpu, gp), p, 8, fp32_unit, 1e-12) == 0);
+  CHECK(mismatches(to_host(gpu, gm), m, 4, fp32_unit, 1e-12) == 0);
+  CHECK(mismatches(to_host(gpu, gv), v, 4, fp32_unit, 1e-15) == 0);
+  CHECK(mismatches(to_host(gpu, model), model_want, 1, bf16_unit, 1e-12) == 0);
+}
+
+TEST_CASE("fill_normal gives a shard the values the host's randn gives the same global indices") {
+  cu::rank_resources gpu(0, {});
+  const std::array<std::int64_t, 3> global{5, 7, 9}, offsets{1, 2, 3}, local{3, 4, 5};
+  cu::device_buffer<float> shard(3 * 4 * 5, gpu.pool(), gpu.stream());
+  cu::fill_normal(gpu.stream(), shard.data(), local, offsets, global, 42, 0.5f);
+  std::vector<float> want;
+  for (std::int64_t a = 0; a < 3; ++a)
+    for (std::int64_t b = 0; b < 4; ++b)
+      for (std::int64_t c = 0; c < 5; ++c) {
+        const auto g = static_cast<std::uint64_t>(((a + 1) * 7 + (b + 2)) * 9 + (c + 3));
+        want.push_back(0.5f * k::normal_at(42, g));
+      }
+  // Philox is exact on both sides; logf, cosf and sqrtf differ by a few ulps.
+  CHECK(mismatches(to_host(gpu, shard), want, 8, fp32_unit, 1e-7) == 0);
+}
+
+TEST_CASE("copy_box on the device equals the host copy_box: memcpy, pitched and kernel paths") {
+  cu::rank_resources gpu(0, {});
+  // src [4, 6, 8], boxes chosen to hit each path; the unit of the kernel path depends on the
+  // run: 8 floats (16-byte units) or 3 floats (elements).
+  const std::array<std::int64_t, 3> shape{4, 6, 8};
+  std::vector<float> src(4 * 6 * 8);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  struct box_case {
+    std::array<std::int64_t, 3> start, box, dst_shape, dst_start;
+  };
+  const box_case cases[] = {
+      {{1, 0, 0}, {2, 6, 8}, {2, 6, 8}, {0, 0, 0}},  // one run: cudaMemcpyAsync
+      {{0, 1, 0}, {4, 3, 8}, {4, 3, 8}, {0, 0, 0}},  // runs along one dim: cudaMemcpy2DAsync
+      {{0, 1, 0}, {4, 3, 4}, {5, 4, 4}, {1, 1, 0}},  // 3 outer levels, 16-byte runs: kernel, wide
+      {{1, 2, 3}, {3, 3, 3}, {3, 4, 5}, {0, 1, 2}},  // kernel, element units
+  };
+  auto gsrc = to_device(gpu, src);
+  for (const box_case& c : cases) {
+    CAPTURE(c.box[2]);
+    std::vector<float> want(c.dst_shape[0] * c.dst_shape[1] * c.dst_shape[2], -1.0f);
+    auto gdst = to_device(gpu, want);
+    tpx::copy_box(src.data(), shape, c.start, want.data(), c.dst_shape, c.dst_start, c.box);
+    cu::copy_box(gpu.stream(), gsrc.data(), shape, c.start, gdst.data(), c.dst_shape, c.dst_start, c.box);
+    CHECK(mismatches(to_host(gpu, gdst), want, 0, fp32_unit) == 0);
+  }
+}

@@ -1,0 +1,105 @@
+// The CUDA meshes: the simulated one (spmd(tpx::cuda_simulated, ...): many ranks as threads on
+// one GPU) and NCCL (spmd(tpx::cuda_devices, ...): one GPU per rank), in one executable so that
+// the templates both instantiate compile once. CTest runs it twice (tests/cuda/CMakeLists.txt):
+// cuda_simulated_mesh_test runs the cases named "simulated mesh" (1 GPU), cuda_nccl_test those
+// named "NCCL" (at least 2 GPUs, else it reports itself skipped).
+//
+// On each mesh: every collective against host-computed values (support/collective_cases.hpp),
+// and the typed program of the core issue against the host launcher
+// (support/typed_program.hpp). On the simulated mesh also failures: a rank that throws stops
+// the others at once, and ranks calling different collectives are told so. Over NCCL also
+// point-to-point send and recv, on 2 up to 8 ranks (as many as there are GPUs).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <tpx/cuda/cuda.hpp>
+
+#include "support/collective_cases.hpp"
+#include "support/typed_program.hpp"
+
+namespace {
+namespace t = tpx::cuda::testing;
+}
+
+TEST_CASE("simulated mesh: every collective equals the host's result") {
+  for (int ranks : {1, 2, 3, 4, 5}) t::check_collectives(tpx::cuda_simulated, ranks);
+}
+
+TEST_CASE("simulated mesh: the typed program equals the host launcher's") {
+  t::check_typed_program(tpx::cuda_simulated, 1, 1);
+  t::check_typed_program(tpx::cuda_simulated, 2, 1);
+  t::check_typed_program(tpx::cuda_simulated, 2, 2);
+  t::check_typed_program(tpx::cuda_simulated, 3, 2);
+}
+
+TEST_CASE("simulated mesh: a failing rank fails the run, naming it, and nobody waits for it") {
+  tpx::cuda::launch_options quick;
+  quick.timeout = std::chrono::seconds(20);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    tpx::spmd(
+        tpx::cuda_simulated, tpx::Mesh<t::R>{3},
+        [](auto& rank) {
+          if (rank.world_rank() == 1) throw std::runtime_error("rank one gives up");
+          auto x = tpx::zeros<float, t::B<t::R>>(rank, {t::B(6)});
+          (void)tpx::all_gather<t::R>(x);
+        },
+        quick);
+    FAIL("spmd returned normally");
+  } catch (const tpx::spmd_error& e) {
+    CHECK(e.rank() == 1);
+    CHECK(std::string(e.what()).find("rank one gives up") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("simulated mesh: ranks calling different collectives get a comm_error saying which") {
+  CHECK_THROWS_WITH_AS(tpx::spmd(tpx::cuda_simulated, tpx::Mesh<t::R>{2},
+                                 [](auto& rank) {
+                                   tpx::any_communicator& comm = rank.template group<t::R>();
+                                   auto buffer = tpx::cuda::device_space::make_buffer<float>(rank, 4);
+                                   const std::span<float> data(buffer.data(), buffer.size());
+                                   if (rank.world_rank() == 0)
+                                     comm.all_reduce(std::span<const float>(data), data);
+                                   else
+                                     comm.broadcast(std::span<const float>(data), data, 0);
+                                 }),
+                       doctest::Contains("mismatched collectives"), tpx::spmd_error);
+}
+
+TEST_CASE("NCCL: every collective equals the host's result") {
+  const int gpus = std::min(tpx::cuda::device_count(), 8);
+  for (int ranks = 2; ranks <= gpus; ++ranks) t::check_collectives(tpx::cuda_devices, ranks);
+}
+
+TEST_CASE("NCCL: send and recv move a buffer between two ranks") {
+  std::atomic<int> wrong{0};
+  tpx::spmd(tpx::cuda_devices, tpx::Mesh<t::R>{2}, [&](auto& rank) {
+    tpx::cuda::NcclCommunicator& nccl = tpx::cuda::nccl_of(rank.template group<t::R>());
+    std::vector<float> host(1000);
+    for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i);
+    auto buffer = tpx::cuda::device_space::make_buffer<float>(rank, host.size());
+    if (rank.world_rank() == 0) {
+      tpx::cuda::device_space::from_host(rank, host.data(), host.size(), buffer.data());
+      nccl.send(std::span<const float>(buffer.data(), buffer.size()), 1);
+    } else {
+      nccl.recv(std::span<float>(buffer.data(), buffer.size()), 0);
+      std::vector<float> got(host.size());
+      tpx::cuda::device_space::to_host(rank, buffer.data(), got.size(), got.data());
+      wrong += got != host;
+    }
+  });
+  CHECK(wrong.load() == 0);
+}
+
+TEST_CASE("NCCL: the typed program equals the host launcher's") {
+  t::check_typed_program(tpx::cuda_devices, 2, 1);
+  if (tpx::cuda::device_count() >= 4) t::check_typed_program(tpx::cuda_devices, 2, 2);
+}

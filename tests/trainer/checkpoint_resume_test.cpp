@@ -1,0 +1,111 @@
+// Checkpoints of the example trainer:
+//  - resume: 40 steps in one go, or 20 steps, stop, resume, 20 more: the losses of steps 20..39
+//    and the final weights and Adam moments are bit-identical;
+//  - reshard: a checkpoint saved on a 2x2 mesh loads onto 4x1 and 1x1 meshes with bit-identical
+//    global weights and moments, and training continues there with the losses of the 2x2 run
+//    within fp32 tolerance (1e-5 relative: other meshes sum in another order).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "trainer_test_support.hpp"
+
+namespace {
+
+using namespace trainer;
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tpx-trainer-test-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// Every tensor of a checkpoint as global arrays, loaded on a mesh_x x mesh_y mesh.
+std::map<std::string, std::vector<float>> load_global(const options& o, int mesh_x, int mesh_y,
+                                                      std::int64_t step) {
+  std::map<std::string, std::vector<float>> out;
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mesh_x, mesh_y}, [&](auto& rank) {
+    model_tensors p(rank, o.model), m(rank, o.model), v(rank, o.model);
+    tpx::io::checkpoint_reader in(o.ckpt_dir, step);
+    p.for_each([&](const std::string& name, auto& pt, auto& mt, auto& vt) {
+      in.load("param." + name, pt);
+      in.load("adam.m." + name, mt);
+      in.load("adam.v." + name, vt);
+      auto gp = tpx::to_global(pt), gm = tpx::to_global(mt), gv = tpx::to_global(vt);
+      if (rank.world_rank() == 0) {
+        out["param." + name] = std::move(gp);
+        out["adam.m." + name] = std::move(gm);
+        out["adam.v." + name] = std::move(gv);
+      }
+    }, m, v);
+  });
+  return out;
+}
+
+std::vector<float> tail(const std::vector<float>& v, std::size_t from) {
+  return {v.begin() + static_cast<std::ptrdiff_t>(from), v.end()};
+}
+
+}  // namespace
+
+TEST_CASE("stop and resume continues bit-exactly on the same mesh") {
+  options whole = trainer_test::small(2, 2);
+  whole.steps = 40;
+  whole.ckpt_dir = fresh_dir("whole").string();
+  const std::vector<float> uninterrupted = trainer_test::losses(whole);
+
+  options split = whole;
+  split.ckpt_dir = fresh_dir("split").string();
+  split.steps = 20;
+  const std::vector<float> first = trainer_test::losses(split);
+  split.steps = 40;
+  split.resume = true;
+  const std::vector<float> second = trainer_test::losses(split);
+
+  CHECK(first == std::vector<float>(uninterrupted.begin(), uninterrupted.begin() + 20));
+  REQUIRE(second.size() == 20);
+  CHECK(second == tail(uninterrupted, 20));
+  CHECK(load_global(whole, 1, 1, 40) == load_global(split, 1, 1, 40));
+  std::filesystem::remove_all(whole.ckpt_dir);
+  std::filesystem::remove_all(split.ckpt_dir);
+}
+
+TEST_CASE("a checkpoint saved on 2x2 resumes on 4x1 and on 1x1") {
+  options saved = trainer_test::small(2, 2);
+  saved.ckpt_dir = fresh_dir("reshard").string();
+  saved.steps = 20;
+  trainer_test::losses(saved);
+  const auto weights = load_global(saved, 2, 2, 20);
+  CHECK(weights.size() == 3 * (2 + 3 * 4 + 2));
+  options continued = saved;
+  continued.steps = 40;
+  continued.resume = true;
+  continued.save_every = 1000;  // only the final step is saved: step 20 stays as it is
+  options reference_dir = continued;
+  reference_dir.ckpt_dir = fresh_dir("reshard-reference").string();
+  std::filesystem::copy(saved.ckpt_dir, reference_dir.ckpt_dir,
+                        std::filesystem::copy_options::recursive);
+  const std::vector<float> on_2x2 = trainer_test::losses(reference_dir);
+  REQUIRE(on_2x2.size() == 20);
+  for (auto [x, y] : {std::pair{4, 1}, std::pair{1, 1}}) {
+    INFO("resumed on " << x << "x" << y);
+    CHECK(load_global(saved, x, y, 20) == weights);
+    options there = continued;
+    there.mesh_x = x;
+    there.mesh_y = y;
+    there.ckpt_dir = fresh_dir("reshard-" + std::to_string(x) + "x" + std::to_string(y)).string();
+    std::filesystem::copy(saved.ckpt_dir, there.ckpt_dir, std::filesystem::copy_options::recursive);
+    const std::vector<float> got = trainer_test::losses(there);
+    REQUIRE(got.size() == on_2x2.size());
+    for (std::size_t s = 0; s < got.size(); ++s)
+      CHECK(std::abs(got[s] - on_2x2[s]) <= 1e-5f * std::abs(on_2x2[s]));
+    std::filesystem::remove_all(there.ckpt_dir);
+  }
+  std::filesystem::remove_all(saved.ckpt_dir);
+  std::filesystem::remove_all(reference_dir.ckpt_dir);
+}
