@@ -160,10 +160,13 @@ int main(int argc, char** argv) {
                   best.c_str(), best_step * 1e3);
     if (!json.empty()) {
       std::ofstream out(json);
-      out << nlohmann::json{{"bench", "tpx-plan"},
-                            {"command", argc > 0 ? argv[0] : ""},
-                            {"hardware", std::string(hw.name)},
-                            {"recommendation", best},
+      std::string command;
+      for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+      const nlohmann::json machine = {{"name", std::string(hw.name)}, {"flops", hw.flops},
+                                      {"memory_bw", hw.memory_bw},    {"link_bw", hw.link_bw},
+                                      {"memory", hw.memory},          {"source", std::string(hw.source)}};
+      out << nlohmann::json{{"bench", "tpx-plan"},   {"command", command},
+                            {"machine", machine},     {"recommendation", best},
                             {"rows", rows}}
                  .dump(1)
           << '\n';
