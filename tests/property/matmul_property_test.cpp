@@ -7,11 +7,6 @@
 //    double, per element within 1e-5 of sum_j |a_ij b_jk| (fp32 accumulation).
 // The pairs are split over TPX_PROPERTY_PART (0..parts-1) so the translation units compile in
 // parallel; each part takes every parts-th left operand.
-#include <atomic>
-#include <mutex>
-#include <string>
-#include <vector>
-
 #include "../support/sharding_cases.hpp"
 
 using namespace cases;
@@ -20,16 +15,6 @@ namespace {
 
 constexpr int part = TPX_PROPERTY_PART;
 constexpr int parts = TPX_PROPERTY_PARTS;
-
-struct tally {
-  std::atomic<int> checked{0};
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  void fail(std::string what) {
-    std::lock_guard lock(mutex);
-    failures.push_back(std::move(what));
-  }
-};
 
 template <class CaseA, class CaseB>
 constexpr bool legal = (CaseA::cand::unreduced_mask & CaseB::cand::uses) == 0 &&

@@ -6,11 +6,6 @@
 //    them), and
 //  - every rank's block of the result, reduced where the target is still unreduced, equals the
 //    global tensor (within 1e-5 relative: partial sums are rounded once more than the original).
-#include <atomic>
-#include <mutex>
-#include <string>
-#include <vector>
-
 #include "../support/sharding_cases.hpp"
 
 using namespace cases;
@@ -19,12 +14,6 @@ namespace {
 
 constexpr int part = TPX_PROPERTY_PART;
 constexpr int parts = TPX_PROPERTY_PARTS;
-
-struct tally {
-  std::atomic<int> checked{0};
-  std::mutex mutex;
-  std::vector<std::string> failures;
-};
 
 template <class From, class To, class R>
 void check_pair(const R& rank, std::int64_t rows, std::int64_t cols, tally& t) {
@@ -41,14 +30,11 @@ void check_pair(const R& rank, std::int64_t rows, std::int64_t cols, tally& t) {
       want[i] = value_at(3, i);
       scale[i] = std::abs(want[i]) + 1e-6;
     }
-    if (!block_matches(reduced, want, scale, 1e-5)) {
-      std::lock_guard lock(t.mutex);
-      t.failures.push_back(std::string(S::notation.c_str()) + " -> " + T::notation.c_str() +
-                           " (" + tpx::reshard_traits<S, T>::description.c_str() + ") on rank " +
-                           std::to_string(rank.world_rank()) + " of mesh " +
-                           rank.mesh_string() + ", extents " + std::to_string(rows) + "x" +
-                           std::to_string(cols));
-    }
+    if (!block_matches(reduced, want, scale, 1e-5))
+      t.fail(std::string(S::notation.c_str()) + " -> " + T::notation.c_str() + " (" +
+             tpx::reshard_traits<S, T>::description.c_str() + ") on rank " +
+             std::to_string(rank.world_rank()) + " of mesh " + rank.mesh_string() +
+             ", extents " + std::to_string(rows) + "x" + std::to_string(cols));
     if (rank.world_rank() == 0) ++t.checked;
   }
 }

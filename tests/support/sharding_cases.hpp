@@ -11,9 +11,12 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <tpx/tpx.hpp>
@@ -159,5 +162,16 @@ bool block_matches(const Tn& t, std::span<const double> want, std::span<const do
   });
   return ok;
 }
+
+// What the ranks of a property test found, collected across their threads.
+struct tally {
+  std::atomic<int> checked{0};
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  void fail(std::string what) {
+    std::lock_guard lock(mutex);
+    failures.push_back(std::move(what));
+  }
+};
 
 }  // namespace cases
