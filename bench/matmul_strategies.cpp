@@ -1,14 +1,16 @@
 // tpx-bench-matmul-strategies: what each sharding costs on the host backend, split into compute
 // and communication, against the unsharded GEMM and against the cost model's prediction.
 //
-//   tpx-bench-matmul-strategies -g 4 --batch 1024,4096 -d 512 -f 2048 --json strategies.json
+//   tpx-bench-matmul-strategies -g 2,4 --batch 1024,4096 -d 512 -f 2048 --json strategies.json
 //
-// Two families of rows, each run on the ranks of tpx::spmd(tpx::host, Mesh<X, Y>):
+// For each rank count of -g, two families of rows, each run on the ranks of
+// tpx::spmd(tpx::host, Mesh<X, Y>):
 //   case1..case4  the notes' four sharded matmuls, [I, J] x [J, K] with the shardings of
-//                 seed 001 (case 3 reduces its partial sum with AllReduce), on a 2x2 or 4x1 mesh
+//                 seed 001 (case 3 reduces its partial sum with AllReduce); case 1 on every
+//                 2-D mesh x * y = g, the others on g x 1
 //   dp, fsdp, tp, fsdp_tp  the forward pass of the notes' MLP layer under each layout
-//                 (tpx::cost::mlp's types), on every mesh of -g ranks the layout uses, for each
-//                 --batch
+//                 (tpx::cost::mlp's types): dp and fsdp on g x 1, tp on 1 x g, fsdp_tp on every
+//                 2-D mesh, for each --batch
 // For each row the program runs what tpx::matmul would run, in its parts: the collectives of
 // the plan (matmul_plan_t<L, R>::lhs_steps / rhs_steps, then the reshard of the product), each
 // through the typed collectives, timed as communication; and tpx::matmul on the operands the
@@ -18,9 +20,10 @@
 // rank alone.
 //
 // The prediction is tpx::cost's (cost/matmul.hpp, cost/mlp.hpp) for a profile of this machine
-// that the program measures first with all -g ranks busy at once, as they are in every row:
-// per-rank sgemm FLOP/s (1024^3), per-rank memcpy bandwidth (16 MiB) and the bus bandwidth of
-// an all_gather of 16 MiB over all ranks, medians of 5. bench/README.md compares the two.
+// that the program measures first, for each rank count, with all ranks busy at once as they
+// are in every row: per-rank sgemm FLOP/s (1024^3), per-rank memcpy bandwidth (16 MiB) and the
+// bus bandwidth of an all_gather of 16 MiB over all ranks, medians of 5. Each JSON row carries
+// the profile it was predicted with. bench/README.md compares the two.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -54,7 +57,7 @@ TPX_DIMS(I, J, K);
 constexpr double fp32 = 4;
 
 struct options {
-  int ranks = 4;
+  std::vector<int> ranks = {4};
   std::vector<std::int64_t> batches = {1024, 4096};
   std::int64_t d_model = 512, d_ff = 2048, matrix = 1024;
   int iters = 3, warmup = 1;
@@ -141,6 +144,15 @@ struct row {
 
 std::string mesh_name(int x, int y) { return "X=" + std::to_string(x) + ",Y=" + std::to_string(y); }
 
+void print_header() {
+  std::printf("# %-8s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "name",
+              "mesh", "I|B", "J|D", "K|F", "measured", "compute", "comm", "predicted", "p.comm",
+              "p.total", "meas/", "comm MiB", "unsharded");
+  std::printf("# %-8s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "", "", "",
+              "", "", "(ms)", "(ms)", "(ms)", "compute", "(ms)", "(ms)", "pred", "per rank",
+              "(ms)");
+}
+
 void print_row(const row& r) {
   const double c = r.compute.median(), m = r.comm.median(), p = r.predicted.seconds();
   std::printf("  %-8s %-7s %6lld %6lld %6lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %7.2f %9.2f "
@@ -215,7 +227,8 @@ calibration calibrate(int ranks) {
       });
       copy.seconds.push_back(std::exchange(t, 0));
       timed(t, [&] {
-        world.all_gather(std::span<const float>(from.data(), counts[0]), std::span(all), counts);
+        world.all_gather(std::span<const float>(from.data(), counts[0]),
+                         std::span(all.data(), counts[0] * ranks), counts);
         return 0;
       });
       gather.seconds.push_back(t);
@@ -223,7 +236,8 @@ calibration calibrate(int ranks) {
     if (rank.world_rank() != 0) return;
     cal.gemm_flops = 2.0 * s * s * s / gemm.median();
     cal.copy_bw = bytes / copy.median();
-    cal.busbw = ranks > 1 ? bytes * (ranks - 1.0) / ranks / gather.median() : cal.copy_bw;
+    const double gathered = 4.0 * counts[0] * ranks;
+    cal.busbw = ranks > 1 ? gathered * (ranks - 1) / ranks / gather.median() : cal.copy_bw;
   });
   return cal;
 }
@@ -307,7 +321,8 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"tpx-bench-matmul-strategies: sharded matmuls and MLP layouts, measured and "
                "predicted"};
-  app.add_option("-g,--ranks", o.ranks, "ranks (threads); meshes are its factorizations")
+  app.add_option("-g,--ranks", o.ranks, "rank counts (threads), e.g. 2,4; meshes factor them")
+      ->delimiter(',')
       ->check(CLI::Range(1, 256));
   app.add_option("--batch", o.batches, "tokens B of the layer rows")->delimiter(',');
   app.add_option("-d,--d-model", o.d_model, "D")->check(CLI::Range(1, 1 << 20));
@@ -321,54 +336,48 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const calibration cal = calibrate(o.ranks);
-    std::printf("# tpx-bench-matmul-strategies: %d ranks on %d cores (load average %.2f), fp32\n",
-                o.ranks, tpx::bench::usable_cores(), tpx::bench::load_average());
-    std::printf("# this machine with %d ranks busy, per rank: sgemm %.2f GFLOP/s, memcpy %.2f "
-                "GB/s, all_gather busbw %.2f GB/s\n",
-                o.ranks, cal.gemm_flops / 1e9, cal.copy_bw / 1e9, cal.busbw / 1e9);
-    std::printf("# %-8s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "name",
-                "mesh", "I|B", "J|D", "K|F", "measured", "compute", "comm", "predicted",
-                "p.comm", "p.total", "meas/", "comm MiB", "unsharded");
-    std::printf("# %-8s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "", "", "",
-                "", "", "(ms)", "(ms)", "(ms)", "compute", "(ms)", "(ms)", "pred", "per rank",
-                "(ms)");
-    std::vector<row> rows;
-    const auto add = [&](row r) {
-      unsharded(r, o);
-      print_row(r);
-      rows.push_back(std::move(r));
-    };
-    const int g = o.ranks;
-    int half = 1;  // the largest factor of g at most sqrt(g), for the 2-D meshes
-    for (int f = 1; f * f <= g; ++f)
-      if (g % f == 0) half = f;
-    using IX_J = tpx::Tensor<float, I<X>, J<>>;
-    add(sharded_case<IX_J, tpx::Tensor<float, J<>, K<Y>>, void>("case1", half, g / half, o, cal));
-    add(sharded_case<tpx::Tensor<float, I<>, J<X>>, tpx::Tensor<float, J<>, K<>>, void>(
-        "case2", g, 1, o, cal));
-    add(sharded_case<tpx::Tensor<float, I<>, J<X>>, tpx::Tensor<float, J<X>, K<>>,
-                     tpx::Tensor<float, I<>, K<>>>("case3", g, 1, o, cal));
-    add(sharded_case<IX_J, tpx::Tensor<float, J<>, K<X>>, void>("case4", g, 1, o, cal));
-    for (std::int64_t b : o.batches) {
-      add(layer<mlp::dp>("dp", g, 1, b, o, cal));
-      add(layer<mlp::fsdp>("fsdp", g, 1, b, o, cal));
-      add(layer<mlp::tp>("tp", 1, g, b, o, cal));
-      add(layer<mlp::fsdp_tp>("fsdp_tp", half, g / half, b, o, cal));
+    std::printf("# tpx-bench-matmul-strategies: on %d cores (load average %.2f), fp32\n",
+                tpx::bench::usable_cores(), tpx::bench::load_average());
+    nlohmann::json out = nlohmann::json::array();
+    for (const int g : o.ranks) {
+      const calibration cal = calibrate(g);
+      std::printf("#\n# %d ranks; this machine with them all busy, per rank: sgemm %.2f GFLOP/s, "
+                  "memcpy %.2f GB/s, all_gather busbw %.2f GB/s\n",
+                  g, cal.gemm_flops / 1e9, cal.copy_bw / 1e9, cal.busbw / 1e9);
+      print_header();
+      const auto add = [&](row r) {
+        unsharded(r, o);
+        print_row(r);
+        nlohmann::json j = to_json(r);
+        j["ranks"] = g;
+        j["profile"] = {{"gemm_gflops_per_rank", cal.gemm_flops / 1e9},
+                        {"memcpy_gbps_per_rank", cal.copy_bw / 1e9},
+                        {"all_gather_busbw_gbps", cal.busbw / 1e9}};
+        out.push_back(std::move(j));
+      };
+      // The 2-D meshes: every x * y = g with both sides > 1 (none for a prime g).
+      std::vector<int> xs;
+      for (int x = 2; x < g; ++x)
+        if (g % x == 0) xs.push_back(x);
+      using IX_J = tpx::Tensor<float, I<X>, J<>>;
+      for (int x : xs)
+        add(sharded_case<IX_J, tpx::Tensor<float, J<>, K<Y>>, void>("case1", x, g / x, o, cal));
+      add(sharded_case<tpx::Tensor<float, I<>, J<X>>, tpx::Tensor<float, J<>, K<>>, void>(
+          "case2", g, 1, o, cal));
+      add(sharded_case<tpx::Tensor<float, I<>, J<X>>, tpx::Tensor<float, J<X>, K<>>,
+                       tpx::Tensor<float, I<>, K<>>>("case3", g, 1, o, cal));
+      add(sharded_case<IX_J, tpx::Tensor<float, J<>, K<X>>, void>("case4", g, 1, o, cal));
+      for (std::int64_t b : o.batches) {
+        add(layer<mlp::dp>("dp", g, 1, b, o, cal));
+        add(layer<mlp::fsdp>("fsdp", g, 1, b, o, cal));
+        add(layer<mlp::tp>("tp", 1, g, b, o, cal));
+        for (int x : xs) add(layer<mlp::fsdp_tp>("fsdp_tp", x, g / x, b, o, cal));
+      }
     }
-    if (!o.json.empty()) {
-      nlohmann::json out = nlohmann::json::array();
-      for (const row& r : rows) out.push_back(to_json(r));
+    if (!o.json.empty())
       tpx::bench::write_json(o.json, "matmul_strategies", tpx::bench::command_line(argc, argv),
-                             {{"ranks", o.ranks},
-                              {"iters", o.iters},
-                              {"warmup", o.warmup},
-                              {"calibration",
-                               {{"gemm_gflops_per_rank", cal.gemm_flops / 1e9},
-                                {"memcpy_gbps_per_rank", cal.copy_bw / 1e9},
-                                {"all_gather_busbw_gbps", cal.busbw / 1e9}}}},
+                             {{"ranks", o.ranks}, {"iters", o.iters}, {"warmup", o.warmup}},
                              std::move(out));
-    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tpx-bench-matmul-strategies: %s\n", e.what());

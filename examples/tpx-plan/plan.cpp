@@ -1,16 +1,17 @@
 // tpx-plan: which layout to train an MLP stack with, on which hardware, before running anything.
 //
-//   tpx-plan --hardware h100 --mesh 8,8 --layers 80 -d 8192 -f 28672 --batch 512 --seq 4096
+//   tpx-plan --hardware h100 --mesh 8,8 --layers 80 -d 8192 -f 28672 --batch 64 --seq 4096
 //
 // For the notes' MLP layer In[B, D] *_D W_in[D, F] *_F W_out[F, D] (cost/mlp.hpp) under DP and
 // FSDP over all X*Y devices, TP over all of them, and FSDP over X with TP over Y, it prints what
 // tpx would run (the plans tpx::matmul compiles, as sentences), the bytes each device moves, the
 // predicted compute and communication time of a training step (forward and backward) per layer
 // and for all layers, the memory per device and the MFU ceiling, then recommends the layout
-// with the shortest step among those that fit in device memory: the notes' "four situations"
-// (seed 003) as a tool. The prices come from tpx::cost with the named hardware profile, or with
-// one given by --flops, --memory-bw and --link-bw; --links gives how many physical links carry
-// each mesh axis (a TPU v5p axis spread over several ICI axes). --json FILE writes the table.
+// with the shortest step among those that fit in device memory (the least communication among
+// equals): the notes' "four situations" (seed 003) as a tool. The prices come from tpx::cost
+// with the named hardware profile, or with one given by --flops, --memory-bw and --link-bw;
+// --links gives how many physical links carry each mesh axis (a TPU v5p axis spread over several
+// ICI axes). --json FILE writes the table.
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
 
     nlohmann::json rows = nlohmann::json::array();
     std::string best;
-    double best_step = std::numeric_limits<double>::infinity();
+    double best_step = std::numeric_limits<double>::infinity(), best_comm = best_step;
     for (std::string_view layout : mlp::layout_names) {
       const mlp::mesh m = mesh_for(layout, x, y);
       const cluster_t sys{m, hw, {links[0], links[1]}};
@@ -133,8 +134,11 @@ int main(int argc, char** argv) {
                   e.mfu_ceiling(), step.comm_bound() ? "comm bound" : "compute bound",
                   fits ? "fits" : "does not fit");
       std::printf("  %-8s %s\n", "", plan_text(layout).c_str());
-      if (fits && step.overlapped() < best_step) {
+      // The shortest step that fits; between equal steps, the one that communicates less.
+      if (fits && (step.overlapped() < best_step ||
+                   (step.overlapped() == best_step && step.comm.seconds < best_comm))) {
         best_step = step.overlapped();
+        best_comm = step.comm.seconds;
         best = std::string(layout);
       }
       rows.push_back({{"layout", layout},

@@ -129,8 +129,11 @@ TEST_CASE("bias, GELU and bias+GELU epilogues equal the GEMM followed by the hos
     cu::device_buffer<float> dc(m * n, gpu.pool(), gpu.stream());
     cu::gemm(gpu.gemms(), gpu.stream(), false, false, m, n, k, 1.0f, da.data(), k, db.data(), n, 0.0f, dc.data(), n,
              cu::gemm_options<float>{.epilogue = epilogue, .bias = dbias.data()});
-    // k products in another order, then cuBLASLt's own tanh: a bound of k ulps of O(k) sums.
-    CHECK(mismatches(to_host(gpu, dc), want, 4.0 * k, fp32_unit, 4 * k * k * fp32_unit) == 0);
+    // k products in another order: k ulps of O(k) sums. cuBLASLt may evaluate GELU's tanh with
+    // the hardware approximation (about 2^-11 relative), which moves gelu(x) by up to
+    // |x| 2^-12: 4e-3 for the |x| < 16 of these products.
+    const double floor = epilogue == cu::gemm_epilogue::bias ? 4 * k * k * fp32_unit : 4e-3;
+    CHECK(mismatches(to_host(gpu, dc), want, 4.0 * k, fp32_unit, floor) == 0);
   }
 }
 

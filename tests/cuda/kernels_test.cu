@@ -7,7 +7,7 @@
 // a*b+c into FMAs; CUDA's tanhf, expf, logf differ from glibc's in the last bits); row
 // reductions sum in a tree on the GPU and serially on the host, which moves a fp32 sum of d
 // terms by up to d ulps of the sum of magnitudes; results rounded to bf16 may land one bf16 ulp
-// apart. Exact operations (copies, sums in the same order) must agree bit for bit. Each case
+// apart (two units of bf16 roundoff). Exact operations (copies, sums in the same order) must agree bit for bit. Each case
 // makes its own rank_resources on device 0 (a stream, the pool, cuBLASLt), as a launcher would.
 #include <doctest/doctest.h>
 
@@ -46,18 +46,20 @@ namespace cu = tpx::cuda;
 // f applied on the device and on the host to the same n inputs, starting `shift` elements into
 // the buffers (shift 1 misaligns them and takes the element path).
 template <class Out, class In, class F>
-void check_unary(cu::rank_resources& gpu, F f, std::size_t n, std::size_t shift, double ulps, double unit) {
+void check_unary(cu::rank_resources& gpu, F f, std::size_t n, std::size_t shift, double ulps, double unit,
+                 double floor = 1e-30) {
   const std::vector<In> x = random_values<In>(n + shift, -4.0f, 4.0f, 1);
   std::vector<Out> want(n + shift);
   k::transform(static_cast<std::int64_t>(n), f, want.data() + shift, x.data() + shift);
   auto dx = to_device(gpu, x);
   cu::device_buffer<Out> dy(n + shift, gpu.pool(), gpu.stream());
   cu::transform(gpu.stream(), static_cast<std::int64_t>(n), f, dy.data() + shift, dx.data() + shift);
-  CHECK(mismatches(to_host(gpu, dy), want, ulps, unit, 1e-30) == 0);
+  CHECK(mismatches(to_host(gpu, dy), want, ulps, unit, floor) == 0);
 }
 
 template <class Out, class A, class B, class F>
-void check_binary(cu::rank_resources& gpu, F f, std::size_t n, std::size_t shift, double ulps, double unit) {
+void check_binary(cu::rank_resources& gpu, F f, std::size_t n, std::size_t shift, double ulps, double unit,
+                  double floor = 1e-30) {
   const std::vector<A> a = random_values<A>(n + shift, -4.0f, 4.0f, 2);
   const std::vector<B> b = random_values<B>(n + shift, -4.0f, 4.0f, 3);
   std::vector<Out> want(n + shift);
@@ -67,7 +69,7 @@ void check_binary(cu::rank_resources& gpu, F f, std::size_t n, std::size_t shift
   cu::device_buffer<Out> dy(n + shift, gpu.pool(), gpu.stream());
   cu::transform(gpu.stream(), static_cast<std::int64_t>(n), f, dy.data() + shift, da.data() + shift,
                 db.data() + shift);
-  CHECK(mismatches(to_host(gpu, dy), want, ulps, unit, 1e-30) == 0);
+  CHECK(mismatches(to_host(gpu, dy), want, ulps, unit, floor) == 0);
 }
 
 }  // namespace
@@ -82,12 +84,16 @@ TEST_CASE("transform runs the shared functors, on the vector and on the element 
     check_binary<float, float, float>(gpu, k::axpy{0.75f}, 1003, shift, 0, fp32_unit);
     check_unary<float, float>(gpu, k::scale{-1.5f}, 1003, shift, 0, fp32_unit);
     check_unary<float, float>(gpu, k::relu{}, 1003, shift, 0, fp32_unit);
-    // GELU and its derivative: tanhf and the FMA-contracted polynomial, a few ulps.
-    check_unary<float, float>(gpu, k::gelu{}, 4099, shift, 8, fp32_unit);
-    check_binary<float, float, float>(gpu, k::gelu_backward{}, 4099, shift, 16, fp32_unit);
-    // bf16 storage: the fp32 results above rounded once, so at most one bf16 ulp apart.
-    check_unary<bf16, bf16>(gpu, k::gelu{}, 4099, shift, 1, bf16_unit);
-    check_binary<bf16, bf16, float>(gpu, k::add{}, 4099, shift, 1, bf16_unit);
+    // GELU and its derivative: tanhf and the FMA-contracted polynomial differ by a few ulps of
+    // tanh, which 1 + tanh(..) turns into a few ulps of |x| (absolute) for negative x, where
+    // it cancels; |x|, |dy| <= 4 here.
+    const double gelu_floor = 16 * fp32_unit * 4, gelu_backward_floor = 64 * fp32_unit * 16;
+    check_unary<float, float>(gpu, k::gelu{}, 4099, shift, 8, fp32_unit, gelu_floor);
+    check_binary<float, float, float>(gpu, k::gelu_backward{}, 4099, shift, 16, fp32_unit, gelu_backward_floor);
+    // bf16 storage: the fp32 results above rounded once, so at most one bf16 ulp apart (one ulp
+    // is up to two units of roundoff, 2^-7 relative, at the bottom of a binade).
+    check_unary<bf16, bf16>(gpu, k::gelu{}, 4099, shift, 2, bf16_unit, gelu_floor);
+    check_binary<bf16, bf16, float>(gpu, k::add{}, 4099, shift, 2, bf16_unit);
     check_unary<bf16, float>(gpu, k::identity{}, 4099, shift, 0, bf16_unit);
   }
 }
@@ -173,12 +179,13 @@ TEST_CASE("rmsnorm forward and backward vs the host row functions") {
     cu::rmsnorm_forward(gpu.stream(), rows, d, dxs.data(), dws.data(), 1e-5f, gy.data(), gr.data());
     cu::rmsnorm_backward(gpu.stream(), gpu.pool(), rows, d, dxs.data(), dws.data(), gr.data(), ddy.data(), gdx.data(),
                          gdw.data());
-    // r: a sum of d squares in a different order (d ulps); outputs then round to bf16 (1 ulp).
+    // r: a sum of d squares in a different order (d ulps); outputs then round to bf16 (1 bf16
+    // ulp, 2 units of roundoff).
     CHECK(mismatches(to_host(gpu, gr), r, 2.0 * d, fp32_unit) == 0);
-    CHECK(mismatches(to_host(gpu, gy), y, 1, bf16_unit, 1e-6) == 0);
-    CHECK(mismatches(to_host(gpu, gdx), dx, 1, bf16_unit, 4 * d * fp32_unit) == 0);
-    // dw: sums over 33 rows of products, in a different order.
-    CHECK(mismatches(to_host(gpu, gdw), dw, 4.0 * rows, fp32_unit, 1e-6) == 0);
+    CHECK(mismatches(to_host(gpu, gy), y, 2, bf16_unit, 1e-6) == 0);
+    CHECK(mismatches(to_host(gpu, gdx), dx, 2, bf16_unit, 4 * d * fp32_unit) == 0);
+    // dw: sums over 33 rows of products dy x r, each r as uncertain as above: 2 d ulps per term.
+    CHECK(mismatches(to_host(gpu, gdw), dw, 4.0 * rows, fp32_unit, 2.0 * d * rows * fp32_unit) == 0);
   }
 }
 
@@ -211,7 +218,8 @@ TEST_CASE("layernorm forward and backward vs the host row functions") {
     // Row sums in another order: d ulps of the magnitudes, which are O(1) here.
     CHECK(mismatches(to_host(gpu, gy), y, 4.0 * d, fp32_unit, 4 * d * fp32_unit) == 0);
     CHECK(mismatches(to_host(gpu, gdx), dx, 8.0 * d, fp32_unit, 8 * d * fp32_unit) == 0);
-    CHECK(mismatches(to_host(gpu, gdw), dw, 4.0 * rows, fp32_unit, 4 * rows * fp32_unit) == 0);
+    // dw sums dy xhat over rows, each xhat as uncertain as the row's stats (d ulps); db sums dy.
+    CHECK(mismatches(to_host(gpu, gdw), dw, 4.0 * rows, fp32_unit, 2.0 * d * rows * fp32_unit) == 0);
     CHECK(mismatches(to_host(gpu, gdb), db, 4.0 * rows, fp32_unit, 4 * rows * fp32_unit) == 0);
   }
 }
@@ -263,10 +271,10 @@ TEST_CASE("adamw_step applies the host's adamw_update to every element, writing 
     model_want[i] = p[i];
   }
   // A few dependent operations, each possibly fused into an FMA on the device.
-  CHECK(mismatches(to_host(gpu, gp), p, 8, fp32_unit, 1e-12) == 0);
+  CHECK(mismatches(to_host(gpu, gp), p, 8, fp32_unit, 1e-9) == 0);  // a step of ~1e-3 near p = 0
   CHECK(mismatches(to_host(gpu, gm), m, 4, fp32_unit, 1e-12) == 0);
   CHECK(mismatches(to_host(gpu, gv), v, 4, fp32_unit, 1e-15) == 0);
-  CHECK(mismatches(to_host(gpu, model), model_want, 1, bf16_unit, 1e-12) == 0);
+  CHECK(mismatches(to_host(gpu, model), model_want, 2, bf16_unit, 1e-12) == 0);
 }
 
 TEST_CASE("fill_normal gives a shard the values the host's randn gives the same global indices") {
@@ -281,8 +289,9 @@ TEST_CASE("fill_normal gives a shard the values the host's randn gives the same 
         const auto g = static_cast<std::uint64_t>(((a + 1) * 7 + (b + 2)) * 9 + (c + 3));
         want.push_back(0.5f * k::normal_at(42, g));
       }
-  // Philox is exact on both sides; logf, cosf and sqrtf differ by a few ulps.
-  CHECK(mismatches(to_host(gpu, shard), want, 8, fp32_unit, 1e-7) == 0);
+  // Philox is exact on both sides; logf, cosf and sqrtf differ by a few ulps, which near a zero of
+  // the cosine are a few ulps of the radius (|z| < 6), not of z.
+  CHECK(mismatches(to_host(gpu, shard), want, 8, fp32_unit, 8 * 6 * fp32_unit) == 0);
 }
 
 TEST_CASE("copy_box on the device equals the host copy_box: memcpy, pitched and kernel paths") {

@@ -6,7 +6,7 @@
 // epilogue (gemm_plan.hpp) can fuse a bias add and/or the tanh GELU into the store. The plan of
 // each distinct shape is made once and cached in the rank's gemm_plans, and every call uses the
 // rank's single workspace, on the rank's stream; the call is asynchronous like a kernel launch.
-// Each call is an NVTX range named after its shape.
+// Each call is an NVTX range named after its shape (the plan's name, made once).
 //
 // Arguments are checked as on the host (the same messages); k == 0 gives C = beta * C without
 // cuBLASLt, supported for beta == 0 and for contiguous C (ldc == n).
@@ -83,8 +83,8 @@ void gemm(gemm_plans& plans, cudaStream_t stream, bool trans_a, bool trans_b, st
     return;
   }
   const gemm_key key = gemm_key_of(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, options);
-  const nvtx_range range("gemm " + gemm_plan::describe(key));
   const gemm_plan& plan = plans.plan(key);
+  const nvtx_range range(plan.name());
   if (has_bias) {
     const void* bias = options.bias;
     TPX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));

@@ -70,7 +70,8 @@ inline std::uint32_t alignment_of(const void* p) {
 
 class gemm_plan {
  public:
-  gemm_plan(cublasLtHandle_t handle, const gemm_key& key, std::size_t workspace_bytes) {
+  gemm_plan(cublasLtHandle_t handle, const gemm_key& key, std::size_t workspace_bytes)
+      : name_("gemm " + describe(key)) {
     try {
       describe_operation(key);
       choose_algorithm(handle, key, workspace_bytes);
@@ -88,6 +89,8 @@ class gemm_plan {
   cublasLtMatrixLayout_t b() const { return b_; }
   cublasLtMatrixLayout_t c() const { return c_; }
   const cublasLtMatmulAlgo_t& algo() const { return algo_; }
+  // "gemm bf16 4096x4096x1024 NT": the NVTX range of every call of the plan.
+  const std::string& name() const { return name_; }
 
   // "bf16 4096x4096x1024 NT bias_gelu": for errors and NVTX ranges.
   static std::string describe(const gemm_key& key) {
@@ -164,6 +167,7 @@ class gemm_plan {
     desc_ = nullptr;
   }
 
+  std::string name_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};

@@ -68,6 +68,9 @@ template <AnyTensor Tn, class Fn>
 void fill_with(Tn& t, Fn&& value_at) {
   static_assert(std::is_same_v<typename Tn::unreduced, Unreduced<>>,
                 "tpx: fill_with: a partial sum has no single value per element");
+  static_assert(std::is_same_v<typename Tn::space, host_space>,
+                "tpx: fill_with writes through host pointers: for a tensor of another memory space use "
+                "generate(), which fills a host copy and moves it over");
   constexpr std::size_t n = Tn::order;
   if (t.size() == 0) return;
   if constexpr (n == 0) {

@@ -57,7 +57,7 @@ std::vector<T> random_values(std::size_t n, float lo, float hi, unsigned seed) {
 }
 
 // How many elements of `got` differ from `want` by more than ulps * unit * max(|got|, |want|)
-// + floor; NaN matches NaN only. Reports the first mismatch.
+// + floor; NaN matches NaN only, an infinity the same infinity only. Reports the first mismatch.
 template <class A, class B>
 std::int64_t mismatches(const std::vector<A>& got, const std::vector<B>& want, double ulps, double unit,
                         double floor = 0.0) {
@@ -66,6 +66,7 @@ std::int64_t mismatches(const std::vector<A>& got, const std::vector<B>& want, d
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double g = static_cast<float>(got[i]), w = static_cast<float>(want[i]);
     const bool ok = std::isnan(g) || std::isnan(w) ? std::isnan(g) && std::isnan(w)
+                    : g == w                       ? true  // equal infinities too
                                                    : std::abs(g - w) <= ulps * unit * std::max(std::abs(g), std::abs(w)) + floor;
     if (!ok && bad++ == 0) MESSAGE("first mismatch at " << i << ": device " << g << ", host " << w);
   }
