@@ -9,14 +9,13 @@
 // finite, each key of --positive must be a number > 0 and each key of --zero, where a row has
 // it, must be 0 (a bench's count of wrong results). The first failure is printed with the row
 // it is in, and the exit status is 1; 0 means the file is valid.
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 namespace {
 

@@ -23,19 +23,17 @@
 // together, the bound the collectives share. bench/README.md says why these are the comparisons
 // and what they mean on a machine with fewer cores than ranks. The largest size is
 // lowered to fit --max-memory (every rank holds a send and a receive buffer of S bytes).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
-#include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <tpx/tpx.hpp>
+#include <vector>
 
 #include "support/page_vector.hpp"
 #include "support/report.hpp"
@@ -197,11 +195,11 @@ void print_header(const collective& c, int ranks) {
   std::printf("#\n# %s, %d ranks\n#\n", c.name, ranks);
   std::printf("# %70s %35s\n", "out-of-place", "in-place");
   std::printf("# %10s %12s %6s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s %8s %6s %8s\n", "size",
-              "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-              "algbw", "busbw", "#wrong", "memcpy", "ratio", "memcpy");
+              "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+              "busbw", "#wrong", "memcpy", "ratio", "memcpy");
   std::printf("# %10s %12s %6s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s %8s %6s %8s\n", "(B)",
-              "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-              "(GB/s)", "", "(GB/s)", "", "x ranks");
+              "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+              "", "(GB/s)", "", "x ranks");
 }
 
 // Runs every collective of o.ops at every size on the ranks; rank 0 prints and collects rows.
@@ -265,8 +263,8 @@ void sweep(const options& o, const std::vector<std::int64_t>& sizes,
       for (std::size_t s = 0; s < sizes.size(); ++s) {
         const layout l = c.shape(sizes[s], n, me);
         if (l.count == 0) continue;
-        const std::int64_t bytes = static_cast<std::int64_t>(std::max(l.send, l.recv) *
-                                                             sizeof(float));
+        const std::int64_t bytes =
+            static_cast<std::int64_t>(std::max(l.send, l.recv) * sizeof(float));
         const result oop = measure(c, l, false);
         const result ip = c.has_in_place ? measure(c, l, true) : result{};
         if (me != 0) continue;
@@ -286,12 +284,18 @@ void sweep(const options& o, const std::vector<std::int64_t>& sizes,
         std::fflush(stdout);
         busbw_sum += busbw;
         ++rows_printed;
-        nlohmann::json row = {{"op", c.name},           {"ranks", n},
-                              {"size", bytes},          {"count", l.count},
-                              {"type", "float"},        {"redop", c.redop},
-                              {"root", c.root},         {"oop_time_us", oop.seconds * 1e6},
-                              {"oop_algbw", algbw(oop)}, {"oop_busbw", busbw},
-                              {"oop_wrong", oop.wrong}, {"memcpy_gbps", memcpy_gbps},
+        nlohmann::json row = {{"op", c.name},
+                              {"ranks", n},
+                              {"size", bytes},
+                              {"count", l.count},
+                              {"type", "float"},
+                              {"redop", c.redop},
+                              {"root", c.root},
+                              {"oop_time_us", oop.seconds * 1e6},
+                              {"oop_algbw", algbw(oop)},
+                              {"oop_busbw", busbw},
+                              {"oop_wrong", oop.wrong},
+                              {"memcpy_gbps", memcpy_gbps},
                               {"ratio", busbw / memcpy_gbps},
                               {"all_ranks_memcpy_gbps", all_ranks_memcpy_gbps[s]}};
         if (c.has_in_place) {
@@ -326,8 +330,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 30));
   app.add_option("-c,--check", o.check, "check every result (1) or not (0)");
   app.add_option("-o,--op", o.ops, "collectives to run (default: all)")
-      ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce", "all_to_all",
-                             "broadcast"}));
+      ->check(
+          CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"}));
   app.add_option("--max-memory", memory_text,
                  "bytes all ranks' buffers may take (default: half of MemAvailable)");
   app.add_option("--json", o.json, "write every row to this file as JSON");
@@ -342,12 +346,12 @@ int main(int argc, char** argv) {
     // Every rank holds a send and a receive buffer as large as the largest S.
     const auto fits = [&](std::int64_t s) { return 2 * s * o.ranks <= o.max_memory; };
     while (!sizes.empty() && !fits(sizes.back())) sizes.pop_back();
-    if (sizes.empty())
-      throw std::invalid_argument("no size fits in --max-memory " + memory_text);
-    std::printf("# tpx-bench-collectives: %d ranks (threads, host communicator) on %d cores "
-                "(load average %.2f), float, -n %d -w %d -c %d\n",
-                o.ranks, tpx::bench::usable_cores(), tpx::bench::load_average(), o.iters,
-                o.warmup, o.check ? 1 : 0);
+    if (sizes.empty()) throw std::invalid_argument("no size fits in --max-memory " + memory_text);
+    std::printf(
+        "# tpx-bench-collectives: %d ranks (threads, host communicator) on %d cores "
+        "(load average %.2f), float, -n %d -w %d -c %d\n",
+        o.ranks, tpx::bench::usable_cores(), tpx::bench::load_average(), o.iters, o.warmup,
+        o.check ? 1 : 0);
     if (sizes.back() < o.max_bytes)
       std::printf("# -e lowered to %s: %d ranks x 2 buffers must fit --max-memory %s\n",
                   tpx::bench::format_bytes(sizes.back()).c_str(), o.ranks,
@@ -356,15 +360,15 @@ int main(int argc, char** argv) {
     nlohmann::json rows = nlohmann::json::array();
     sweep(o, sizes, memcpy_s, rows);
     std::int64_t wrong = 0;
-    for (const auto& row : rows) wrong += row["oop_wrong"].get<std::int64_t>() +
-                                          row.value("ip_wrong", std::int64_t{0});
+    for (const auto& row : rows)
+      wrong += row["oop_wrong"].get<std::int64_t>() + row.value("ip_wrong", std::int64_t{0});
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong),
                 wrong == 0 ? "OK" : "FAILED");
     if (!o.json.empty())
-      tpx::bench::write_json(o.json, "collectives", tpx::bench::command_line(argc, argv),
-                             {{"ranks", o.ranks}, {"iters", o.iters}, {"warmup", o.warmup},
-                              {"check", o.check}},
-                             std::move(rows));
+      tpx::bench::write_json(
+          o.json, "collectives", tpx::bench::command_line(argc, argv),
+          {{"ranks", o.ranks}, {"iters", o.iters}, {"warmup", o.warmup}, {"check", o.check}},
+          std::move(rows));
     return wrong == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tpx-bench-collectives: %s\n", e.what());

@@ -16,20 +16,19 @@
 // variant's C from the direct call's (0 when they run the same sgemm). For tpx::matmul the
 // column alloc gives the median time of constructing the result tensor alone (a zero-filled
 // std::vector of m*n floats), the part of its overhead that is not the kernel's.
-#include <algorithm>
 #include <cblas.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <functional>
-#include <string>
-#include <vector>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-
+#include <string>
 #include <tpx/tpx.hpp>
+#include <vector>
 
 #include "support/report.hpp"
 #include "support/sizes.hpp"
@@ -72,13 +71,13 @@ void measure(Rank& rank, std::int64_t size, const options& o, nlohmann::json& ro
   std::vector<float> c_direct(static_cast<std::size_t>(m * n)), c_kernel(c_direct.size());
 
   const auto direct = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
-                static_cast<int>(n), static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k),
-                b.data(), static_cast<int>(n), 0.0f, c_direct.data(), static_cast<int>(n));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k), b.data(),
+                static_cast<int>(n), 0.0f, c_direct.data(), static_cast<int>(n));
   };
   const auto kernel = [&] {
-    tpx::kernels::gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
-                       c_kernel.data(), n);
+    tpx::kernels::gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c_kernel.data(),
+                       n);
   };
   // The typed path's cost includes making and freeing its result.
   const auto typed = [&] { (void)tpx::matmul(a, b); };
@@ -104,7 +103,7 @@ void measure(Rank& rank, std::int64_t size, const options& o, nlohmann::json& ro
   const auto row = [&](const char* variant, const samples& t, float diff) {
     const double ratio_best = t_direct.best() / t.best();
     const double ratio_median = t_direct.median() / t.median();
-    std::printf("  %6lld %6lld %6lld  %-19s %9.3f %9.3f %9.2f %9.2f %7.3f %7.3f %9.2g", 
+    std::printf("  %6lld %6lld %6lld  %-19s %9.3f %9.3f %9.2f %9.2f %7.3f %7.3f %9.2g",
                 static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
                 variant, t.best() * 1e3, t.median() * 1e3, flop / t.best() / 1e9,
                 flop / t.median() / 1e9, ratio_best, ratio_median, static_cast<double>(diff));
@@ -151,14 +150,14 @@ int main(int argc, char** argv) {
   try {
     const std::vector<std::int64_t> sizes = tpx::bench::size_sweep(o.min, o.max, o.factor);
     nlohmann::json rows = nlohmann::json::array();
-    std::printf("# tpx-bench-gemm: fp32, single-threaded OpenBLAS, m = n = k, %d timed calls "
-                "each after %d warm-up (load average %.2f)\n",
-                o.iters, o.warmup, tpx::bench::load_average());
-    std::printf("# %6s %6s %6s  %-19s %9s %9s %9s %9s %7s %7s %9s %9s\n", "m", "n", "k",
-                "variant", "best", "median", "best", "median", "ratio", "ratio", "max|diff|",
-                "alloc");
-    std::printf("# %6s %6s %6s  %-19s %9s %9s %9s %9s %7s %7s %9s %9s\n", "", "", "", "",
-                "(ms)", "(ms)", "(GF/s)", "(GF/s)", "(best)", "(med)", "", "(ms)");
+    std::printf(
+        "# tpx-bench-gemm: fp32, single-threaded OpenBLAS, m = n = k, %d timed calls "
+        "each after %d warm-up (load average %.2f)\n",
+        o.iters, o.warmup, tpx::bench::load_average());
+    std::printf("# %6s %6s %6s  %-19s %9s %9s %9s %9s %7s %7s %9s %9s\n", "m", "n", "k", "variant",
+                "best", "median", "best", "median", "ratio", "ratio", "max|diff|", "alloc");
+    std::printf("# %6s %6s %6s  %-19s %9s %9s %9s %9s %7s %7s %9s %9s\n", "", "", "", "", "(ms)",
+                "(ms)", "(GF/s)", "(GF/s)", "(best)", "(med)", "", "(ms)");
     tpx::spmd(tpx::host, tpx::Mesh<X>{1}, [&](auto& rank) {
       for (std::int64_t size : sizes) measure(rank, size, o, rows);
     });

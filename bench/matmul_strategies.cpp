@@ -24,31 +24,29 @@
 // are in every row: per-rank sgemm FLOP/s (1024^3), per-rank memcpy bandwidth (16 MiB) and the
 // bus bandwidth of an all_gather of 16 MiB over all ranks, medians of 5. Each JSON row carries
 // the profile it was predicted with. bench/README.md compares the two.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <string>
-#include <utility>
-#include <vector>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-
+#include <string>
 #include <tpx/cost/mlp.hpp>
 #include <tpx/tpx.hpp>
+#include <utility>
+#include <vector>
 
 #include "support/page_vector.hpp"
 #include "support/report.hpp"
 
 namespace {
 
-using tpx::cost::mlp::X;
-using tpx::cost::mlp::Y;
 using tpx::bench::clock;
 using tpx::bench::samples;
 using tpx::bench::seconds_since;
+using tpx::cost::mlp::X;
+using tpx::cost::mlp::Y;
 using mesh_t = tpx::cost::mlp::mesh;
 using cluster_t = tpx::cost::cluster<mesh_t>;
 namespace mlp = tpx::cost::mlp;
@@ -130,7 +128,7 @@ struct calibration {
   double gemm_flops = 0, copy_bw = 0, busbw = 0;
   // Memory traffic is reads plus writes: a memcpy of S bytes moves 2 S.
   tpx::cost::hardware_profile profile() const {
-    return {"this machine (host backend, measured)", gemm_flops, 2 * copy_bw, busbw, 0,
+    return {"this machine (host backend, measured)",  gemm_flops, 2 * copy_bw, busbw, 0,
             "tpx-bench-matmul-strategies calibration"};
   }
 };
@@ -155,13 +153,13 @@ void print_header() {
 
 void print_row(const row& r) {
   const double c = r.compute.median(), m = r.comm.median(), p = r.predicted.seconds();
-  std::printf("  %-8s %-7s %6lld %6lld %6lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %7.2f %9.2f "
-              "%10.3f\n",
-              r.name.c_str(), r.mesh.c_str(), static_cast<long long>(r.m),
-              static_cast<long long>(r.k), static_cast<long long>(r.n), (c + m) * 1e3, c * 1e3,
-              m * 1e3, r.predicted.compute_seconds() * 1e3, r.predicted.comm.seconds * 1e3,
-              p * 1e3, (c + m) / p, r.predicted.comm.bus_bytes / (1 << 20),
-              r.unsharded.median() * 1e3);
+  std::printf(
+      "  %-8s %-7s %6lld %6lld %6lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %7.2f %9.2f "
+      "%10.3f\n",
+      r.name.c_str(), r.mesh.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.k),
+      static_cast<long long>(r.n), (c + m) * 1e3, c * 1e3, m * 1e3,
+      r.predicted.compute_seconds() * 1e3, r.predicted.comm.seconds * 1e3, p * 1e3, (c + m) / p,
+      r.predicted.comm.bus_bytes / (1 << 20), r.unsharded.median() * 1e3);
   std::fflush(stdout);
 }
 
@@ -216,8 +214,8 @@ calibration calibrate(int ranks) {
     for (int i = 0; i < 5; ++i) {
       double t = 0;
       timed(t, [&] {
-        tpx::kernels::gemm(false, false, s, s, s, 1.0f, a.data(), s, b.data(), s, 0.0f,
-                           c.data(), s);
+        tpx::kernels::gemm(false, false, s, s, s, 1.0f, a.data(), s, b.data(), s, 0.0f, c.data(),
+                           s);
         return 0;
       });
       gemm.seconds.push_back(std::exchange(t, 0));
@@ -250,9 +248,8 @@ row sharded_case(const char* name, int x, int y, const options& o, const calibra
   const double e = static_cast<double>(o.matrix);
   r.predicted = tpx::cost::predict_matmul<L, R>(sys, {e, e}, {e, e}, fp32);
   if constexpr (!std::is_void_v<Out>)
-    r.predicted.comm +=
-        tpx::cost::predict_reshard<typename tpx::matmul_plan_t<L, R>::result, Out>(sys, e * e,
-                                                                                   fp32);
+    r.predicted.comm += tpx::cost::predict_reshard<typename tpx::matmul_plan_t<L, R>::result, Out>(
+        sys, e * e, fp32);
   on_mesh(x, y, [&](auto& rank, tpx::any_communicator&, auto&& timed) {
     const auto a = random_tensor<L>::make(rank, o.matrix, o.matrix, 1);
     const auto b = random_tensor<R>::make(rank, o.matrix, o.matrix, 2);
@@ -273,11 +270,12 @@ row layer(const char* name, int x, int y, std::int64_t batch, const options& o,
           const calibration& cal) {
   row r{"layer", name, mesh_name(x, y), batch, o.d_model, o.d_ff, {}, {}, {}, {}};
   const cluster_t sys{mesh_t{x, y}, cal.profile(), {1, 1}};
-  r.predicted = mlp::predict_layer<Layout>(sys, {static_cast<double>(batch),
-                                                 static_cast<double>(o.d_model),
-                                                 static_cast<double>(o.d_ff)},
-                                           fp32)
-                    .forward;
+  r.predicted =
+      mlp::predict_layer<Layout>(
+          sys,
+          {static_cast<double>(batch), static_cast<double>(o.d_model), static_cast<double>(o.d_ff)},
+          fp32)
+          .forward;
   on_mesh(x, y, [&](auto& rank, tpx::any_communicator&, auto&& timed) {
     const auto in = random_tensor<typename Layout::in>::make(rank, batch, o.d_model, 1);
     const auto w_in = random_tensor<typename Layout::w_in>::make(rank, o.d_model, o.d_ff, 2);
@@ -319,8 +317,9 @@ void unsharded(row& r, const options& o) {
 
 int main(int argc, char** argv) {
   options o;
-  CLI::App app{"tpx-bench-matmul-strategies: sharded matmuls and MLP layouts, measured and "
-               "predicted"};
+  CLI::App app{
+      "tpx-bench-matmul-strategies: sharded matmuls and MLP layouts, measured and "
+      "predicted"};
   app.add_option("-g,--ranks", o.ranks, "rank counts (threads), e.g. 2,4; meshes factor them")
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
@@ -341,9 +340,10 @@ int main(int argc, char** argv) {
     nlohmann::json out = nlohmann::json::array();
     for (const int g : o.ranks) {
       const calibration cal = calibrate(g);
-      std::printf("#\n# %d ranks; this machine with them all busy, per rank: sgemm %.2f GFLOP/s, "
-                  "memcpy %.2f GB/s, all_gather busbw %.2f GB/s\n",
-                  g, cal.gemm_flops / 1e9, cal.copy_bw / 1e9, cal.busbw / 1e9);
+      std::printf(
+          "#\n# %d ranks; this machine with them all busy, per rank: sgemm %.2f GFLOP/s, "
+          "memcpy %.2f GB/s, all_gather busbw %.2f GB/s\n",
+          g, cal.gemm_flops / 1e9, cal.copy_bw / 1e9, cal.busbw / 1e9);
       print_header();
       const auto add = [&](row r) {
         unsharded(r, o);

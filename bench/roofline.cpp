@@ -10,18 +10,16 @@
 // byte, each matrix moved once, and "of roof" is the measured FLOP/s over min(peak, I * bw).
 // Square shapes sweep I upwards; shapes with few rows times a 4096 x 4096 matrix (64 MiB, more
 // than the last-level cache; m = 1 is a matrix-vector product) are the memory-bound end.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <string>
-#include <vector>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-
+#include <string>
 #include <tpx/tpx.hpp>
+#include <vector>
 
 #include "support/page_vector.hpp"
 #include "support/report.hpp"
@@ -66,8 +64,7 @@ int main(int argc, char** argv) {
   app.add_option("-w,--warmup_iters", warmup, "untimed calls first")->check(CLI::Range(0, 1000));
   app.add_option("--json", json, "write every row to this file as JSON");
   std::int64_t largest = 2048;
-  app.add_option("-e,--largest", largest, "largest square size")
-      ->check(CLI::Range(16, 1 << 14));
+  app.add_option("-e,--largest", largest, "largest square size")->check(CLI::Range(16, 1 << 14));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -82,16 +79,17 @@ int main(int argc, char** argv) {
     const std::size_t copy_bytes = 256 << 20;
     tpx::bench::page_vector<char> from(copy_bytes, 1), to(copy_bytes, 2);
     const double bandwidth = 2.0 * copy_bytes / best_time(warmup, iters, [&] {
-      std::memcpy(to.data(), from.data(), copy_bytes);
-      asm volatile("" : : "r"(to.data()) : "memory");
-    });
+                               std::memcpy(to.data(), from.data(), copy_bytes);
+                               asm volatile("" : : "r"(to.data()) : "memory");
+                             });
     std::printf("# tpx-bench-roofline: fp32 sgemm on one thread (load average %.2f)\n",
                 tpx::bench::load_average());
-    std::printf("# roofline: peak %.2f GFLOP/s (the best shape below), memory %.2f GB/s (memcpy "
-                "256 MiB, reads + writes); ridge at I = %.2f FLOP/B\n",
-                peak / 1e9, bandwidth / 1e9, peak / bandwidth);
-    std::printf("# %6s %6s %6s %10s %10s %10s %8s\n", "m", "k", "n", "I (F/B)", "GFLOP/s",
-                "roof", "of roof");
+    std::printf(
+        "# roofline: peak %.2f GFLOP/s (the best shape below), memory %.2f GB/s (memcpy "
+        "256 MiB, reads + writes); ridge at I = %.2f FLOP/B\n",
+        peak / 1e9, bandwidth / 1e9, peak / bandwidth);
+    std::printf("# %6s %6s %6s %10s %10s %10s %8s\n", "m", "k", "n", "I (F/B)", "GFLOP/s", "roof",
+                "of roof");
 
     nlohmann::json rows = nlohmann::json::array();
     for (std::size_t i = 0; i < shapes.size(); ++i) {
@@ -100,9 +98,9 @@ int main(int argc, char** argv) {
       const double intensity = flop / (4.0 * (s.m * s.k + s.k * s.n + s.m * s.n));
       const double rate = rates[i];
       const double roof = std::min(peak, intensity * bandwidth);
-      std::printf("  %6lld %6lld %6lld %10.2f %10.2f %10.2f %8.2f\n",
-                  static_cast<long long>(s.m), static_cast<long long>(s.k),
-                  static_cast<long long>(s.n), intensity, rate / 1e9, roof / 1e9, rate / roof);
+      std::printf("  %6lld %6lld %6lld %10.2f %10.2f %10.2f %8.2f\n", static_cast<long long>(s.m),
+                  static_cast<long long>(s.k), static_cast<long long>(s.n), intensity, rate / 1e9,
+                  roof / 1e9, rate / roof);
       rows.push_back({{"m", s.m},
                       {"k", s.k},
                       {"n", s.n},
@@ -112,11 +110,10 @@ int main(int argc, char** argv) {
                       {"of_roof", rate / roof}});
     }
     if (!json.empty())
-      tpx::bench::write_json(json, "roofline", tpx::bench::command_line(argc, argv),
-                             {{"peak_gflops", peak / 1e9},
-                              {"memory_gbps", bandwidth / 1e9},
-                              {"iters", iters}},
-                             std::move(rows));
+      tpx::bench::write_json(
+          json, "roofline", tpx::bench::command_line(argc, argv),
+          {{"peak_gflops", peak / 1e9}, {"memory_gbps", bandwidth / 1e9}, {"iters", iters}},
+          std::move(rows));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tpx-bench-roofline: %s\n", e.what());

@@ -25,12 +25,16 @@ with open(f"{sys.argv[2]}/rows.dat", "w") as f:
         f.write(f'"{label}" {r["measured_compute_ms"]} {r["measured_comm_ms"]} '
                 f'{r["predicted_compute_ms"]} {r["predicted_comm_ms"]} {r["unsharded_ms"]}\n')
 with open(f"{sys.argv[2]}/title.txt", "w") as f:
-    f.write(f'tpx host backend, {doc["settings"]["ranks"]} ranks on {doc["machine"]["cores"]} '
-            f'cores: measured (left) and predicted (right) time, fp32')
+    ranks = doc["settings"]["ranks"]
+    ranks = " and ".join(map(str, ranks)) if isinstance(ranks, list) else ranks
+    f.write(f'tpx host backend, {ranks} ranks on {doc["machine"]["cores"]} cores: '
+            f'measured (left) and predicted (right) time, fp32')
 PY
 
 gnuplot <<GP
-set terminal pngcairo size 1200,640 font ",10" noenhanced
+set terminal pngcairo size 1500,700 font ",10" noenhanced
+set bmargin 9
+set rmargin 6
 set output '$png'
 set title "$(cat "$data/title.txt")"
 set style data histograms

@@ -13,15 +13,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tpx::bench {
 
@@ -84,8 +83,8 @@ inline nlohmann::json machine() {
   return {{"cpu", proc_field("/proc/cpuinfo", "model name")},
           {"cores", usable_cores()},
           {"load_average_at_end", load_average()},
-          {"memory_bytes", static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) *
-                               sysconf(_SC_PAGE_SIZE)}};
+          {"memory_bytes",
+           static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE)}};
 }
 
 inline std::string command_line(int argc, char** argv) {
@@ -96,8 +95,7 @@ inline std::string command_line(int argc, char** argv) {
 
 // {"bench": name, "command": ..., "machine": ..., "rows": rows} written to path (pretty).
 inline void write_json(const std::string& path, const std::string& bench,
-                       const std::string& command, nlohmann::json settings,
-                       nlohmann::json rows) {
+                       const std::string& command, nlohmann::json settings, nlohmann::json rows) {
   std::ofstream out(path);
   if (!out) throw std::runtime_error("cannot write " + path);
   const nlohmann::json doc = {{"bench", bench},

@@ -12,18 +12,16 @@
 // with the named hardware profile, or with one given by --flops, --memory-bw and --link-bw;
 // --links gives how many physical links carry each mesh axis (a TPU v5p axis spread over several
 // ICI axes). --json FILE writes the table.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-#include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <tpx/cost/bounds.hpp>
+#include <vector>
 
 namespace {
 
@@ -37,8 +35,8 @@ std::string plan_text() {
   using first = tpx::matmul_plan_t<typename L::in, typename L::w_in>;
   using second = tpx::matmul_plan_t<typename first::result, typename L::w_out>;
   using reduce = tpx::reshard_traits<typename second::result, typename L::out>;
-  return std::string("Tmp: ") + first::description.c_str() + "  Out: " +
-         second::description.c_str() + (reduce::plan.steps.count ? "  then " : "") +
+  return std::string("Tmp: ") + first::description.c_str() +
+         "  Out: " + second::description.c_str() + (reduce::plan.steps.count ? "  then " : "") +
          (reduce::plan.steps.count ? reduce::description.c_str() : "");
 }
 
@@ -95,19 +93,22 @@ int main(int argc, char** argv) {
     if (x < 1 || y < 1) throw std::invalid_argument("--mesh sizes must be >= 1");
     const mlp::shape shape{batch * seq, d_model, d_ff};
 
-    std::printf("# tpx-plan: %g layers of In[B, D] W_in[D, F] W_out[F, D], B = %g tokens, D = %g, "
-                "F = %g, %g-byte elements\n",
-                layers, shape.batch, d_model, d_ff, bytes);
-    std::printf("# %s: %.3g FLOP/s, %.3g B/s memory, %.3g B/s per link, %.3g B; mesh X=%d Y=%d "
-                "(links %g, %g)\n",
-                std::string(hw.name).c_str(), hw.flops, hw.memory_bw, hw.link_bw, hw.memory, x,
-                y, links[0], links[1]);
+    std::printf(
+        "# tpx-plan: %g layers of In[B, D] W_in[D, F] W_out[F, D], B = %g tokens, D = %g, "
+        "F = %g, %g-byte elements\n",
+        layers, shape.batch, d_model, d_ff, bytes);
+    std::printf(
+        "# %s: %.3g FLOP/s, %.3g B/s memory, %.3g B/s per link, %.3g B; mesh X=%d Y=%d "
+        "(links %g, %g)\n",
+        std::string(hw.name).c_str(), hw.flops, hw.memory_bw, hw.link_bw, hw.memory, x, y, links[0],
+        links[1]);
     const cluster_t over_x{mlp::mesh{x * y, 1}, hw, {links[0], links[1]}, false};
-    std::printf("# the notes' bounds from this model: FSDP/DP compute bound above %.0f tokens per "
-                "device (here %.0f); TP compute bound up to Y = %d\n",
-                mlp::min_tokens_per_device<mlp::fsdp>(over_x, shape, bytes), shape.batch / (x * y),
-                mlp::max_compute_bound_degree<mlp::tp>(
-                    cluster_t{mlp::mesh{1, 1}, hw, {links[0], links[1]}, false}, shape, bytes));
+    std::printf(
+        "# the notes' bounds from this model: FSDP/DP compute bound above %.0f tokens per "
+        "device (here %.0f); TP compute bound up to Y = %d\n",
+        mlp::min_tokens_per_device<mlp::fsdp>(over_x, shape, bytes), shape.batch / (x * y),
+        mlp::max_compute_bound_degree<mlp::tp>(
+            cluster_t{mlp::mesh{1, 1}, hw, {links[0], links[1]}, false}, shape, bytes));
     std::printf("#\n# %-8s %-9s %10s %10s %10s %10s %10s %9s %6s  %s\n", "layout", "mesh",
                 "compute", "comm", "step", "all layers", "MiB moved", "memory", "MFU",
                 "bound / fits");
@@ -122,16 +123,16 @@ int main(int argc, char** argv) {
       const cluster_t sys{m, hw, {links[0], links[1]}};
       const mlp::layer_estimate e = mlp::predict_layer(layout, sys, shape, bytes);
       const cost::op_estimate step = e.step();
-      const double memory_gb = (e.state_bytes + e.activation_bytes) * layers / 1e9 +
-                               e.gathered_bytes / 1e9;
+      const double memory_gb =
+          (e.state_bytes + e.activation_bytes) * layers / 1e9 + e.gathered_bytes / 1e9;
       const bool fits = hw.memory <= 0 || memory_gb * 1e9 <= hw.memory;
-      const std::string mesh = "X=" + std::to_string(m.size<mlp::X>()) +
-                               ",Y=" + std::to_string(m.size<mlp::Y>());
+      const std::string mesh =
+          "X=" + std::to_string(m.size<mlp::X>()) + ",Y=" + std::to_string(m.size<mlp::Y>());
       std::printf("  %-8s %-9s %10.3f %10.3f %10.3f %10.3f %10.1f %9.2f %6.2f  %s, %s\n",
                   std::string(layout).c_str(), mesh.c_str(), step.compute_seconds() * 1e3,
-                  step.comm.seconds * 1e3, step.overlapped() * 1e3,
-                  step.overlapped() * layers, step.comm.bus_bytes / (1 << 20), memory_gb,
-                  e.mfu_ceiling(), step.comm_bound() ? "comm bound" : "compute bound",
+                  step.comm.seconds * 1e3, step.overlapped() * 1e3, step.overlapped() * layers,
+                  step.comm.bus_bytes / (1 << 20), memory_gb, e.mfu_ceiling(),
+                  step.comm_bound() ? "comm bound" : "compute bound",
                   fits ? "fits" : "does not fit");
       std::printf("  %-8s %s\n", "", plan_text(layout).c_str());
       // The shortest step that fits; between equal steps, the one that communicates less.
@@ -166,11 +167,14 @@ int main(int argc, char** argv) {
       std::ofstream out(json);
       std::string command;
       for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-      const nlohmann::json machine = {{"name", std::string(hw.name)}, {"flops", hw.flops},
-                                      {"memory_bw", hw.memory_bw},    {"link_bw", hw.link_bw},
-                                      {"memory", hw.memory},          {"source", std::string(hw.source)}};
-      out << nlohmann::json{{"bench", "tpx-plan"},   {"command", command},
-                            {"machine", machine},     {"recommendation", best},
+      const nlohmann::json machine = {
+          {"name", std::string(hw.name)}, {"flops", hw.flops},
+          {"memory_bw", hw.memory_bw},    {"link_bw", hw.link_bw},
+          {"memory", hw.memory},          {"source", std::string(hw.source)}};
+      out << nlohmann::json{{"bench", "tpx-plan"},
+                            {"command", command},
+                            {"machine", machine},
+                            {"recommendation", best},
                             {"rows", rows}}
                  .dump(1)
           << '\n';

@@ -20,7 +20,7 @@ constexpr shape llama_like{.batch = 4e6, .d_model = 8192, .d_ff = 28672};
 // The notes price collectives by link bandwidth alone, so their numbers are reproduced with
 // price_packing off (the last test case shows what packing adds).
 constexpr cluster<mesh> on(const hardware_profile& hw, int x, int y, double x_links = 1,
-                          double y_links = 1) {
+                           double y_links = 1) {
   return {mesh{x, y}, hw, {x_links, y_links}, /*price_packing=*/false};
 }
 
@@ -29,13 +29,12 @@ static_assert(predict_layer<dp>(on(h100_sxm, 8, 1), llama_like, 2).forward.comm.
               "DP's forward pass communicates nothing");
 static_assert(predict_layer<dp>(on(h100_sxm, 8, 1), llama_like, 2).backward.comm.collectives == 2,
               "DP's backward pass all-reduces the two weight gradients");
-static_assert(predict_layer<fsdp>(on(h100_sxm, 8, 1), llama_like, 2).forward.comm.collectives ==
-                  2,
+static_assert(predict_layer<fsdp>(on(h100_sxm, 8, 1), llama_like, 2).forward.comm.collectives == 2,
               "FSDP's forward pass all-gathers W_in and W_out");
 static_assert(predict_layer<tp>(on(h100_sxm, 1, 8), llama_like, 2).forward.comm.collectives == 2,
               "TP's forward pass gathers In and reduce-scatters Out");
-static_assert(predict_layer<fsdp_tp>(on(h100_sxm, 4, 2), llama_like, 2)
-                      .forward.comm.collectives == 4,
+static_assert(predict_layer<fsdp_tp>(on(h100_sxm, 4, 2), llama_like, 2).forward.comm.collectives ==
+                  4,
               "FSDP+TP's forward pass does both");
 
 TEST_CASE("FSDP's weight gathers move (X-1)/X of both weights, per the nccl-tests bus factor") {

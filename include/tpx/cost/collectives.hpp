@@ -116,8 +116,7 @@ constexpr comm_estimate step_cost(AllReduce<A>, double& elements, const Sys& sys
   return collective<A>(sys, elements * bpe, 2);
 }
 template <class Tn, class A, class F, class T, class Sys>
-constexpr comm_estimate step_cost(AllToAll<A, F, T>, double& elements, const Sys& sys,
-                                  double bpe) {
+constexpr comm_estimate step_cost(AllToAll<A, F, T>, double& elements, const Sys& sys, double bpe) {
   return collective<A>(sys, elements * bpe, 1, true);
 }
 template <class Tn, class A, class D, class Sys>

@@ -35,23 +35,30 @@ struct hardware_profile {
 
 // 989 TFLOP/s bf16 dense; 3.35 TB/s HBM3; NVLink4 450 GB/s per direction; 80 GB.
 inline constexpr hardware_profile h100_sxm{
-    "H100 SXM", 989e12, 3.35e12, 450e9, 80e9,
+    "H100 SXM",
+    989e12,
+    3.35e12,
+    450e9,
+    80e9,
     "performance.md 1 (glennklockwood H100 page, hpctech HBM figure, NVIDIA/nccl#1442 for "
     "NVLink); C/W = 2200 as Scaling Book gpus.md"};
 
 // Same die as H100 (9.9e14 FLOP/s), 4.8 TB/s HBM3e, same NVLink4, 141 GB.
 inline constexpr hardware_profile h200{
-    "H200", 990e12, 4.8e12, 450e9, 141e9,
-    "performance.md 1 (Scaling Book gpus.md spec table)"};
+    "H200", 990e12, 4.8e12, 450e9, 141e9, "performance.md 1 (Scaling Book gpus.md spec table)"};
 
 // 312 TFLOP/s bf16 dense; 2.039 TB/s HBM2e; NVLink3 600 GB/s both directions = 300 each; 80 GB.
 inline constexpr hardware_profile a100_sxm{
-    "A100 SXM 80GB", 312e12, 2.039e12, 300e9, 80e9,
-    "NVIDIA A100 datasheet (not in performance.md)"};
+    "A100 SXM 80GB", 312e12, 2.039e12,
+    300e9,           80e9,   "NVIDIA A100 datasheet (not in performance.md)"};
 
 // 4.59e14 FLOP/s bf16; 2.765 TB/s HBM; ICI 1.8e11 B/s per axis (the notes: C/W = 2550); 95 GB.
 inline constexpr hardware_profile tpu_v5p{
-    "TPU v5p", 4.59e14, 2.765e12, 1.8e11, 95e9,
+    "TPU v5p",
+    4.59e14,
+    2.765e12,
+    1.8e11,
+    95e9,
     "seed 001 and performance.md 4 (Scaling Book training.md: C = 4.59e14, W_ici = 1.8e11)"};
 
 inline constexpr hardware_profile published_profiles[] = {h100_sxm, h200, a100_sxm, tpu_v5p};

@@ -44,8 +44,8 @@ struct layout {
 
 using dp = layout<Tensor<float, B<X>, D<>>, Tensor<float, D<>, F<>>, Tensor<float, F<>, D<>>,
                   Tensor<float, B<X>, D<>>>;
-using fsdp = layout<Tensor<float, B<X>, D<>>, Tensor<float, D<X>, F<>>,
-                    Tensor<float, F<>, D<X>>, Tensor<float, B<X>, D<>>>;
+using fsdp = layout<Tensor<float, B<X>, D<>>, Tensor<float, D<X>, F<>>, Tensor<float, F<>, D<X>>,
+                    Tensor<float, B<X>, D<>>>;
 using tp = layout<Tensor<float, B<>, D<Y>>, Tensor<float, D<>, F<Y>>, Tensor<float, F<Y>, D<>>,
                   Tensor<float, B<>, D<Y>>>;
 using fsdp_tp = layout<Tensor<float, B<X>, D<Y>>, Tensor<float, D<X>, F<Y>>,
