@@ -10,22 +10,18 @@
 #pragma once
 
 #include "tpx/ops/reshard.hpp"
+#include "tpx/sharding/transforms.hpp"
 #include "tpx/tensor/tensor.hpp"
 
 namespace tpx::nn {
 
 namespace detail {
-template <class Axes>
-struct unreduced_list;
-template <class... Axes>
-struct unreduced_list<type_list<Axes...>> {
-  using type = Unreduced<Axes...>;
-};
+// Unreduced over every axis that splits one of Dims.
 template <class Dims>
 struct splitting_axes;
 template <class... Dims>
 struct splitting_axes<type_list<Dims...>> {
-  using type = typename unreduced_list<concat_t<typename Dims::axes...>>::type;
+  using type = as_unreduced_t<concat_t<typename Dims::axes...>>;
 };
 }  // namespace detail
 

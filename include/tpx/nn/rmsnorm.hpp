@@ -14,25 +14,19 @@
 #include <cstdint>
 
 #include "tpx/ops/reshard.hpp"
+#include "tpx/sharding/transforms.hpp"
 #include "tpx/tensor/tensor.hpp"
 
 namespace tpx::nn {
 
 namespace detail {
-template <class Axes>
-struct unreduced_over;
-template <class... Axes>
-struct unreduced_over<type_list<Axes...>> {
-  using type = Unreduced<Axes...>;
-};
-
 // Row sums of f(r, c) over all columns of x's global row, on every rank of the row's group.
 template <class Xt, class F>
 auto row_sums(const Xt& x, F&& f) {
   using Row = type_at_t<0, typename Xt::dims>;
   using Col = type_at_t<1, typename Xt::dims>;
   using Partial = tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Row>,
-                                typename unreduced_over<typename Col::axes>::type>;
+                                as_unreduced_t<typename Col::axes>>;
   Partial partial(x.context(), typename Partial::shape_type(index_array<1>{x.global_extent(0)}));
   const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -92,7 +86,7 @@ auto rmsnorm_backward(const Xt& x, const Wt& w, const Rstd& rstd, const Xt& dy) 
   });
   Xt dx(x.context(), x.shape());
   using Dw = tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Col>,
-                           typename detail::unreduced_over<typename Row::axes>::type>;
+                           as_unreduced_t<typename Row::axes>>;
   Dw dw(x.context(), typename Dw::shape_type(index_array<1>{x.global_extent(1)}));
   for (std::int64_t r = 0; r < rows; ++r) {
     const float s = rstd.local()[r];

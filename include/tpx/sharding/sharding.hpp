@@ -27,11 +27,6 @@ struct Unreduced {
   using axes = type_list<Axes...>;
 };
 
-template <class T>
-inline constexpr bool is_unreduced_v = false;
-template <class... Axes>
-inline constexpr bool is_unreduced_v<Unreduced<Axes...>> = true;
-
 namespace detail {
 template <class Dims, class Args>
 struct split_spec;

@@ -61,27 +61,27 @@ struct remove_all_axes<type_list<Dims...>> {
   using type = type_list<unsplit_t<Dims>...>;
 };
 
+// Unreduced<Axes...> of a type_list of axes.
+template <class Axes>
+struct as_unreduced;
+template <class... Axes>
+struct as_unreduced<type_list<Axes...>> {
+  using type = Unreduced<Axes...>;
+};
+template <class Axes>
+using as_unreduced_t = typename as_unreduced<Axes>::type;
+
 template <class Unred, class A>
 struct unreduced_without;
 template <class... Axes, class A>
 struct unreduced_without<Unreduced<Axes...>, A> {
-  template <class... Kept>
-  static Unreduced<Kept...> rebuild(type_list<Kept...>);
-  using type = decltype(rebuild(remove_all_t<type_list<Axes...>, type_list<A>>{}));
+  using type = as_unreduced_t<remove_all_t<type_list<Axes...>, type_list<A>>>;
 };
 template <class Unred, class A>
 using unreduced_without_t = typename unreduced_without<Unred, A>::type;
 
-template <class... Lists>
-struct unreduced_union_of_lists {
-  template <class... Axes>
-  static Unreduced<Axes...> rebuild(type_list<Axes...>);
-  using type = decltype(rebuild(unique_t<concat_t<Lists...>>{}));
-};
+// The union of Unreduced sets, first occurrences kept in order.
 template <class... Unreds>
-using unreduced_union_t = typename unreduced_union_of_lists<typename Unreds::axes...>::type;
-
-template <class A, class Unred>
-inline constexpr bool is_unreduced_over_v = contains_v<A, typename Unred::axes>;
+using unreduced_union_t = as_unreduced_t<unique_t<concat_t<typename Unreds::axes...>>>;
 
 }  // namespace tpx
