@@ -18,20 +18,19 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <vector>
-
 #include <tpx/kernels/cross_entropy.hpp>
 #include <tpx/nn/adamw.hpp>
 #include <tpx/nn/global_norm.hpp>
 #include <tpx/nn/rmsnorm.hpp>
 #include <tpx/tpx.hpp>
+#include <vector>
 
 #include "text_data.hpp"
 
 namespace trainer {
 
-TPX_MESH_AXES(X, Y);       // X: data parallel + FSDP, Y: tensor parallel
-TPX_DIMS(B, D, F, V, W);   // batch rows, model width, MLP width, vocabulary (bytes), window
+TPX_MESH_AXES(X, Y);      // X: data parallel + FSDP, Y: tensor parallel
+TPX_DIMS(B, D, F, V, W);  // batch rows, model width, MLP width, vocabulary (bytes), window
 
 using tpx::AllGather;
 using tpx::ReduceScatter;
@@ -63,7 +62,8 @@ struct model_tensors {
   // Zeros of every parameter's shape.
   model_tensors(const tpx::rank_context& rank, const config& c)
       : final_norm(rank, {D(c.d_model)}), head(rank, {D(c.d_model), V(config::vocab)}) {
-    for (int k = 0; k < c.context; ++k) embed.emplace_back(rank, tpx::Shape{V(config::vocab), D(c.d_model)});
+    for (int k = 0; k < c.context; ++k)
+      embed.emplace_back(rank, tpx::Shape{V(config::vocab), D(c.d_model)});
     for (int l = 0; l < c.layers; ++l) {
       norm.emplace_back(rank, tpx::Shape{D(c.d_model)});
       w_in.emplace_back(rank, tpx::Shape{D(c.d_model), F(c.ffn)});
@@ -138,11 +138,12 @@ class model {
   using act = Tensor<Tc, B<X>, D<Y>>;  // activations x[B_X, D_Y], as the notes' In
 
   // The forward pass's collectives, as types. The backward pass applies their adjoints.
-  using gather_weight = AllGather<X, D<>>;  // FSDP: W_in[D_X,F_Y], W_out[F_Y,D_X], Head[D_X,V_Y], norms [D_YX]
-  using gather_embed = AllGather<X, V<>>;   // FSDP: E[V_X, D_Y] -> [V, D_Y]
-  using gather_act = AllGather<Y, D<>>;     // TP: h[B_X, D_Y] -> [B_X, D] before W_in and Head
+  using gather_weight =
+      AllGather<X, D<>>;  // FSDP: W_in[D_X,F_Y], W_out[F_Y,D_X], Head[D_X,V_Y], norms [D_YX]
+  using gather_embed = AllGather<X, V<>>;     // FSDP: E[V_X, D_Y] -> [V, D_Y]
+  using gather_act = AllGather<Y, D<>>;       // TP: h[B_X, D_Y] -> [B_X, D] before W_in and Head
   using scatter_out = ReduceScatter<Y, D<>>;  // TP: o[B_X, D]{U_Y} -> [B_X, D_Y] after W_out
-  using gather_logits = AllGather<Y, V<>>;  // logits[B_X, V_Y] -> [B_X, V] for the loss
+  using gather_logits = AllGather<Y, V<>>;    // logits[B_X, V_Y] -> [B_X, V] for the loss
 
   model(const tpx::rank_context& rank, const config& c) : rank_(rank), c_(c) {}
 
@@ -170,7 +171,8 @@ class model {
         states.push_back(block_forward(p, l, xi));
         xi = states.back().out;
       }
-      for (int l = last - 1; l >= first; --l) dx = block_backward(p, l, states[l - first], dx, grads);
+      for (int l = last - 1; l >= first; --l)
+        dx = block_backward(p, l, states[l - first], dx, grads);
     }
     embed_backward(tokens, dx, grads);
     return head.loss;
@@ -214,8 +216,9 @@ class model {
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t token = tokens.local()[r * (c_.context + 1) + k];
         for (std::int64_t j = 0; j < cols; ++j)
-          partial.local()[token * cols + j] = static_cast<float>(partial.local()[token * cols + j]) +
-                                              static_cast<float>(dx.local()[r * cols + j]);
+          partial.local()[token * cols + j] =
+              static_cast<float>(partial.local()[token * cols + j]) +
+              static_cast<float>(dx.local()[r * cols + j]);
       }
       grads.embed[k] = tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_embed>>(partial));
     }
@@ -223,40 +226,42 @@ class model {
 
   using rstd_t = Tensor<float, B<X>>;
   struct block_state {
-    act x;                            // block input
-    rstd_t rstd;                      // RMSNorm statistics
-    Tensor<Tc, B<X>, D<>> h_full;     // normalized input, gathered over Y
-    Tensor<Tc, B<X>, F<Y>> a;         // pre-activation
-    Tensor<Tc, B<X>, F<Y>> g;         // GELU(a)
-    act out;                          // x + block(x)
+    act x;                         // block input
+    rstd_t rstd;                   // RMSNorm statistics
+    Tensor<Tc, B<X>, D<>> h_full;  // normalized input, gathered over Y
+    Tensor<Tc, B<X>, F<Y>> a;      // pre-activation
+    Tensor<Tc, B<X>, F<Y>> g;      // GELU(a)
+    act out;                       // x + block(x)
   };
 
   block_state block_forward(const model_tensors& p, int l, const act& x) const {
-    const auto norm = gathered<gather_weight>(p.norm[l]);       // [D_Y]
-    auto normed = tpx::nn::rmsnorm_forward(x, norm);            // h[B_X, D_Y]
-    auto h_full = tpx::apply<gather_act>(normed.y);             // [B_X, D]
-    auto a = tpx::matmul(h_full, gathered<gather_weight>(p.w_in[l]));   // [B_X, D] *_D [D, F_Y]
+    const auto norm = gathered<gather_weight>(p.norm[l]);              // [D_Y]
+    auto normed = tpx::nn::rmsnorm_forward(x, norm);                   // h[B_X, D_Y]
+    auto h_full = tpx::apply<gather_act>(normed.y);                    // [B_X, D]
+    auto a = tpx::matmul(h_full, gathered<gather_weight>(p.w_in[l]));  // [B_X, D] *_D [D, F_Y]
     auto g = tpx::map(tpx::kernels::gelu{}, a);
     const auto o_partial = tpx::matmul(g, gathered<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
     act out = tpx::add(x, tpx::apply<scatter_out>(o_partial));
-    return {x, std::move(normed.rstd), std::move(h_full), std::move(a), std::move(g), std::move(out)};
+    return {
+        x, std::move(normed.rstd), std::move(h_full), std::move(a), std::move(g), std::move(out)};
   }
 
   act block_backward(const model_tensors& p, int l, const block_state& s, const act& dout,
                      model_tensors& grads) const {
-    const auto do_full = tpx::apply<tpx::adjoint_t<scatter_out>>(dout);        // [B_X, D]
-    const auto w_out = gathered<gather_weight>(p.w_out[l]);                     // [F_Y, D]
+    const auto do_full = tpx::apply<tpx::adjoint_t<scatter_out>>(dout);  // [B_X, D]
+    const auto w_out = gathered<gather_weight>(p.w_out[l]);              // [F_Y, D]
     grads.w_out[l] = tpx::cast<float>(
         tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(s.g, do_full)));  // [F_Y, D_X]
-    const auto dg = tpx::contract<D>(do_full, w_out);                           // [B_X, F_Y]
+    const auto dg = tpx::contract<D>(do_full, w_out);                                // [B_X, F_Y]
     const auto da = tpx::map(tpx::kernels::gelu_backward{}, s.a, dg);
-    const auto w_in = gathered<gather_weight>(p.w_in[l]);                       // [D, F_Y]
+    const auto w_in = gathered<gather_weight>(p.w_in[l]);  // [D, F_Y]
     grads.w_in[l] = tpx::cast<float>(
         tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(s.h_full, da)));  // [D_X, F_Y]
-    const act dh = tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<F>(da, w_in));  // [B_X, D_Y]
+    const act dh =
+        tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<F>(da, w_in));  // [B_X, D_Y]
     const auto norm = gathered<gather_weight>(p.norm[l]);
     auto dnorm = tpx::nn::rmsnorm_backward(s.x, norm, s.rstd, dh);
-    grads.norm[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(dnorm.dw);      // [D_YX]
+    grads.norm[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(dnorm.dw);  // [D_YX]
     return tpx::add(dout, dnorm.dx);
   }
 
@@ -274,12 +279,11 @@ class model {
                                     const batch_tokens& tokens, model_tensors& grads) const {
     const auto norm = gathered<gather_weight>(p.final_norm);
     auto normed = tpx::nn::rmsnorm_forward(x, norm);
-    const auto h_full = tpx::apply<gather_act>(normed.y);               // [B_X, D]
-    const auto head = gathered<gather_weight>(p.head);                  // [D, V_Y]
+    const auto h_full = tpx::apply<gather_act>(normed.y);                      // [B_X, D]
+    const auto head = gathered<gather_weight>(p.head);                         // [D, V_Y]
     const auto logits = tpx::apply<gather_logits>(tpx::matmul(h_full, head));  // [B_X, V]
     const std::int64_t rows = logits.local_extent(0), vocab = config::vocab;
-    const float share =
-        1.0f / static_cast<float>(c_.batch * rank_.axis<Y>().size);
+    const float share = 1.0f / static_cast<float>(c_.batch * rank_.axis<Y>().size);
     Tensor<float, Unreduced<X, Y>> loss(rank_, {});
     Tensor<Tc, B<X>, V<>, Unreduced<Y>> dlogits(rank_, {B(c_.batch), V(vocab)});
     std::vector<float> row(vocab);

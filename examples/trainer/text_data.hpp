@@ -13,9 +13,8 @@
 #include <iterator>
 #include <stdexcept>
 #include <string>
-#include <vector>
-
 #include <tpx/tpx.hpp>
+#include <vector>
 
 namespace trainer {
 
@@ -34,8 +33,8 @@ class text_data {
   std::size_t size() const { return bytes_.size(); }
 
   // Byte k (0..context) of row `row` of the global batch of `step`.
-  std::int32_t byte_at(std::uint64_t seed, std::int64_t step, std::int64_t batch,
-                       std::int64_t row, int k) const {
+  std::int32_t byte_at(std::uint64_t seed, std::int64_t step, std::int64_t batch, std::int64_t row,
+                       int k) const {
     const std::uint64_t positions = bytes_.size() - static_cast<std::uint64_t>(context_);
     const std::uint64_t draw = static_cast<std::uint64_t>(
         tpx::kernels::uniform_at(seed ^ 0x9e3779b97f4a7c15ull,

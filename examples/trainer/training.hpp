@@ -14,9 +14,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <vector>
-
 #include <tpx/io/checkpoint.hpp>
+#include <vector>
 
 #include "model.hpp"
 
@@ -52,16 +51,23 @@ template <class Rank>
 void save_checkpoint(const Rank& rank, const options& o, int step, const model_tensors& params,
                      const model_tensors& m, const model_tensors& v) {
   tpx::io::checkpoint_writer out(rank, o.ckpt_dir, step);
-  params.for_each([&](const std::string& name, const auto& p, const auto& pm, const auto& pv) {
-    out.add("param." + name, p);
-    out.add("adam.m." + name, pm);
-    out.add("adam.v." + name, pv);
-  }, m, v);
+  params.for_each(
+      [&](const std::string& name, const auto& p, const auto& pm, const auto& pv) {
+        out.add("param." + name, p);
+        out.add("adam.m." + name, pm);
+        out.add("adam.v." + name, pv);
+      },
+      m, v);
   out.save({{"data_position", step},  // batches are a function of the step (text_data.hpp)
             {"mesh", std::to_string(o.mesh_x) + "x" + std::to_string(o.mesh_y)},
-            {"batch", o.model.batch}, {"d_model", o.model.d_model}, {"ffn", o.model.ffn},
-            {"layers", o.model.layers}, {"context", o.model.context},
-            {"seed", o.model.seed}, {"lr", o.lr}, {"bf16", o.bf16}});
+            {"batch", o.model.batch},
+            {"d_model", o.model.d_model},
+            {"ffn", o.model.ffn},
+            {"layers", o.model.layers},
+            {"context", o.model.context},
+            {"seed", o.model.seed},
+            {"lr", o.lr},
+            {"bf16", o.bf16}});
 }
 
 // Loads the latest checkpoint of o.ckpt_dir into this rank's shards; returns its step.
@@ -70,21 +76,24 @@ inline int load_checkpoint(const options& o, model_tensors& params, model_tensor
   tpx::io::checkpoint_reader in(o.ckpt_dir);
   for (const char* key : {"batch", "d_model", "ffn", "layers", "context", "seed"}) {
     const std::int64_t saved = in.state().at(key).get<std::int64_t>();
-    const std::int64_t now = nlohmann::json{{"batch", o.model.batch}, {"d_model", o.model.d_model},
-                                            {"ffn", o.model.ffn}, {"layers", o.model.layers},
-                                            {"context", o.model.context}, {"seed", o.model.seed}}
-                                 .at(key)
-                                 .get<std::int64_t>();
+    const std::int64_t now =
+        nlohmann::json{{"batch", o.model.batch},     {"d_model", o.model.d_model},
+                       {"ffn", o.model.ffn},         {"layers", o.model.layers},
+                       {"context", o.model.context}, {"seed", o.model.seed}}
+            .at(key)
+            .get<std::int64_t>();
     if (saved != now)
       throw std::runtime_error("trainer: --resume: the checkpoint in " + o.ckpt_dir + " has " +
                                key + " = " + std::to_string(saved) + ", this run " +
                                std::to_string(now));
   }
-  params.for_each([&](const std::string& name, auto& p, auto& pm, auto& pv) {
-    in.load("param." + name, p);
-    in.load("adam.m." + name, pm);
-    in.load("adam.v." + name, pv);
-  }, m, v);
+  params.for_each(
+      [&](const std::string& name, auto& p, auto& pm, auto& pv) {
+        in.load("param." + name, p);
+        in.load("adam.m." + name, pm);
+        in.load("adam.v." + name, pv);
+      },
+      m, v);
   return static_cast<int>(in.state().at("data_position").get<std::int64_t>());
 }
 
@@ -105,9 +114,9 @@ void train_rank(Rank& rank, const options& o, const text_data& data,
     grads.for_each([&](const std::string&, const auto& g) { norm2 += tpx::nn::squared_norm(g); });
     const float norm = std::sqrt(norm2);
     const float scale = o.clip > 0 && norm > o.clip ? o.clip / norm : 1.0f;
-    params.for_each([&](const std::string&, auto& p, auto& g, auto& pm, auto& pv) {
-      tpx::nn::adamw_step(p, g, pm, pv, adam, step + 1, scale);
-    }, grads, m, v);
+    params.for_each([&](const std::string&, auto& p, auto& g, auto& pm,
+                        auto& pv) { tpx::nn::adamw_step(p, g, pm, pv, adam, step + 1, scale); },
+                    grads, m, v);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rank.world_rank() == 0)

@@ -42,26 +42,27 @@ void check_pair(const R& rank, std::int64_t ni, std::int64_t nj, std::int64_t nk
     if (!block_matches(reduced, want, scale, 1e-5))
       t.fail(std::string(TA::notation.c_str()) + " * " + TB::notation.c_str() + " (" +
              tpx::matmul_plan_t<TA, TB>::description.c_str() + ") on rank " +
-             std::to_string(rank.world_rank()) + " of mesh " + rank.mesh_string() +
-             ", extents " + std::to_string(ni) + "x" + std::to_string(nj) + "x" +
-             std::to_string(nk));
+             std::to_string(rank.world_rank()) + " of mesh " + rank.mesh_string() + ", extents " +
+             std::to_string(ni) + "x" + std::to_string(nj) + "x" + std::to_string(nk));
     if (rank.world_rank() == 0) ++t.checked;
   }
 }
 
 template <class CaseA, class... Bs, class R>
-void check_row(type_list<Bs...>, const R& rank, std::int64_t ni, std::int64_t nj,
-               std::int64_t nk, tally& t) {
+void check_row(type_list<Bs...>, const R& rank, std::int64_t ni, std::int64_t nj, std::int64_t nk,
+               tally& t) {
   (check_pair<CaseA, Bs>(rank, ni, nj, nk, t), ...);
 }
 
 template <class Lhs, class Rhs, class R, std::size_t... Row>
 void check_all(std::index_sequence<Row...>, const R& rank, std::int64_t ni, std::int64_t nj,
                std::int64_t nk, tally& t) {
-  ([&] {
-    if constexpr (Row % parts == part)
-      check_row<tpx::type_at_t<Row, Lhs>>(Rhs{}, rank, ni, nj, nk, t);
-  }(), ...);
+  (
+      [&] {
+        if constexpr (Row % parts == part)
+          check_row<tpx::type_at_t<Row, Lhs>>(Rhs{}, rank, ni, nj, nk, t);
+      }(),
+      ...);
 }
 
 }  // namespace
@@ -74,8 +75,8 @@ TEST_CASE("sharded matmul equals the unsharded product for every pair of shardin
   for (auto [x, y] : {std::pair{2, 2}, std::pair{2, 3}})
     for (auto [ni, nj, nk] : {std::tuple{12, 12, 12}, std::tuple{7, 5, 3}})
       tpx::spmd(tpx::host, tpx::Mesh<X, Y>{x, y}, [&](auto& rank) {
-        check_all<lhs_cases, rhs_cases>(std::make_index_sequence<lhs_cases::size>{}, rank, ni,
-                                        nj, nk, t);
+        check_all<lhs_cases, rhs_cases>(std::make_index_sequence<lhs_cases::size>{}, rank, ni, nj,
+                                        nk, t);
       });
   for (const std::string& f : t.failures) FAIL_CHECK(f);
   CHECK(t.failures.empty());

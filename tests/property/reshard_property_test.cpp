@@ -33,25 +33,26 @@ void check_pair(const R& rank, std::int64_t rows, std::int64_t cols, tally& t) {
     if (!block_matches(reduced, want, scale, 1e-5))
       t.fail(std::string(S::notation.c_str()) + " -> " + T::notation.c_str() + " (" +
              tpx::reshard_traits<S, T>::description.c_str() + ") on rank " +
-             std::to_string(rank.world_rank()) + " of mesh " + rank.mesh_string() +
-             ", extents " + std::to_string(rows) + "x" + std::to_string(cols));
+             std::to_string(rank.world_rank()) + " of mesh " + rank.mesh_string() + ", extents " +
+             std::to_string(rows) + "x" + std::to_string(cols));
     if (rank.world_rank() == 0) ++t.checked;
   }
 }
 
 template <class From, class... Tos, class R>
-void check_row(type_list<Tos...>, const R& rank, std::int64_t rows, std::int64_t cols,
-               tally& t) {
+void check_row(type_list<Tos...>, const R& rank, std::int64_t rows, std::int64_t cols, tally& t) {
   (check_pair<From, Tos>(rank, rows, cols, t), ...);
 }
 
 template <class Cases, class R, std::size_t... Row>
 void check_all(std::index_sequence<Row...>, const R& rank, std::int64_t rows, std::int64_t cols,
                tally& t) {
-  ([&] {
-    if constexpr (Row % parts == part)
-      check_row<tpx::type_at_t<Row, Cases>>(Cases{}, rank, rows, cols, t);
-  }(), ...);
+  (
+      [&] {
+        if constexpr (Row % parts == part)
+          check_row<tpx::type_at_t<Row, Cases>>(Cases{}, rank, rows, cols, t);
+      }(),
+      ...);
 }
 
 }  // namespace

@@ -17,9 +17,8 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <vector>
-
 #include <tpx/tpx.hpp>
+#include <vector>
 
 namespace cases {
 
@@ -29,15 +28,14 @@ TPX_DIMS(I, J, K);
 using tpx::type_list;
 using tpx::Unreduced;
 
-using axis_options = type_list<type_list<>, type_list<X>, type_list<Y>, type_list<X, Y>,
-                               type_list<Y, X>>;
+using axis_options =
+    type_list<type_list<>, type_list<X>, type_list<Y>, type_list<X, Y>, type_list<Y, X>>;
 using unreduced_options = type_list<Unreduced<>, Unreduced<X>, Unreduced<Y>, Unreduced<X, Y>>;
 
 template <class Axes>
 constexpr unsigned mask_of = 0;
 template <class... Axes>
-constexpr unsigned mask_of<type_list<Axes...>> =
-    ((std::is_same_v<Axes, X> ? 1u : 2u) | ... | 0u);
+constexpr unsigned mask_of<type_list<Axes...>> = ((std::is_same_v<Axes, X> ? 1u : 2u) | ... | 0u);
 template <class... Axes>
 constexpr unsigned mask_of<Unreduced<Axes...>> = mask_of<type_list<Axes...>>;
 
@@ -63,16 +61,15 @@ template <class Cand, class U>
 struct tensor_of;
 template <class Cand, class... Us>
 struct tensor_of<Cand, Unreduced<Us...>> {
-  using type = tpx::tensor_with_t<tpx::Tensor<float, typename Cand::first, typename Cand::second>,
-                                  type_list<typename Cand::first, typename Cand::second>,
-                                  Unreduced<Us...>>;
+  using type =
+      tpx::tensor_with_t<tpx::Tensor<float, typename Cand::first, typename Cand::second>,
+                         type_list<typename Cand::first, typename Cand::second>, Unreduced<Us...>>;
 };
 
 // All 100 candidates for dims (P, Q).
 template <template <class...> class P, template <class...> class Q, class A, class B, class Us>
 struct with_each_unreduced;
-template <template <class...> class P, template <class...> class Q, class A, class B,
-          class... Us>
+template <template <class...> class P, template <class...> class Q, class A, class B, class... Us>
 struct with_each_unreduced<P, Q, A, B, type_list<Us...>> {
   using type = type_list<candidate<P, Q, A, B, Us>...>;
 };
@@ -104,9 +101,9 @@ struct keep_valid;
 template <template <class...> class P, template <class...> class Q, class... As, class... Bs,
           class... Us>
 struct keep_valid<type_list<candidate<P, Q, As, Bs, Us>...>> {
-  using type = tpx::concat_t<std::conditional_t<candidate<P, Q, As, Bs, Us>::valid,
-                                                type_list<valid_case<candidate<P, Q, As, Bs, Us>, Us>>,
-                                                type_list<>>...>;
+  using type = tpx::concat_t<
+      std::conditional_t<candidate<P, Q, As, Bs, Us>::valid,
+                         type_list<valid_case<candidate<P, Q, As, Bs, Us>, Us>>, type_list<>>...>;
 };
 template <template <class...> class P, template <class...> class Q>
 using valid_cases = typename keep_valid<typename all_candidates<P, Q>::type>::type;

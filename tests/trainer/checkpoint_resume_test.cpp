@@ -32,17 +32,19 @@ std::map<std::string, std::vector<float>> load_global(const options& o, int mesh
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mesh_x, mesh_y}, [&](auto& rank) {
     model_tensors p(rank, o.model), m(rank, o.model), v(rank, o.model);
     tpx::io::checkpoint_reader in(o.ckpt_dir, step);
-    p.for_each([&](const std::string& name, auto& pt, auto& mt, auto& vt) {
-      in.load("param." + name, pt);
-      in.load("adam.m." + name, mt);
-      in.load("adam.v." + name, vt);
-      auto gp = tpx::to_global(pt), gm = tpx::to_global(mt), gv = tpx::to_global(vt);
-      if (rank.world_rank() == 0) {
-        out["param." + name] = std::move(gp);
-        out["adam.m." + name] = std::move(gm);
-        out["adam.v." + name] = std::move(gv);
-      }
-    }, m, v);
+    p.for_each(
+        [&](const std::string& name, auto& pt, auto& mt, auto& vt) {
+          in.load("param." + name, pt);
+          in.load("adam.m." + name, mt);
+          in.load("adam.v." + name, vt);
+          auto gp = tpx::to_global(pt), gm = tpx::to_global(mt), gv = tpx::to_global(vt);
+          if (rank.world_rank() == 0) {
+            out["param." + name] = std::move(gp);
+            out["adam.m." + name] = std::move(gm);
+            out["adam.v." + name] = std::move(gv);
+          }
+        },
+        m, v);
   });
   return out;
 }

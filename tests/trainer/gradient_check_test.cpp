@@ -43,25 +43,27 @@ TEST_CASE("the sharded backward pass is the gradient of the loss") {
       const batch_tokens tokens = load_batch(rank, data, o.model, 0);
       net.forward_backward(p, tokens, grads);
       std::uint64_t seed = 77;
-      p.for_each([&](const std::string& name, auto& w, const auto& g) {
-        auto v = w;
-        const std::uint64_t s = ++seed;
-        tpx::fill_with(v, [&](std::int64_t i) { return tpx::kernels::normal_at(s, i); });
-        const double analytic = dot(g, v);
-        const float e = 1e-2f;
-        const auto original = w;
-        w = tpx::add(original, tpx::scale(v, e));
-        const double up = net.forward_backward(p, tokens, scratch);
-        w = tpx::add(original, tpx::scale(v, -e));
-        const double down = net.forward_backward(p, tokens, scratch);
-        w = original;
-        const double numeric = (up - down) / (2.0 * e);
-        if (rank.world_rank() == 0) {
-          ++checked;
-          if (std::abs(analytic - numeric) > 2e-2 * std::abs(analytic) + 1e-3)
-            bad.push_back({name, analytic, numeric});
-        }
-      }, grads);
+      p.for_each(
+          [&](const std::string& name, auto& w, const auto& g) {
+            auto v = w;
+            const std::uint64_t s = ++seed;
+            tpx::fill_with(v, [&](std::int64_t i) { return tpx::kernels::normal_at(s, i); });
+            const double analytic = dot(g, v);
+            const float e = 1e-2f;
+            const auto original = w;
+            w = tpx::add(original, tpx::scale(v, e));
+            const double up = net.forward_backward(p, tokens, scratch);
+            w = tpx::add(original, tpx::scale(v, -e));
+            const double down = net.forward_backward(p, tokens, scratch);
+            w = original;
+            const double numeric = (up - down) / (2.0 * e);
+            if (rank.world_rank() == 0) {
+              ++checked;
+              if (std::abs(analytic - numeric) > 2e-2 * std::abs(analytic) + 1e-3)
+                bad.push_back({name, analytic, numeric});
+            }
+          },
+          grads);
     });
     INFO("mesh " << mx << "x" << my);
     CHECK(checked == 2 + 3 * 2 + 2);

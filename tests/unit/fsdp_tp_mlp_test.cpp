@@ -11,22 +11,21 @@
 
 #include <atomic>
 #include <cmath>
-#include <vector>
-
 #include <tpx/tpx.hpp>
+#include <vector>
 
 namespace {
 
 TPX_MESH_AXES(X, Y);
 TPX_DIMS(B, D, F);
 
-using tpx::AllGather;
+using std::is_same_v;
 using tpx::adjoint_t;
+using tpx::AllGather;
 using tpx::ReduceScatter;
 using tpx::Tensor;
 using tpx::type_list;
 using tpx::Unreduced;
-using std::is_same_v;
 
 // Row-major dense matrices in double, for the reference.
 struct matrix {
@@ -91,8 +90,8 @@ TEST_CASE("FSDP+TP MLP layer, step by step, equals the unsharded layer") {
                  w_out = global_values(nf, nd, 3);
     const reference want = layer(in, w_in, w_out);
     const reference scale = layer(magnitude(in), magnitude(w_in), magnitude(w_out));
-    for (auto [x, y] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2},
-                        std::pair{4, 2}}) {
+    for (auto [x, y] :
+         {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}, std::pair{4, 2}}) {
       std::atomic<int> wrong{0};
       tpx::spmd(tpx::host, tpx::Mesh<X, Y>{x, y}, [&](auto& rank) {
         const auto in_s = tpx::randn<float, B<X>, D<Y>>(rank, {B(nb), D(nd)}, 1);
@@ -100,10 +99,11 @@ TEST_CASE("FSDP+TP MLP layer, step by step, equals the unsharded layer") {
         const auto w_out_s = tpx::randn<float, F<Y>, D<X>>(rank, {F(nf), D(nd)}, 3);
 
         // Forward.
-        using gather_in = AllGather<Y, D<>>;       // 1. In[B_X, D] = AllGather_Y(In[B_X, D_Y])
-        using gather_w_in = AllGather<X, D<>>;     // 2. W_in[D, F_Y] = AllGather_X(W_in[D_X, F_Y])
-        using gather_w_out = AllGather<X, D<>>;    // 4. W_out[F_Y, D] = AllGather_X(W_out[F_Y, D_X])
-        using scatter_out = ReduceScatter<Y, D<>>; // 6. Out[B_X, D_Y] = ReduceScatter_Y,D(Out{U_Y})
+        using gather_in = AllGather<Y, D<>>;     // 1. In[B_X, D] = AllGather_Y(In[B_X, D_Y])
+        using gather_w_in = AllGather<X, D<>>;   // 2. W_in[D, F_Y] = AllGather_X(W_in[D_X, F_Y])
+        using gather_w_out = AllGather<X, D<>>;  // 4. W_out[F_Y, D] = AllGather_X(W_out[F_Y, D_X])
+        using scatter_out =
+            ReduceScatter<Y, D<>>;  // 6. Out[B_X, D_Y] = ReduceScatter_Y,D(Out{U_Y})
         const auto in_full = tpx::apply<gather_in>(in_s);
         const auto w_in_full = tpx::apply<gather_w_in>(w_in_s);
         static_assert(is_same_v<decltype(in_full), const Tensor<float, B<X>, D<>>>);
@@ -117,18 +117,20 @@ TEST_CASE("FSDP+TP MLP layer, step by step, equals the unsharded layer") {
         const auto w_out_full = tpx::apply<gather_w_out>(w_out_s);
         // 5. Out[B_X, D]{U_Y} = Tmp[B_X, F_Y] *_F W_out[F_Y, D]: local, unreduced over Y.
         const auto out_partial = tpx::matmul(tmp, w_out_full);
-        static_assert(is_same_v<decltype(out_partial), const Tensor<float, B<X>, D<>, Unreduced<Y>>>);
+        static_assert(
+            is_same_v<decltype(out_partial), const Tensor<float, B<X>, D<>, Unreduced<Y>>>);
         const auto out = tpx::apply<scatter_out>(out_partial);
         static_assert(is_same_v<decltype(out), const Tensor<float, B<X>, D<Y>>>);
         static_assert(is_same_v<decltype(out), decltype(in_s)>);  // Out[B_X, D_Y] like In
 
         // Backward, with loss = sum(Out^2) / 2.
-        const auto& dout = out;                                         // 1. dOut[B_X, D_Y]
+        const auto& dout = out;                                           // 1. dOut[B_X, D_Y]
         const auto dout_full = tpx::apply<adjoint_t<scatter_out>>(dout);  // 2. AllGather_Y
         static_assert(is_same_v<adjoint_t<scatter_out>, AllGather<Y, D<>>>);
         // 3. dW_out[F_Y, D]{U_X} = Tmp[B_X, F_Y] *_B dOut[B_X, D]
         const auto dw_out_partial = tpx::contract<B>(tmp, dout_full);
-        static_assert(is_same_v<decltype(dw_out_partial), const Tensor<float, F<Y>, D<>, Unreduced<X>>>);
+        static_assert(
+            is_same_v<decltype(dw_out_partial), const Tensor<float, F<Y>, D<>, Unreduced<X>>>);
         // 4. dW_out[F_Y, D_X] = ReduceScatter_X,D(dW_out{U_X}): the adjoint of gather_w_out.
         const auto dw_out = tpx::apply<adjoint_t<gather_w_out>>(dw_out_partial);
         static_assert(is_same_v<decltype(dw_out), decltype(w_out_s)>);
@@ -139,7 +141,8 @@ TEST_CASE("FSDP+TP MLP layer, step by step, equals the unsharded layer") {
         static_assert(is_same_v<decltype(dtmp), const Tensor<float, B<X>, F<Y>>>);
         // 7. dW_in[D, F_Y]{U_X} = In[B_X, D]^T *_B dTmp[B_X, F_Y]
         const auto dw_in_partial = tpx::contract<B>(in_full, dtmp);
-        static_assert(is_same_v<decltype(dw_in_partial), const Tensor<float, D<>, F<Y>, Unreduced<X>>>);
+        static_assert(
+            is_same_v<decltype(dw_in_partial), const Tensor<float, D<>, F<Y>, Unreduced<X>>>);
         // 8. dW_in[D_X, F_Y] = ReduceScatter_X,D: the adjoint of gather_w_in.
         const auto dw_in = tpx::apply<adjoint_t<gather_w_in>>(dw_in_partial);
         static_assert(is_same_v<decltype(dw_in), decltype(w_in_s)>);
@@ -147,7 +150,8 @@ TEST_CASE("FSDP+TP MLP layer, step by step, equals the unsharded layer") {
         const auto w_in_again = tpx::apply<gather_w_in>(w_in_s);
         // 10. dIn[B_X, D]{U_Y} = dTmp[B_X, F_Y] *_F W_in[D, F_Y]^T
         const auto din_partial = tpx::contract<F>(dtmp, w_in_again);
-        static_assert(is_same_v<decltype(din_partial), const Tensor<float, B<X>, D<>, Unreduced<Y>>>);
+        static_assert(
+            is_same_v<decltype(din_partial), const Tensor<float, B<X>, D<>, Unreduced<Y>>>);
         // 11. dIn[B_X, D_Y] = ReduceScatter_Y,D: the adjoint of gather_in.
         const auto din = tpx::apply<adjoint_t<gather_in>>(din_partial);
         static_assert(is_same_v<decltype(din), decltype(in_s)>);

@@ -11,7 +11,6 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
-
 #include <tpx/tpx.hpp>
 
 namespace {
@@ -40,7 +39,8 @@ TEST_CASE("ranks know their coordinates and groups") {
       ++wrong;
     // A sum over the Y group: the ranks of row x hold 3x, 3x+1, 3x+2.
     float mine = static_cast<float>(r), sum = 0;
-    rank.template group<Y>().all_reduce(std::span<const float>(&mine, 1), std::span<float>(&sum, 1));
+    rank.template group<Y>().all_reduce(std::span<const float>(&mine, 1),
+                                        std::span<float>(&sum, 1));
     const int x = r / 3;
     if (sum != static_cast<float>(9 * x + 3)) ++wrong;
   });
@@ -50,11 +50,13 @@ TEST_CASE("ranks know their coordinates and groups") {
 TEST_CASE("a rank that throws fails spmd with its name, and nobody hangs") {
   const auto start = std::chrono::steady_clock::now();
   const std::string what = message_of([] {
-    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [](auto& rank) {
-      auto t = tpx::randn<float, B<X>, D<Y>>(rank, {B(4), D(4)}, 1);
-      if (rank.world_rank() == 2) throw std::runtime_error("bad batch");
-      (void)tpx::all_gather<X>(t);  // the others wait here for rank 2
-    }, {.timeout = std::chrono::seconds(60)});
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
+              [](auto& rank) {
+                auto t = tpx::randn<float, B<X>, D<Y>>(rank, {B(4), D(4)}, 1);
+                if (rank.world_rank() == 2) throw std::runtime_error("bad batch");
+                (void)tpx::all_gather<X>(t);  // the others wait here for rank 2
+              },
+              {.timeout = std::chrono::seconds(60)});
   });
   CHECK(what == "tpx: rank 2 (X=1, Y=0) failed: bad batch");
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
@@ -74,11 +76,14 @@ TEST_CASE("the original exception is nested in spmd_error") {
 
 TEST_CASE("a collective some rank never joins times out, naming it") {
   const std::string what = message_of([] {
-    tpx::spmd(tpx::host, tpx::Mesh<X>{3}, [](auto& rank) {
-      if (rank.world_rank() == 1) return;  // skips the collective
-      float x = 1, y = 0;
-      rank.template group<X>().all_reduce(std::span<const float>(&x, 1), std::span<float>(&y, 1));
-    }, {.timeout = std::chrono::milliseconds(200)});
+    tpx::spmd(tpx::host, tpx::Mesh<X>{3},
+              [](auto& rank) {
+                if (rank.world_rank() == 1) return;  // skips the collective
+                float x = 1, y = 0;
+                rank.template group<X>().all_reduce(std::span<const float>(&x, 1),
+                                                    std::span<float>(&y, 1));
+              },
+              {.timeout = std::chrono::milliseconds(200)});
   });
   INFO(what);
   CHECK(what.find("timed out") != std::string::npos);

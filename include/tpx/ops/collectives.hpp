@@ -51,8 +51,7 @@ struct axis_query {
 template <class Tn, class D>
 constexpr int checked_dim_position() {
   constexpr int k = dim_position_v<D, typename Tn::dims>;
-  if constexpr (k < 0)
-    compile_error<"tpx: tensor " + Tn::notation + " has no dim " + D::name>{};
+  if constexpr (k < 0) compile_error<"tpx: tensor " + Tn::notation + " has no dim " + D::name>{};
   return k;
 }
 
@@ -83,14 +82,15 @@ auto all_gather(const Tn& t) {
   if constexpr (q::dim >= 0 && q::innermost && !q::unreduced) {
     constexpr std::size_t k = q::dim;
     using old_dim = type_at_t<k, typename Tn::dims>;
-    using Result = tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, without_axis_t<A, old_dim>>,
-                                 typename Tn::unreduced>;
+    using Result =
+        tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, without_axis_t<A, old_dim>>,
+                      typename Tn::unreduced>;
     const rank_context& ctx = t.context();
     Result out(ctx, typename Result::shape_type(t.global_extents()));
     any_communicator& comm = ctx.template group<A>();
     const int parts = comm.size();
-    const block parent = detail::block_over(ctx, t.global_extent(k),
-                                            typename without_axis_t<A, old_dim>::axes{});
+    const block parent =
+        detail::block_over(ctx, t.global_extent(k), typename without_axis_t<A, old_dim>::axes{});
     const std::int64_t others = element_count(detail::with_entry(t.local_extents(), k, 1));
     std::vector<std::size_t> counts(parts);
     for (int r = 0; r < parts; ++r)
@@ -105,8 +105,9 @@ auto all_gather(const Tn& t) {
     for (int r = 0; r < parts; ++r) {
       const block piece = split_block(parent.size, parts, r);
       const auto piece_shape = detail::with_entry(t.local_extents(), k, piece.size);
-      Tn::space::copy_box(ctx, gathered.data() + at, piece_shape, {}, out.data(), out.local_extents(),
-               detail::with_entry(index_array<Tn::order>{}, k, piece.offset), piece_shape);
+      Tn::space::copy_box(
+          ctx, gathered.data() + at, piece_shape, {}, out.data(), out.local_extents(),
+          detail::with_entry(index_array<Tn::order>{}, k, piece.offset), piece_shape);
       at += counts[r];
     }
     return out;
@@ -120,12 +121,14 @@ auto reduce_scatter(const Tn& t) {
   using q = detail::axis_query<Tn, A>;
   constexpr int k = detail::checked_dim_position<Tn, D>();
   if constexpr (!q::unreduced)
-    compile_error<"tpx: reduce_scatter<" + A::name + ", " + D::name + ">: tensor " +
-                  Tn::notation + " is not unreduced over " + A::name + " (nothing to reduce)">{};
+    compile_error<"tpx: reduce_scatter<" + A::name + ", " + D::name + ">: tensor " + Tn::notation +
+                  " is not unreduced over " + A::name + " (nothing to reduce)">{};
   if constexpr (q::unreduced && k >= 0) {
     using old_dim = type_at_t<k, typename Tn::dims>;
-    using Result = tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, with_axis_appended_t<A, old_dim>>,
-                                 unreduced_without_t<typename Tn::unreduced, A>>;
+    using Result =
+        tensor_with_t<Tn,
+                      replace_dim_t<typename Tn::dims, old_dim, with_axis_appended_t<A, old_dim>>,
+                      unreduced_without_t<typename Tn::unreduced, A>>;
     const rank_context& ctx = t.context();
     Result out(ctx, typename Result::shape_type(t.global_extents()));
     any_communicator& comm = ctx.template group<A>();
@@ -145,8 +148,8 @@ auto reduce_scatter(const Tn& t) {
       const block piece = split_block(extent, parts, r);
       const auto piece_shape = detail::with_entry(t.local_extents(), k, piece.size);
       Tn::space::copy_box(ctx, t.data(), t.local_extents(),
-               detail::with_entry(index_array<Tn::order>{}, k, piece.offset), packed.data() + at,
-               piece_shape, {}, piece_shape);
+                          detail::with_entry(index_array<Tn::order>{}, k, piece.offset),
+                          packed.data() + at, piece_shape, {}, piece_shape);
       at += counts[r];
     }
     comm.reduce_scatter(std::span<const typename Tn::value_type>(packed.data(), packed.size()),
@@ -182,13 +185,12 @@ auto all_to_all(const Tn& t) {
   constexpr int f = detail::checked_dim_position<Tn, From>();
   constexpr int k = detail::checked_dim_position<Tn, To>();
   if constexpr (f >= 0 && q::dim != f)
-    compile_error<"tpx: all_to_all<" + A::name + ", " + From::name + ", " + To::name +
-                  ">: dim " + From::name + " of " + Tn::notation + " is not split over " +
-                  A::name>{};
+    compile_error<"tpx: all_to_all<" + A::name + ", " + From::name + ", " + To::name + ">: dim " +
+                  From::name + " of " + Tn::notation + " is not split over " + A::name>{};
   else if constexpr (f >= 0 && !q::innermost)
     compile_error<"tpx: all_to_all<" + A::name + ", " + From::name + ", " + To::name +
-                  ">: mesh axis " + A::name + " is not the innermost split of dim " +
-                  From::name + " in " + Tn::notation>{};
+                  ">: mesh axis " + A::name + " is not the innermost split of dim " + From::name +
+                  " in " + Tn::notation>{};
   else if constexpr (f == k)
     compile_error<"tpx: all_to_all<" + A::name + ", " + From::name + ", " + To::name +
                   ">: source and target dim are the same">{};
@@ -205,17 +207,17 @@ auto all_to_all(const Tn& t) {
     any_communicator& comm = ctx.template group<A>();
     const int parts = comm.size();
     const int me = comm.rank();
-    const block parent = detail::block_over(ctx, t.global_extent(f),
-                                            typename without_axis_t<A, from_dim>::axes{});
+    const block parent =
+        detail::block_over(ctx, t.global_extent(f), typename without_axis_t<A, from_dim>::axes{});
     const std::int64_t to_extent = t.local_extent(k);
     const std::int64_t others =
         element_count(detail::with_entry(detail::with_entry(t.local_extents(), f, 1), k, 1));
     std::vector<std::size_t> counts(static_cast<std::size_t>(parts) * parts);
     for (int src = 0; src < parts; ++src)
       for (int dst = 0; dst < parts; ++dst)
-        counts[src * parts + dst] = static_cast<std::size_t>(
-            split_block(parent.size, parts, src).size * split_block(to_extent, parts, dst).size *
-            others);
+        counts[src * parts + dst] =
+            static_cast<std::size_t>(split_block(parent.size, parts, src).size *
+                                     split_block(to_extent, parts, dst).size * others);
     using V = typename Tn::value_type;
     auto send = Tn::space::template make_buffer<V>(ctx, t.size());
     auto received = Tn::space::template make_buffer<V>(ctx, out.size());
@@ -224,8 +226,8 @@ auto all_to_all(const Tn& t) {
       const block piece = split_block(to_extent, parts, dst);
       const auto piece_shape = detail::with_entry(t.local_extents(), k, piece.size);
       Tn::space::copy_box(ctx, t.data(), t.local_extents(),
-               detail::with_entry(index_array<Tn::order>{}, k, piece.offset), send.data() + at,
-               piece_shape, {}, piece_shape);
+                          detail::with_entry(index_array<Tn::order>{}, k, piece.offset),
+                          send.data() + at, piece_shape, {}, piece_shape);
       at += counts[me * parts + dst];
     }
     comm.all_to_all(std::span<const V>(send.data(), send.size()),
@@ -234,8 +236,9 @@ auto all_to_all(const Tn& t) {
     for (int src = 0; src < parts; ++src) {
       const block piece = split_block(parent.size, parts, src);
       const auto piece_shape = detail::with_entry(out.local_extents(), f, piece.size);
-      Tn::space::copy_box(ctx, received.data() + at, piece_shape, {}, out.data(), out.local_extents(),
-               detail::with_entry(index_array<Tn::order>{}, f, piece.offset), piece_shape);
+      Tn::space::copy_box(
+          ctx, received.data() + at, piece_shape, {}, out.data(), out.local_extents(),
+          detail::with_entry(index_array<Tn::order>{}, f, piece.offset), piece_shape);
       at += counts[src * parts + me];
     }
     return out;
@@ -256,14 +259,16 @@ auto slice(const Tn& t) {
                   " already uses mesh axis " + A::name>{};
   if constexpr (k >= 0 && q::dim < 0 && !q::unreduced) {
     using old_dim = type_at_t<k, typename Tn::dims>;
-    using Result = tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, with_axis_appended_t<A, old_dim>>,
-                                 typename Tn::unreduced>;
+    using Result =
+        tensor_with_t<Tn,
+                      replace_dim_t<typename Tn::dims, old_dim, with_axis_appended_t<A, old_dim>>,
+                      typename Tn::unreduced>;
     const rank_context& ctx = t.context();
     Result out(ctx, typename Result::shape_type(t.global_extents()));
     index_array<Tn::order> start{};
     start[k] = out.local_offset(k) - t.local_offset(k);
-    Tn::space::copy_box(ctx, t.data(), t.local_extents(), start, out.data(), out.local_extents(), {},
-             out.local_extents());
+    Tn::space::copy_box(ctx, t.data(), t.local_extents(), start, out.data(), out.local_extents(),
+                        {}, out.local_extents());
     return out;
   }
 }
@@ -283,14 +288,15 @@ auto embed(const Tn& t) {
                   " is not the innermost split of dim " + D::name + " in " + Tn::notation>{};
   if constexpr (k >= 0 && q::dim == k && q::innermost) {
     using old_dim = type_at_t<k, typename Tn::dims>;
-    using Result = tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, without_axis_t<A, old_dim>>,
-                                 unreduced_union_t<typename Tn::unreduced, Unreduced<A>>>;
+    using Result =
+        tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, without_axis_t<A, old_dim>>,
+                      unreduced_union_t<typename Tn::unreduced, Unreduced<A>>>;
     const rank_context& ctx = t.context();
     Result out(ctx, typename Result::shape_type(t.global_extents()));
     index_array<Tn::order> start{};
     start[k] = t.local_offset(k) - out.local_offset(k);
-    Tn::space::copy_box(ctx, t.data(), t.local_extents(), {}, out.data(), out.local_extents(), start,
-             t.local_extents());
+    Tn::space::copy_box(ctx, t.data(), t.local_extents(), {}, out.data(), out.local_extents(),
+                        start, t.local_extents());
     return out;
   }
 }

@@ -32,11 +32,13 @@ constexpr bool same_sharding() {
 
 template <AnyTensor A, AnyTensor... Rest>
 constexpr void check_same_sharding() {
-  ([] {
-    if constexpr (!same_sharding<A, Rest>())
-      compile_error<"tpx: elementwise operation on " + A::notation + " and " + Rest::notation +
-                    ": the shardings differ (reshard one operand first)">{};
-  }(), ...);
+  (
+      [] {
+        if constexpr (!same_sharding<A, Rest>())
+          compile_error<"tpx: elementwise operation on " + A::notation + " and " + Rest::notation +
+                        ": the shardings differ (reshard one operand first)">{};
+      }(),
+      ...);
 }
 }  // namespace detail
 
@@ -49,7 +51,8 @@ auto map(const Fn& fn, const A& a, const Rest&... rest) {
                   ": a function of partial sums is not the partial sum of the function; reduce "
                   "first, or use add/scale, which are linear">{};
   using V = std::conditional_t<std::is_void_v<Out>, typename A::value_type, Out>;
-  using Result = tensor_with_t<BasicTensor<typename A::space, V>, typename A::dims, typename A::unreduced>;
+  using Result =
+      tensor_with_t<BasicTensor<typename A::space, V>, typename A::dims, typename A::unreduced>;
   Result out(a.context(), typename Result::shape_type(a.global_extents()));
   A::space::transform(a.context(), a.size(), fn, out.data(), a.data(), rest.data()...);
   return out;
@@ -75,7 +78,8 @@ A scale(const A& a, float s) {
 // The same tensor with elements stored as To (rounded to nearest even for bf16).
 template <class To, AnyTensor A>
 auto cast(const A& a) {
-  using Result = tensor_with_t<BasicTensor<typename A::space, To>, typename A::dims, typename A::unreduced>;
+  using Result =
+      tensor_with_t<BasicTensor<typename A::space, To>, typename A::dims, typename A::unreduced>;
   Result out(a.context(), typename Result::shape_type(a.global_extents()));
   A::space::transform(a.context(), a.size(), kernels::identity{}, out.data(), a.data());
   return out;

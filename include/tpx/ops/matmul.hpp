@@ -55,10 +55,11 @@ struct matmul_result<Traits, L, R, true> {
   // ("has already been initialized").
   using type = tensor_with_t<
       L,
-      type_list<typename result_dim<Traits, 0, type_at_t<1 - Traits::plan.lhs_contract, typename L::dims>,
-                                    std::make_index_sequence<Traits::plan.result.n_axes[0]>>::type,
-                typename result_dim<Traits, 1, type_at_t<1 - Traits::plan.rhs_contract, typename R::dims>,
-                                    std::make_index_sequence<Traits::plan.result.n_axes[1]>>::type>,
+      type_list<
+          typename result_dim<Traits, 0, type_at_t<1 - Traits::plan.lhs_contract, typename L::dims>,
+                              std::make_index_sequence<Traits::plan.result.n_axes[0]>>::type,
+          typename result_dim<Traits, 1, type_at_t<1 - Traits::plan.rhs_contract, typename R::dims>,
+                              std::make_index_sequence<Traits::plan.result.n_axes[1]>>::type>,
       typename result_unreduced<Traits,
                                 std::make_index_sequence<Traits::plan.result.n_unreduced>>::type>;
 };
@@ -140,23 +141,22 @@ auto contract_impl(const L& a, const R& b) {
   } else {
     constexpr int jl = traits::plan.lhs_contract, jr = traits::plan.rhs_contract;
     if (a.global_extent(jl) != b.global_extent(jr))
-      throw std::invalid_argument(
-          "tpx: matmul " + std::string(L::notation.c_str()) + " *_" + J::name.c_str() + " " +
-          R::notation.c_str() + ": dim " + J::name.c_str() + " has extent " +
-          std::to_string(a.global_extent(jl)) + " on the left and " +
-          std::to_string(b.global_extent(jr)) + " on the right (rank " +
-          std::to_string(a.context().world_rank()) + ")");
+      throw std::invalid_argument("tpx: matmul " + std::string(L::notation.c_str()) + " *_" +
+                                  J::name.c_str() + " " + R::notation.c_str() + ": dim " +
+                                  J::name.c_str() + " has extent " +
+                                  std::to_string(a.global_extent(jl)) + " on the left and " +
+                                  std::to_string(b.global_extent(jr)) + " on the right (rank " +
+                                  std::to_string(a.context().world_rank()) + ")");
     using universe = typename traits::universe;
     const auto lhs = apply_steps<universe, traits::plan.lhs_steps>(a);
     const auto rhs = apply_steps<universe, traits::plan.rhs_steps>(b);
     using Result = typename traits::result;
-    Result out(a.context(), typename Result::shape_type(index_array<2>{
-                                a.global_extent(1 - jl), b.global_extent(1 - jr)}));
+    Result out(a.context(), typename Result::shape_type(
+                                index_array<2>{a.global_extent(1 - jl), b.global_extent(1 - jr)}));
     // lhs stored [I, J] (jl == 1) or [J, I]; rhs stored [J, K] (jr == 0) or [K, J].
     const std::int64_t m = out.local_extent(0), n = out.local_extent(1);
     const std::int64_t k = lhs.local_extent(jl);
-    if (rhs.local_extent(jr) != k || lhs.local_extent(1 - jl) != m ||
-        rhs.local_extent(1 - jr) != n)
+    if (rhs.local_extent(jr) != k || lhs.local_extent(1 - jl) != m || rhs.local_extent(1 - jr) != n)
       throw std::logic_error("tpx: matmul: local blocks do not line up (a tpx bug)");
     auto leading = [](std::int64_t cols) { return std::max<std::int64_t>(cols, 1); };  // BLAS
     L::space::gemm(a.context(), jl == 0, jr == 1, m, n, k, 1.0f, lhs.data(),
@@ -201,8 +201,8 @@ auto matmul(const L& a, const R& b) {
 // The plan of matmul(l, r), for static_asserts: ::lhs_steps, ::rhs_steps, ::result,
 // ::description.
 template <AnyTensor L, AnyTensor R>
-using matmul_plan_t =
-    matmul_traits<std::remove_cvref_t<L>, std::remove_cvref_t<R>,
-                  typename detail::shared_dim<std::remove_cvref_t<L>, std::remove_cvref_t<R>>::type>;
+using matmul_plan_t = matmul_traits<
+    std::remove_cvref_t<L>, std::remove_cvref_t<R>,
+    typename detail::shared_dim<std::remove_cvref_t<L>, std::remove_cvref_t<R>>::type>;
 
 }  // namespace tpx

@@ -18,8 +18,8 @@ enum class step_kind { all_gather, reduce_scatter, all_reduce, all_to_all, slice
 
 struct plan_step {
   step_kind kind = step_kind::all_gather;
-  int axis = 0;  // id in the plan's universe of axes
-  int dim = 0;   // position of the dim acted on (the source dim of an all_to_all)
+  int axis = 0;    // id in the plan's universe of axes
+  int dim = 0;     // position of the dim acted on (the source dim of an all_to_all)
   int to_dim = 0;  // all_to_all: position of the target dim
 };
 

@@ -61,11 +61,14 @@ struct step_type {
       return AllReduce<A>{};
     } else {
       using D = unsplit_t<type_at_t<S.dim, Dims>>;
-      if constexpr (S.kind == step_kind::all_gather) return AllGather<A, D>{};
-      else if constexpr (S.kind == step_kind::reduce_scatter) return ReduceScatter<A, D>{};
+      if constexpr (S.kind == step_kind::all_gather)
+        return AllGather<A, D>{};
+      else if constexpr (S.kind == step_kind::reduce_scatter)
+        return ReduceScatter<A, D>{};
       else if constexpr (S.kind == step_kind::all_to_all)
         return AllToAll<A, D, unsplit_t<type_at_t<S.to_dim, Dims>>>{};
-      else return Slice<A, D>{};
+      else
+        return Slice<A, D>{};
     }
   }
   using type = decltype(pick());
@@ -142,7 +145,8 @@ struct reduction_conversion {
 // The whole tensor, in global row-major order, on every rank (a collective: all ranks call it).
 template <AnyTensor Tn>
 std::vector<typename Tn::value_type> to_global(const Tn& t) {
-  using Replicated = tensor_with_t<Tn, typename remove_all_axes<typename Tn::dims>::type, Unreduced<>>;
+  using Replicated =
+      tensor_with_t<Tn, typename remove_all_axes<typename Tn::dims>::type, Unreduced<>>;
   const Replicated whole = reshard<Replicated>(t);
   std::vector<typename Tn::value_type> host(whole.size());
   Tn::space::to_host(whole.context(), whole.data(), whole.size(), host.data());

@@ -36,7 +36,7 @@ struct space_of {
   using type = host_space;
 };
 template <class R>
-  requires requires { typename R::space; }
+requires requires { typename R::space; }
 struct space_of<R> {
   using type = typename R::space;
 };
@@ -68,9 +68,10 @@ template <AnyTensor Tn, class Fn>
 void fill_with(Tn& t, Fn&& value_at) {
   static_assert(std::is_same_v<typename Tn::unreduced, Unreduced<>>,
                 "tpx: fill_with: a partial sum has no single value per element");
-  static_assert(std::is_same_v<typename Tn::space, host_space>,
-                "tpx: fill_with writes through host pointers: for a tensor of another memory space use "
-                "generate(), which fills a host copy and moves it over");
+  static_assert(
+      std::is_same_v<typename Tn::space, host_space>,
+      "tpx: fill_with writes through host pointers: for a tensor of another memory space use "
+      "generate(), which fills a host copy and moves it over");
   constexpr std::size_t n = Tn::order;
   if (t.size() == 0) return;
   if constexpr (n == 0) {
@@ -94,9 +95,11 @@ void fill_with(Tn& t, Fn&& value_at) {
 }
 
 namespace detail {
-// A tensor of the rank's space whose host copy `stage` fills (directly when that space is the host).
+// A tensor of the rank's space whose host copy `stage` fills (directly when that space is the
+// host).
 template <class T, class... Spec, class R, class Stage>
-rank_tensor_t<R, T, Spec...> made_on_host(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
+rank_tensor_t<R, T, Spec...> made_on_host(const R& rank,
+                                          const typename Tensor<T, Spec...>::shape_type& shape,
                                           Stage&& stage) {
   using Tn = rank_tensor_t<R, T, Spec...>;
   detail::check_factory<R, Tn>();
@@ -116,23 +119,26 @@ rank_tensor_t<R, T, Spec...> made_on_host(const R& rank, const typename Tensor<T
 
 // The tensor whose element at global row-major index i is value_at(i), on this rank.
 template <class T, class... Spec, class R, class Fn>
-rank_tensor_t<R, T, Spec...> generate(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
+rank_tensor_t<R, T, Spec...> generate(const R& rank,
+                                      const typename Tensor<T, Spec...>::shape_type& shape,
                                       Fn&& value_at) {
   return detail::made_on_host<T, Spec...>(rank, shape, [&](auto& t) { fill_with(t, value_at); });
 }
 
 // Normal(0, 1) entries (times scale), the same at each global index on any mesh.
 template <class T, class... Spec, class R>
-rank_tensor_t<R, T, Spec...> randn(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
+rank_tensor_t<R, T, Spec...> randn(const R& rank,
+                                   const typename Tensor<T, Spec...>::shape_type& shape,
                                    std::uint64_t seed, float scale = 1.0f) {
   using Tn = rank_tensor_t<R, T, Spec...>;
-  if constexpr (requires(Tn& t) {
-                  Tn::space::fill_normal(rank, t.data(), t.local_extents(), t.local_offsets(), t.global_extents(),
-                                         seed, scale);
+  if constexpr (requires(Tn & t) {
+                  Tn::space::fill_normal(rank, t.data(), t.local_extents(), t.local_offsets(),
+                                         t.global_extents(), seed, scale);
                 }) {
     detail::check_factory<R, Tn>();
     Tn t(rank, shape);
-    Tn::space::fill_normal(rank, t.data(), t.local_extents(), t.local_offsets(), t.global_extents(), seed, scale);
+    Tn::space::fill_normal(rank, t.data(), t.local_extents(), t.local_offsets(), t.global_extents(),
+                           seed, scale);
     return t;
   } else {
     return generate<T, Spec...>(rank, shape, [&](std::int64_t i) {
@@ -142,7 +148,8 @@ rank_tensor_t<R, T, Spec...> randn(const R& rank, const typename Tensor<T, Spec.
 }
 
 template <class T, class... Spec, class R>
-rank_tensor_t<R, T, Spec...> zeros(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape) {
+rank_tensor_t<R, T, Spec...> zeros(const R& rank,
+                                   const typename Tensor<T, Spec...>::shape_type& shape) {
   using Tn = rank_tensor_t<R, T, Spec...>;
   detail::check_factory<R, Tn>();
   return Tn(rank, shape);
@@ -150,12 +157,13 @@ rank_tensor_t<R, T, Spec...> zeros(const R& rank, const typename Tensor<T, Spec.
 
 // This rank's block of a global row-major array that every rank holds.
 template <class T, class... Spec, class R>
-rank_tensor_t<R, T, Spec...> from_global(const R& rank, const typename Tensor<T, Spec...>::shape_type& shape,
+rank_tensor_t<R, T, Spec...> from_global(const R& rank,
+                                         const typename Tensor<T, Spec...>::shape_type& shape,
                                          std::span<const T> global) {
   return detail::made_on_host<T, Spec...>(rank, shape, [&](auto& t) {
     if (static_cast<std::int64_t>(global.size()) != element_count(t.global_extents()))
-      throw std::invalid_argument("tpx: from_global: tensor " + std::string(t.notation.c_str()) + " has " +
-                                  std::to_string(element_count(t.global_extents())) +
+      throw std::invalid_argument("tpx: from_global: tensor " + std::string(t.notation.c_str()) +
+                                  " has " + std::to_string(element_count(t.global_extents())) +
                                   " elements but the array has " + std::to_string(global.size()));
     copy_box(global.data(), t.global_extents(), t.local_offsets(), t.data(), t.local_extents(), {},
              t.local_extents());

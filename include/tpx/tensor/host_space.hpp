@@ -43,15 +43,14 @@ struct host_space {
   }
 
   template <class T>
-  static void gemm(const rank_context&, bool trans_a, bool trans_b, std::int64_t m,
-                   std::int64_t n, std::int64_t k, float alpha, const T* a, std::int64_t lda,
-                   const T* b, std::int64_t ldb, float beta, T* c, std::int64_t ldc) {
+  static void gemm(const rank_context&, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                   std::int64_t k, float alpha, const T* a, std::int64_t lda, const T* b,
+                   std::int64_t ldb, float beta, T* c, std::int64_t ldc) {
     kernels::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 
   template <class F, class Out, class... In>
-  static void transform(const rank_context&, std::size_t n, const F& f, Out* out,
-                        const In*... in) {
+  static void transform(const rank_context&, std::size_t n, const F& f, Out* out, const In*... in) {
     kernels::transform(static_cast<std::int64_t>(n), f, out, in...);
   }
 

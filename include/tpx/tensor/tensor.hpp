@@ -74,17 +74,19 @@ class BasicTensor {
   BasicTensor(const rank_context& context, const shape_type& global)
       : context_(&context), global_(global.extents) {
     locate(std::make_index_sequence<order>{});
-    data_ = Space::template make_buffer<T>(context, static_cast<std::size_t>(element_count(local_)));
+    data_ =
+        Space::template make_buffer<T>(context, static_cast<std::size_t>(element_count(local_)));
   }
 
   // Reduce-on-declaration: a partial sum converts to a declared type that only reduces it,
   // `Tensor<float, I<>, K<X>> c = matmul(a, b);` with c's type asking for ReduceScatter<X>(K).
   template <class... Other>
-    requires(!std::is_same_v<typename sharding_of<Other...>::unreduced, Unreduced<>> &&
-             detail::reduction_conversion<BasicTensor, BasicTensor<Space, T, Other...>>::value)
-  BasicTensor(const BasicTensor<Space, T, Other...>& partial)  // NOLINT: implicit by design
-      : BasicTensor(detail::reduction_conversion<BasicTensor, BasicTensor<Space, T, Other...>>::
-                        convert(partial)) {}
+  requires(!std::is_same_v<typename sharding_of<Other...>::unreduced, Unreduced<>> &&
+           detail::reduction_conversion<BasicTensor, BasicTensor<Space, T, Other...>>::value)
+      BasicTensor(const BasicTensor<Space, T, Other...>& partial)  // NOLINT: implicit by design
+      : BasicTensor(
+            detail::reduction_conversion<BasicTensor, BasicTensor<Space, T, Other...>>::convert(
+                partial)) {}
 
   const rank_context& context() const { return *context_; }
   const extents_type& global_extents() const { return global_; }
