@@ -10,7 +10,9 @@
 #   3 run every CUDA test (ctest --preset cuda, label cuda): each kernel and GEMM against the
 #     host on the same inputs; every collective and the typed program on the simulated mesh and,
 #     with 2 or more GPUs, over NCCL
-#   4 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
+#   4 train the example trainer for 100 steps on a 2x2 simulated mesh (tpx-train-cuda; its loss
+#     against the host run is cuda_trainer_test's, in step 3)
+#   5 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
 #     >= 0.95), kernel bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), and
 #     the collectives in nccl-tests format on the simulated mesh (4 ranks on GPU 0) and, with 2
 #     or more GPUs, over NCCL on all of them. Tables go to the terminal, JSON to
@@ -50,11 +52,22 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 export CUDACXX=$nvcc CMAKE_BUILD_PARALLEL_LEVEL=$jobs
 step "build (cuda preset)" bash -c 'cmake --preset cuda >/dev/null && cmake --build --preset cuda'
 bench=build/cuda/bench/cuda/tpx-bench-cuda
+train=build/cuda/examples/tpx-train-cuda
 
 if ((failed == 0)); then
   step "CUDA tests" ctest --preset cuda
 else
   skip "CUDA tests" "the build failed"
+fi
+
+if ((gpus == 0)); then
+  skip "trainer" "no GPU (nvidia-smi lists none)"
+elif ((failed != 0)); then
+  skip "trainer" "the build or the tests failed"
+else
+  mkdir -p "$out"
+  step "trainer (tpx-train-cuda, 2x2 mesh on GPU 0)" \
+    "$train" --mesh 2x2 --steps 100 --log-every 20 --log "$out/train.jsonl"
 fi
 
 if ((gpus == 0)); then

@@ -13,6 +13,12 @@
 // sharding without a hand-written collective. README.md sets the notes' equations beside this
 // code. With checkpoint_every = C > 0 only every C-th block input is kept, and each segment's
 // forward pass is recomputed during the backward pass (seed 000, activation checkpointing).
+//
+// The tensors live in the rank's memory space (Space: host memory under spmd(tpx::host, ...),
+// the GPU under a CUDA launcher). GEMMs, collectives, elementwise ops and the optimizer run in
+// that space; the embedding lookup and the loss rows read and write elements one by one on the
+// host, through staged copies on a GPU (tpx::on_host / tpx::in_space, tensor/staging.hpp).
+// The batch's tokens stay in host memory: only those host loops read them.
 #pragma once
 
 #include <cmath>
@@ -34,7 +40,6 @@ TPX_DIMS(B, D, F, V, W);  // batch rows, model width, MLP width, vocabulary (byt
 
 using tpx::AllGather;
 using tpx::ReduceScatter;
-using tpx::Tensor;
 using tpx::Unreduced;
 
 struct config {
@@ -49,9 +54,13 @@ struct config {
   static constexpr std::int64_t vocab = 256;
 };
 
-// Every parameter-shaped tensor of the model, fp32: the master weights, their gradients and
-// the two Adam moments are each one of these.
+// Every parameter-shaped tensor of the model, fp32, in memory space Space: the master weights,
+// their gradients and the two Adam moments are each one of these.
+template <class Space>
 struct model_tensors {
+  template <class T, class... Spec>
+  using Tensor = tpx::BasicTensor<Space, T, Spec...>;
+
   std::vector<Tensor<float, V<X>, D<Y>>> embed;
   std::vector<Tensor<float, D<Y, X>>> norm;
   std::vector<Tensor<float, D<X>, F<Y>>> w_in;
@@ -97,17 +106,30 @@ struct model_tensors {
   }
 };
 
+// model_tensors p(rank, c) holds tensors of the rank's memory space.
+template <class Rank>
+model_tensors(const Rank&, const config&) -> model_tensors<tpx::space_of_t<Rank>>;
+
+// Overwrites t with value_at(global index), filled on the host and copied to t's space.
+template <tpx::AnyTensor Tn, class Fn>
+void fill_staged(Tn& t, Fn&& value_at) {
+  tpx::host_twin_t<Tn> h(t.context(), t.shape());
+  tpx::fill_with(h, value_at);
+  t = tpx::in_space<typename Tn::space>(std::move(h));
+}
+
 // The initial weights: N(0, 1/fan_in) for matrices, ones for norms; the same on every mesh.
-inline void initialize(model_tensors& p, const config& c) {
+template <class Space>
+void initialize(model_tensors<Space>& p, const config& c) {
   std::uint64_t seed = c.seed * 1000;
   auto normal = [&](auto& t, double fan_in) {
     const float scale = c.init_scale / static_cast<float>(std::sqrt(fan_in));
     const std::uint64_t s = ++seed;
-    tpx::fill_with(t, [&](std::int64_t i) {
+    fill_staged(t, [&](std::int64_t i) {
       return scale * tpx::kernels::normal_at(s, static_cast<std::uint64_t>(i));
     });
   };
-  auto ones = [](auto& t) { tpx::fill_with(t, [](std::int64_t) { return 1.0f; }); };
+  auto ones = [](auto& t) { fill_staged(t, [](std::int64_t) { return 1.0f; }); };
   for (auto& e : p.embed) normal(e, 1.0);
   for (std::size_t l = 0; l < p.norm.size(); ++l) {
     ones(p.norm[l]);
@@ -119,7 +141,7 @@ inline void initialize(model_tensors& p, const config& c) {
 }
 
 // One rank's rows of a step's batch: tokens[B_X, W] with W = context + 1 (inputs, then target).
-using batch_tokens = Tensor<std::int32_t, B<X>, W<>>;
+using batch_tokens = tpx::Tensor<std::int32_t, B<X>, W<>>;
 
 inline batch_tokens load_batch(const tpx::rank_context& rank, const text_data& data,
                                const config& c, std::int64_t step) {
@@ -131,10 +153,13 @@ inline batch_tokens load_batch(const tpx::rank_context& rank, const text_data& d
   return t;
 }
 
-// Forward and backward passes in compute type Tc (float or tpx::bf16).
-template <class Tc>
+// Forward and backward passes in compute type Tc (float or tpx::bf16), on tensors of Space.
+template <class Tc, class Space = tpx::host_space>
 class model {
  public:
+  template <class T, class... Spec>
+  using Tensor = tpx::BasicTensor<Space, T, Spec...>;
+  using params = model_tensors<Space>;
   using act = Tensor<Tc, B<X>, D<Y>>;  // activations x[B_X, D_Y], as the notes' In
 
   // The forward pass's collectives, as types. The backward pass applies their adjoints.
@@ -149,7 +174,7 @@ class model {
 
   // Loss of the global batch (the same value on every rank); grads receives each parameter's
   // gradient, reduce-scattered onto the parameter's sharding.
-  float forward_backward(const model_tensors& p, const batch_tokens& tokens, model_tensors& grads) {
+  float forward_backward(const params& p, const batch_tokens& tokens, params& grads) {
     const int layers = static_cast<int>(p.norm.size());
     const int every = c_.checkpoint_every > 0 ? c_.checkpoint_every : 1;
     // Forward: keep the input of every block at a checkpoint boundary (all of them if every == 1).
@@ -192,11 +217,13 @@ class model {
     return tpx::apply<Step>(tpx::cast<Tc>(master));
   }
 
-  act embed_forward(const model_tensors& p, const batch_tokens& tokens) const {
-    act x(rank_, {B(c_.batch), D(c_.d_model)});
+  // x[B_X, D_Y] = sum_k E_k[token_k]: a row lookup per context byte, on the host.
+  act embed_forward(const params& p, const batch_tokens& tokens) const {
+    tpx::host_twin_t<act> x(rank_, {B(c_.batch), D(c_.d_model)});
     const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
     for (int k = 0; k < c_.context; ++k) {
-      const auto table = gathered<gather_embed>(p.embed[k]);  // [V, D_Y]
+      const auto gathered_table = gathered<gather_embed>(p.embed[k]);  // [V, D_Y]
+      const auto& table = tpx::on_host(gathered_table);
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t token = tokens.local()[r * (c_.context + 1) + k];
         for (std::int64_t j = 0; j < cols; ++j)
@@ -204,15 +231,16 @@ class model {
                                     static_cast<float>(table.local()[token * cols + j]);
       }
     }
-    return x;
+    return tpx::in_space<Space>(std::move(x));
   }
 
   // dE_k[V, D_Y]{U_X}: this rank's rows scattered into zeros; the adjoint of gather_embed
   // reduce-scatters it onto E_k[V_X, D_Y].
-  void embed_backward(const batch_tokens& tokens, const act& dx, model_tensors& grads) const {
+  void embed_backward(const batch_tokens& tokens, const act& dx_in, params& grads) const {
+    const auto& dx = tpx::on_host(dx_in);
     const std::int64_t rows = dx.local_extent(0), cols = dx.local_extent(1);
     for (int k = 0; k < c_.context; ++k) {
-      Tensor<Tc, V<>, D<Y>, Unreduced<X>> partial(rank_, {V(config::vocab), D(c_.d_model)});
+      tpx::Tensor<Tc, V<>, D<Y>, Unreduced<X>> partial(rank_, {V(config::vocab), D(c_.d_model)});
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t token = tokens.local()[r * (c_.context + 1) + k];
         for (std::int64_t j = 0; j < cols; ++j)
@@ -220,7 +248,8 @@ class model {
               static_cast<float>(partial.local()[token * cols + j]) +
               static_cast<float>(dx.local()[r * cols + j]);
       }
-      grads.embed[k] = tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_embed>>(partial));
+      grads.embed[k] = tpx::cast<float>(
+          tpx::apply<tpx::adjoint_t<gather_embed>>(tpx::in_space<Space>(std::move(partial))));
     }
   }
 
@@ -234,7 +263,7 @@ class model {
     act out;                       // x + block(x)
   };
 
-  block_state block_forward(const model_tensors& p, int l, const act& x) const {
+  block_state block_forward(const params& p, int l, const act& x) const {
     const auto norm = gathered<gather_weight>(p.norm[l]);              // [D_Y]
     auto normed = tpx::nn::rmsnorm_forward(x, norm);                   // h[B_X, D_Y]
     auto h_full = tpx::apply<gather_act>(normed.y);                    // [B_X, D]
@@ -246,8 +275,8 @@ class model {
         x, std::move(normed.rstd), std::move(h_full), std::move(a), std::move(g), std::move(out)};
   }
 
-  act block_backward(const model_tensors& p, int l, const block_state& s, const act& dout,
-                     model_tensors& grads) const {
+  act block_backward(const params& p, int l, const block_state& s, const act& dout,
+                     params& grads) const {
     const auto do_full = tpx::apply<tpx::adjoint_t<scatter_out>>(dout);  // [B_X, D]
     const auto w_out = gathered<gather_weight>(p.w_out[l]);              // [F_Y, D]
     grads.w_out[l] = tpx::cast<float>(
@@ -275,33 +304,36 @@ class model {
   // holds the same loss, so each takes 1/|Y| of it: the per-rank losses are a partial sum over X
   // and Y of the batch mean, and so are the gradients of the gathered logits, which the adjoint
   // of gather_logits (a ReduceScatter) sums back onto [B_X, V_Y].
-  head_result head_forward_backward(const model_tensors& p, const act& x,
-                                    const batch_tokens& tokens, model_tensors& grads) const {
+  head_result head_forward_backward(const params& p, const act& x, const batch_tokens& tokens,
+                                    params& grads) const {
     const auto norm = gathered<gather_weight>(p.final_norm);
     auto normed = tpx::nn::rmsnorm_forward(x, norm);
     const auto h_full = tpx::apply<gather_act>(normed.y);                      // [B_X, D]
     const auto head = gathered<gather_weight>(p.head);                         // [D, V_Y]
     const auto logits = tpx::apply<gather_logits>(tpx::matmul(h_full, head));  // [B_X, V]
-    const std::int64_t rows = logits.local_extent(0), vocab = config::vocab;
+    const auto& lg = tpx::on_host(logits);  // the loss rows run on the host
+    const std::int64_t rows = lg.local_extent(0), vocab = config::vocab;
     const float share = 1.0f / static_cast<float>(c_.batch * rank_.axis<Y>().size);
-    Tensor<float, Unreduced<X, Y>> loss(rank_, {});
-    Tensor<Tc, B<X>, V<>, Unreduced<Y>> dlogits(rank_, {B(c_.batch), V(vocab)});
+    tpx::Tensor<float, Unreduced<X, Y>> loss(rank_, {});
+    tpx::Tensor<Tc, B<X>, V<>, Unreduced<Y>> dlogits(rank_, {B(c_.batch), V(vocab)});
     std::vector<float> row(vocab);
     for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t v = 0; v < vocab; ++v) row[v] = logits.local()[r * vocab + v];
+      for (std::int64_t v = 0; v < vocab; ++v) row[v] = lg.local()[r * vocab + v];
       const std::int64_t target = tokens.local()[r * (c_.context + 1) + c_.context];
       const auto ce = tpx::kernels::cross_entropy_forward_row(vocab, row.data(), target);
       loss.local()[0] += share * ce.loss;
       tpx::kernels::cross_entropy_backward_row(vocab, row.data(), target, ce.stats, share,
                                                dlogits.local().data() + r * vocab);
     }
-    const auto dlog = tpx::apply<tpx::adjoint_t<gather_logits>>(dlogits);  // [B_X, V_Y]
+    const auto dlog = tpx::apply<tpx::adjoint_t<gather_logits>>(  // [B_X, V_Y]
+        tpx::in_space<Space>(std::move(dlogits)));
     grads.head = tpx::cast<float>(
         tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(h_full, dlog)));  // [D_X, V_Y]
     const act dh = tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<V>(dlog, head));
     auto dnorm = tpx::nn::rmsnorm_backward(x, norm, normed.rstd, dh);
     grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(dnorm.dw);
-    return {tpx::reshard<Tensor<float>>(loss).local()[0], std::move(dnorm.dx)};
+    const auto total = tpx::reshard<Tensor<float>>(tpx::in_space<Space>(std::move(loss)));
+    return {tpx::on_host(total).local()[0], std::move(dnorm.dx)};
   }
 
   const tpx::rank_context& rank_;

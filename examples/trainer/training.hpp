@@ -5,7 +5,9 @@
 // forward and backward, clip by the global gradient norm, and apply AdamW to its shards. Rank 0
 // reports progress. Checkpoints (io/checkpoint.hpp) hold every rank's shards of the parameters
 // and Adam moments; --resume loads them onto whatever mesh this run has, and since a batch is a
-// function of the step number, the step is the whole data position.
+// function of the step number, the step is the whole data position. The launcher is a
+// parameter: tpx::host (a thread per rank) for tpx-train, tpx::cuda_simulated (a thread and a
+// stream per rank on one GPU) for tpx-train-cuda; the tensors follow the rank's memory space.
 #pragma once
 
 #include <algorithm>
@@ -47,9 +49,10 @@ struct step_report {
 
 // The checkpoint of the training state after `step` steps: every rank's shards of the
 // parameters and of both Adam moments, and the run's settings.
-template <class Rank>
-void save_checkpoint(const Rank& rank, const options& o, int step, const model_tensors& params,
-                     const model_tensors& m, const model_tensors& v) {
+template <class Rank, class Space>
+void save_checkpoint(const Rank& rank, const options& o, int step,
+                     const model_tensors<Space>& params, const model_tensors<Space>& m,
+                     const model_tensors<Space>& v) {
   tpx::io::checkpoint_writer out(rank, o.ckpt_dir, step);
   params.for_each(
       [&](const std::string& name, const auto& p, const auto& pm, const auto& pv) {
@@ -71,8 +74,9 @@ void save_checkpoint(const Rank& rank, const options& o, int step, const model_t
 }
 
 // Loads the latest checkpoint of o.ckpt_dir into this rank's shards; returns its step.
-inline int load_checkpoint(const options& o, model_tensors& params, model_tensors& m,
-                           model_tensors& v) {
+template <class Space>
+int load_checkpoint(const options& o, model_tensors<Space>& params, model_tensors<Space>& m,
+                    model_tensors<Space>& v) {
   tpx::io::checkpoint_reader in(o.ckpt_dir);
   for (const char* key : {"batch", "d_model", "ffn", "layers", "context", "seed"}) {
     const std::int64_t saved = in.state().at(key).get<std::int64_t>();
@@ -103,7 +107,7 @@ void train_rank(Rank& rank, const options& o, const text_data& data,
   model_tensors params(rank, o.model), grads(rank, o.model), m(rank, o.model), v(rank, o.model);
   initialize(params, o.model);
   const int first = o.resume ? load_checkpoint(o, params, m, v) : 0;
-  model<Tc> net(rank, o.model);
+  model<Tc, tpx::space_of_t<Rank>> net(rank, o.model);
   const tpx::nn::adamw_config adam{o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay};
   for (int step = first; step < o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
@@ -127,11 +131,14 @@ void train_rank(Rank& rank, const options& o, const text_data& data,
   }
 }
 
-// Trains on an o.mesh_x x o.mesh_y mesh of host threads; report(r) is called by rank 0 after
-// every step. Errors of any rank come back as tpx::spmd_error naming the rank.
-inline void run(const options& o, const std::function<void(const step_report&)>& report) {
+// Trains on an o.mesh_x x o.mesh_y mesh of the launcher's ranks (tpx::host by default);
+// report(r) is called by rank 0 after every step. Errors of any rank come back as
+// tpx::spmd_error naming the rank.
+template <class Launcher = tpx::host_backend>
+void run(const options& o, const std::function<void(const step_report&)>& report,
+         Launcher launcher = {}) {
   const text_data data(o.text, o.model.context);
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{o.mesh_x, o.mesh_y}, [&](auto& rank) {
+  tpx::spmd(launcher, tpx::Mesh<X, Y>{o.mesh_x, o.mesh_y}, [&](auto& rank) {
     if (o.bf16)
       train_rank<tpx::bf16>(rank, o, data, report);
     else

@@ -26,4 +26,5 @@
 #include "tpx/sharding/steps.hpp"
 #include "tpx/spmd/spmd.hpp"
 #include "tpx/tensor/factories.hpp"
+#include "tpx/tensor/staging.hpp"
 #include "tpx/tensor/tensor.hpp"

@@ -5,10 +5,10 @@
 // read the peers' inputs directly (std::memcpy for blocks, plain loops the compiler vectorises
 // for sums), and meet again before returning, so that no rank changes or frees a buffer a peer
 // still reads. all_gather, reduce_scatter, all_to_all and broadcast need those two meetings, and
-// each rank pulls exactly its own result. all_reduce is a reduce-scatter then an all-gather:
-// each rank sums a 1/size chunk of all inputs into its scratch, the group meets, each rank copies
-// every chunk into its output, and the group meets again; the summing is spread across ranks,
-// and in and out may alias because no input is read after the middle meeting. Sums run in fp32
+// each rank pulls exactly its own result. all_reduce needs them too and makes one pass over
+// memory: each rank owns a 1/size chunk, sums that chunk of every input tile by tile and writes
+// each summed tile into that chunk of every rank's output (published beside the inputs). Only
+// the owner touches a chunk, in any buffer, so in and out may alias. Sums run in fp32
 // over the ranks in group-rank order and are rounded once, so every rank gets the same bits,
 // equal to a sequential sum.
 //
@@ -95,15 +95,16 @@ class HostCommunicator {
     const std::size_t n = in.size();
     const std::size_t mine = chunk_begin(n, rank_);
     const std::size_t mine_size = chunk_begin(n, rank_ + 1) - mine;
-    std::vector<std::byte>& scratch = group_->scratch(rank_);
-    scratch.resize(mine_size * sizeof(T));
     const auto peers =
-        group_->exchange(rank_, call<T>(Op::all_reduce, n, {}), in.data(), scratch.data());
-    sum_inputs(peers, mine, mine_size, reinterpret_cast<T*>(scratch.data()));
-    group_->wait_for_all(rank_);
-    for (int s = 0; s < size(); ++s) {
-      copy_elements(out.data() + chunk_begin(n, s), static_cast<const T*>(peers[s].scratch),
-                    chunk_begin(n, s + 1) - chunk_begin(n, s));
+        group_->exchange(rank_, call<T>(Op::all_reduce, n, {}), in.data(), out.data());
+    // This rank alone reads and writes chunk `mine` of every buffer, so in == out is safe.
+    constexpr std::size_t tile = 8192;
+    std::array<T, tile> sum;
+    for (std::size_t begin = 0; begin < mine_size; begin += tile) {
+      const std::size_t length = std::min(tile, mine_size - begin);
+      sum_inputs(peers, mine + begin, length, sum.data());
+      for (int s = 0; s < size(); ++s)
+        copy_elements(static_cast<T*>(peers[s].output) + mine + begin, sum.data(), length);
     }
     group_->wait_for_all(rank_);
   }

@@ -1,8 +1,8 @@
 // HostGroup: what the ranks of one group of a HostWorld share, and the meeting point they use.
 //
 // A host collective is "publish pointers, meet, read the peers' buffers directly, meet again".
-// Each rank publishes a Publication (which collective it calls, where its input and its scratch
-// lie) through exchange(), which waits for the whole group and then checks that every rank
+// Each rank publishes a Publication (which collective it calls, where its input and, for
+// all_reduce, its output lie) through exchange(), which waits for the whole group and then checks that every rank
 // called the same collective; a mismatch throws comm_error on every rank, before anyone reads a
 // peer's buffer. That first meeting of a collective is the only one that can fail: it gives up
 // when the world has been aborted, or after the world's timeout, naming the ranks that never
@@ -51,7 +51,7 @@ class HostGroup {
   struct Publication {
     CollectiveDescriptor call;
     const void* input = nullptr;
-    const void* scratch = nullptr;
+    void* output = nullptr;  // all_reduce: every rank writes the chunk it owns into it
   };
 
   // `world_ranks` lists the members in group-rank order; `failure` is the world's.
@@ -63,20 +63,19 @@ class HostGroup {
         publications_{std::vector<Publication>(world_ranks_.size()),
                       std::vector<Publication>(world_ranks_.size())},
         steps_(world_ranks_.size(), 0),
-        scratch_(world_ranks_.size()),
         present_(world_ranks_.size(), false) {}
 
   int size() const noexcept { return static_cast<int>(world_ranks_.size()); }
   std::span<const int> world_ranks() const noexcept { return world_ranks_; }
 
-  // Publishes group rank `rank`'s call, input and scratch, waits for every rank and checks
+  // Publishes group rank `rank`'s call, input and output, waits for every rank and checks
   // that all made the same call. Returns every rank's publication, in group-rank order, valid
   // until this rank's next exchange.
   std::span<const Publication> exchange(int rank, const CollectiveDescriptor& call,
                                         const void* input = nullptr,
-                                        const void* scratch = nullptr) {
+                                        void* output = nullptr) {
     std::vector<Publication>& slot = publications_[steps_[rank]++ % 2];
-    slot[rank] = Publication{call, input, scratch};
+    slot[rank] = Publication{call, input, output};
     meet(rank, call.op, /*can_fail=*/true);
     check_same_call(slot);
     return slot;
@@ -84,9 +83,6 @@ class HostGroup {
 
   // Waits for every rank, with no timeout: only for the meetings after exchange().
   void wait_for_all(int rank) { meet(rank, CollectiveOp::barrier, /*can_fail=*/false); }
-
-  // Rank `rank`'s scratch buffer: resized by that rank before exchange(), read by peers after.
-  std::vector<std::byte>& scratch(int rank) { return scratch_[rank]; }
 
   // Wakes the waiting ranks so they notice the world's failure (HostWorld::abort).
   void wake_all() {
@@ -169,7 +165,6 @@ class HostGroup {
   const HostFailure* failure_;
   std::array<std::vector<Publication>, 2> publications_;  // [step % 2][rank]
   std::vector<std::uint64_t> steps_;                      // [rank], each touched by its rank only
-  std::vector<std::vector<std::byte>> scratch_;           // [rank], each resized by its rank only
 
   std::mutex mutex_;  // guards everything below
   std::condition_variable everyone_arrived_;

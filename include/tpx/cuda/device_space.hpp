@@ -8,6 +8,9 @@
 //   transform                   the elementwise kernel running a kernels/ functor
 //   to_host / from_host         copies that return once the data has arrived
 //   fill_normal                 tpx::randn generated in place (cuda/kernels/random.hpp)
+//   adamw                       the AdamW kernel (cuda/kernels/adamw.hpp)
+//   sum_of_squares              cuda::reduce's two-pass fold, in fp32 (cuda/kernels/reduce.hpp):
+//                               agrees with the host's double sum to n * 2^-24 relative
 //
 // Everything runs on the tensor's rank's stream (rank_resources.hpp) and returns without
 // waiting, except the copies to and from host memory. DeviceTensor<T, Spec...> is the tensor
@@ -23,9 +26,11 @@
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/device_buffer.hpp"
 #include "tpx/cuda/gemm.hpp"
+#include "tpx/cuda/kernels/adamw.hpp"
 #include "tpx/cuda/kernels/copy_box.hpp"
 #include "tpx/cuda/kernels/elementwise.hpp"
 #include "tpx/cuda/kernels/random.hpp"
+#include "tpx/cuda/kernels/reduce.hpp"
 #include "tpx/cuda/rank_resources.hpp"
 #include "tpx/spmd/rank_context.hpp"
 #include "tpx/tensor/tensor.hpp"
@@ -83,6 +88,18 @@ struct device_space {
                           const std::array<std::int64_t, N>& offsets, const std::array<std::int64_t, N>& global,
                           std::uint64_t seed, float scale) {
     cuda::fill_normal(resources_of(ctx).stream(), out, local, offsets, global, seed, scale);
+  }
+
+  template <class G>
+  static void adamw(const rank_context& ctx, std::size_t n, const kernels::adamw_update& update, float* p,
+                    const G* g, float* m, float* v) {
+    cuda::adamw_step(resources_of(ctx).stream(), static_cast<std::int64_t>(n), update, p, g, m, v);
+  }
+
+  template <class T>
+  static void sum_of_squares(const rank_context& ctx, std::size_t n, const T* x, float* out) {
+    const rank_resources& r = resources_of(ctx);
+    cuda::reduce(r.stream(), r.pool(), static_cast<std::int64_t>(n), x, kernels::sum_of_squares_reducer<float>{}, out);
   }
 };
 

@@ -3,11 +3,13 @@
 //
 // The optimizer needs no communication: the gradient arrives already reduce-scattered onto the
 // parameter's sharding (the adjoint of the forward AllGather), so the update is local. The only
-// global quantity, the gradient norm for clipping, is nn/global_norm.hpp's.
+// global quantity, the gradient norm for clipping, is nn/global_norm.hpp's. The update runs in
+// the tensors' memory space (Space::adamw: a host loop, or one CUDA kernel), with the same
+// per-element functor (kernels/optimizer.hpp).
 #pragma once
 
 #include <cmath>
-#include <cstddef>
+#include <type_traits>
 
 #include "tpx/kernels/optimizer.hpp"
 #include "tpx/tensor/tensor.hpp"
@@ -40,8 +42,10 @@ void adamw_step(P& param, const G& grad, P& m, P& v, const adamw_config& c, int 
                                      1.0f - std::pow(c.beta1, static_cast<float>(t)),
                                      1.0f - std::pow(c.beta2, static_cast<float>(t)),
                                      grad_scale};
-  for (std::size_t i = 0; i < param.size(); ++i)
-    update(param.local()[i], static_cast<float>(grad.local()[i]), m.local()[i], v.local()[i]);
+  static_assert(std::is_same_v<typename P::space, typename G::space>,
+                "tpx: adamw_step: the gradient must be in the parameter's memory space");
+  P::space::adamw(param.context(), param.size(), update, param.data(), grad.data(), m.data(),
+                  v.data());
 }
 
 }  // namespace tpx::nn

@@ -6,11 +6,13 @@
 // So squared_norm(t) returns Tensor<float, Unreduced<those axes>>, and reshard<Tensor<float>>
 // reduces it correctly whatever the parameter's sharding; norms of differently sharded
 // parameters are added after that reduction. (llm.c's ZeRO note: clipping is a reduction over
-// all gradients, so it needs communication.)
+// all gradients, so it needs communication.) The local sum runs in the tensor's memory space
+// (Space::sum_of_squares); only the reduced scalar is copied to the host.
 #pragma once
 
 #include "tpx/ops/reshard.hpp"
 #include "tpx/sharding/transforms.hpp"
+#include "tpx/tensor/staging.hpp"
 #include "tpx/tensor/tensor.hpp"
 
 namespace tpx::nn {
@@ -33,10 +35,8 @@ float squared_norm(const Tn& t) {
   using Partial = tensor_with_t<BasicTensor<typename Tn::space, float>, type_list<>,
                                 typename detail::splitting_axes<typename Tn::dims>::type>;
   Partial partial(t.context(), {});
-  double s = 0;
-  for (const auto& x : t.local()) s += static_cast<double>(x) * static_cast<double>(x);
-  partial.local()[0] = static_cast<float>(s);
-  return reshard<BasicTensor<typename Tn::space, float>>(partial).local()[0];
+  Tn::space::sum_of_squares(t.context(), t.size(), t.data(), partial.data());
+  return on_host(reshard<BasicTensor<typename Tn::space, float>>(partial)).local()[0];
 }
 
 }  // namespace tpx::nn

@@ -148,8 +148,8 @@ auto contract_impl(const L& a, const R& b) {
                                   std::to_string(b.global_extent(jr)) + " on the right (rank " +
                                   std::to_string(a.context().world_rank()) + ")");
     using universe = typename traits::universe;
-    const auto lhs = apply_steps<universe, traits::plan.lhs_steps>(a);
-    const auto rhs = apply_steps<universe, traits::plan.rhs_steps>(b);
+    const auto& lhs = apply_steps<universe, traits::plan.lhs_steps>(a);  // a itself if no step
+    const auto& rhs = apply_steps<universe, traits::plan.rhs_steps>(b);
     using Result = typename traits::result;
     Result out(a.context(), typename Result::shape_type(
                                 index_array<2>{a.global_extent(1 - jl), b.global_extent(1 - jr)}));

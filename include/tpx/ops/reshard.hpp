@@ -28,9 +28,14 @@ namespace detail {
 // Runs steps [I, end) of a step list on t; dims are addressed by position, axes by their id in
 // Universe.
 template <class Universe, step_list Steps, int I = 0, AnyTensor Tn>
-auto apply_steps(Tn&& t) {
+decltype(auto) apply_steps(Tn&& t) {
   if constexpr (I == Steps.count) {
-    return std::forward<Tn>(t);
+    // Nothing (left) to do: the caller's tensor comes back as itself, not copied; a temporary
+    // made by an earlier step comes back by value.
+    if constexpr (std::is_lvalue_reference_v<Tn>)
+      return (t);
+    else
+      return std::remove_cvref_t<Tn>(std::move(t));
   } else {
     constexpr plan_step s = Steps.steps[I];
     using T = std::remove_cvref_t<Tn>;

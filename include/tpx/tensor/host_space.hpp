@@ -10,6 +10,8 @@
 //   gemm(ctx, ...)              the local matrix product, row-major, BLAS conventions
 //   transform(ctx, n, f, out, in...)   out[i] = f(in[i]...), f a kernels/ functor
 //   to_host / from_host         copies between the space and host memory
+//   adamw(ctx, n, update, p, g, m, v)   kernels/optimizer.hpp's AdamW step on n parameters
+//   sum_of_squares(ctx, n, x, out)      *out (in the space) = the sum of x[i]^2
 // The collectives, reshard and matmul are written once against this interface; the CUDA
 // backend adds a device space with the same functions.
 #pragma once
@@ -21,6 +23,8 @@
 
 #include "tpx/kernels/elementwise.hpp"
 #include "tpx/kernels/gemm_host.hpp"
+#include "tpx/kernels/optimizer.hpp"
+#include "tpx/kernels/reduction.hpp"
 #include "tpx/spmd/rank_context.hpp"
 #include "tpx/tensor/box_copy.hpp"
 
@@ -61,6 +65,21 @@ struct host_space {
   template <class T>
   static void from_host(const rank_context&, const T* src, std::size_t n, T* dst) {
     std::copy_n(src, n, dst);
+  }
+
+  template <class G>
+  static void adamw(const rank_context&, std::size_t n, const kernels::adamw_update& update,
+                    float* p, const G* g, float* m, float* v) {
+    for (std::size_t i = 0; i < n; ++i) update(p[i], static_cast<float>(g[i]), m[i], v[i]);
+  }
+
+  // Accumulated in double, in index order.
+  template <class T>
+  static void sum_of_squares(const rank_context&, std::size_t n, const T* x, float* out) {
+    using R = kernels::sum_of_squares_reducer<double>;
+    double s = R::identity();
+    for (std::size_t i = 0; i < n; ++i) s = R::combine(s, R::element(static_cast<float>(x[i])));
+    *out = static_cast<float>(s);
   }
 };
 

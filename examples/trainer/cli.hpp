@@ -1,0 +1,141 @@
+// The command line of the example trainer, shared by tpx-train (train.cpp, host threads) and
+// tpx-train-cuda (train_cuda.cu, ranks on one GPU): the same flags, progress lines and JSON log
+// whatever launcher runs the ranks. See README.md beside it.
+//
+// train_main parses the flags (CLI11), runs training.hpp's SPMD program with the launcher it is
+// given, prints a progress line every --log-every steps and writes one JSON object per step to
+// --log, which scripts/plot-loss.sh turns into a loss curve.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "training.hpp"
+
+namespace trainer {
+
+// "2x2" -> {2, 2}
+inline std::pair<int, int> parse_mesh(const std::string& text) {
+  const auto x = text.find('x');
+  try {
+    if (x == std::string::npos) throw std::invalid_argument(text);
+    std::size_t used_x = 0, used_y = 0;
+    const int a = std::stoi(text.substr(0, x), &used_x);
+    const int b = std::stoi(text.substr(x + 1), &used_y);
+    if (used_x != x || used_y != text.size() - x - 1 || a < 1 || b < 1)
+      throw std::invalid_argument(text);
+    return {a, b};
+  } catch (const std::exception&) {
+    throw CLI::ValidationError("--mesh",
+                               "expected XxY with positive sizes, e.g. 2x2; got '" + text + "'");
+  }
+}
+
+// The command line: parses the flags, trains with `launcher` (tpx::host, tpx::cuda_simulated),
+// prints progress; returns the process's exit code. `program` and `about` head --help.
+template <class Launcher>
+int train_main(int argc, char** argv, const char* program, const std::string& about,
+               Launcher launcher) {
+  options o;
+  std::string mesh = "2x2", log_path;
+  int log_every = 10;
+  CLI::App app{std::string(program) +
+               ": a byte-level MLP language model trained with FSDP over mesh axis X and tensor "
+               "parallelism over Y, " +
+               about};
+  app.add_option("--mesh", mesh, "mesh shape XxY (X: FSDP/data axis, Y: tensor-parallel axis)")
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "training steps")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.model.batch, "global batch (sequences of context+1 bytes)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--d-model", o.model.d_model, "model width D")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ffn", o.model.ffn, "MLP width F")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--layers", o.model.layers, "residual MLP blocks")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--context", o.model.context, "input bytes per prediction")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay")
+      ->capture_default_str();
+  app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: off)")
+      ->capture_default_str();
+  app.add_option("--seed", o.model.seed, "seed of the weights and of the batches")
+      ->capture_default_str();
+  app.add_flag("--bf16", o.bf16,
+               "compute (and communicate) in bf16; masters and moments stay fp32");
+  app.add_option("--checkpoint-every", o.model.checkpoint_every,
+                 "activation checkpointing: keep every C-th block input, recompute the rest")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--ckpt-dir", o.ckpt_dir, "write sharded checkpoints (safetensors) here");
+  app.add_option("--save-every", o.save_every, "save every N steps (the last step always)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", o.resume, "continue from --ckpt-dir's latest checkpoint, on any mesh")
+      ->needs("--ckpt-dir");
+  app.add_option("--text", o.text, "training text")
+      ->capture_default_str()
+      ->check(CLI::ExistingFile);
+  app.add_option("--log", log_path, "write one JSON object per step to this file (JSONL)");
+  app.add_option("--log-every", log_every, "print a progress line every N steps")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    std::tie(o.mesh_x, o.mesh_y) = parse_mesh(mesh);
+    std::unique_ptr<std::ofstream> log;
+    if (!log_path.empty()) {
+      log = std::make_unique<std::ofstream>(log_path);
+      if (!*log) throw std::runtime_error("cannot write the log " + log_path);
+    }
+    std::printf(
+        "%s: mesh %dx%d (X=%d FSDP, Y=%d TP), %d steps, batch %lld, D=%lld, F=%lld, "
+        "%d layers, %s\n",
+        program, o.mesh_x, o.mesh_y, o.mesh_x, o.mesh_y, o.steps,
+        static_cast<long long>(o.model.batch), static_cast<long long>(o.model.d_model),
+        static_cast<long long>(o.model.ffn), o.model.layers, o.bf16 ? "bf16" : "fp32");
+    const double flops = model<float>::flops_for(o.model);
+    run(
+        o,
+        [&](const step_report& r) {
+          const double samples = static_cast<double>(o.model.batch) / r.seconds;
+          const double gflops = flops / r.seconds * 1e-9;
+          const double comm = r.collective_seconds / r.seconds;
+          if (r.step % log_every == 0 || r.step + 1 == o.steps)
+            std::printf(
+                "step %5d | loss %.4f | grad norm %.3f | %8.0f samples/s | %6.2f GFLOP/s | "
+                "collectives %3.0f%%\n",
+                r.step, r.loss, r.grad_norm, samples, gflops, 100 * comm);
+          if (log)
+            *log << "{\"step\": " << r.step << ", \"loss\": " << r.loss
+                 << ", \"grad_norm\": " << r.grad_norm << ", \"seconds\": " << r.seconds
+                 << ", \"samples_per_s\": " << samples << ", \"gflops\": " << gflops
+                 << ", \"collective_share\": " << comm << "}\n";
+        },
+        launcher);
+    if (log)
+      std::printf("log: %s (plot: scripts/plot-loss.sh %s loss.png)\n", log_path.c_str(),
+                  log_path.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace trainer
