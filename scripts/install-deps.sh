@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ doctest-dev libopenblas-dev nlohmann-json3-dev libcli11-dev
-          ccache gnuplot-nox)
+          ccache gnuplot-nox python3)
 
 missing=()
 for p in "${packages[@]}"; do
