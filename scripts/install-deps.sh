@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing tpx needs on Debian 12 / Ubuntu 24.04 or newer: the compiler,
-# CMake and Ninja, OpenBLAS, doctest, nlohmann-json, CLI11, ccache and gnuplot (for the benchmark
+# CMake and Ninja, OpenBLAS, doctest, nlohmann-json, CLI11, ccache, gnuplot and python3 (for the
 # plots). Only the packages missing are installed (checked with dpkg-query first), so a second
 # run, or a run on a machine that has everything, returns at once without touching apt.
 # Uses sudo when not run as root. CUDA (nvcc) is not installed here: it is optional.
