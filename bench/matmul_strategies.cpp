@@ -8,22 +8,28 @@
 //   case1..case4  the notes' four sharded matmuls, [I, J] x [J, K] with the shardings of
 //                 seed 001 (case 3 reduces its partial sum with AllReduce); case 1 on every
 //                 2-D mesh x * y = g, the others on g x 1
-//   dp, fsdp, tp, fsdp_tp  the forward pass of the notes' MLP layer under each layout
-//                 (tpx::cost::mlp's types): dp and fsdp on g x 1, tp on 1 x g, fsdp_tp on every
-//                 2-D mesh, for each --batch
+//   dp, fsdp, tp, fsdp_tp  the notes' MLP layer under each layout (tpx::cost::mlp's types),
+//                 two rows each, "pass" forward and backward: dp and fsdp on g x 1, tp on 1 x g,
+//                 fsdp_tp on every 2-D mesh, for each --batch
 // For each row the program runs what tpx::matmul would run, in its parts: the collectives of
 // the plan (matmul_plan_t<L, R>::lhs_steps / rhs_steps, then the reshard of the product), each
 // through the typed collectives, timed as communication; and tpx::matmul on the operands the
-// collectives produced (its plan then has no steps), timed as compute. Each part is timed on
+// collectives produced (its plan then has no steps), timed as compute. The backward pass is
+// written as tests/unit/fsdp_tp_mlp_test.cpp writes it, with loss = sum(Out^2) / 2: the adjoints
+// of the forward's collectives (apply<adjoint_t<Step>>, last step first), the weights gathered
+// again, the four local GEMMs contract<B>, contract<D>, contract<B>, contract<F>, and for DP the
+// AllReduce that brings each weight's gradient to the weight's type. Each part is timed on
 // rank 0 between two barriers of the whole mesh, so it lasts until the slowest rank is done;
-// the median of -n runs after -w is reported. "unsharded" is the same product, or layer, on one
-// rank alone.
+// the median of -n runs after -w is reported. "unsharded" is the same product, or pass of the
+// layer, on one rank alone.
 //
 // The prediction is tpx::cost's (cost/matmul.hpp, cost/mlp.hpp) for a profile of this machine
 // that the program measures first, for each rank count, with all ranks busy at once as they
 // are in every row: per-rank sgemm FLOP/s (1024^3), per-rank memcpy bandwidth (16 MiB) and the
 // bus bandwidth of an all_gather of 16 MiB over all ranks, medians of 5. Each JSON row carries
-// the profile it was predicted with. bench/README.md compares the two.
+// the profile it was predicted with, and settings.profiles holds each as a hardware profile
+// (FLOP/s, memory and link bytes/s, memory per rank) that `tpx-plan --profile FILE` reads as
+// "this machine". bench/README.md compares measurement and prediction.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
@@ -45,6 +51,9 @@ namespace {
 using tpx::bench::clock;
 using tpx::bench::samples;
 using tpx::bench::seconds_since;
+using tpx::cost::mlp::B;
+using tpx::cost::mlp::D;
+using tpx::cost::mlp::F;
 using tpx::cost::mlp::X;
 using tpx::cost::mlp::Y;
 using mesh_t = tpx::cost::mlp::mesh;
@@ -62,22 +71,24 @@ struct options {
   std::string json;
 };
 
-// Runs the steps of a plan, as types, through tpx's typed collectives.
-template <class Tn>
-Tn run_steps(tpx::type_list<>, Tn t) {
-  return t;
+// Runs the steps of a plan, as types, through tpx's typed collectives (tpx::apply<Step>).
+template <class Step, class Tn>
+auto run_steps(tpx::type_list<Step>, const Tn& t) {
+  return tpx::apply<Step>(t);
 }
-template <class A, class D, class... Rest, class Tn>
-auto run_steps(tpx::type_list<tpx::AllGather<A, D>, Rest...>, const Tn& t) {
-  return run_steps(tpx::type_list<Rest...>{}, tpx::all_gather<A>(t));
+template <class Step, class Next, class... Rest, class Tn>
+auto run_steps(tpx::type_list<Step, Next, Rest...>, const Tn& t) {
+  return run_steps(tpx::type_list<Next, Rest...>{}, tpx::apply<Step>(t));
 }
-template <class A, class D, class... Rest, class Tn>
-auto run_steps(tpx::type_list<tpx::ReduceScatter<A, D>, Rest...>, const Tn& t) {
-  return run_steps(tpx::type_list<Rest...>{}, tpx::reduce_scatter<A, D>(t));
+
+// The backward of run_steps on a gradient: the adjoint of each step, last step first.
+template <class Step, class Tn>
+auto run_adjoints(tpx::type_list<Step>, const Tn& g) {
+  return tpx::apply<tpx::adjoint_t<Step>>(g);
 }
-template <class A, class... Rest, class Tn>
-auto run_steps(tpx::type_list<tpx::AllReduce<A>, Rest...>, const Tn& t) {
-  return run_steps(tpx::type_list<Rest...>{}, tpx::all_reduce<A>(t));
+template <class Step, class Next, class... Rest, class Tn>
+auto run_adjoints(tpx::type_list<Step, Next, Rest...>, const Tn& g) {
+  return tpx::apply<tpx::adjoint_t<Step>>(run_adjoints(tpx::type_list<Next, Rest...>{}, g));
 }
 
 // A tensor of type Tn with the given global extents and seeded normal values.
@@ -107,6 +118,36 @@ decltype(auto) after_steps(const Tn& t, parts& p, Timed&& timed) {
     return timed(p.comm, [&] { return run_steps(Steps{}, t); });
 }
 
+// g after the adjoints of Steps, timed as communication; g itself when there are none.
+template <class Steps, class Tn, class Timed>
+decltype(auto) after_adjoints(const Tn& g, parts& p, Timed&& timed) {
+  if constexpr (std::is_same_v<Steps, tpx::type_list<>>)
+    return (g);
+  else
+    return timed(p.comm, [&] { return run_adjoints(Steps{}, g); });
+}
+
+// The gradient of a tensor of type Target whose forward pass ran Steps on it: the adjoints of
+// Steps on the partial gradient g, then whatever reshard is left to Target's type (DP's
+// AllReduce of a weight gradient, which the forward pass has no step for).
+template <class Target, class Steps, class Tn, class Timed>
+Target gradient(const Tn& g, parts& p, Timed&& timed) {
+  const auto& adjoint = after_adjoints<Steps>(g, p, timed);
+  using rest = typename tpx::reshard_traits<std::remove_cvref_t<decltype(adjoint)>, Target>::steps;
+  return Target(after_steps<rest>(adjoint, p, timed));
+}
+
+// contract<J>(a, b) timed as compute, for operands whose product needs no collective (in the
+// backward pass every operand has been gathered as the forward pass gathered it).
+template <template <class...> class J, class L, class R, class Timed>
+auto local_contract(const L& a, const R& b, parts& p, Timed&& timed) {
+  using plan = tpx::matmul_traits<L, R, J<>>;
+  static_assert(plan::plan.lhs_steps.count == 0 && plan::plan.rhs_steps.count == 0,
+                "tpx-bench-matmul-strategies: a backward product needs a collective; time it as "
+                "communication before contracting");
+  return timed(p.compute, [&] { return tpx::contract<J>(a, b); });
+}
+
 // The communication and compute of one product l * r of the plan, reduced to Out when Out is
 // not void, timed by `timed` (barrier, fn, barrier). Returns the result.
 template <class Out, class L, class R, class Timed>
@@ -133,8 +174,22 @@ struct calibration {
   }
 };
 
+// The profile measured for `ranks` ranks as tpx-plan --profile reads it (settings.profiles):
+// hardware_profile's fields per rank in its units, the machine's memory shared by the ranks.
+nlohmann::json profile_json(const calibration& cal, int ranks) {
+  const tpx::cost::hardware_profile hw = cal.profile();
+  const double memory = static_cast<double>(tpx::bench::machine()["memory_bytes"]) / ranks;
+  return {{"ranks", ranks},
+          {"name", std::string(hw.name) + ", " + std::to_string(ranks) + " ranks"},
+          {"flops", hw.flops},
+          {"memory_bw", hw.memory_bw},
+          {"link_bw", hw.link_bw},
+          {"memory", memory},
+          {"source", std::string(hw.source)}};
+}
+
 struct row {
-  std::string kind, name, mesh;
+  std::string kind, name, mesh, pass = "forward";
   std::int64_t m = 0, k = 0, n = 0;  // I, J, K or B, D, F
   samples compute, comm, unsharded;
   tpx::cost::op_estimate predicted;
@@ -143,20 +198,20 @@ struct row {
 std::string mesh_name(int x, int y) { return "X=" + std::to_string(x) + ",Y=" + std::to_string(y); }
 
 void print_header() {
-  std::printf("# %-8s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "name",
-              "mesh", "I|B", "J|D", "K|F", "measured", "compute", "comm", "predicted", "p.comm",
-              "p.total", "meas/", "comm MiB", "unsharded");
-  std::printf("# %-8s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "", "", "",
-              "", "", "(ms)", "(ms)", "(ms)", "compute", "(ms)", "(ms)", "pred", "per rank",
-              "(ms)");
+  std::printf("# %-8s %-4s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n",
+              "name", "pass", "mesh", "I|B", "J|D", "K|F", "measured", "compute", "comm",
+              "predicted", "p.comm", "p.total", "meas/", "comm MiB", "unsharded");
+  std::printf("# %-8s %-4s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "",
+              "", "", "", "", "", "(ms)", "(ms)", "(ms)", "compute", "(ms)", "(ms)", "pred",
+              "per rank", "(ms)");
 }
 
 void print_row(const row& r) {
   const double c = r.compute.median(), m = r.comm.median(), p = r.predicted.seconds();
   std::printf(
-      "  %-8s %-7s %6lld %6lld %6lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %7.2f %9.2f "
+      "  %-8s %-4s %-7s %6lld %6lld %6lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %7.2f %9.2f "
       "%10.3f\n",
-      r.name.c_str(), r.mesh.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.k),
+      r.name.c_str(), r.pass.substr(0, 3).c_str(), r.mesh.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.k),
       static_cast<long long>(r.n), (c + m) * 1e3, c * 1e3, m * 1e3,
       r.predicted.compute_seconds() * 1e3, r.predicted.comm.seconds * 1e3, p * 1e3, (c + m) / p,
       r.predicted.comm.bus_bytes / (1 << 20), r.unsharded.median() * 1e3);
@@ -167,6 +222,7 @@ nlohmann::json to_json(const row& r) {
   const double c = r.compute.median(), m = r.comm.median();
   return {{"kind", r.kind},
           {"name", r.name},
+          {"pass", r.pass},
           {"mesh", r.mesh},
           {"m", r.m},
           {"k", r.k},
@@ -243,7 +299,7 @@ calibration calibrate(int ranks) {
 // The notes' four cases on [I, J] x [J, K]; case 3 reduces its product to [I, K].
 template <class L, class R, class Out>
 row sharded_case(const char* name, int x, int y, const options& o, const calibration& cal) {
-  row r{"case", name, mesh_name(x, y), o.matrix, o.matrix, o.matrix, {}, {}, {}, {}};
+  row r{"case", name, mesh_name(x, y), "forward", o.matrix, o.matrix, o.matrix, {}, {}, {}, {}};
   const cluster_t sys{mesh_t{x, y}, cal.profile(), {1, 1}};
   const double e = static_cast<double>(o.matrix);
   r.predicted = tpx::cost::predict_matmul<L, R>(sys, {e, e}, {e, e}, fp32);
@@ -264,50 +320,106 @@ row sharded_case(const char* name, int x, int y, const options& o, const calibra
   return r;
 }
 
-// The forward pass of layout Layout: Tmp = In W_in; Out = reduce(Tmp W_out).
+// Both passes of layout Layout, as two rows (forward, backward).
+//   forward   Tmp = In W_in; Out = reduce(Tmp W_out)
+//   backward  dOut = Out; dW_out = Tmp^T dOut; dTmp = dOut W_out^T; dW_in = In^T dTmp;
+//             dIn = dTmp W_in^T; each gradient brought to its tensor's type
 template <class Layout>
-row layer(const char* name, int x, int y, std::int64_t batch, const options& o,
-          const calibration& cal) {
-  row r{"layer", name, mesh_name(x, y), batch, o.d_model, o.d_ff, {}, {}, {}, {}};
+std::pair<row, row> layer(const char* name, int x, int y, std::int64_t batch, const options& o,
+                          const calibration& cal) {
+  using in_t = typename Layout::in;
+  using w_in_t = typename Layout::w_in;
+  using w_out_t = typename Layout::w_out;
+  using out_t = typename Layout::out;
+  using first = tpx::matmul_plan_t<in_t, w_in_t>;
+  using second = tpx::matmul_plan_t<typename first::result, w_out_t>;
+  using reduce_out = typename tpx::reshard_traits<typename second::result, out_t>::steps;
+  static_assert(std::is_same_v<typename second::lhs_steps, tpx::type_list<>>,
+                "tpx-bench-matmul-strategies: the backward pass assumes Tmp is used as computed");
+
+  std::pair<row, row> r;
+  r.first = {"layer", name, mesh_name(x, y), "forward", batch, o.d_model, o.d_ff, {}, {}, {}, {}};
+  r.second = r.first;
+  r.second.pass = "backward";
   const cluster_t sys{mesh_t{x, y}, cal.profile(), {1, 1}};
-  r.predicted =
-      mlp::predict_layer<Layout>(
-          sys,
-          {static_cast<double>(batch), static_cast<double>(o.d_model), static_cast<double>(o.d_ff)},
-          fp32)
-          .forward;
+  const mlp::layer_estimate e = mlp::predict_layer<Layout>(
+      sys,
+      {static_cast<double>(batch), static_cast<double>(o.d_model), static_cast<double>(o.d_ff)},
+      fp32);
+  r.first.predicted = e.forward;
+  r.second.predicted = e.backward;
   on_mesh(x, y, [&](auto& rank, tpx::any_communicator&, auto&& timed) {
-    const auto in = random_tensor<typename Layout::in>::make(rank, batch, o.d_model, 1);
-    const auto w_in = random_tensor<typename Layout::w_in>::make(rank, o.d_model, o.d_ff, 2);
-    const auto w_out = random_tensor<typename Layout::w_out>::make(rank, o.d_ff, o.d_model, 3);
+    const auto in = random_tensor<in_t>::make(rank, batch, o.d_model, 1);
+    const auto w_in = random_tensor<w_in_t>::make(rank, o.d_model, o.d_ff, 2);
+    const auto w_out = random_tensor<w_out_t>::make(rank, o.d_ff, o.d_model, 3);
     for (int i = 0; i < o.warmup + o.iters; ++i) {
-      parts p;
-      const auto tmp = product<void>(in, w_in, p, timed);
-      product<typename Layout::out>(tmp, w_out, p, timed);
+      parts f, b;
+      // Forward. The gathered weights are dropped after use (FSDP); In as gathered is kept.
+      const auto& in_full = after_steps<typename first::lhs_steps>(in, f, timed);  // (B.., D)
+      const auto tmp = [&] {  // (B.., F..)
+        const auto& w = after_steps<typename first::rhs_steps>(w_in, f, timed);
+        return timed(f.compute, [&] { return tpx::matmul(in_full, w); });
+      }();
+      const out_t out = [&] {
+        const auto& w = after_steps<typename second::rhs_steps>(w_out, f, timed);
+        const auto partial = timed(f.compute, [&] { return tpx::matmul(tmp, w); });
+        return out_t(after_steps<reduce_out>(partial, f, timed));
+      }();
+
+      // Backward, with loss = sum(Out^2) / 2: dOut = Out.
+      const auto& dout_full = after_adjoints<reduce_out>(out, b, timed);  // (B.., D)
+      const auto dw_out = gradient<w_out_t, typename second::rhs_steps>(
+          local_contract<B>(tmp, dout_full, b, timed), b, timed);
+      const auto dtmp = [&] {  // (B.., F..), with W_out gathered again
+        const auto& w = after_steps<typename second::rhs_steps>(w_out, b, timed);
+        return local_contract<D>(dout_full, w, b, timed);
+      }();
+      const auto dw_in = gradient<w_in_t, typename first::rhs_steps>(
+          local_contract<B>(in_full, dtmp, b, timed), b, timed);
+      const auto din = [&] {
+        const auto& w = after_steps<typename first::rhs_steps>(w_in, b, timed);
+        return gradient<in_t, typename first::lhs_steps>(local_contract<F>(dtmp, w, b, timed),
+                                                         b, timed);
+      }();
+      static_assert(std::is_same_v<decltype(din), const in_t> &&
+                        std::is_same_v<decltype(dw_in), const w_in_t> &&
+                        std::is_same_v<decltype(dw_out), const w_out_t>,
+                    "tpx-bench-matmul-strategies: each gradient has its tensor's type");
       if (i < o.warmup || rank.world_rank() != 0) continue;
-      r.compute.seconds.push_back(p.compute);
-      r.comm.seconds.push_back(p.comm);
+      r.first.compute.seconds.push_back(f.compute);
+      r.first.comm.seconds.push_back(f.comm);
+      r.second.compute.seconds.push_back(b.compute);
+      r.second.comm.seconds.push_back(b.comm);
     }
   });
   return r;
 }
 
-// The same work on one rank alone: the unsharded product or layer.
+// The same work on one rank alone: the unsharded product, or pass of the layer
+// (In[I, J] W_in[J, K] W_out[K, J], I = B, J = D, K = F).
 void unsharded(row& r, const options& o) {
   on_mesh(1, 1, [&](auto& rank, tpx::any_communicator&, auto&& timed) {
     using M = tpx::Tensor<float, I<>, J<>>;
     using N = tpx::Tensor<float, J<>, K<>>;
-    const bool is_layer = r.kind == "layer";
     const auto a = random_tensor<M>::make(rank, r.m, r.k, 1);
     const auto b = random_tensor<N>::make(rank, r.k, r.n, 2);
     const auto c = random_tensor<tpx::Tensor<float, K<>, J<>>>::make(rank, r.n, r.k, 3);
+    const auto tmp = tpx::matmul(a, b);
+    const auto out = tpx::matmul(tmp, c);
     for (int i = 0; i < o.warmup + o.iters; ++i) {
       double t = 0;
-      timed(t, [&] {
-        const auto ab = tpx::matmul(a, b);
-        if (is_layer) (void)tpx::matmul(ab, c);
-        return 0;
-      });
+      if (r.kind != "layer") {
+        timed(t, [&] { return tpx::matmul(a, b); });
+      } else if (r.pass == "forward") {
+        timed(t, [&] { return tpx::matmul(tpx::matmul(a, b), c); });
+      } else {
+        timed(t, [&] {
+          (void)tpx::contract<I>(tmp, out);                // dW_out[K, J]
+          const auto dtmp = tpx::contract<J>(out, c);       // dTmp[I, K]
+          (void)tpx::contract<I>(a, dtmp);                  // dW_in[J, K]
+          return tpx::contract<K>(dtmp, b);                 // dIn[I, J]
+        });
+      }
       if (i >= o.warmup) r.unsharded.seconds.push_back(t);
     }
   });
@@ -338,12 +450,14 @@ int main(int argc, char** argv) {
     std::printf("# tpx-bench-matmul-strategies: on %d cores (load average %.2f), fp32\n",
                 tpx::bench::usable_cores(), tpx::bench::load_average());
     nlohmann::json out = nlohmann::json::array();
+    nlohmann::json profiles = nlohmann::json::array();
     for (const int g : o.ranks) {
       const calibration cal = calibrate(g);
       std::printf(
           "#\n# %d ranks; this machine with them all busy, per rank: sgemm %.2f GFLOP/s, "
           "memcpy %.2f GB/s, all_gather busbw %.2f GB/s\n",
           g, cal.gemm_flops / 1e9, cal.copy_bw / 1e9, cal.busbw / 1e9);
+      profiles.push_back(profile_json(cal, g));
       print_header();
       const auto add = [&](row r) {
         unsharded(r, o);
@@ -354,6 +468,10 @@ int main(int argc, char** argv) {
                         {"memcpy_gbps_per_rank", cal.copy_bw / 1e9},
                         {"all_gather_busbw_gbps", cal.busbw / 1e9}};
         out.push_back(std::move(j));
+      };
+      const auto add_layer = [&](std::pair<row, row> passes) {
+        add(std::move(passes.first));
+        add(std::move(passes.second));
       };
       // The 2-D meshes: every x * y = g with both sides > 1 (none for a prime g).
       std::vector<int> xs;
@@ -368,15 +486,18 @@ int main(int argc, char** argv) {
                        tpx::Tensor<float, I<>, K<>>>("case3", g, 1, o, cal));
       add(sharded_case<IX_J, tpx::Tensor<float, J<>, K<X>>, void>("case4", g, 1, o, cal));
       for (std::int64_t b : o.batches) {
-        add(layer<mlp::dp>("dp", g, 1, b, o, cal));
-        add(layer<mlp::fsdp>("fsdp", g, 1, b, o, cal));
-        add(layer<mlp::tp>("tp", 1, g, b, o, cal));
-        for (int x : xs) add(layer<mlp::fsdp_tp>("fsdp_tp", x, g / x, b, o, cal));
+        add_layer(layer<mlp::dp>("dp", g, 1, b, o, cal));
+        add_layer(layer<mlp::fsdp>("fsdp", g, 1, b, o, cal));
+        add_layer(layer<mlp::tp>("tp", 1, g, b, o, cal));
+        for (int x : xs) add_layer(layer<mlp::fsdp_tp>("fsdp_tp", x, g / x, b, o, cal));
       }
     }
     if (!o.json.empty())
       tpx::bench::write_json(o.json, "matmul_strategies", tpx::bench::command_line(argc, argv),
-                             {{"ranks", o.ranks}, {"iters", o.iters}, {"warmup", o.warmup}},
+                             {{"ranks", o.ranks},
+                              {"iters", o.iters},
+                              {"warmup", o.warmup},
+                              {"profiles", std::move(profiles)}},
                              std::move(out));
     return 0;
   } catch (const std::exception& e) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Draws tpx-bench-matmul-strategies' --json file: for every row (the four sharded-matmul cases
-# and each MLP layout at each batch), the measured time split into compute and communication
+# and each MLP layout at each batch, forward and backward pass), the measured time split into compute and communication
 # beside the cost model's predicted split, as stacked bars, with the unsharded time as a point.
 #
 #   scripts/plot-strategies.sh bench/results/matmul_strategies.json bench/figures/strategies.png
@@ -21,7 +21,9 @@ doc = json.load(open(sys.argv[1]))
 assert doc["bench"] == "matmul_strategies", "not a tpx-bench-matmul-strategies file"
 with open(f"{sys.argv[2]}/rows.dat", "w") as f:
     for r in doc["rows"]:
-        label = r["name"] + (f' B={r["m"]}' if r["kind"] == "layer" else "") + f' ({r["mesh"]})'
+        label = r["name"] + (f' B={r["m"]}' if r["kind"] == "layer" else "")
+        label += " bwd" if r.get("pass") == "backward" else ""
+        label += f' ({r["mesh"]})'
         f.write(f'"{label}" {r["measured_compute_ms"]} {r["measured_comm_ms"]} '
                 f'{r["predicted_compute_ms"]} {r["predicted_comm_ms"]} {r["unsharded_ms"]}\n')
 with open(f"{sys.argv[2]}/title.txt", "w") as f:
@@ -32,9 +34,9 @@ with open(f"{sys.argv[2]}/title.txt", "w") as f:
 PY
 
 gnuplot <<GP
-set terminal pngcairo size 1500,700 font ",10" noenhanced
+set terminal pngcairo size 2000,700 font ",10" noenhanced
 set bmargin 9
-set rmargin 6
+set rmargin 12
 set output '$png'
 set title "$(cat "$data/title.txt")"
 set style data histograms

@@ -9,14 +9,17 @@
 // and for all layers, the memory per device and the MFU ceiling, then recommends the layout
 // with the shortest step among those that fit in device memory (the least communication among
 // equals): the notes' "four situations" (seed 003) as a tool. The prices come from tpx::cost
-// with the named hardware profile, or with one given by --flops, --memory-bw and --link-bw;
-// --links gives how many physical links carry each mesh axis (a TPU v5p axis spread over several
+// with the named hardware profile, with "this machine" as tpx-bench-matmul-strategies measured
+// it (--profile FILE: that bench's --json file, whose settings.profiles hold per-rank FLOP/s,
+// memory and link bandwidth for each rank count it ran), or with one given by --flops,
+// --memory-bw and --link-bw, which also override the other two; --links gives how many physical links carry each mesh axis (a TPU v5p axis spread over several
 // ICI axes). --json FILE writes the table.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <fstream>
 #include <limits>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -47,6 +50,31 @@ std::string plan_text(std::string_view layout) {
   return plan_text<mlp::fsdp_tp>();
 }
 
+// A profile tpx-bench-matmul-strategies measured, read from its --json file: the one measured
+// with `ranks` ranks, else the one with the most. The strings live in `name` and `source`,
+// which the profile's string_views point into.
+cost::hardware_profile load_profile(const std::string& file, int ranks, std::string& name,
+                                    std::string& source) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error("cannot read " + file);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  if (doc.value("bench", "") != "matmul_strategies" || !doc.contains("settings") ||
+      !doc["settings"].contains("profiles") || doc["settings"]["profiles"].empty())
+    throw std::runtime_error(file +
+                             ": not a tpx-bench-matmul-strategies --json file with "
+                             "settings.profiles");
+  const nlohmann::json* chosen = nullptr;
+  for (const nlohmann::json& p : doc["settings"]["profiles"])
+    if (!chosen || p.at("ranks") == ranks ||
+        (chosen->at("ranks") != ranks && p.at("ranks") > chosen->at("ranks")))
+      chosen = &p;
+  const nlohmann::json& p = *chosen;
+  name = p.at("name").get<std::string>();
+  source = file + ": " + doc.value("command", std::string("?"));
+  return {name, p.at("flops").get<double>(), p.at("memory_bw").get<double>(),
+          p.at("link_bw").get<double>(), p.at("memory").get<double>(), source};
+}
+
 // The mesh each layout uses on x * y devices.
 mlp::mesh mesh_for(std::string_view layout, int x, int y) {
   if (layout == "tp") return {1, x * y};
@@ -57,14 +85,19 @@ mlp::mesh mesh_for(std::string_view layout, int x, int y) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string hardware = "h100", json;
+  std::string hardware = "h100", json, profile, profile_name, profile_source;
   std::vector<int> mesh_sizes = {8, 1};
   std::vector<double> links = {1, 1};
   double layers = 1, d_model = 8192, d_ff = 28672, batch = 256, seq = 4096, bytes = 2;
   double flops = 0, memory_bw = 0, link_bw = 0, memory = 0;
   CLI::App app{"tpx-plan: predicted cost of DP, FSDP, TP and FSDP+TP for an MLP stack"};
-  app.add_option("--hardware", hardware, "h100, h200, a100 or tpu-v5p")
-      ->check(CLI::IsMember({"h100", "h200", "a100", "tpu-v5p"}));
+  CLI::Option* named = app.add_option("--hardware", hardware, "h100, h200, a100 or tpu-v5p")
+                           ->check(CLI::IsMember({"h100", "h200", "a100", "tpu-v5p"}));
+  app.add_option("--profile", profile,
+                 "this machine: a tpx-bench-matmul-strategies --json file (the profile it "
+                 "measured with X*Y ranks, else its largest)")
+      ->check(CLI::ExistingFile)
+      ->excludes(named);
   app.add_option("--mesh", mesh_sizes, "devices along X,Y")->delimiter(',')->expected(2);
   app.add_option("--links", links, "physical links carrying X,Y")->delimiter(',')->expected(2);
   app.add_option("--layers", layers, "MLP layers")->check(CLI::PositiveNumber);
@@ -81,7 +114,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    cost::hardware_profile hw = hardware == "h200"      ? cost::h200
+    const int x = mesh_sizes[0], y = mesh_sizes[1];
+    if (x < 1 || y < 1) throw std::invalid_argument("--mesh sizes must be >= 1");
+    cost::hardware_profile hw = !profile.empty() ? load_profile(profile, x * y, profile_name,
+                                                                profile_source)
+                                : hardware == "h200"    ? cost::h200
                                 : hardware == "a100"    ? cost::a100_sxm
                                 : hardware == "tpu-v5p" ? cost::tpu_v5p
                                                         : cost::h100_sxm;
@@ -89,8 +126,6 @@ int main(int argc, char** argv) {
     if (memory_bw > 0) hw.memory_bw = memory_bw;
     if (link_bw > 0) hw.link_bw = link_bw;
     if (memory > 0) hw.memory = memory;
-    const int x = mesh_sizes[0], y = mesh_sizes[1];
-    if (x < 1 || y < 1) throw std::invalid_argument("--mesh sizes must be >= 1");
     const mlp::shape shape{batch * seq, d_model, d_ff};
 
     std::printf(
@@ -102,6 +137,7 @@ int main(int argc, char** argv) {
         "(links %g, %g)\n",
         std::string(hw.name).c_str(), hw.flops, hw.memory_bw, hw.link_bw, hw.memory, x, y, links[0],
         links[1]);
+    if (!profile.empty()) std::printf("# measured by %s\n", profile_source.c_str());
     const cluster_t over_x{mlp::mesh{x * y, 1}, hw, {links[0], links[1]}, false};
     std::printf(
         "# the notes' bounds from this model: FSDP/DP compute bound above %.0f tokens per "

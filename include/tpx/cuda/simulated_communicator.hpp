@@ -166,7 +166,7 @@ class SimulatedCommunicator {
   };
 
   cudaStream_t stream() const { return resources_->stream(); }
-  static const peer_state& state_of(const Publication& p) { return *static_cast<const peer_state*>(p.scratch); }
+  static const peer_state& state_of(const Publication& p) { return *static_cast<const peer_state*>(p.output); }
   template <class T>
   static const T* input(const Publication& p) {
     return static_cast<const T*>(p.input);
