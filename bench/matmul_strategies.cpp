@@ -198,12 +198,12 @@ struct row {
 std::string mesh_name(int x, int y) { return "X=" + std::to_string(x) + ",Y=" + std::to_string(y); }
 
 void print_header() {
-  std::printf("# %-8s %-4s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n",
-              "name", "pass", "mesh", "I|B", "J|D", "K|F", "measured", "compute", "comm",
-              "predicted", "p.comm", "p.total", "meas/", "comm MiB", "unsharded");
-  std::printf("# %-8s %-4s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "",
-              "", "", "", "", "", "(ms)", "(ms)", "(ms)", "compute", "(ms)", "(ms)", "pred",
-              "per rank", "(ms)");
+  std::printf("# %-8s %-4s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "name",
+              "pass", "mesh", "I|B", "J|D", "K|F", "measured", "compute", "comm", "predicted",
+              "p.comm", "p.total", "meas/", "comm MiB", "unsharded");
+  std::printf("# %-8s %-4s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "", "",
+              "", "", "", "", "(ms)", "(ms)", "(ms)", "compute", "(ms)", "(ms)", "pred", "per rank",
+              "(ms)");
 }
 
 void print_row(const row& r) {
@@ -211,8 +211,8 @@ void print_row(const row& r) {
   std::printf(
       "  %-8s %-4s %-7s %6lld %6lld %6lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %7.2f %9.2f "
       "%10.3f\n",
-      r.name.c_str(), r.pass.substr(0, 3).c_str(), r.mesh.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.k),
-      static_cast<long long>(r.n), (c + m) * 1e3, c * 1e3, m * 1e3,
+      r.name.c_str(), r.pass.substr(0, 3).c_str(), r.mesh.c_str(), static_cast<long long>(r.m),
+      static_cast<long long>(r.k), static_cast<long long>(r.n), (c + m) * 1e3, c * 1e3, m * 1e3,
       r.predicted.compute_seconds() * 1e3, r.predicted.comm.seconds * 1e3, p * 1e3, (c + m) / p,
       r.predicted.comm.bus_bytes / (1 << 20), r.unsharded.median() * 1e3);
   std::fflush(stdout);
@@ -354,9 +354,10 @@ std::pair<row, row> layer(const char* name, int x, int y, std::int64_t batch, co
     const auto w_out = random_tensor<w_out_t>::make(rank, o.d_ff, o.d_model, 3);
     for (int i = 0; i < o.warmup + o.iters; ++i) {
       parts f, b;
-      // Forward. The gathered weights are dropped after use (FSDP); In as gathered is kept.
-      const auto& in_full = after_steps<typename first::lhs_steps>(in, f, timed);  // (B.., D)
-      const auto tmp = [&] {  // (B.., F..)
+      // Forward. The gathered weights are dropped after use (FSDP); In as gathered, (B.., D), is
+      // kept for the backward pass, and so is Tmp, (B.., F..).
+      const auto& in_full = after_steps<typename first::lhs_steps>(in, f, timed);
+      const auto tmp = [&] {
         const auto& w = after_steps<typename first::rhs_steps>(w_in, f, timed);
         return timed(f.compute, [&] { return tpx::matmul(in_full, w); });
       }();
@@ -378,8 +379,8 @@ std::pair<row, row> layer(const char* name, int x, int y, std::int64_t batch, co
           local_contract<B>(in_full, dtmp, b, timed), b, timed);
       const auto din = [&] {
         const auto& w = after_steps<typename first::rhs_steps>(w_in, b, timed);
-        return gradient<in_t, typename first::lhs_steps>(local_contract<F>(dtmp, w, b, timed),
-                                                         b, timed);
+        return gradient<in_t, typename first::lhs_steps>(local_contract<F>(dtmp, w, b, timed), b,
+                                                         timed);
       }();
       static_assert(std::is_same_v<decltype(din), const in_t> &&
                         std::is_same_v<decltype(dw_in), const w_in_t> &&
@@ -404,23 +405,26 @@ void unsharded(row& r, const options& o) {
     const auto a = random_tensor<M>::make(rank, r.m, r.k, 1);
     const auto b = random_tensor<N>::make(rank, r.k, r.n, 2);
     const auto c = random_tensor<tpx::Tensor<float, K<>, J<>>>::make(rank, r.n, r.k, 3);
-    const auto tmp = tpx::matmul(a, b);
-    const auto out = tpx::matmul(tmp, c);
-    for (int i = 0; i < o.warmup + o.iters; ++i) {
-      double t = 0;
-      if (r.kind != "layer") {
-        timed(t, [&] { return tpx::matmul(a, b); });
-      } else if (r.pass == "forward") {
-        timed(t, [&] { return tpx::matmul(tpx::matmul(a, b), c); });
-      } else {
-        timed(t, [&] {
-          (void)tpx::contract<I>(tmp, out);                // dW_out[K, J]
-          const auto dtmp = tpx::contract<J>(out, c);       // dTmp[I, K]
-          (void)tpx::contract<I>(a, dtmp);                  // dW_in[J, K]
-          return tpx::contract<K>(dtmp, b);                 // dIn[I, J]
-        });
+    const auto repeat = [&](auto&& fn) {
+      for (int i = 0; i < o.warmup + o.iters; ++i) {
+        double t = 0;
+        timed(t, fn);
+        if (i >= o.warmup) r.unsharded.seconds.push_back(t);
       }
-      if (i >= o.warmup) r.unsharded.seconds.push_back(t);
+    };
+    if (r.kind != "layer") {
+      repeat([&] { return tpx::matmul(a, b); });
+    } else if (r.pass == "forward") {
+      repeat([&] { return tpx::matmul(tpx::matmul(a, b), c); });
+    } else {
+      const auto tmp = tpx::matmul(a, b);
+      const auto out = tpx::matmul(tmp, c);  // dOut
+      repeat([&] {
+        (void)tpx::contract<I>(tmp, out);            // dW_out[K, J]
+        const auto dtmp = tpx::contract<J>(out, c);  // dTmp[I, K]
+        (void)tpx::contract<I>(a, dtmp);             // dW_in[J, K]
+        return tpx::contract<K>(dtmp, b);            // dIn[I, J]
+      });
     }
   });
 }

@@ -12,15 +12,16 @@
 // with the named hardware profile, with "this machine" as tpx-bench-matmul-strategies measured
 // it (--profile FILE: that bench's --json file, whose settings.profiles hold per-rank FLOP/s,
 // memory and link bandwidth for each rank count it ran), or with one given by --flops,
-// --memory-bw and --link-bw, which also override the other two; --links gives how many physical links carry each mesh axis (a TPU v5p axis spread over several
-// ICI axes). --json FILE writes the table.
+// --memory-bw and --link-bw, which also override the other two; --links gives how many physical
+// links carry each mesh axis (a TPU v5p axis spread over several ICI axes). --json FILE writes the
+// table.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <fstream>
 #include <limits>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tpx/cost/bounds.hpp>
@@ -71,8 +72,12 @@ cost::hardware_profile load_profile(const std::string& file, int ranks, std::str
   const nlohmann::json& p = *chosen;
   name = p.at("name").get<std::string>();
   source = file + ": " + doc.value("command", std::string("?"));
-  return {name, p.at("flops").get<double>(), p.at("memory_bw").get<double>(),
-          p.at("link_bw").get<double>(), p.at("memory").get<double>(), source};
+  return {name,
+          p.at("flops").get<double>(),
+          p.at("memory_bw").get<double>(),
+          p.at("link_bw").get<double>(),
+          p.at("memory").get<double>(),
+          source};
 }
 
 // The mesh each layout uses on x * y devices.
@@ -116,12 +121,11 @@ int main(int argc, char** argv) {
   try {
     const int x = mesh_sizes[0], y = mesh_sizes[1];
     if (x < 1 || y < 1) throw std::invalid_argument("--mesh sizes must be >= 1");
-    cost::hardware_profile hw = !profile.empty() ? load_profile(profile, x * y, profile_name,
-                                                                profile_source)
-                                : hardware == "h200"    ? cost::h200
+    cost::hardware_profile hw = hardware == "h200"      ? cost::h200
                                 : hardware == "a100"    ? cost::a100_sxm
                                 : hardware == "tpu-v5p" ? cost::tpu_v5p
                                                         : cost::h100_sxm;
+    if (!profile.empty()) hw = load_profile(profile, x * y, profile_name, profile_source);
     if (flops > 0) hw.flops = flops;
     if (memory_bw > 0) hw.memory_bw = memory_bw;
     if (link_bw > 0) hw.link_bw = link_bw;

@@ -36,6 +36,14 @@ static_assert(predict_layer<tp>(on(h100_sxm, 1, 8), llama_like, 2).forward.comm.
 static_assert(predict_layer<fsdp_tp>(on(h100_sxm, 4, 2), llama_like, 2).forward.comm.collectives ==
                   4,
               "FSDP+TP's forward pass does both");
+// The backward step lists, as bench/matmul_strategies.cpp runs them with apply<adjoint_t<...>>.
+static_assert(predict_layer<fsdp>(on(h100_sxm, 8, 1), llama_like, 2).backward.comm.collectives == 4,
+              "FSDP's backward pass reduce-scatters both gradients and gathers both weights again");
+static_assert(predict_layer<tp>(on(h100_sxm, 1, 8), llama_like, 2).backward.comm.collectives == 2,
+              "TP's backward pass gathers dOut and reduce-scatters dIn");
+static_assert(predict_layer<fsdp_tp>(on(h100_sxm, 4, 2), llama_like, 2).backward.comm.collectives ==
+                  6,
+              "FSDP+TP's backward pass does both");
 
 TEST_CASE("FSDP's weight gathers move (X-1)/X of both weights, per the nccl-tests bus factor") {
   const int x = 8;
