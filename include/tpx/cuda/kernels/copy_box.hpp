@@ -18,6 +18,7 @@
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/kernels/box.hpp"
 #include "tpx/cuda/kernels/launch.hpp"
+#include "tpx/tensor/box_copy.hpp"
 
 namespace tpx::cuda {
 
@@ -42,26 +43,13 @@ void copy_box(cudaStream_t stream, const T* src, const std::array<std::int64_t, 
   } else {
     for (std::int64_t e : box)
       if (e == 0) return;
-    std::size_t first_run_dim = N - 1;  // dims after it are spanned entirely: one run
-    std::int64_t run = box[N - 1];
-    while (first_run_dim > 0 && box[first_run_dim] == src_shape[first_run_dim] &&
-           box[first_run_dim] == dst_shape[first_run_dim]) {
-      --first_run_dim;
-      run *= box[first_run_dim];
-    }
-    std::array<std::int64_t, N> src_stride{}, dst_stride{};
-    src_stride[N - 1] = dst_stride[N - 1] = 1;
-    for (std::size_t d = N - 1; d > 0; --d) {
-      src_stride[d - 1] = src_stride[d] * src_shape[d];
-      dst_stride[d - 1] = dst_stride[d] * dst_shape[d];
-    }
-    std::int64_t src_base = 0, dst_base = 0;
-    for (std::size_t d = 0; d < N; ++d) {
-      src_base += src_start[d] * src_stride[d];
-      dst_base += dst_start[d] * dst_stride[d];
-    }
-    const T* from = src + src_base;
-    T* to = dst + dst_base;
+    const box_runs<N> r = runs_of_box(src_shape, src_start, dst_shape, dst_start, box);
+    const std::size_t first_run_dim = r.first_run_dim;  // dims after it are spanned: one run
+    const std::int64_t run = r.run;
+    const std::array<std::int64_t, N>& src_stride = r.src_stride;
+    const std::array<std::int64_t, N>& dst_stride = r.dst_stride;
+    const T* from = src + r.src_base;
+    T* to = dst + r.dst_base;
     if (first_run_dim == 0) {
       TPX_CUDA_CHECK(cudaMemcpyAsync(to, from, run * sizeof(T), cudaMemcpyDeviceToDevice, stream));
       return;
