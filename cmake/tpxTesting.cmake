@@ -22,17 +22,12 @@
 # The compile checks run `cmake --build` on this build tree (cmake/tpxCompileCheck.cmake), one
 # at a time (RESOURCE_LOCK), as two build tools must not share one build tree. Every run-time
 # test joins the target tpx-tests, which the sanitizer presets build instead of everything.
-# Our own test targets compile with -Wall -Wextra -Wpedantic -Werror; tpx::tpx does not pass
-# these on to consumers.
+# Our own test targets compile with -Wall -Wextra -Wpedantic, as errors under TPX_WERROR
+# (tpx_target_warnings, cmake/tpxWarnings.cmake); tpx::tpx does not pass these on to consumers.
 include_guard(GLOBAL)
+include(tpxWarnings)
 
 add_custom_target(tpx-tests)
-
-function(tpx_target_warnings target)
-  target_compile_options(${target} PRIVATE
-    "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Wpedantic;-Werror>"
-    "$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings;-Xcompiler=-Wall,-Wextra,-Werror>")
-endfunction()
 
 function(tpx_add_test)
   cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME" "SOURCES;LABELS")

@@ -4,22 +4,39 @@
 #   bash scripts/gpu-check.sh          # build, every CUDA test, every CUDA bench
 #   TPX_JOBS=8 bash scripts/gpu-check.sh
 #
-#   1 the GPUs (nvidia-smi) and the toolkit (nvcc)
+#   1 the GPUs (nvidia-smi), the tools (CMake >= 3.25, Ninja, a C++ compiler, nvcc) and the
+#     libraries, found as the build finds them; what is missing is listed, all at once, with
+#     where to get it, and the script stops
 #   2 build the cuda preset (cmake --preset cuda; cmake --build --preset cuda): every CUDA test
-#     and bench, with nvcc, warnings as errors
+#     and bench, with nvcc; warnings are not errors here (TPX_WERROR=OFF, as a user's compiler
+#     may warn where CI's does not; TPX_WERROR=ON in the environment checks as CI does)
 #   3 run every CUDA test (ctest --preset cuda, label cuda): each kernel and GEMM against the
 #     host on the same inputs; every collective and the typed program on the simulated mesh and,
 #     with 2 or more GPUs, over NCCL
-#   4 train the example trainer for 100 steps on a 2x2 simulated mesh (tpx-train-cuda; its loss
-#     against the host run is cuda_trainer_test's, in step 3)
+#   4 compute-sanitizer memcheck on the kernel tests (cuda_kernels_test, cuda_nn_layers_test),
+#     when compute-sanitizer is on PATH
+#   5 train the example trainer for 100 steps on a 2x2 simulated mesh and 50 steps over NCCL on
+#     one GPU (tpx-train-cuda --backend nccl --mesh 1x1; their losses against the host run are
+#     cuda_trainer_test's, in step 3); with nsys on PATH, a profile of 20 steps whose memory
+#     copy summary shows what crossed between host and device (one upload of tokens per step,
+#     and two 4-byte reads on each reporting step)
 #   5 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
 #     >= 0.95), kernel bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), and
 #     the collectives in nccl-tests format on the simulated mesh (4 ranks on GPU 0) and, with 2
 #     or more GPUs, over NCCL on all of them. Tables go to the terminal, JSON to
 #     build/cuda/gpu-check/.
+#   6 the peers (bench/peers/compare.py --gpu): tpx-train-cuda against the same model in PyTorch,
+#     eager and torch.compile, fp32 and bf16, samples/s and their ratios from one run, when
+#     python3 can import torch
 #
 # The exit status is 0 when every step passed (a step with nothing to do counts as skipped, not
 # failed), 1 otherwise. Without a GPU the build still runs and everything else reports skipped.
+#
+# It installs nothing and needs no package manager. Dependencies are found wherever CMake finds
+# them: the system, CMAKE_PREFIX_PATH (e.g. Debian packages unpacked offline with dpkg -x under a
+# prefix: CMAKE_PREFIX_PATH=<prefix>/usr), CMAKE_INCLUDE_PATH and CMAKE_LIBRARY_PATH (OpenBLAS in
+# a multiarch dir), and for NCCL also NCCL_ROOT, the CUDA toolkit and NVIDIA's Python wheel
+# (cmake/FindNCCL.cmake). On a machine with apt, scripts/install-deps.sh installs the host ones.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,11 +63,80 @@ gpus=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L; then
   gpus=$(nvidia-smi -L | grep -c '^GPU')
 fi
-nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-"$nvcc" --version | tail -n 2 || { echo "gpu-check: no nvcc (install the CUDA toolkit)" >&2; exit 1; }
+nvcc=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+
+# What the build needs, each found as the build finds it; everything missing is listed at once.
+echo "=== tools and libraries"
+missing=()
+cmake_version=$(cmake --version 2>/dev/null | awk 'NR == 1 { print $3 }')
+if [[ -z $cmake_version ]]; then
+  missing+=("CMake >= 3.25 (apt: cmake; offline: pip install 'cmake>=3.25', or cmake.org's tarball)")
+elif ! printf '3.25\n%s\n' "$cmake_version" | sort -V -C; then
+  missing+=("CMake >= 3.25, found $cmake_version (pip install 'cmake>=3.25')")
+fi
+command -v ninja >/dev/null || missing+=("Ninja, the presets' generator (apt: ninja-build; pip install ninja)")
+command -v "${CXX:-c++}" >/dev/null || missing+=("a C++20 compiler, g++ >= 12 or clang >= 14 (apt: g++)")
+if "$nvcc" --version >/dev/null 2>&1; then
+  "$nvcc" --version | tail -n 2
+else
+  missing+=("nvcc, the CUDA toolkit (put its bin/ on PATH, or set CUDACXX=/path/to/nvcc)")
+fi
+if ((${#missing[@]} == 0)); then
+  # A throwaway project asking for tpx's libraries the way CMakeLists.txt, tests/ and examples/
+  # do; it prints one "tpx-missing: ..." line per library it does not find.
+  probe=build/cuda/gpu-check/deps
+  rm -rf "$probe" && mkdir -p "$probe"  # nothing cached from a run with other paths
+  cat >"$probe/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(tpx_gpu_check_deps LANGUAGES CXX)
+list(APPEND CMAKE_MODULE_PATH "${TPX_SOURCE_DIR}/cmake")
+function(need found what)
+  if(NOT ${found})
+    message(STATUS "tpx-missing: ${what}")
+  endif()
+endfunction()
+find_package(CBLAS QUIET)
+need(CBLAS_FOUND "OpenBLAS with cblas.h (apt: libopenblas-dev)")
+find_package(nlohmann_json 3.9 CONFIG QUIET)
+need(nlohmann_json_FOUND "nlohmann_json >= 3.9 (apt: nlohmann-json3-dev)")
+find_package(doctest CONFIG QUIET)
+need(doctest_FOUND "doctest (apt: doctest-dev)")
+find_package(CLI11 CONFIG QUIET)
+need(CLI11_FOUND "CLI11 (apt: libcli11-dev)")
+find_package(CUDAToolkit QUIET)
+need(CUDAToolkit_FOUND "the CUDA toolkit's libraries (cudart, cuBLASLt)")
+if(CUDAToolkit_FOUND)
+  find_package(NCCL 2.18 QUIET)
+  need(NCCL_FOUND "NCCL >= 2.18 (inside CUDA 13's toolkit; apt: libnccl-dev; pip install nvidia-nccl-cu13 or -cu12; or NCCL_ROOT=<prefix>)")
+endif()
+CMAKE
+  if ! probe_log=$(CUDACXX=$nvcc cmake -G Ninja -S "$probe" -B "$probe/build" \
+                   -DTPX_SOURCE_DIR="$PWD" 2>&1); then
+    echo "$probe_log" >&2
+    missing+=("a CMake configure of a C++ project that works (its output is above)")
+  fi
+  while IFS= read -r line; do
+    missing+=("${line#*tpx-missing: }")
+  done < <(grep 'tpx-missing: ' <<<"$probe_log" || true)
+fi
+if ((${#missing[@]})); then
+  echo "gpu-check: missing, so nothing was built:" >&2
+  printf '  - %s\n' "${missing[@]}" >&2
+  cat >&2 <<EOF
+With a package manager: bash scripts/install-deps.sh (the host tools and libraries).
+Offline: unpack the packages under a prefix (dpkg -x PKG.deb PREFIX) and export
+  CMAKE_PREFIX_PATH=PREFIX/usr (with CMAKE_INCLUDE_PATH and CMAKE_LIBRARY_PATH for OpenBLAS in
+  a multiarch dir), and NCCL_ROOT=PREFIX for NCCL.
+  Now: CMAKE_PREFIX_PATH=${CMAKE_PREFIX_PATH:-(unset)}, NCCL_ROOT=${NCCL_ROOT:-(unset)}.
+EOF
+  exit 1
+fi
+echo "all found (CMAKE_PREFIX_PATH=${CMAKE_PREFIX_PATH:-(unset)}, NCCL_ROOT=${NCCL_ROOT:-(unset)})"
 
 export CUDACXX=$nvcc CMAKE_BUILD_PARALLEL_LEVEL=$jobs
-step "build (cuda preset)" bash -c 'cmake --preset cuda >/dev/null && cmake --build --preset cuda'
+werror=${TPX_WERROR:-OFF}
+step "build (cuda preset, TPX_WERROR=$werror)" \
+  bash -c "cmake --preset cuda -DTPX_WERROR=$werror >/dev/null && cmake --build --preset cuda"
 bench=build/cuda/bench/cuda/tpx-bench-cuda
 train=build/cuda/examples/tpx-train-cuda
 
@@ -68,6 +154,29 @@ else
   mkdir -p "$out"
   step "trainer (tpx-train-cuda, 2x2 mesh on GPU 0)" \
     "$train" --mesh 2x2 --steps 100 --log-every 20 --log "$out/train.jsonl"
+  step "trainer over NCCL (tpx-train-cuda --backend nccl, 1x1 mesh on GPU 0)" \
+    "$train" --backend nccl --mesh 1x1 --steps 50 --log-every 10
+  if command -v nsys >/dev/null; then
+    step "profile of 20 steps (nsys; memory copies in $out/profile-copies.txt)" \
+      bash -o pipefail -c "nsys profile --force-overwrite true -o $out/step-profile $train --mesh 1x1 --steps 20 \
+        --report-every 10 >/dev/null && nsys stats --report cuda_gpu_mem_size_sum $out/step-profile.nsys-rep \
+        | tee $out/profile-copies.txt"
+  else
+    skip "profile" "nsys is not on PATH"
+  fi
+fi
+
+if ((gpus == 0)); then
+  skip "memcheck" "no GPU (nvidia-smi lists none)"
+elif ! command -v compute-sanitizer >/dev/null; then
+  skip "memcheck" "compute-sanitizer is not on PATH"
+elif ((failed != 0)); then
+  skip "memcheck" "the build or the tests failed"
+else
+  for t in cuda_kernels_test cuda_nn_layers_test; do
+    step "memcheck $t" compute-sanitizer --tool memcheck --error-exitcode 1 --leak-check full \
+      "build/cuda/tests/cuda/$t"
+  done
 fi
 
 if ((gpus == 0)); then
@@ -93,6 +202,17 @@ else
   [[ -f $out/kernels.txt ]] && awk '/^  (add|gelu|bias|rmsnorm fwd|layernorm fwd)/ { if (min == "" || $NF < min) { min = $NF; k = $0 } }
     END { if (min != "") printf "elementwise and norm kernels / memcpy: worst ratio %.3f (target >= 0.8)\n", min }' \
     "$out/kernels.txt" >>"$out/figures.txt"
+fi
+
+if ((gpus == 0)); then
+  skip "peers" "no GPU (nvidia-smi lists none)"
+elif ! python3 -c 'import torch' 2>/dev/null; then
+  skip "peers" "python3 cannot import torch"
+elif ((failed != 0)); then
+  skip "peers" "the build or the tests failed"
+else
+  step "peers: tpx-train-cuda vs PyTorch eager and torch.compile" \
+    python3 bench/peers/compare.py --gpu --tpx-cuda "$train" --json "$out/peers.json"
 fi
 
 echo "=== summary ($gpus GPU(s))"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building and testing tpx needs on Debian 12 / Ubuntu 24.04 or newer: the compiler,
-# CMake and Ninja, OpenBLAS, doctest, nlohmann-json, CLI11, ccache, gnuplot and python3 (for the
-# plots). Only the packages missing are installed (checked with dpkg-query first), so a second
-# run, or a run on a machine that has everything, returns at once without touching apt.
+# CMake, Ninja (the presets) and make (a plain `cmake -B build`, CI's release stage), OpenBLAS,
+# doctest, nlohmann-json, CLI11, ccache, gnuplot and python3 (for the plots). Only the packages
+# missing are installed (checked with dpkg-query first), so a second run, or a run on a machine
+# that has everything, returns at once without touching apt.
 # Uses sudo when not run as root. CUDA (nvcc) is not installed here: it is optional.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ doctest-dev libopenblas-dev nlohmann-json3-dev libcli11-dev
+packages=(cmake ninja-build make g++ doctest-dev libopenblas-dev nlohmann-json3-dev libcli11-dev
           ccache gnuplot-nox python3)
 
 missing=()

@@ -3,8 +3,9 @@
 // whatever launcher runs the ranks. See README.md beside it.
 //
 // train_main parses the flags (CLI11), runs training.hpp's SPMD program with the launcher it is
-// given, prints a progress line every --log-every steps and writes one JSON object per step to
-// --log, which scripts/plot-loss.sh turns into a loss curve.
+// given, prints a progress line every --log-every steps and writes one JSON object per reported
+// step (--report-every, default every step) to --log, which scripts/plot-loss.sh turns into a
+// loss curve.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "training.hpp"
@@ -36,13 +38,25 @@ inline std::pair<int, int> parse_mesh(const std::string& text) {
   }
 }
 
-// The command line: parses the flags, trains with `launcher` (tpx::host, tpx::cuda_simulated),
-// prints progress; returns the process's exit code. `program` and `about` head --help.
+// A launcher the command line offers as --backend NAME.
 template <class Launcher>
+struct backend {
+  const char* name;
+  Launcher launcher;
+};
+template <class Launcher>
+backend(const char*, Launcher) -> backend<Launcher>;  // clang 14 does not deduce aggregates
+
+// The command line: parses the flags, trains with the launcher --backend names (the first of
+// `backends` by default: tpx::host for tpx-train; tpx::cuda_simulated or tpx::cuda_devices for
+// tpx-train-cuda), prints progress; returns the process's exit code. `program` and `about` head
+// --help.
+template <class... Launchers>
 int train_main(int argc, char** argv, const char* program, const std::string& about,
-               Launcher launcher) {
+               backend<Launchers>... backends) {
   options o;
   std::string mesh = "2x2", log_path;
+  std::string backend_name = std::get<0>(std::tie(backends...)).name;
   int log_every = 10;
   CLI::App app{std::string(program) +
                ": a byte-level MLP language model trained with FSDP over mesh axis X and tensor "
@@ -94,6 +108,15 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
   app.add_option("--log-every", log_every, "print a progress line every N steps")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--report-every", o.report_every,
+                 "read the loss back every N steps (on a GPU the steps between run without "
+                 "waiting for the host); --log gets one line per report")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  if (sizeof...(Launchers) > 1)
+    app.add_option("--backend", backend_name, "how the ranks run")
+        ->capture_default_str()
+        ->check(CLI::IsMember({std::string(backends.name)...}));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -110,24 +133,22 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
         static_cast<long long>(o.model.batch), static_cast<long long>(o.model.d_model),
         static_cast<long long>(o.model.ffn), o.model.layers, o.bf16 ? "bf16" : "fp32");
     const double flops = model<float>::flops_for(o.model);
-    run(
-        o,
-        [&](const step_report& r) {
-          const double samples = static_cast<double>(o.model.batch) / r.seconds;
-          const double gflops = flops / r.seconds * 1e-9;
-          const double comm = r.collective_seconds / r.seconds;
-          if (r.step % log_every == 0 || r.step + 1 == o.steps)
-            std::printf(
-                "step %5d | loss %.4f | grad norm %.3f | %8.0f samples/s | %6.2f GFLOP/s | "
-                "collectives %3.0f%%\n",
-                r.step, r.loss, r.grad_norm, samples, gflops, 100 * comm);
-          if (log)
-            *log << "{\"step\": " << r.step << ", \"loss\": " << r.loss
-                 << ", \"grad_norm\": " << r.grad_norm << ", \"seconds\": " << r.seconds
-                 << ", \"samples_per_s\": " << samples << ", \"gflops\": " << gflops
-                 << ", \"collective_share\": " << comm << "}\n";
-        },
-        launcher);
+    const auto report = [&](const step_report& r) {
+      const double samples = static_cast<double>(o.model.batch) / r.seconds;
+      const double gflops = flops / r.seconds * 1e-9;
+      const double comm = r.collective_seconds / r.seconds;
+      if (r.step % log_every < o.report_every || r.step + 1 == o.steps)
+        std::printf(
+            "step %5d | loss %.4f | grad norm %.3f | %8.0f samples/s | %6.2f GFLOP/s | "
+            "collectives %3.0f%%\n",
+            r.step, r.loss, r.grad_norm, samples, gflops, 100 * comm);
+      if (log)
+        *log << "{\"step\": " << r.step << ", \"loss\": " << r.loss
+             << ", \"grad_norm\": " << r.grad_norm << ", \"seconds\": " << r.seconds
+             << ", \"samples_per_s\": " << samples << ", \"gflops\": " << gflops
+             << ", \"collective_share\": " << comm << "}\n";
+    };
+    ((backend_name == backends.name ? run(o, report, backends.launcher) : void()), ...);
     if (log)
       std::printf("log: %s (plot: scripts/plot-loss.sh %s loss.png)\n", log_path.c_str(),
                   log_path.c_str());

@@ -4,7 +4,8 @@
 //
 //   x0[B_X, D_Y]  = sum_k E_k[token_k]                      (one table per context position)
 //   block l:  h   = RMSNorm(x) ;  x += GELU(h *_D W_in[D_X, F_Y]) *_F W_out[F_Y, D_X]
-//   logits[B_X, V_Y] = RMSNorm(x_L) *_D Head[D_X, V_Y] ;     loss = mean cross-entropy
+//   logits[B_X, V_Y] = RMSNorm(x_L) *_D Head[D_X, V_Y] ;     loss = mean cross-entropy, over the
+//                                                             vocabulary shards (nn/cross_entropy)
 //
 // Every parameter is an fp32 master sharded over both axes; before use it is cast to the compute
 // type, all-gathered over X (FSDP) and dropped after. The collectives of the forward pass are
@@ -15,19 +16,23 @@
 // forward pass is recomputed during the backward pass (seed 000, activation checkpointing).
 //
 // The tensors live in the rank's memory space (Space: host memory under spmd(tpx::host, ...),
-// the GPU under a CUDA launcher). GEMMs, collectives, elementwise ops and the optimizer run in
-// that space; the embedding lookup and the loss rows read and write elements one by one on the
-// host, through staged copies on a GPU (tpx::on_host / tpx::in_space, tensor/staging.hpp).
-// The batch's tokens stay in host memory: only those host loops read them.
+// the GPU under a CUDA launcher), and the whole step runs there: GEMMs, collectives, the layers
+// of tpx/nn (embedding, RMSNorm over D_Y, vocab-parallel cross-entropy, clipping, AdamW). The
+// code cannot touch a device tensor's elements from the host (Tensor::local() does not compile
+// for a device space); the batch's tokens are copied in once per step, and the loss comes back
+// as a scalar tensor that the caller reads only when it reports (training.hpp).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <tpx/kernels/cross_entropy.hpp>
+#include <stdexcept>
 #include <tpx/nn/adamw.hpp>
+#include <tpx/nn/cross_entropy.hpp>
+#include <tpx/nn/embedding.hpp>
 #include <tpx/nn/global_norm.hpp>
 #include <tpx/nn/rmsnorm.hpp>
+#include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
 #include <vector>
 
@@ -110,7 +115,8 @@ struct model_tensors {
 template <class Rank>
 model_tensors(const Rank&, const config&) -> model_tensors<tpx::space_of_t<Rank>>;
 
-// Overwrites t with value_at(global index), filled on the host and copied to t's space.
+// Overwrites t with value_at(global index), filled on the host and copied to t's space (at
+// initialization, outside the training step).
 template <tpx::AnyTensor Tn, class Fn>
 void fill_staged(Tn& t, Fn&& value_at) {
   tpx::host_twin_t<Tn> h(t.context(), t.shape());
@@ -140,17 +146,25 @@ void initialize(model_tensors<Space>& p, const config& c) {
   normal(p.head, static_cast<double>(c.d_model));
 }
 
-// One rank's rows of a step's batch: tokens[B_X, W] with W = context + 1 (inputs, then target).
-using batch_tokens = tpx::Tensor<std::int32_t, B<X>, W<>>;
+// One rank's rows of a step's batch: tokens[B_X, W] with W = context + 1 (inputs, then target),
+// in memory space Space.
+template <class Space = tpx::host_space>
+using batch_tokens = tpx::BasicTensor<Space, std::int32_t, B<X>, W<>>;
 
-inline batch_tokens load_batch(const tpx::rank_context& rank, const text_data& data,
+// The batch of `step`, read on the host and copied to Space (the step's one host-to-device copy).
+// Every token is a byte, so within the vocabulary the embedding and the loss index with.
+template <class Space>
+batch_tokens<Space> load_batch(const tpx::rank_context& rank, const text_data& data,
                                const config& c, std::int64_t step) {
-  batch_tokens t(rank, {B(c.batch), W(c.context + 1)});
+  batch_tokens<> t(rank, {B(c.batch), W(c.context + 1)});
   const std::int64_t width = c.context + 1;
   tpx::fill_with(t, [&](std::int64_t i) {
     return data.byte_at(c.seed, step, c.batch, i / width, static_cast<int>(i % width));
   });
-  return t;
+  for (const std::int32_t token : t.local())
+    if (token < 0 || token >= config::vocab)
+      throw std::logic_error("trainer: token " + std::to_string(token) + " outside the vocabulary");
+  return tpx::in_space<Space>(std::move(t));
 }
 
 // Forward and backward passes in compute type Tc (float or tpx::bf16), on tensors of Space.
@@ -168,13 +182,15 @@ class model {
   using gather_embed = AllGather<X, V<>>;     // FSDP: E[V_X, D_Y] -> [V, D_Y]
   using gather_act = AllGather<Y, D<>>;       // TP: h[B_X, D_Y] -> [B_X, D] before W_in and Head
   using scatter_out = ReduceScatter<Y, D<>>;  // TP: o[B_X, D]{U_Y} -> [B_X, D_Y] after W_out
-  using gather_logits = AllGather<Y, V<>>;    // logits[B_X, V_Y] -> [B_X, V] for the loss
 
   model(const tpx::rank_context& rank, const config& c) : rank_(rank), c_(c) {}
 
-  // Loss of the global batch (the same value on every rank); grads receives each parameter's
-  // gradient, reduce-scattered onto the parameter's sharding.
-  float forward_backward(const params& p, const batch_tokens& tokens, params& grads) {
+  using tokens_t = batch_tokens<Space>;
+  using scalar = Tensor<float>;
+
+  // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
+  // parameter's gradient, reduce-scattered onto the parameter's sharding.
+  scalar forward_backward(const params& p, const tokens_t& tokens, params& grads) {
     const int layers = static_cast<int>(p.norm.size());
     const int every = c_.checkpoint_every > 0 ? c_.checkpoint_every : 1;
     // Forward: keep the input of every block at a checkpoint boundary (all of them if every == 1).
@@ -200,7 +216,7 @@ class model {
         dx = block_backward(p, l, states[l - first], dx, grads);
     }
     embed_backward(tokens, dx, grads);
-    return head.loss;
+    return std::move(head.loss);
   }
 
   // Matrix FLOPs of one forward + backward pass (2 per multiply-add, backward twice forward;
@@ -217,40 +233,20 @@ class model {
     return tpx::apply<Step>(tpx::cast<Tc>(master));
   }
 
-  // x[B_X, D_Y] = sum_k E_k[token_k]: a row lookup per context byte, on the host.
-  act embed_forward(const params& p, const batch_tokens& tokens) const {
-    tpx::host_twin_t<act> x(rank_, {B(c_.batch), D(c_.d_model)});
-    const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
-    for (int k = 0; k < c_.context; ++k) {
-      const auto gathered_table = gathered<gather_embed>(p.embed[k]);  // [V, D_Y]
-      const auto& table = tpx::on_host(gathered_table);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t token = tokens.local()[r * (c_.context + 1) + k];
-        for (std::int64_t j = 0; j < cols; ++j)
-          x.local()[r * cols + j] = static_cast<float>(x.local()[r * cols + j]) +
-                                    static_cast<float>(table.local()[token * cols + j]);
-      }
-    }
-    return tpx::in_space<Space>(std::move(x));
+  // x[B_X, D_Y] = sum_k E_k[token_k]: a row lookup per context byte.
+  act embed_forward(const params& p, const tokens_t& tokens) const {
+    act x(rank_, {B(c_.batch), D(c_.d_model)});
+    for (int k = 0; k < c_.context; ++k)
+      tpx::nn::embedding_add(x, gathered<gather_embed>(p.embed[k]), tokens, k);  // E_k: [V, D_Y]
+    return x;
   }
 
-  // dE_k[V, D_Y]{U_X}: this rank's rows scattered into zeros; the adjoint of gather_embed
+  // dE_k[V, D_Y]{U_X}: the rows of dx added at their tokens (fp32); the adjoint of gather_embed
   // reduce-scatters it onto E_k[V_X, D_Y].
-  void embed_backward(const batch_tokens& tokens, const act& dx_in, params& grads) const {
-    const auto& dx = tpx::on_host(dx_in);
-    const std::int64_t rows = dx.local_extent(0), cols = dx.local_extent(1);
-    for (int k = 0; k < c_.context; ++k) {
-      tpx::Tensor<Tc, V<>, D<Y>, Unreduced<X>> partial(rank_, {V(config::vocab), D(c_.d_model)});
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t token = tokens.local()[r * (c_.context + 1) + k];
-        for (std::int64_t j = 0; j < cols; ++j)
-          partial.local()[token * cols + j] =
-              static_cast<float>(partial.local()[token * cols + j]) +
-              static_cast<float>(dx.local()[r * cols + j]);
-      }
-      grads.embed[k] = tpx::cast<float>(
-          tpx::apply<tpx::adjoint_t<gather_embed>>(tpx::in_space<Space>(std::move(partial))));
-    }
+  void embed_backward(const tokens_t& tokens, const act& dx, params& grads) const {
+    for (int k = 0; k < c_.context; ++k)
+      grads.embed[k] = tpx::apply<tpx::adjoint_t<gather_embed>>(
+          tpx::nn::embedding_gradient<V>(dx, tokens, k, config::vocab));
   }
 
   using rstd_t = Tensor<float, B<X>>;
@@ -295,45 +291,27 @@ class model {
   }
 
   struct head_result {
-    float loss;
+    scalar loss;
     act dx;
   };
 
-  // Final norm, logits, mean cross-entropy, and their backward pass. The logits are gathered
-  // over Y so each rank scores its rows over the whole vocabulary; every rank of a Y group then
-  // holds the same loss, so each takes 1/|Y| of it: the per-rank losses are a partial sum over X
-  // and Y of the batch mean, and so are the gradients of the gathered logits, which the adjoint
-  // of gather_logits (a ReduceScatter) sums back onto [B_X, V_Y].
-  head_result head_forward_backward(const params& p, const act& x, const batch_tokens& tokens,
+  // Final norm, logits, mean cross-entropy, and their backward pass. The logits stay split over
+  // the vocabulary, [B_X, V_Y]: the vocab-parallel loss needs only per-row statistics reduced
+  // over Y (nn/cross_entropy.hpp), and its gradient comes back in the logits' sharding.
+  head_result head_forward_backward(const params& p, const act& x, const tokens_t& tokens,
                                     params& grads) const {
     const auto norm = gathered<gather_weight>(p.final_norm);
     auto normed = tpx::nn::rmsnorm_forward(x, norm);
-    const auto h_full = tpx::apply<gather_act>(normed.y);                      // [B_X, D]
-    const auto head = gathered<gather_weight>(p.head);                         // [D, V_Y]
-    const auto logits = tpx::apply<gather_logits>(tpx::matmul(h_full, head));  // [B_X, V]
-    const auto& lg = tpx::on_host(logits);  // the loss rows run on the host
-    const std::int64_t rows = lg.local_extent(0), vocab = config::vocab;
-    const float share = 1.0f / static_cast<float>(c_.batch * rank_.axis<Y>().size);
-    tpx::Tensor<float, Unreduced<X, Y>> loss(rank_, {});
-    tpx::Tensor<Tc, B<X>, V<>, Unreduced<Y>> dlogits(rank_, {B(c_.batch), V(vocab)});
-    std::vector<float> row(vocab);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t v = 0; v < vocab; ++v) row[v] = lg.local()[r * vocab + v];
-      const std::int64_t target = tokens.local()[r * (c_.context + 1) + c_.context];
-      const auto ce = tpx::kernels::cross_entropy_forward_row(vocab, row.data(), target);
-      loss.local()[0] += share * ce.loss;
-      tpx::kernels::cross_entropy_backward_row(vocab, row.data(), target, ce.stats, share,
-                                               dlogits.local().data() + r * vocab);
-    }
-    const auto dlog = tpx::apply<tpx::adjoint_t<gather_logits>>(  // [B_X, V_Y]
-        tpx::in_space<Space>(std::move(dlogits)));
-    grads.head = tpx::cast<float>(
-        tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(h_full, dlog)));  // [D_X, V_Y]
-    const act dh = tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<V>(dlog, head));
+    const auto h_full = tpx::apply<gather_act>(normed.y);            // [B_X, D]
+    const auto head = gathered<gather_weight>(p.head);               // [D, V_Y]
+    const auto logits = tpx::matmul(h_full, head);                   // [B_X, V_Y]
+    auto ce = tpx::nn::cross_entropy(logits, tokens, c_.context);    // target: the last byte
+    grads.head = tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_weight>>(
+        tpx::contract<B>(h_full, ce.dlogits)));                      // [D_X, V_Y]
+    const act dh = tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<V>(ce.dlogits, head));
     auto dnorm = tpx::nn::rmsnorm_backward(x, norm, normed.rstd, dh);
     grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(dnorm.dw);
-    const auto total = tpx::reshard<Tensor<float>>(tpx::in_space<Space>(std::move(loss)));
-    return {tpx::on_host(total).local()[0], std::move(dnorm.dx)};
+    return {std::move(ce.loss), std::move(dnorm.dx)};
   }
 
   const tpx::rank_context& rank_;

@@ -2,8 +2,10 @@
 // tests (tests/trainer/) both call: run one SPMD program on a mesh, return the loss of every step.
 //
 // Each rank: initialize (or resume) its shards, then per step load its rows of the batch, run
-// forward and backward, clip by the global gradient norm, and apply AdamW to its shards. Rank 0
-// reports progress. Checkpoints (io/checkpoint.hpp) hold every rank's shards of the parameters
+// forward and backward, clip by the global gradient norm, and apply AdamW to its shards
+// (train_step). The step runs in the rank's memory space from end to end: the batch is copied in,
+// and nothing comes back unless the step reports, every --report-every steps, when the loss and
+// gradient norm (two scalars) are read back and rank 0 reports progress. Checkpoints (io/checkpoint.hpp) hold every rank's shards of the parameters
 // and Adam moments; --resume loads them onto whatever mesh this run has, and since a batch is a
 // function of the step number, the step is the whole data position. The launcher is a
 // parameter: tpx::host (a thread per rank) for tpx-train, tpx::cuda_simulated (a thread and a
@@ -15,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <tpx/io/checkpoint.hpp>
 #include <vector>
@@ -36,15 +39,16 @@ struct options {
   std::string ckpt_dir;  // where checkpoints go; empty: none
   int save_every = 0;    // also save every N steps (the last step is always saved)
   bool resume = false;   // continue from ckpt_dir's latest checkpoint, on any mesh
+  int report_every = 1;  // read the loss back and report every N steps (and the last)
 };
 
-// What rank 0 reports after each step.
+// What rank 0 reports after every report_every-th step.
 struct step_report {
   int step;
   float loss;
   float grad_norm;
-  double seconds;             // wall time of the step
-  double collective_seconds;  // of which inside collectives (rank 0)
+  double seconds;             // wall time per step since the last report
+  double collective_seconds;  // of which inside collectives (rank 0), per step
 };
 
 // The checkpoint of the training state after `step` steps: every rank's shards of the
@@ -101,6 +105,35 @@ int load_checkpoint(const options& o, model_tensors<Space>& params, model_tensor
   return static_cast<int>(in.state().at("data_position").get<std::int64_t>());
 }
 
+// The loss and squared gradient norm of one step, scalars in the step's memory space.
+template <class Space>
+struct step_result {
+  tpx::BasicTensor<Space, float> loss;
+  tpx::BasicTensor<Space, float> grad_norm2;
+};
+
+// One training step (step counts from 0): forward, backward, clipping by the global gradient
+// norm, AdamW. Everything runs in Space; the only copy is the batch's, in load_batch.
+template <class Tc, class Space>
+step_result<Space> train_step(const tpx::rank_context& rank, model<Tc, Space>& net,
+                              const options& o, const text_data& data, int step,
+                              model_tensors<Space>& params, model_tensors<Space>& grads,
+                              model_tensors<Space>& m, model_tensors<Space>& v) {
+  const auto tokens = load_batch<Space>(rank, data, o.model, step);
+  auto loss = net.forward_backward(params, tokens, grads);
+  std::optional<tpx::BasicTensor<Space, float>> norm2;
+  grads.for_each([&](const std::string&, const auto& g) {
+    auto n = tpx::nn::squared_norm(g);
+    norm2 = norm2 ? tpx::add(*norm2, n) : std::move(n);
+  });
+  const auto scale = tpx::nn::clip_factor(*norm2, o.clip);
+  const tpx::nn::adamw_config adam{o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay};
+  params.for_each([&](const std::string&, auto& p, auto& g, auto& pm,
+                      auto& pv) { tpx::nn::adamw_step(p, g, pm, pv, adam, step + 1, scale); },
+                  grads, m, v);
+  return {std::move(loss), std::move(*norm2)};
+}
+
 template <class Tc, class Rank>
 void train_rank(Rank& rank, const options& o, const text_data& data,
                 const std::function<void(const step_report&)>& report) {
@@ -108,24 +141,25 @@ void train_rank(Rank& rank, const options& o, const text_data& data,
   initialize(params, o.model);
   const int first = o.resume ? load_checkpoint(o, params, m, v) : 0;
   model<Tc, tpx::space_of_t<Rank>> net(rank, o.model);
-  const tpx::nn::adamw_config adam{o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay};
+  auto since = std::chrono::steady_clock::now();
+  double comm_since = rank.collective_seconds();
+  int last_report = first - 1;
   for (int step = first; step < o.steps; ++step) {
-    const auto start = std::chrono::steady_clock::now();
-    const double comm_start = rank.collective_seconds();
-    const batch_tokens tokens = load_batch(rank, data, o.model, step);
-    const float loss = net.forward_backward(params, tokens, grads);
-    float norm2 = 0;
-    grads.for_each([&](const std::string&, const auto& g) { norm2 += tpx::nn::squared_norm(g); });
-    const float norm = std::sqrt(norm2);
-    const float scale = o.clip > 0 && norm > o.clip ? o.clip / norm : 1.0f;
-    params.for_each([&](const std::string&, auto& p, auto& g, auto& pm,
-                        auto& pv) { tpx::nn::adamw_step(p, g, pm, pv, adam, step + 1, scale); },
-                    grads, m, v);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (rank.world_rank() == 0)
-      report({step, loss, norm, seconds, rank.collective_seconds() - comm_start});
+    const auto result = train_step(rank, net, o, data, step, params, grads, m, v);
     const bool last = step + 1 == o.steps;
+    if (last || (step + 1 - first) % o.report_every == 0) {
+      // The step's one wait for the device: two scalars, read where they are reported.
+      const float loss = tpx::scalar_on_host(result.loss);
+      const float norm = std::sqrt(tpx::scalar_on_host(result.grad_norm2));
+      const auto now = std::chrono::steady_clock::now();
+      const double steps = step - last_report;
+      if (rank.world_rank() == 0)
+        report({step, loss, norm, std::chrono::duration<double>(now - since).count() / steps,
+                (rank.collective_seconds() - comm_since) / steps});
+      since = now;
+      comm_since = rank.collective_seconds();
+      last_report = step;
+    }
     if (!o.ckpt_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0)))
       save_checkpoint(rank, o, step + 1, params, m, v);
   }

@@ -10,13 +10,15 @@
 //   });
 //
 // Folders: core/ (compile-time tools), sharding/ (dims, axes, meshes, the algebra), tensor/,
-// comm/ (communicators), spmd/ (ranks and the launcher), ops/ (collectives, reshard, matmul),
+// comm/ (communicators), spmd/ (ranks and the launcher), ops/ (collectives, reshard, matmul,
+// einsum),
 // kernels/ (per-element math shared with CUDA, host GEMM).
 #pragma once
 
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/ops/apply.hpp"
 #include "tpx/ops/collectives.hpp"
+#include "tpx/ops/einsum.hpp"
 #include "tpx/ops/elementwise.hpp"
 #include "tpx/ops/matmul.hpp"
 #include "tpx/ops/reshard.hpp"
@@ -25,6 +27,7 @@
 #include "tpx/sharding/mesh_axis.hpp"
 #include "tpx/sharding/steps.hpp"
 #include "tpx/spmd/spmd.hpp"
+#include "tpx/tensor/describe.hpp"
 #include "tpx/tensor/factories.hpp"
 #include "tpx/tensor/staging.hpp"
 #include "tpx/tensor/tensor.hpp"

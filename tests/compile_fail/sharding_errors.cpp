@@ -16,9 +16,12 @@
 // expect(GATHER_OUTER_SPLIT): mesh axis X is not the innermost split of dim B in \[B_XY, D\]
 // expect(GATHER_UNREDUCED): all_gather<X>: tensor \[B, D\]{U_X} is unreduced over X, not sharded
 // expect(REDUCE_REDUCED): reduce_scatter<X, D>: tensor \[B, D\] is not unreduced over X
+// expect(ALL_REDUCE_MAX_REDUCED): all_reduce_max<X>: tensor \[B, D\] is not unreduced over X
 // expect(INVENT_PARTIAL_SUMS): reshard to an unreduced tensor over X from one that is not
 // expect(TRANSPOSE): the dims differ or are in another order
 // expect(CHECKPOINT_PARTIAL_SUM): checkpoint: tensor \[B, F\]{U_X} is unreduced
+// expect(TENSOR_AXIS_NOT_IN_MESH): mesh axis Z is not an axis of this mesh
+// expect(ADD_DIFFERENT_SHARDINGS): elementwise operation on \[B_X, D\] and \[B, D_X\]: the shardings differ
 #include <tpx/io/checkpoint.hpp>
 #include <tpx/tpx.hpp>
 
@@ -64,10 +67,16 @@ void body(const tpx::Rank<tpx::Mesh<X, Y>>& rank) {
   auto t = tpx::all_gather<X>(some<Tensor<float, B<>, D<>, Unreduced<X>>>());
 #elif defined(REDUCE_REDUCED)
   auto t = tpx::reduce_scatter<X, D>(some<Tensor<float, B<>, D<>>>());
+#elif defined(ALL_REDUCE_MAX_REDUCED)
+  auto t = tpx::all_reduce_max<X>(some<Tensor<float, B<>, D<>>>());
 #elif defined(INVENT_PARTIAL_SUMS)
   auto t = tpx::reshard<B<>, D<>, Unreduced<X>>(some<Tensor<float, B<>, D<>>>());
 #elif defined(TRANSPOSE)
   auto t = tpx::reshard<D<>, B<>>(some<Tensor<float, B<>, D<>>>());
+#elif defined(TENSOR_AXIS_NOT_IN_MESH)
+  Tensor<float, B<Z>, D<>> t(rank, {B(4), D(4)});
+#elif defined(ADD_DIFFERENT_SHARDINGS)
+  auto t = some<Tensor<float, B<X>, D<>>>() + some<Tensor<float, B<>, D<X>>>();
 #elif defined(CHECKPOINT_PARTIAL_SUM)
   tpx::io::checkpoint_writer out(rank, "/nonexistent", 0);
   out.add("partial", some<Tensor<float, B<>, F<>, Unreduced<X>>>());

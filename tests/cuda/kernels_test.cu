@@ -264,16 +264,32 @@ TEST_CASE("adamw_step applies the host's adamw_update to every element, writing 
   auto gp = to_device(gpu, p), gm = to_device(gpu, m), gv = to_device(gpu, v);
   auto gg = to_device(gpu, g);
   cu::device_buffer<bf16> model(n, gpu.pool(), gpu.stream());
-  cu::adamw_step(gpu.stream(), n, update, gp.data(), gg.data(), gm.data(), gv.data(), model.data());
+  cu::adamw_step(gpu.stream(), n, update, nullptr, gp.data(), gg.data(), gm.data(), gv.data(), model.data());
   std::vector<bf16> model_want(n);
+  // m = b1 m + (1 - b1) g and v = b2 v + (1 - b2) g^2 may each be one FMA on the device: the
+  // difference is a few ulps of the larger term, not of the result, which is tiny where the two
+  // terms cancel (about 2% of the first moments here). So each moment is compared relative to the
+  // magnitude of its terms, in ulps.
+  std::vector<double> m_terms(n), v_terms(n);
   for (std::int64_t i = 0; i < n; ++i) {
+    const double gs = static_cast<float>(g[i]) * update.grad_scale;
+    m_terms[i] = std::abs(update.beta1 * m[i]) + std::abs((1 - update.beta1) * gs);
+    v_terms[i] = std::abs(update.beta2 * v[i]) + std::abs((1 - update.beta2) * gs * gs);
     update(p[i], static_cast<float>(g[i]), m[i], v[i]);
     model_want[i] = p[i];
   }
+  const auto beyond_term_ulps = [](const std::vector<float>& got, const std::vector<float>& want,
+                                   const std::vector<double>& terms, double ulps) {
+    std::int64_t bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (std::abs(double(got[i]) - double(want[i])) > ulps * fp32_unit * terms[i] && bad++ == 0)
+        MESSAGE("first mismatch at " << i << ": device " << got[i] << ", host " << want[i]);
+    return bad;
+  };
   // A few dependent operations, each possibly fused into an FMA on the device.
   CHECK(mismatches(to_host(gpu, gp), p, 8, fp32_unit, 1e-9) == 0);  // a step of ~1e-3 near p = 0
-  CHECK(mismatches(to_host(gpu, gm), m, 4, fp32_unit, 1e-12) == 0);
-  CHECK(mismatches(to_host(gpu, gv), v, 4, fp32_unit, 1e-15) == 0);
+  CHECK(beyond_term_ulps(to_host(gpu, gm), m, m_terms, 2) == 0);
+  CHECK(beyond_term_ulps(to_host(gpu, gv), v, v_terms, 2) == 0);
   CHECK(mismatches(to_host(gpu, model), model_want, 2, bf16_unit, 1e-12) == 0);
 }
 

@@ -4,16 +4,20 @@
 // cuda_simulated_mesh_test runs the cases named "simulated mesh" (1 GPU), cuda_nccl_test those
 // named "NCCL" (at least 2 GPUs, else it reports itself skipped).
 //
-// On each mesh: every collective against host-computed values (support/collective_cases.hpp),
-// and the typed program of the core issue against the host launcher
-// (support/typed_program.hpp). On the simulated mesh also failures: a rank that throws stops
-// the others at once, and ranks calling different collectives are told so. Over NCCL also
-// point-to-point send and recv, on 2 up to 8 ranks (as many as there are GPUs).
+// On each mesh: every collective against host-computed values (support/collective_cases.hpp;
+// all_reduce both as a sum and as a maximum), and the typed program of the core issue against
+// the host launcher (support/typed_program.hpp). On the simulated mesh also all_reduce max's
+// NaN propagation (as the host's; NCCL's max drops NaN, so it is not asked there) and failures:
+// a rank that throws stops the others at once, and ranks calling different collectives (a sum
+// against a maximum included) are told so. Over NCCL also point-to-point send and recv, on 2 up
+// to 8 ranks (as many as there are GPUs).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -72,6 +76,40 @@ TEST_CASE("simulated mesh: ranks calling different collectives get a comm_error 
                                      comm.broadcast(std::span<const float>(data), data, 0);
                                  }),
                        doctest::Contains("mismatched collectives"), tpx::spmd_error);
+}
+
+TEST_CASE("simulated mesh: all_reduce max returns NaN where any rank's input is NaN") {
+  // Element 0 is NaN on rank 1 only, element 1 on every rank, element 2 nowhere.
+  std::atomic<int> wrong{0};
+  tpx::spmd(tpx::cuda_simulated, tpx::Mesh<t::R>{3}, [&](auto& rank) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const int me = rank.world_rank();
+    const std::vector<float> host = {me == 1 ? nan : 1.0f, nan, static_cast<float>(me)};
+    auto buffer = tpx::cuda::device_space::make_buffer<float>(rank, host.size());
+    tpx::cuda::device_space::from_host(rank, host.data(), host.size(), buffer.data());
+    const std::span<float> data(buffer.data(), buffer.size());
+    rank.template group<t::R>().all_reduce(std::span<const float>(data), data, tpx::reduction::max);
+    std::vector<float> got(host.size());
+    tpx::cuda::device_space::to_host(rank, buffer.data(), got.size(), got.data());
+    wrong += !std::isnan(got[0]) + !std::isnan(got[1]) + (got[2] != 2.0f);
+  });
+  CHECK(wrong.load() == 0);
+}
+
+TEST_CASE("simulated mesh: an all_reduce sum against an all_reduce max is a mismatch naming both") {
+  CHECK_THROWS_WITH_AS(tpx::spmd(tpx::cuda_simulated, tpx::Mesh<t::R>{2},
+                                 [](auto& rank) {
+                                   tpx::any_communicator& comm = rank.template group<t::R>();
+                                   auto buffer = tpx::cuda::device_space::make_buffer<float>(rank, 4);
+                                   const std::span<float> data(buffer.data(), buffer.size());
+                                   if (rank.world_rank() == 0)
+                                     comm.all_reduce(std::span<const float>(data), data);
+                                   else
+                                     comm.all_reduce(std::span<const float>(data), data, tpx::reduction::max);
+                                 }),
+                       doctest::Contains("called all_reduce<float> of 4 elements but rank 1 (world 1) called "
+                                         "all_reduce(max)<float> of 4 elements"),
+                       tpx::spmd_error);
 }
 
 TEST_CASE("NCCL: every collective equals the host's result") {

@@ -5,6 +5,9 @@
 // norm is summed in fp32 on the GPU (double on the host), and AdamW carries the differences
 // forward; fp32 GEMMs do not use TF32 (rank_options::tf32 is off by default). The host side of
 // this comparison is tests/trainer/mesh_equivalence_test.cpp's 1e-5 agreement across meshes.
+// The same holds through NCCL with one rank on one GPU (spmd(tpx::cuda_devices, 1x1 mesh), so
+// every NCCL call of the step runs on any single-GPU machine), and with more ranks when the
+// machine has a GPU for each.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,17 +17,28 @@
 
 #include "../trainer/trainer_test_support.hpp"
 
-TEST_CASE("trainer: the simulated CUDA mesh follows the host run") {
-  trainer::options o = trainer_test::small(2, 2);
+namespace {
+// The first 20 losses of the launcher's run and the host's, on the same mesh, within 1e-4.
+template <class Launcher>
+void check_follows_host(int mesh_x, int mesh_y, Launcher launcher) {
+  trainer::options o = trainer_test::small(mesh_x, mesh_y);
   o.steps = 20;
   const std::vector<float> host = trainer_test::losses(o);
   std::vector<float> device;
-  trainer::run(
-      o, [&](const trainer::step_report& r) { device.push_back(r.loss); }, tpx::cuda_simulated);
+  trainer::run(o, [&](const trainer::step_report& r) { device.push_back(r.loss); }, launcher);
   REQUIRE(device.size() == host.size());
   float worst = 0;
   for (std::size_t s = 0; s < host.size(); ++s)
     worst = std::max(worst, std::abs(device[s] - host[s]) / std::abs(host[s]));
-  INFO("worst relative loss difference " << worst);
+  INFO("mesh " << mesh_x << "x" << mesh_y << ": worst relative loss difference " << worst);
   CHECK(worst <= 1e-4f);
+}
+}  // namespace
+
+TEST_CASE("trainer: the simulated CUDA mesh follows the host run") { check_follows_host(2, 2, tpx::cuda_simulated); }
+
+TEST_CASE("trainer: NCCL follows the host run, one rank per GPU") {
+  check_follows_host(1, 1, tpx::cuda_devices);
+  if (tpx::cuda::device_count() >= 2) check_follows_host(2, 1, tpx::cuda_devices);
+  if (tpx::cuda::device_count() >= 4) check_follows_host(2, 2, tpx::cuda_devices);
 }

@@ -74,7 +74,8 @@ TEST_CASE("sharded matmul equals the unsharded product for every pair of shardin
   tally t;
   for (auto [x, y] : {std::pair{2, 2}, std::pair{2, 3}})
     for (auto [ni, nj, nk] : {std::tuple{12, 12, 12}, std::tuple{7, 5, 3}})
-      tpx::spmd(tpx::host, tpx::Mesh<X, Y>{x, y}, [&](auto& rank) {
+      // init-captures: clang before 16 cannot capture structured bindings
+      tpx::spmd(tpx::host, tpx::Mesh<X, Y>{x, y}, [&, ni = ni, nj = nj, nk = nk](auto& rank) {
         check_all<lhs_cases, rhs_cases>(std::make_index_sequence<lhs_cases::size>{}, rank, ni, nj,
                                         nk, t);
       });

@@ -118,6 +118,28 @@ static_assert(is_same_v<decltype(tpx::slice<Y, B>(any<Tensor<float, B<X>, D<>>>(
 static_assert(is_same_v<decltype(tpx::embed<Y, B>(any<Tensor<float, B<X, Y>, D<>>>())),
                         Tensor<float, B<X>, D<>, Unreduced<Y>>>);
 
+// One rule for every op that takes a target: a whole tensor type, or its dims and Unreduced.
+template <class... Spec>
+using from_spec = decltype(tpx::reshard<Spec...>(any<Tensor<float, I<X>, J<Y>>>()));
+static_assert(is_same_v<from_spec<I<>, J<Y>>, from_spec<Tensor<float, I<>, J<Y>>>>);
+static_assert(is_same_v<from_spec<I<>, J<Y>>, Tensor<float, I<>, J<Y>>>);
+using mm_l = Tensor<float, I<X>, J<>>;
+using mm_r = Tensor<float, J<>, K<X>>;
+static_assert(is_same_v<decltype(tpx::matmul<I<X>, K<>>(any<mm_l>(), any<mm_r>())),
+                        decltype(tpx::matmul<Tensor<float, I<X>, K<>>>(any<mm_l>(), any<mm_r>()))>);
+static_assert(is_same_v<decltype(tpx::matmul<I<>, K<X>>(any<mm_l>(), any<mm_r>())),
+                        decltype(tpx::matmul<Tensor<float, I<>, K<X>>>(any<mm_l>(), any<mm_r>()))>);
+static_assert(is_same_v<decltype(tpx::matmul<I<>, K<X>>(any<mm_l>(), any<mm_r>())),
+                        Tensor<float, I<>, K<X>>>);
+using mm_partial_l = Tensor<float, I<>, J<X>>;
+using mm_partial_r = Tensor<float, J<X>, K<>>;
+static_assert(is_same_v<
+              decltype(tpx::matmul<I<>, K<>, Unreduced<X>>(any<mm_partial_l>(), any<mm_partial_r>())),
+              decltype(tpx::matmul<Tensor<float, I<>, K<>, Unreduced<X>>>(any<mm_partial_l>(),
+                                                                          any<mm_partial_r>()))>);
+static_assert(is_same_v<decltype(tpx::matmul<I<>, K<Y>>(any<mm_partial_l>(), any<mm_partial_r>())),
+                        Tensor<float, I<>, K<Y>>>);
+
 // Reduce-on-declaration converts only by reductions.
 static_assert(std::is_convertible_v<Tensor<float, I<>, K<>, Unreduced<X>>, Tensor<float, I<>, K<X>>>);
 static_assert(std::is_convertible_v<Tensor<float, I<>, K<>, Unreduced<X>>, Tensor<float, I<>, K<>>>);

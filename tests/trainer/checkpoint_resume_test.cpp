@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "trainer_test_support.hpp"
@@ -94,7 +95,9 @@ TEST_CASE("a checkpoint saved on 2x2 resumes on 4x1 and on 1x1") {
                         std::filesystem::copy_options::recursive);
   const std::vector<float> on_2x2 = trainer_test::losses(reference_dir);
   REQUIRE(on_2x2.size() == 20);
-  for (auto [x, y] : {std::pair{4, 1}, std::pair{1, 1}}) {
+  for (const auto& values : {std::pair{4, 1}, std::pair{1, 1}}) {
+    // plain variables, not bindings: clang before 16 cannot capture bindings in lambdas
+    const int x = std::get<0>(values), y = std::get<1>(values);
     INFO("resumed on " << x << "x" << y);
     CHECK(load_global(saved, x, y, 20) == weights);
     options there = continued;

@@ -14,7 +14,9 @@ TEST_CASE("FSDP+TP training on any mesh follows the unsharded run") {
   REQUIRE(reference.size() == 50);
   CHECK(reference.back() < reference.front() - 1.0f);  // it learns
   for (int every : {0, 2}) {
-    for (auto [x, y] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}, std::pair{4, 2}}) {
+    for (const auto& values : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}, std::pair{4, 2}}) {
+      // plain variables, not bindings: clang before 16 cannot capture bindings in lambdas
+      const int x = std::get<0>(values), y = std::get<1>(values);
       const std::vector<float> got = trainer_test::losses(trainer_test::small(x, y, every));
       REQUIRE(got.size() == reference.size());
       float worst = 0;
@@ -28,7 +30,8 @@ TEST_CASE("FSDP+TP training on any mesh follows the unsharded run") {
 }
 
 TEST_CASE("activation checkpointing does not change a single bit") {
-  for (auto [x, y] : {std::pair{1, 1}, std::pair{2, 2}}) {
+  for (const auto& values : {std::pair{1, 1}, std::pair{2, 2}}) {
+    const int x = std::get<0>(values), y = std::get<1>(values);
     const std::vector<float> plain = trainer_test::losses(trainer_test::small(x, y, 0));
     for (int every : {1, 2, 3})
       CHECK(trainer_test::losses(trainer_test::small(x, y, every)) == plain);

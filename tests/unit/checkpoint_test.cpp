@@ -17,7 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <tpx/io/checkpoint.hpp>
@@ -288,7 +290,8 @@ TEST_CASE("the safetensors reader rejects damaged files, naming the file and the
   // A file with the given header text (as is, unpadded) and data_bytes zero bytes of data.
   const auto make = [&](const std::string& header, std::size_t data_bytes) {
     std::vector<std::byte> bytes = length_prefix(header.size());
-    for (std::byte b : bytes_of(header)) bytes.push_back(b);
+    const auto text = std::as_bytes(std::span(header));
+    bytes.insert(bytes.end(), text.begin(), text.end());
     bytes.resize(bytes.size() + data_bytes);
     write_file(file, bytes);
   };
@@ -385,7 +388,9 @@ TEST_CASE("a checkpoint saved on 2x2 loads onto 4x1, 1x2, 1x1 and 2x2, in any sh
   scratch_folder dir("reshard");
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
             [&](auto& rank) { save_model(rank, dir.path, 40, 1); });
-  for (auto [x, y] : {std::pair{4, 1}, std::pair{1, 2}, std::pair{1, 1}, std::pair{2, 2}}) {
+  for (const auto& values : {std::pair{4, 1}, std::pair{1, 2}, std::pair{1, 1}, std::pair{2, 2}}) {
+    // plain variables, not bindings: clang before 16 cannot capture bindings in lambdas
+    const int x = std::get<0>(values), y = std::get<1>(values);
     CAPTURE(x);
     CAPTURE(y);
     std::atomic<int> wrong{0}, wrong_state{0};

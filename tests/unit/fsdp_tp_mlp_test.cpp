@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <tpx/tpx.hpp>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -85,13 +86,16 @@ bool matches(const Tn& t, const matrix& want, const matrix& scale) {
 }  // namespace
 
 TEST_CASE("FSDP+TP MLP layer, step by step, equals the unsharded layer") {
-  for (auto [nb, nd, nf] : {std::tuple{8, 16, 32}, std::tuple{6, 10, 7}}) {
+  for (const auto& values : {std::tuple{8, 16, 32}, std::tuple{6, 10, 7}}) {
+    // plain variables, not bindings: clang before 16 cannot capture bindings in lambdas
+    const int nb = std::get<0>(values), nd = std::get<1>(values), nf = std::get<2>(values);
     const matrix in = global_values(nb, nd, 1), w_in = global_values(nd, nf, 2),
                  w_out = global_values(nf, nd, 3);
     const reference want = layer(in, w_in, w_out);
     const reference scale = layer(magnitude(in), magnitude(w_in), magnitude(w_out));
-    for (auto [x, y] :
+    for (const auto& values :
          {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}, std::pair{4, 2}}) {
+      const int x = std::get<0>(values), y = std::get<1>(values);
       std::atomic<int> wrong{0};
       tpx::spmd(tpx::host, tpx::Mesh<X, Y>{x, y}, [&](auto& rank) {
         const auto in_s = tpx::randn<float, B<X>, D<Y>>(rank, {B(nb), D(nd)}, 1);

@@ -1,30 +1,40 @@
 // Tests of the host communicator (comm/host_world.hpp, comm/host_communicator.hpp): every
 // collective for fp32 and bf16 on groups of 1, 2, 3, 4 and 6 threads, with uneven counts and
-// zeros, against naive loops; sub-groups of a 2x2 world used at once; and the failure paths:
-// abort propagation, timeout and mismatched collectives, each of which must throw comm_error
-// with a message naming the culprit, within bounded time, on every rank.
+// zeros, against naive loops, all_reduce both as a sum and as a maximum (with NaN and -inf
+// among the inputs); sub-groups of a 2x2 world used at once; and the failure paths: abort
+// propagation, timeout and mismatched collectives (a sum against a maximum included), each of
+// which must throw comm_error with a message naming the culprit, within bounded time, on every
+// rank. Last, the typed all_reduce_max<X> (ops/collectives.hpp) on a host mesh, through
+// any_communicator: the row maxima of logits whose vocabulary is split over a mesh axis.
 //
-// Tolerance: none. Copies must be exact, and the communicator promises sums in fp32 over the
-// ranks in group-rank order, rounded once, which is exactly what the reference computes; so
-// every comparison is for equal bits (which also shows all ranks got the same result).
+// Tolerance: none. Copies must be exact, the communicator promises sums in fp32 over the
+// ranks in group-rank order, rounded once, which is exactly what the reference computes, and a
+// maximum is exact; so every comparison is for equal values, NaN matching NaN (which also shows
+// all ranks got the same result).
 #include "tpx/comm/host_communicator.hpp"
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
+#include "tpx/comm/any_communicator.hpp"
 #include "tpx/comm/host_world.hpp"
 #include "tpx/core/bfloat16.hpp"
+#include "tpx/tpx.hpp"
 
 namespace {
 
@@ -79,7 +89,7 @@ std::vector<T> values(int rank, std::size_t n, int salt = 0) {
   return v;
 }
 
-// "" if equal bit for bit, else the first difference.
+// "" if every element is equal (NaN matching NaN), else the first difference.
 template <class T>
 std::string mismatch(const std::vector<T>& got, const std::vector<T>& want) {
   if (got.size() != want.size()) {
@@ -88,10 +98,43 @@ std::string mismatch(const std::vector<T>& got, const std::vector<T>& want) {
   for (std::size_t i = 0; i < got.size(); ++i) {
     const float g = static_cast<float>(got[i]);
     const float w = static_cast<float>(want[i]);
-    if (g != w)
+    if (g != w && !(std::isnan(g) && std::isnan(w)))
       return "element " + std::to_string(i) + ": " + std::to_string(g) + " != " + std::to_string(w);
   }
   return "";
+}
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// values() with NaN and -inf mixed in, for all_reduce max: element i is -inf on every rank when
+// i % 11 == 4 (the maximum is -inf), -inf on even ranks when i % 5 == 1, and NaN on rank
+// i % 7 (if the group has it) when i % 13 == 6.
+template <class T>
+std::vector<T> values_with_specials(int rank, std::size_t n) {
+  std::vector<T> v = values<T>(rank, n, 2);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i % 11 == 4 || (i % 5 == 1 && rank % 2 == 0)) v[i] = static_cast<T>(-kInf);
+    if (i % 13 == 6 && static_cast<int>(i % 7) == rank) v[i] = static_cast<T>(kNaN);
+  }
+  return v;
+}
+
+// Elementwise maximum over ranks, NaN if any input is NaN: the naive reference.
+template <class T>
+std::vector<T> naive_max(const std::vector<std::vector<T>>& inputs, std::size_t n) {
+  std::vector<T> max(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    float acc = -kInf;
+    bool nan = false;
+    for (const auto& in : inputs) {
+      const float x = static_cast<float>(in[i]);
+      if (std::isnan(x)) nan = true;
+      if (x > acc) acc = x;
+    }
+    max[i] = static_cast<T>(nan ? kNaN : acc);
+  }
+  return max;
 }
 
 // Elementwise sum over ranks, in rank order, in fp32, rounded once: the naive reference.
@@ -215,6 +258,75 @@ TEST_CASE_TEMPLATE("all_reduce sums in rank order, out of place and in place", T
     }
   }
 }
+
+TEST_CASE_TEMPLATE("all_reduce max takes the elementwise maximum, out of place and in place", T,
+                   float, bf16) {
+  // 9000 elements on one rank span two of all_reduce's outer tiles (8192).
+  const std::vector<std::size_t> lengths = {0, 1, 5, 1000, 2051, 9000};
+  for (int n : kGroupSizes) {
+    CAPTURE(n);
+    // got[length][in_place][rank]
+    std::vector<std::vector<std::vector<std::vector<T>>>> got(
+        lengths.size(),
+        std::vector<std::vector<std::vector<T>>>(2, std::vector<std::vector<T>>(n)));
+    HostWorld world(n, kPatient);
+    const auto errors = run_ranks(world, [&](int r) {
+      HostCommunicator comm(world, HostWorld::whole_world, r);
+      for (std::size_t l = 0; l < lengths.size(); ++l) {
+        const std::vector<T> in = values_with_specials<T>(r, lengths[l]);
+        got[l][0][r].resize(lengths[l]);
+        comm.all_reduce(std::span<const T>(in), std::span<T>(got[l][0][r]), tpx::reduction::max);
+        got[l][1][r] = in;
+        comm.all_reduce(std::span<const T>(got[l][1][r]), std::span<T>(got[l][1][r]),
+                        tpx::reduction::max);
+      }
+    });
+    for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+    for (std::size_t l = 0; l < lengths.size(); ++l) {
+      CAPTURE(lengths[l]);
+      std::vector<std::vector<T>> inputs;
+      for (int s = 0; s < n; ++s) inputs.push_back(values_with_specials<T>(s, lengths[l]));
+      const std::vector<T> want = naive_max(inputs, lengths[l]);
+      for (int r = 0; r < n; ++r) {
+        CHECK(mismatch(got[l][0][r], want) == "");
+        CHECK(mismatch(got[l][1][r], want) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("all_reduce max: NaN anywhere gives NaN, -inf is a value, sum stays the default",
+                   T, float, bf16) {
+  const std::vector<std::vector<float>> inputs = {
+      {1.0f, kNaN, -kInf, -kInf, 2.0f, -0.0f, kNaN},
+      {kNaN, 3.0f, -kInf, 5.0f, -kInf, 0.0f, kNaN},
+      {0.0f, -1.0f, -kInf, -kInf, kNaN, -1.0f, kNaN},
+  };
+  const std::vector<T> want_max = {T(kNaN), T(kNaN), T(-kInf), T(5.0f), T(kNaN), T(0.0f), T(kNaN)};
+  std::vector<std::vector<T>> max(3), sum(3);
+  HostWorld world(3, kPatient);
+  const auto errors = run_ranks(world, [&](int r) {
+    // Through any_communicator, as the typed ops call it: its default is the sum too.
+    tpx::communicator_model<HostCommunicator> model(
+        HostCommunicator(world, HostWorld::whole_world, r));
+    tpx::any_communicator& comm = model;
+    max[r].assign(inputs[r].begin(), inputs[r].end());
+    comm.all_reduce(std::span<const T>(max[r]), std::span<T>(max[r]), tpx::reduction::max);
+    const std::vector<T> in = {T(1.0f), T(2.0f), T(-kInf)};
+    sum[r].resize(in.size());
+    comm.all_reduce(std::span<const T>(in), std::span<T>(sum[r]));
+  });
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(errors[r] == "");
+    CHECK(mismatch(max[r], want_max) == "");
+    CHECK(mismatch(sum[r], std::vector<T>{T(3.0f), T(6.0f), T(-kInf)}) == "");
+  }
+}
+
+static_assert(tpx::CommunicatorFor<tpx::any_communicator, float> &&
+                  tpx::CommunicatorFor<tpx::any_communicator, bf16>,
+              "any_communicator must offer all_reduce with and without a reduction");
 
 TEST_CASE_TEMPLATE("all_to_all delivers block s of rank r as block r of rank s", T, float, bf16) {
   for (int n : kGroupSizes) {
@@ -470,6 +582,13 @@ TEST_CASE("mismatched collectives throw on every rank, naming both calls") {
                    std::span(counts));
     };
   };
+  const auto all_reduce_max = [&](std::size_t n) {
+    return [n, &four](HostCommunicator& c) {
+      std::vector<float> out(n);
+      c.all_reduce(std::span<const float>(four.data(), n), std::span<float>(out),
+                   tpx::reduction::max);
+    };
+  };
   const auto all_reduce_bf16 = [](HostCommunicator& c) {
     std::vector<bf16> data(4, bf16(1.0f));
     c.all_reduce(std::span<const bf16>(data), std::span<bf16>(data));
@@ -483,6 +602,12 @@ TEST_CASE("mismatched collectives throw on every rank, naming both calls") {
        "3 elements"},
       {all_reduce(4), all_reduce_bf16,
        "but rank 1 (world 1) called all_reduce<bf16> of 4 elements"},
+      {all_reduce(4), all_reduce_max(4),
+       "rank 0 (world 0) called all_reduce<float> of 4 elements but rank 1 (world 1) called "
+       "all_reduce(max)<float> of 4 elements"},
+      {all_reduce_max(4), all_reduce(4),
+       "rank 0 (world 0) called all_reduce(max)<float> of 4 elements but rank 1 (world 1) called "
+       "all_reduce<float> of 4 elements"},
       {all_gather({1, 2}), all_gather({2, 1}),
        "called all_gather<float> of 3 elements with different per-rank counts"},
       {[](HostCommunicator& c) { c.barrier(); }, all_reduce(2),
@@ -537,4 +662,52 @@ TEST_CASE("groups must be disjoint sets of world ranks, and a rank finds only it
         std::vector<int>{3, 1});
   CHECK_THROWS_AS(HostCommunicator(world, pair, 0), std::invalid_argument);
   CHECK_THROWS_AS(HostCommunicator(world, 7, 0), std::invalid_argument);
+}
+
+// --- The typed all_reduce_max<X> (ops/collectives.hpp) on a host mesh ---
+
+namespace {
+TPX_MESH_AXES(MX, MY);
+TPX_DIMS(Row, Vocab);
+}  // namespace
+
+TEST_CASE("all_reduce_max<Y> of row maxima over vocabulary blocks gives the rows' maxima") {
+  // Logits [Row_X, Vocab_Y] on a 2x3 mesh; each rank's maxima over its block of the vocabulary
+  // are [Row_X]{U_Y}, and all_reduce_max<Y> makes them [Row_X], equal to the maxima of the
+  // unsharded rows. A vocabulary of 2 leaves one rank of each row group an empty block (its
+  // partial maxima are -inf). A NaN in one rank's partial maxima reaches every rank of its group.
+  for (const std::int64_t vocab : {10, 2}) {
+    CAPTURE(vocab);
+    std::atomic<int> wrong{0};
+    tpx::spmd(tpx::host, tpx::Mesh<MX, MY>{2, 3}, [&](auto& rank) {
+      const std::int64_t rows = 5;
+      const auto logits = tpx::randn<float, Row<MX>, Vocab<MY>>(rank, {Row(rows), Vocab(vocab)}, 7);
+      const auto whole = tpx::randn<float, Row<>, Vocab<>>(rank, {Row(rows), Vocab(vocab)}, 7);
+      tpx::Tensor<float, Row<MX>, tpx::Unreduced<MY>> partial(rank, {Row(rows)});
+      const std::int64_t local_rows = logits.local_extent(0), local_vocab = logits.local_extent(1);
+      for (std::int64_t b = 0; b < local_rows; ++b) {
+        float m = -kInf;
+        for (std::int64_t v = 0; v < local_vocab; ++v)
+          m = std::max(m, logits.local()[b * local_vocab + v]);
+        partial.local()[b] = m;
+      }
+      const bool poisoned = rank.template coord<MY>() == 1 && local_rows > 0;
+      if (poisoned) partial.local()[0] = kNaN;
+
+      const auto maxima = tpx::all_reduce_max<MY>(partial);
+      static_assert(std::is_same_v<decltype(maxima), const tpx::Tensor<float, Row<MX>>>,
+                    "all_reduce_max<Y>: [Row_X]{U_Y} -> [Row_X]");
+      if (maxima.local_extent(0) != local_rows) ++wrong;
+      for (std::int64_t b = 0; b < local_rows; ++b) {
+        const std::int64_t row = maxima.local_offset(0) + b;
+        float want = -kInf;
+        for (std::int64_t v = 0; v < vocab; ++v)
+          want = std::max(want, whole.local()[row * vocab + v]);
+        const float got = maxima.local()[b];
+        // Row 0 of each row group is poisoned by its Y=1 rank (which always holds rows).
+        if (b == 0 ? !std::isnan(got) : got != want) ++wrong;
+      }
+    });
+    CHECK(wrong.load() == 0);
+  }
 }

@@ -88,7 +88,7 @@ TEST_CASE("relu and its derivative") {
 TEST_CASE("gelu (tanh approximation) and its derivative") {
   for (float x : sample_points) {
     CAPTURE(x);
-    // The error is tanhf's, a few ulps of 1, scaled by x/2: |err| <= 8u (1 + |x|).
+    // The error is that of p = 1 / (1 + expf(-2u)), a few ulps of 1, times x: |err| <= 8u (1 + |x|).
     CHECK(std::abs(k::gelu{}(x) - gelu_ref(x)) <= 8 * u * (1.0 + std::abs(x)));
     // The derivative carries one more factor x from its second term: |err| <= 16u (1 + x^2) |dy|.
     const float dy = -0.7f;

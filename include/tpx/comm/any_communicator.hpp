@@ -24,7 +24,10 @@ class collectives_of {
                           std::span<const std::size_t> counts) = 0;
   virtual void reduce_scatter(std::span<const T> in, std::span<T> out,
                               std::span<const std::size_t> counts) = 0;
-  virtual void all_reduce(std::span<const T> in, std::span<T> out) = 0;
+  // op defaults to sum here and, identically, on the override in collectives_model (default
+  // arguments of virtual functions bind to the static type, so the two must agree).
+  virtual void all_reduce(std::span<const T> in, std::span<T> out,
+                          reduction op = reduction::sum) = 0;
   virtual void all_to_all(std::span<const T> in, std::span<T> out,
                           std::span<const std::size_t> counts) = 0;
   virtual void broadcast(std::span<const T> in, std::span<T> out, int root) = 0;
@@ -97,9 +100,9 @@ class collectives_model : public Base {
     const typename Base::timed clock(*this);
     this->impl().reduce_scatter(in, out, counts);
   }
-  void all_reduce(std::span<const T> in, std::span<T> out) override {
+  void all_reduce(std::span<const T> in, std::span<T> out, reduction op = reduction::sum) override {
     const typename Base::timed clock(*this);
-    this->impl().all_reduce(in, out);
+    this->impl().all_reduce(in, out, op);
   }
   void all_to_all(std::span<const T> in, std::span<T> out,
                   std::span<const std::size_t> counts) override {

@@ -4,8 +4,9 @@
 // taken to be the same operation. When control flow diverges between ranks that assumption
 // breaks, and reading a peer's buffer as if it held something else corrupts memory or hangs.
 // Every host collective therefore publishes one of these beside its buffers, and the group
-// compares them before anyone reads a peer's data: operation, element type, element count, root
-// and a digest of the per-rank counts. describe() turns one into the words of the error message.
+// compares them before anyone reads a peer's data: operation, element type, element count, root,
+// the reduction of an all_reduce (sum or max) and a digest of the per-rank counts. describe()
+// turns one into the words of the error message.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "tpx/comm/communicator.hpp"
 
 namespace tpx::detail {
 
@@ -45,11 +48,12 @@ constexpr std::string_view op_name(CollectiveOp op) {
 
 struct CollectiveDescriptor {
   CollectiveOp op = CollectiveOp::barrier;
-  std::string_view element;         // "float" or "bf16"; empty for barrier
-  std::size_t elements = 0;         // all_gather, reduce_scatter, all_to_all: the sum of the
-                                    // counts; all_reduce, broadcast: the elements of one rank
-  std::uint64_t counts_digest = 0;  // counts_digest() of the per-rank counts, 0 if none
-  int root = -1;                    // broadcast only
+  std::string_view element;           // "float" or "bf16"; empty for barrier
+  std::size_t elements = 0;           // all_gather, reduce_scatter, all_to_all: the sum of the
+                                      // counts; all_reduce, broadcast: the elements of one rank
+  std::uint64_t counts_digest = 0;    // counts_digest() of the per-rank counts, 0 if none
+  int root = -1;                      // broadcast only
+  reduction reduce = reduction::sum;  // all_reduce only
 
   friend bool operator==(const CollectiveDescriptor&, const CollectiveDescriptor&) = default;
 };
@@ -63,12 +67,26 @@ inline std::uint64_t counts_digest(std::span<const std::size_t> counts) {
   return hash;
 }
 
-// "barrier", "all_gather<float> of 12 elements", "broadcast<bf16> of 5 elements from rank 1".
+// "barrier", "all_gather<float> of 12 elements", "broadcast<bf16> of 5 elements from rank 1",
+// "all_reduce(max)<float> of 4 elements" (a sum, the default, is not named, as in the call).
 inline std::string describe(const CollectiveDescriptor& call) {
   std::string text(op_name(call.op));
   if (call.op == CollectiveOp::barrier) return text;
-  text += "<" + std::string(call.element) + "> of " + std::to_string(call.elements) + " elements";
-  if (call.op == CollectiveOp::broadcast) text += " from rank " + std::to_string(call.root);
+  // Appended piece by piece: `"<" + std::string(...)` trips GCC 12's -Wrestrict at -O3.
+  if (call.reduce != reduction::sum) {
+    text += '(';
+    text += reduction_name(call.reduce);
+    text += ')';
+  }
+  text += '<';
+  text += call.element;
+  text += "> of ";
+  text += std::to_string(call.elements);
+  text += " elements";
+  if (call.op == CollectiveOp::broadcast) {
+    text += " from rank ";
+    text += std::to_string(call.root);
+  }
   return text;
 }
 

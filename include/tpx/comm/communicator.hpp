@@ -8,7 +8,11 @@
 // Every operation is collective: all ranks of the group call it, in the same order. Counts may
 // differ between ranks (shards of a dim that does not divide evenly), so the gather/scatter
 // operations take the per-rank counts explicitly, in group-rank order; every rank passes the same
-// counts. Elements are laid out rank after rank, rank 0 first.
+// counts. Elements are laid out rank after rank, rank 0 first. all_reduce combines the ranks'
+// values by a `reduction`: a sum by default, or a maximum (vocab-parallel cross-entropy needs the
+// row maximum of logits sharded over the vocabulary). A maximum is exact in any element type; a
+// NaN input makes the result NaN on the host and simulated communicators (NCCL's ncclMax keeps
+// the other operand instead, see cuda/nccl_communicator.hpp).
 //
 // The host communicator (host_communicator.hpp) implements this over shared memory for ranks
 // that are threads of one process; the NCCL and MPI communicators implement it over the network.
@@ -32,9 +36,16 @@ class comm_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How all_reduce combines the ranks' values, element by element: the sum (the default) or the
+// maximum (kernels::max_reducer's; NaN handling as at the top of the file).
+enum class reduction { sum, max };
+
+// "sum", "max": the words the error messages and profiler ranges use.
+constexpr const char* reduction_name(reduction op) { return op == reduction::max ? "max" : "sum"; }
+
 template <class C, class T>
 concept CommunicatorFor = requires(C& c, std::span<const T> in, std::span<T> out,
-                                   std::span<const std::size_t> counts, int root) {
+                                   std::span<const std::size_t> counts, int root, reduction op) {
   { c.size() } -> std::convertible_to<int>;  // ranks in the group
   { c.rank() } -> std::convertible_to<int>;  // this rank's index in the group, 0..size()-1
   c.barrier();
@@ -43,8 +54,10 @@ concept CommunicatorFor = requires(C& c, std::span<const T> in, std::span<T> out
   // out = this rank's block of the elementwise sum of every rank's `in`; in is laid out in
   // blocks of counts[0], counts[1], ...; out.size() == counts[rank].
   c.reduce_scatter(in, out, counts);
-  // out = elementwise sum over ranks of `in` (in and out may alias).
+  // out = elementwise sum over ranks of `in` (in and out may alias); with `op`, their
+  // elementwise reduction::sum or reduction::max.
   c.all_reduce(in, out);
+  c.all_reduce(in, out, op);
   // Rank r sends block s of its `in` (send_counts[r * size + s] elements) to rank s, which
   // stores it as block r of its `out`. The full size x size matrix of counts is passed on
   // every rank.

@@ -6,11 +6,12 @@
 // for sums), and meet again before returning, so that no rank changes or frees a buffer a peer
 // still reads. all_gather, reduce_scatter, all_to_all and broadcast need those two meetings, and
 // each rank pulls exactly its own result. all_reduce needs them too and makes one pass over
-// memory: each rank owns a 1/size chunk, sums that chunk of every input tile by tile and writes
-// each summed tile into that chunk of every rank's output (published beside the inputs). Only
-// the owner touches a chunk, in any buffer, so in and out may alias. Sums run in fp32
+// memory: each rank owns a 1/size chunk, reduces that chunk of every input tile by tile and
+// writes each reduced tile into that chunk of every rank's output (published beside the inputs).
+// Only the owner touches a chunk, in any buffer, so in and out may alias. Sums run in fp32
 // over the ranks in group-rank order and are rounded once, so every rank gets the same bits,
-// equal to a sequential sum.
+// equal to a sequential sum. all_reduce with reduction::max folds the same way with
+// kernels::max_reducer (exact; a NaN input gives NaN; -inf is an ordinary value).
 //
 // A rank whose sizes disagree with the counts throws std::invalid_argument without meeting its
 // group; failures of the group throw comm_error (see host_world.hpp). A handle is cheap to copy,
@@ -35,6 +36,7 @@
 #include "tpx/comm/host_group.hpp"
 #include "tpx/comm/host_world.hpp"
 #include "tpx/core/bfloat16.hpp"
+#include "tpx/kernels/reduction.hpp"
 
 namespace tpx {
 
@@ -84,27 +86,33 @@ class HostCommunicator {
         std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
     const auto peers =
         group_->exchange(rank_, call<T>(Op::reduce_scatter, total, counts), in.data());
-    sum_inputs(peers, offset, out.size(), out.data());
+    reduce_inputs<kernels::sum_reducer<compute_t<T>>>(peers, offset, out.size(), out.data());
     group_->wait_for_all(rank_);
   }
 
-  // out = the sum over ranks of in; in and out may be the same memory.
+  // out = the sum (or, with reduction::max, the maximum) over ranks of in; in and out may be the
+  // same memory.
   template <HostElement T>
-  void all_reduce(std::span<const T> in, std::span<T> out) {
+  void all_reduce(std::span<const T> in, std::span<T> out, reduction op = reduction::sum) {
     expect_size(Op::all_reduce, "out", out.size(), in.size());
     const std::size_t n = in.size();
     const std::size_t mine = chunk_begin(n, rank_);
     const std::size_t mine_size = chunk_begin(n, rank_ + 1) - mine;
     const auto peers =
-        group_->exchange(rank_, call<T>(Op::all_reduce, n, {}), in.data(), out.data());
+        group_->exchange(rank_, call<T>(Op::all_reduce, n, {}, -1, op), in.data(), out.data());
     // This rank alone reads and writes chunk `mine` of every buffer, so in == out is safe.
     constexpr std::size_t tile = 8192;
-    std::array<T, tile> sum;
+    std::array<T, tile> reduced;
     for (std::size_t begin = 0; begin < mine_size; begin += tile) {
       const std::size_t length = std::min(tile, mine_size - begin);
-      sum_inputs(peers, mine + begin, length, sum.data());
+      if (op == reduction::max)
+        reduce_inputs<kernels::max_reducer<compute_t<T>>>(peers, mine + begin, length,
+                                                          reduced.data());
+      else
+        reduce_inputs<kernels::sum_reducer<compute_t<T>>>(peers, mine + begin, length,
+                                                          reduced.data());
       for (int s = 0; s < size(); ++s)
-        copy_elements(static_cast<T*>(peers[s].output) + mine + begin, sum.data(), length);
+        copy_elements(static_cast<T*>(peers[s].output) + mine + begin, reduced.data(), length);
     }
     group_->wait_for_all(rank_);
   }
@@ -155,12 +163,13 @@ class HostCommunicator {
 
   template <HostElement T>
   static CollectiveDescriptor call(Op op, std::size_t elements, std::span<const std::size_t> counts,
-                                   int root = -1) {
+                                   int root = -1, reduction reduce = reduction::sum) {
     return {.op = op,
             .element = std::same_as<T, float> ? "float" : "bf16",
             .elements = elements,
             .counts_digest = counts.empty() ? 0 : detail::counts_digest(counts),
-            .root = root};
+            .root = root,
+            .reduce = reduce};
   }
 
   template <HostElement T>
@@ -178,28 +187,32 @@ class HostCommunicator {
     if (n != 0 && to != from) std::memcpy(to, from, n * sizeof(T));
   }
 
-  // to[i] = the sum over ranks, in rank order, of element offset + i of their inputs, summed in
-  // fp32 and rounded once. Tiles keep the accumulators in cache; a full tile has a constant
-  // length, so that its loops vectorise even at -O2.
-  template <HostElement T>
-  void sum_inputs(std::span<const Publication> peers, std::size_t offset, std::size_t n,
-                  T* to) const {
+  // to[i] = the fold with reducer R (kernels/reduction.hpp: sum_reducer or max_reducer, over
+  // compute_t<T>, fp32) over ranks, in rank order, of element offset + i of their inputs,
+  // starting from rank 0's element (not R's identity, so a sum of -0s stays -0) and rounded once.
+  // Tiles keep the accumulators in cache; a full tile has a constant length, so that its loops
+  // vectorise even at -O2.
+  template <class R, HostElement T>
+  void reduce_inputs(std::span<const Publication> peers, std::size_t offset, std::size_t n,
+                     T* to) const {
+    using Acc = typename R::value_type;
     constexpr std::size_t tile = 512;
-    std::array<compute_t<T>, tile> sum;
-    const auto sum_tile = [&](std::size_t begin, auto length) {
+    std::array<Acc, tile> acc;
+    const auto reduce_tile = [&](std::size_t begin, auto length) {
       const T* first = input<T>(peers[0]) + offset + begin;
-      for (std::size_t i = 0; i < length; ++i) sum[i] = static_cast<compute_t<T>>(first[i]);
+      for (std::size_t i = 0; i < length; ++i) acc[i] = R::element(static_cast<float>(first[i]));
       for (int s = 1; s < size(); ++s) {
         const T* from = input<T>(peers[s]) + offset + begin;
-        for (std::size_t i = 0; i < length; ++i) sum[i] += static_cast<compute_t<T>>(from[i]);
+        for (std::size_t i = 0; i < length; ++i)
+          acc[i] = R::combine(acc[i], R::element(static_cast<float>(from[i])));
       }
-      for (std::size_t i = 0; i < length; ++i) to[begin + i] = static_cast<T>(sum[i]);
+      for (std::size_t i = 0; i < length; ++i) to[begin + i] = static_cast<T>(acc[i]);
     };
     std::size_t begin = 0;
     for (; n - begin >= tile; begin += tile) {
-      sum_tile(begin, std::integral_constant<std::size_t, tile>{});
+      reduce_tile(begin, std::integral_constant<std::size_t, tile>{});
     }
-    if (begin < n) sum_tile(begin, n - begin);
+    if (begin < n) reduce_tile(begin, n - begin);
   }
 
   std::size_t sum_of_counts(Op op, std::span<const std::size_t> counts, int expected) const {

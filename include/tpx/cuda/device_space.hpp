@@ -6,14 +6,20 @@
 //   copy_box                    the pack/unpack of a box (cuda/kernels/copy_box.hpp)
 //   gemm                        cuBLASLt (cuda/gemm.hpp); fp32 uses TF32 when the rank allows
 //   transform                   the elementwise kernel running a kernels/ functor
-//   to_host / from_host         copies that return once the data has arrived
+//   to_host / from_host         to_host returns once the data has arrived; from_host returns
+//                               at once, its bytes passing through the rank's pinned buffer
+//                               (host_staging.hpp): the batch upload never stalls a step
 //   fill_normal                 tpx::randn generated in place (cuda/kernels/random.hpp)
 //   adamw                       the AdamW kernel (cuda/kernels/adamw.hpp)
 //   sum_of_squares              cuda::reduce's two-pass fold, in fp32 (cuda/kernels/reduce.hpp):
 //                               agrees with the host's double sum to n * 2^-24 relative
+//   reduce_rows, for_each_element, sum_columns, scatter_add_rows
+//                               the grid loops of the layers (cuda/kernels/grid.hpp)
 //
+// host_accessible is false: a device tensor's local() does not compile (tensor.hpp), so host code
+// cannot read device memory by mistake; to_host / from_host are the named way across.
 // Everything runs on the tensor's rank's stream (rank_resources.hpp) and returns without
-// waiting, except the copies to and from host memory. DeviceTensor<T, Spec...> is the tensor
+// waiting, except the copies to host memory (and uploads too large to stage). DeviceTensor<T, Spec...> is the tensor
 // type; tpx's factories return it for a CUDA rank (cuda/device_rank.hpp).
 #pragma once
 
@@ -29,6 +35,7 @@
 #include "tpx/cuda/kernels/adamw.hpp"
 #include "tpx/cuda/kernels/copy_box.hpp"
 #include "tpx/cuda/kernels/elementwise.hpp"
+#include "tpx/cuda/kernels/grid.hpp"
 #include "tpx/cuda/kernels/random.hpp"
 #include "tpx/cuda/kernels/reduce.hpp"
 #include "tpx/cuda/rank_resources.hpp"
@@ -40,6 +47,8 @@ namespace tpx {
 namespace cuda {
 
 struct device_space {
+  static constexpr bool host_accessible = false;
+
   template <class T>
   using buffer = device_buffer<T>;
 
@@ -65,6 +74,17 @@ struct device_space {
                gemm_options<T>{.tf32 = r.options().tf32});
   }
 
+  // gemm on `batch` strided matrix triples (einsum): one cuBLASLt strided-batched call.
+  template <class T>
+  static void gemm_batched(const rank_context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                           std::int64_t k, float alpha, const T* a, std::int64_t lda, std::int64_t stride_a, const T* b,
+                           std::int64_t ldb, std::int64_t stride_b, float beta, T* c, std::int64_t ldc,
+                           std::int64_t stride_c, std::int64_t batch) {
+    rank_resources& r = resources_of(ctx);
+    cuda::gemm_batched(r.gemms(), r.stream(), trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+                       beta, c, ldc, stride_c, batch, gemm_options<T>{.tf32 = r.options().tf32});
+  }
+
   template <class F, class Out, class... In>
   static void transform(const rank_context& ctx, std::size_t n, const F& f, Out* out, const In*... in) {
     cuda::transform(resources_of(ctx).stream(), static_cast<std::int64_t>(n), f, out, in...);
@@ -78,9 +98,8 @@ struct device_space {
   }
   template <class T>
   static void from_host(const rank_context& ctx, const T* src, std::size_t n, T* dst) {
-    const rank_resources& r = resources_of(ctx);
-    TPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, r.stream()));
-    r.synchronize();
+    rank_resources& r = resources_of(ctx);
+    r.staging().upload(r.stream(), dst, src, n * sizeof(T));
   }
 
   template <class T, std::size_t N>
@@ -91,15 +110,37 @@ struct device_space {
   }
 
   template <class G>
-  static void adamw(const rank_context& ctx, std::size_t n, const kernels::adamw_update& update, float* p,
-                    const G* g, float* m, float* v) {
-    cuda::adamw_step(resources_of(ctx).stream(), static_cast<std::int64_t>(n), update, p, g, m, v);
+  static void adamw(const rank_context& ctx, std::size_t n, const kernels::adamw_update& update, const float* scale,
+                    float* p, const G* g, float* m, float* v) {
+    cuda::adamw_step(resources_of(ctx).stream(), static_cast<std::int64_t>(n), update, scale, p, g, m, v);
   }
 
   template <class T>
   static void sum_of_squares(const rank_context& ctx, std::size_t n, const T* x, float* out) {
     const rank_resources& r = resources_of(ctx);
     cuda::reduce(r.stream(), r.pool(), static_cast<std::int64_t>(n), x, kernels::sum_of_squares_reducer<float>{}, out);
+  }
+
+  template <class R, class Term>
+  static void reduce_rows(const rank_context& ctx, std::int64_t rows, std::int64_t cols, const Term& term, float* out) {
+    cuda::reduce_rows<R>(resources_of(ctx).stream(), rows, cols, term, out);
+  }
+
+  template <class Fn>
+  static void for_each_element(const rank_context& ctx, std::int64_t rows, std::int64_t cols, const Fn& fn) {
+    cuda::for_each_element(resources_of(ctx).stream(), rows, cols, fn);
+  }
+
+  template <class Term>
+  static void sum_columns(const rank_context& ctx, std::int64_t rows, std::int64_t cols, const Term& term, float* out) {
+    const rank_resources& r = resources_of(ctx);
+    cuda::sum_columns(r.stream(), r.pool(), rows, cols, term, out);
+  }
+
+  template <class Index, class Term>
+  static void scatter_add_rows(const rank_context& ctx, std::int64_t rows, std::int64_t cols, const Index& index,
+                               const Term& term, float* out) {
+    cuda::scatter_add_rows(resources_of(ctx).stream(), rows, cols, index, term, out);
   }
 };
 

@@ -16,9 +16,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
+#include <string>
 
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/cuda/check.hpp"
@@ -89,6 +92,49 @@ void gemm(gemm_plans& plans, cudaStream_t stream, bool trans_a, bool trans_b, st
     const void* bias = options.bias;
     TPX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   }
+  // cuBLASLt's A is our B and its B our A (gemm_plan.hpp).
+  TPX_CUBLAS_CHECK(cublasLtMatmul(plans.handle(), plan.desc(), &alpha, b, plan.a(), a, plan.b(), &beta, c, plan.c(), c,
+                                  plan.c(), &plan.algo(), plans.workspace(), plans.workspace_bytes(), stream));
+}
+
+// The same product on `batch` matrix triples, the i-th at a + i * stride_a, b + i * stride_b and
+// c + i * stride_c (strides in elements, non-negative): one cuBLASLt call with strided-batch
+// layouts (gemm_plan.hpp), for einsum's batched contractions. No epilogue (it would need batch
+// strides for the bias). batch == 1 is gemm itself; k == 0 loops gemm's k == 0 path per batch.
+// The alignment in the plan's key is the worst of the base pointer's and the stride's, so every
+// matrix of the batch satisfies what the chosen algorithm assumes.
+template <GemmElement T>
+void gemm_batched(gemm_plans& plans, cudaStream_t stream, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                  std::int64_t k, float alpha, const T* a, std::int64_t lda, std::int64_t stride_a, const T* b,
+                  std::int64_t ldb, std::int64_t stride_b, float beta, T* c, std::int64_t ldc, std::int64_t stride_c,
+                  std::int64_t batch, const gemm_options<T>& options = {}) {
+  if (options.epilogue != gemm_epilogue::none)
+    throw std::invalid_argument("tpx: gemm_batched: epilogues are not supported on batches");
+  if (batch < 0 || batch > std::numeric_limits<std::int32_t>::max() || stride_a < 0 || stride_b < 0 || stride_c < 0)
+    throw std::invalid_argument("tpx: gemm_batched: batch = " + std::to_string(batch) + ", strides " +
+                                std::to_string(stride_a) + ", " + std::to_string(stride_b) + ", " +
+                                std::to_string(stride_c) + ": the batch must fit int32 and strides be non-negative");
+  if (batch == 1) {
+    gemm(plans, stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, options);
+    return;
+  }
+  kernels::gemm_detail::check_arguments(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (batch == 0 || m == 0 || n == 0) return;
+  if (k == 0) {
+    for (std::int64_t i = 0; i < batch; ++i)
+      gemm(plans, stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c + i * stride_c, ldc, options);
+    return;
+  }
+  gemm_key key = gemm_key_of(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, options);
+  key.batch = batch;
+  key.stride_a = stride_a;
+  key.stride_b = stride_b;
+  key.stride_c = stride_c;
+  key.align_a = std::min(key.align_a, alignment_of_bytes(static_cast<std::uint64_t>(stride_a) * sizeof(T)));
+  key.align_b = std::min(key.align_b, alignment_of_bytes(static_cast<std::uint64_t>(stride_b) * sizeof(T)));
+  key.align_c = std::min(key.align_c, alignment_of_bytes(static_cast<std::uint64_t>(stride_c) * sizeof(T)));
+  const gemm_plan& plan = plans.plan(key);
+  const nvtx_range range(plan.name());
   // cuBLASLt's A is our B and its B our A (gemm_plan.hpp).
   TPX_CUBLAS_CHECK(cublasLtMatmul(plans.handle(), plan.desc(), &alpha, b, plan.a(), a, plan.b(), &beta, c, plan.c(), c,
                                   plan.c(), &plan.algo(), plans.workspace(), plans.workspace_bytes(), stream));

@@ -8,7 +8,9 @@
 // M = n, N = m and the same leading dimensions. A transposed operand stays a flag
 // (CUBLASLT_MATMUL_DESC_TRANSA/B), never a copy; which flag follows from the named-dim layout in
 // ops/matmul.hpp. A bias epilogue then adds bias[j] to column j of the row-major C (one value per
-// output feature), as a linear layer needs.
+// output feature), as a linear layer needs. A batched plan (gemm_batched in gemm.hpp, for
+// ops/einsum.hpp) gives the three layouts cuBLASLt's strided-batch attributes (BATCH_COUNT,
+// STRIDED_BATCH_OFFSET): one cublasLtMatmul runs every product of the batch.
 //
 // The heuristic depends on everything in gemm_key, including how well the pointers are aligned,
 // so that is part of the key; asking it once per shape is what makes the per-call overhead of
@@ -25,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/device_buffer.hpp"
@@ -43,6 +46,8 @@ struct gemm_key {
   std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
   gemm_epilogue epilogue = gemm_epilogue::none;
   std::uint32_t align_a = 16, align_b = 16, align_c = 16;  // bytes: 1, 2, 4, 8 or 16
+  // Strided batches (gemm_batched): `batch` products, the i-th operands at i * stride (elements).
+  std::int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
 
   friend bool operator==(const gemm_key&, const gemm_key&) = default;
 };
@@ -56,16 +61,21 @@ struct gemm_key_hash {
         static_cast<std::uint64_t>(key.epilogue) << 32 | static_cast<std::uint64_t>(key.trans_a) << 40 |
         static_cast<std::uint64_t>(key.trans_b) << 41);
     mix(key.align_a | key.align_b << 8 | key.align_c << 16);
+    for (std::int64_t v : {key.batch, key.stride_a, key.stride_b, key.stride_c}) mix(static_cast<std::uint64_t>(v));
     return h;
   }
 };
 
+// The largest power of two (at most 16) dividing a byte count (0 counts as aligned).
+inline std::uint32_t alignment_of_bytes(std::uint64_t bytes) {
+  std::uint32_t align = 16;
+  while (align > 1 && bytes % align != 0) align /= 2;
+  return align;
+}
+
 // The largest power of two (at most 16) dividing the address: what cuBLASLt may assume.
 inline std::uint32_t alignment_of(const void* p) {
-  const auto address = reinterpret_cast<std::uintptr_t>(p);
-  std::uint32_t align = 16;
-  while (align > 1 && address % align != 0) align /= 2;
-  return align;
+  return alignment_of_bytes(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)));
 }
 
 class gemm_plan {
@@ -100,7 +110,8 @@ class gemm_plan {
     const char* epilogues[] = {"", " bias", " gelu", " bias_gelu"};
     return std::string(type) + " " + std::to_string(key.m) + "x" + std::to_string(key.n) + "x" +
            std::to_string(key.k) + " " + (key.trans_a ? "T" : "N") + (key.trans_b ? "T" : "N") +
-           epilogues[static_cast<int>(key.epilogue)];
+           epilogues[static_cast<int>(key.epilogue)] +
+           (key.batch != 1 ? " batch " + std::to_string(key.batch) : std::string());
   }
 
  private:
@@ -117,6 +128,14 @@ class gemm_plan {
     TPX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, key.type, key.trans_a ? key.m : key.k,
                                                 key.trans_a ? key.k : key.m, key.lda));
     TPX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_, key.type, key.n, key.m, key.ldc));
+    if (key.batch != 1) {  // strided batches; again cuBLASLt's A is our B
+      const std::int32_t count = static_cast<std::int32_t>(key.batch);
+      for (auto [layout, stride] : {std::pair{a_, key.stride_b}, std::pair{b_, key.stride_a}, std::pair{c_, key.stride_c}}) {
+        TPX_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+        TPX_CUBLAS_CHECK(
+            cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+      }
+    }
   }
 
   void choose_algorithm(cublasLtHandle_t handle, const gemm_key& key, std::size_t workspace_bytes) {

@@ -12,7 +12,9 @@
 // ncclReduceScatter; uneven counts (extents that do not divide) take grouped send/recv for the
 // gather, and an all-reduce into a temporary for the scatter. all_to_all is grouped send/recv.
 // bf16 is reduced by NCCL in bf16 steps, so sums of many ranks may differ from the host's
-// fp32-accumulated ones in the last bits.
+// fp32-accumulated ones in the last bits. all_reduce with reduction::max is ncclMax: exact, like
+// the host's, except for NaN: NCCL's max (fmaxf, __hmax) returns the other operand when one is
+// NaN, so a NaN input may be lost, where the host and simulated communicators return NaN.
 // Failures. The communicator is nonblocking (ncclConfig_t::blocking = 0): no NCCL call can
 // block the host forever. Every call is checked; an error throws nccl_error naming the call,
 // NCCL's message and file:line. A call that returns ncclInProgress is waited for by polling
@@ -161,10 +163,11 @@ class NcclCommunicator {
   }
 
   template <NcclElement T>
-  void all_reduce(std::span<const T> in, std::span<T> out) {
+  void all_reduce(std::span<const T> in, std::span<T> out, reduction op = reduction::sum) {
     checks_.expect_size("all_reduce", "out", out.size(), in.size());
-    run(label<T>("all_reduce", in.size()), [&] {
-      check(ncclAllReduce(in.data(), out.data(), in.size(), nccl_type<T>, ncclSum, comm_, stream_.get()),
+    const ncclRedOp_t nccl_op = op == reduction::max ? ncclMax : ncclSum;
+    run(label<T>(op == reduction::max ? "all_reduce(max)" : "all_reduce", in.size()), [&] {
+      check(ncclAllReduce(in.data(), out.data(), in.size(), nccl_type<T>, nccl_op, comm_, stream_.get()),
             "ncclAllReduce", __FILE__, __LINE__);
     });
   }

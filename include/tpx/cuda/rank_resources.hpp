@@ -1,5 +1,6 @@
 // rank_resources: what one rank of a CUDA mesh owns on its GPU: the device, a stream, the
-// device's memory pool, and the cuBLASLt handle, workspace and plan cache of its GEMMs.
+// device's memory pool, the cuBLASLt handle, workspace and plan cache of its GEMMs, and the
+// pinned buffer its uploads pass through (host_staging.hpp).
 //
 // A CUDA launcher makes one per rank, on the rank's thread, and hands it to the rank's
 // rank_context (rank_context::set_backend); the device space (device_space.hpp) finds it with
@@ -22,6 +23,7 @@
 
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/gemm_plan.hpp"
+#include "tpx/cuda/host_staging.hpp"
 #include "tpx/cuda/stream.hpp"
 #include "tpx/spmd/rank_context.hpp"
 
@@ -50,6 +52,7 @@ class rank_resources final : public backend_state {
   cudaMemPool_t pool() const { return pool_; }
   gemm_plans& gemms() { return gemm_; }
   const rank_options& options() const { return options_; }
+  host_staging& staging() { return staging_; }
 
   // Waits for everything queued on the rank's stream; reports a fault of any of it.
   void synchronize() const { stream_.synchronize(); }
@@ -72,6 +75,7 @@ class rank_resources final : public backend_state {
   cuda::stream stream_;
   gemm_plans gemm_;
   rank_options options_;
+  host_staging staging_;  // last: its destructor waits for the stream's last upload
 };
 
 // The CUDA resources of the rank a tensor belongs to.

@@ -9,8 +9,8 @@
 //     peer_state (events, scratch), meet;
 //   2 make my stream wait for every peer's `ready`, then queue on my stream the device-to-device
 //     copies (cudaMemcpyAsync) and reduction kernels (kernels/reduce.hpp: fp32 accumulation in
-//     rank order, one rounding, the host communicator's bits) that produce MY output from the
-//     peers' inputs;
+//     rank order, one rounding, the host communicator's bits; sum_arrays, or max_arrays for
+//     all_reduce with reduction::max) that produce MY output from the peers' inputs;
 //   3 record `done`, meet again, and make my stream wait for every peer's `done`, so that no
 //     rank overwrites or frees an input a peer's stream has yet to read.
 // No step blocks the host on the GPU: the meetings order the event records, the events order
@@ -92,22 +92,23 @@ class SimulatedCommunicator {
     const nvtx_range range(label<T>(Op::reduce_scatter, total));
     const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
     const auto peers = meet(call<T>(Op::reduce_scatter, total, counts), in.data());
-    sum(peers, [&](int s) { return input<T>(peers[s]) + offset; }, out.size(), out.data());
+    reduce_over_ranks(peers, [&](int s) { return input<T>(peers[s]) + offset; }, out.size(), out.data(),
+                      reduction::sum);
     finish(peers);
   }
 
   template <SimulatedElement T>
-  void all_reduce(std::span<const T> in, std::span<T> out) {
+  void all_reduce(std::span<const T> in, std::span<T> out, reduction op = reduction::sum) {
     checks_.expect_size("all_reduce", "out", out.size(), in.size());
     const std::size_t n = in.size();
-    const nvtx_range range(label<T>(Op::all_reduce, n));
+    const nvtx_range range(label<T>(Op::all_reduce, n, op));
     const std::size_t mine = chunk_begin(n, rank_), mine_size = chunk_begin(n, rank_ + 1) - mine;
     if (scratch_.size() < mine_size * sizeof(T))
       scratch_ = device_buffer<std::byte>(mine_size * sizeof(T), resources_->pool(), stream());
     state_.scratch = scratch_.data();
-    const auto peers = meet(call<T>(Op::all_reduce, n, {}), in.data());
+    const auto peers = meet(call<T>(Op::all_reduce, n, {}, -1, op), in.data());
     T* my_chunk = reinterpret_cast<T*>(scratch_.data());
-    sum(peers, [&](int s) { return input<T>(peers[s]) + mine; }, mine_size, my_chunk);
+    reduce_over_ranks(peers, [&](int s) { return input<T>(peers[s]) + mine; }, mine_size, my_chunk, op);
     middle_.record(stream());
     group_->wait_for_all(rank_);
     for (int s = 0; s < size(); ++s) {
@@ -197,12 +198,15 @@ class SimulatedCommunicator {
     if (n != 0 && to != from) TPX_CUDA_CHECK(cudaMemcpyAsync(to, from, n * sizeof(T), cudaMemcpyDeviceToDevice, stream()));
   }
 
-  // to[i] = sum over ranks, in rank order, of input_of(s)[i], for i in [0, n).
+  // to[i] = the sum (or max) over ranks, in rank order, of input_of(s)[i], for i in [0, n).
   template <class T, class InputOf>
-  void sum(std::span<const Publication> peers, InputOf input_of, std::size_t n, T* to) {
+  void reduce_over_ranks(std::span<const Publication> peers, InputOf input_of, std::size_t n, T* to, reduction op) {
     std::vector<const T*> inputs(peers.size());
     for (int s = 0; s < size(); ++s) inputs[s] = input_of(s);
-    sum_arrays<T>(stream(), static_cast<std::int64_t>(n), inputs, to);
+    if (op == reduction::max)
+      max_arrays<T>(stream(), static_cast<std::int64_t>(n), inputs, to);
+    else
+      sum_arrays<T>(stream(), static_cast<std::int64_t>(n), inputs, to);
   }
 
   // Where chunk s of an all_reduce of n elements starts.
@@ -211,17 +215,28 @@ class SimulatedCommunicator {
   }
 
   template <class T>
-  static CollectiveDescriptor call(Op op, std::size_t elements, std::span<const std::size_t> counts, int root = -1) {
+  static CollectiveDescriptor call(Op op, std::size_t elements, std::span<const std::size_t> counts, int root = -1,
+                                   reduction reduce = reduction::sum) {
     return {.op = op,
             .element = std::same_as<T, float> ? "float" : "bf16",
             .elements = elements,
             .counts_digest = counts.empty() ? 0 : tpx::detail::counts_digest(counts),
-            .root = root};
+            .root = root,
+            .reduce = reduce};
   }
+  // The NVTX range: "all_reduce(max)<float> 4096 elements".
   template <class T>
-  static std::string label(Op op, std::size_t elements) {
-    return std::string(tpx::detail::op_name(op)) + (std::same_as<T, float> ? "<float> " : "<bf16> ") +
-           std::to_string(elements) + " elements";
+  static std::string label(Op op, std::size_t elements, reduction reduce = reduction::sum) {
+    std::string text(tpx::detail::op_name(op));
+    if (reduce != reduction::sum) {  // appended, not `"(" + std::string(...)`: GCC 12 -O3 -Wrestrict
+      text += '(';
+      text += reduction_name(reduce);
+      text += ')';
+    }
+    text += std::same_as<T, float> ? "<float> " : "<bf16> ";
+    text += std::to_string(elements);
+    text += " elements";
+    return text;
   }
 
   tpx::detail::HostGroup* group_;

@@ -1,10 +1,11 @@
 // How many threads OpenBLAS may use for one call of the host GEMM (kernels/gemm_host.hpp).
 //
-// The host backend runs each rank of the mesh as a thread of one process, so the parallelism is
-// already there: every rank should run its BLAS calls on its own thread. Left alone, OpenBLAS
-// (pthread build) starts one worker per core and has every rank's call compete for that one
-// shared pool. set_blas_threads(1) makes each sgemm run entirely on the calling thread, so the
-// ranks' GEMMs proceed side by side without sharing anything.
+// The host backend runs each rank of the mesh as a thread of one process, so with as many ranks as
+// cores the parallelism is already there: every rank should run its BLAS calls on its own thread.
+// Left alone, OpenBLAS (pthread build) starts one worker per core and has every rank's call
+// compete for that one shared pool. set_blas_threads(1) makes each sgemm run entirely on the
+// calling thread, so the ranks' GEMMs proceed side by side without sharing anything; with fewer
+// ranks than cores, spmd (spmd/spmd.hpp) gives each call the cores the ranks leave idle.
 //
 // The setting is process-wide, not per thread (OpenBLAS keeps one global count): call it once
 // from the main thread before the rank threads start, never while a BLAS call is running. The

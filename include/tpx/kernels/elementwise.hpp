@@ -12,7 +12,7 @@
 // dx = dy * f'(x), which is all a backward pass needs, given the saved input x.
 #pragma once
 
-#include <math.h>  // the C float functions (tanhf, fmaf), which nvcc provides in device code too
+#include <math.h>  // the C float functions (expf, fmaf), which nvcc provides in device code too
 
 #include <concepts>
 #include <cstdint>
@@ -70,19 +70,27 @@ struct relu_backward {
 };
 
 // The tanh approximation of GELU used by GPT-2 (and llm.c):
-//   gelu(x) = x/2 * (1 + tanh(s * (x + c x^3))),  s = sqrt(2/pi), c = 0.044715.
+//   gelu(x) = x/2 * (1 + tanh(u)),  u = s * (x + c x^3),  s = sqrt(2/pi), c = 0.044715,
+// evaluated as x * p with p = (1 + tanh(u))/2 = 1 / (1 + exp(-2u)): the same function, with one
+// exp instead of a tanh (three times cheaper on the host; the GPU's expf is a few instructions).
+// For x far below 0, exp(-2u) overflows to inf and p to 0: gelu is -0, as it should be.
 struct gelu {
   static constexpr float s = 0.7978845608028654f;  // sqrt(2 / pi)
   static constexpr float c = 0.044715f;
-  TPX_HOST_DEVICE float operator()(float x) const { return 0.5f * x * (1.0f + tanhf(s * (x + c * x * x * x))); }
+  // (1 + tanh(u)) / 2 at x.
+  TPX_HOST_DEVICE static float half_one_plus_tanh(float x) {
+    return 1.0f / (1.0f + expf(-2.0f * s * (x + c * x * x * x)));
+  }
+  TPX_HOST_DEVICE float operator()(float x) const { return x * half_one_plus_tanh(x); }
 };
 
 // dx = dy * gelu'(x) for the tanh approximation above:
-//   gelu'(x) = (1 + t)/2 + x/2 * (1 - t^2) * s * (1 + 3c x^2),  t = tanh(s * (x + c x^3)).
+//   gelu'(x) = (1 + t)/2 + x/2 * (1 - t^2) * s * (1 + 3c x^2),  t = tanh(u)
+//            = p + 2 x p (1 - p) * s * (1 + 3c x^2),            p = (1 + t)/2.
 struct gelu_backward {
   TPX_HOST_DEVICE float operator()(float x, float dy) const {
-    const float t = tanhf(gelu::s * (x + gelu::c * x * x * x));
-    const float slope = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * gelu::s * (1.0f + 3.0f * gelu::c * x * x);
+    const float p = gelu::half_one_plus_tanh(x);
+    const float slope = p + 2.0f * x * p * (1.0f - p) * gelu::s * (1.0f + 3.0f * gelu::c * x * x);
     return dy * slope;
   }
 };

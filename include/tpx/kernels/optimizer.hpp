@@ -23,6 +23,14 @@ struct adamw_update {
   float bias_correction2;  // 1 - beta2^t
   float grad_scale;
 
+  // This update with the gradient further multiplied by s (the clipping factor, which the
+  // device reads from its own memory, kernel by kernel).
+  TPX_HOST_DEVICE adamw_update scaled_by(float s) const {
+    adamw_update u = *this;
+    u.grad_scale = grad_scale * s;
+    return u;
+  }
+
   TPX_HOST_DEVICE void operator()(float& p, float grad, float& m, float& v) const {
     const float g = grad * grad_scale;
     m = beta1 * m + (1.0f - beta1) * g;
@@ -30,6 +38,18 @@ struct adamw_update {
     const float m_hat = m / bias_correction1;
     const float v_hat = v / bias_correction2;
     p -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p);
+  }
+};
+
+// clip / ||g|| when the norm ||g|| = sqrt(squared) exceeds clip > 0, else 1: the gradient scale
+// of clipping by the global norm, an elementwise functor of the summed squares. A NaN norm gives
+// NaN, so a diverged step shows in the weights rather than being hidden.
+struct clip_factor {
+  float clip;
+  TPX_HOST_DEVICE float operator()(float squared) const {
+    const float norm = sqrtf(squared);
+    if (norm != norm) return norm;
+    return clip > 0.0f && norm > clip ? clip / norm : 1.0f;
   }
 };
 

@@ -3,7 +3,8 @@
 //
 // The optimizer needs no communication: the gradient arrives already reduce-scattered onto the
 // parameter's sharding (the adjoint of the forward AllGather), so the update is local. The only
-// global quantity, the gradient norm for clipping, is nn/global_norm.hpp's. The update runs in
+// global quantity, the gradient norm for clipping, is nn/global_norm.hpp's; its clip_factor
+// arrives as a scalar tensor in the parameters' memory space, which the update reads there. The update runs in
 // the tensors' memory space (Space::adamw: a host loop, or one CUDA kernel), with the same
 // per-element functor (kernels/optimizer.hpp).
 #pragma once
@@ -24,11 +25,14 @@ struct adamw_config {
   float weight_decay = 0.0f;
 };
 
-// One AdamW step (t counts from 1) on this rank's block of `param`; the moments m and v are
-// sharded like it.
-template <AnyTensor P, AnyTensor G>
+// One AdamW step (t counts from 1) on this rank's block of `param`, the gradient multiplied by
+// the scalar grad_scale; the moments m and v are sharded like the parameter.
+template <AnyTensor P, AnyTensor G, AnyTensor S>
 void adamw_step(P& param, const G& grad, P& m, P& v, const adamw_config& c, int t,
-                float grad_scale) {
+                const S& grad_scale) {
+  static_assert(S::order == 0 && std::is_same_v<typename S::value_type, float> &&
+                    std::is_same_v<typename S::space, typename P::space>,
+                "tpx: adamw_step: grad_scale is a float scalar in the parameter's memory space");
   static_assert(std::is_same_v<typename P::dims, typename G::dims> &&
                     std::is_same_v<typename G::unreduced, Unreduced<>>,
                 "tpx: adamw_step: the gradient must be reduced onto the parameter's sharding");
@@ -41,11 +45,11 @@ void adamw_step(P& param, const G& grad, P& m, P& v, const adamw_config& c, int 
                                      c.weight_decay,
                                      1.0f - std::pow(c.beta1, static_cast<float>(t)),
                                      1.0f - std::pow(c.beta2, static_cast<float>(t)),
-                                     grad_scale};
+                                     1.0f};
   static_assert(std::is_same_v<typename P::space, typename G::space>,
                 "tpx: adamw_step: the gradient must be in the parameter's memory space");
-  P::space::adamw(param.context(), param.size(), update, param.data(), grad.data(), m.data(),
-                  v.data());
+  P::space::adamw(param.context(), param.size(), update, grad_scale.data(), param.data(),
+                  grad.data(), m.data(), v.data());
 }
 
 }  // namespace tpx::nn

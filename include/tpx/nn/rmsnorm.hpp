@@ -9,42 +9,50 @@
 // partial sum over the axes that split Rows (each rank saw only its rows): the caller reduces it
 // onto the weight's shards, e.g. with ReduceScatter as the adjoint of the weight's AllGather.
 //
-// The row loops run on the host. For tensors of another memory space (the GPU) they read and
-// write staged host copies (tensor/staging.hpp), while the reductions of the row statistics run
-// in the tensors' own space: a correctness-first fallback, since cuda/kernels/norms.hpp's
-// one-block-per-row kernels need the whole row on one rank and here the row may be sharded.
+// Everything runs in the tensors' memory space, through its grid loops (tensor/host_space.hpp,
+// cuda/kernels/grid.hpp) and the functors of kernels/grid_terms.hpp: the same math on the host
+// and the GPU, and nothing copied to the host.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "tpx/kernels/grid_terms.hpp"
+#include "tpx/kernels/reduction.hpp"
+#include "tpx/ops/elementwise.hpp"
 #include "tpx/ops/reshard.hpp"
 #include "tpx/sharding/transforms.hpp"
-#include "tpx/tensor/staging.hpp"
 #include "tpx/tensor/tensor.hpp"
 
 namespace tpx::nn {
 
 namespace detail {
-// Row sums of f(r, c) over all columns of x's global row, on every rank of the row's group, in
-// host memory; x is a host tensor, the sums are reduced in Space.
-template <class Space, class Xt, class F>
-auto row_sums(const Xt& x, F&& f) {
-  using Row = type_at_t<0, typename Xt::dims>;
-  using Col = type_at_t<1, typename Xt::dims>;
-  using Partial = tensor_with_t<Tensor<float>, type_list<Row>, as_unreduced_t<typename Col::axes>>;
+// The tensor of one float per row of Xt, unreduced over the axes that split Xt's columns: what
+// each rank's row sums over its columns are.
+template <class Xt>
+using row_partial_t =
+    tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<type_at_t<0, typename Xt::dims>>,
+                  as_unreduced_t<typename type_at_t<1, typename Xt::dims>::axes>>;
+
+// The whole rows' R-folds of term, on every rank of a row's group: each rank folds its columns,
+// then the partial results are all-reduced over the column axes (a no-op when Cols is unsplit).
+template <class R, class Xt, class Term>
+auto row_sums(const Xt& x, const Term& term) {
+  using Partial = row_partial_t<Xt>;
   Partial partial(x.context(), typename Partial::shape_type(index_array<1>{x.global_extent(0)}));
-  const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float s = 0;
-    for (std::int64_t c = 0; c < cols; ++c) s += f(r, c);
-    partial.local()[r] = s;
-  }
-  auto sums = reshard<BasicTensor<Space, float, Row>>(in_space<Space>(std::move(partial)));
-  if constexpr (std::is_same_v<Space, host_space>)
-    return sums;
-  else
-    return on_host(sums);
+  Xt::space::template reduce_rows<R>(x.context(), x.local_extent(0), x.local_extent(1), term,
+                                     partial.data());
+  return reshard<BasicTensor<typename Xt::space, float, type_at_t<0, typename Xt::dims>>>(partial);
+}
+
+template <class Xt, class Wt>
+constexpr void check_rmsnorm_operands() {
+  static_assert(Xt::order == 2 && std::is_same_v<typename Xt::unreduced, Unreduced<>>,
+                "tpx: rmsnorm: x must be a reduced [Rows, Cols] tensor");
+  static_assert(std::is_same_v<typename Wt::dims, type_list<type_at_t<1, typename Xt::dims>>>,
+                "tpx: rmsnorm: the weight must be split like the normalized dim of x");
+  static_assert(std::is_same_v<typename Xt::space, typename Wt::space>,
+                "tpx: rmsnorm: x and the weight must be in the same memory space");
 }
 }  // namespace detail
 
@@ -56,65 +64,48 @@ struct rmsnorm_output {
 
 // x: [Rows, Cols_...], w: [Cols_...] with the same split of Cols as x.
 template <AnyTensor Xt, AnyTensor Wt>
-auto rmsnorm_forward(const Xt& x_in, const Wt& w_in, float eps = 1e-5f) {
-  static_assert(std::is_same_v<typename Wt::dims, type_list<type_at_t<1, typename Xt::dims>>>,
-                "tpx: rmsnorm: the weight must be split like the normalized dim of x");
-  using Space = typename Xt::space;
-  const auto& x = on_host(x_in);
-  const auto& w = on_host(w_in);
+auto rmsnorm_forward(const Xt& x, const Wt& w, float eps = 1e-5f) {
+  detail::check_rmsnorm_operands<Xt, Wt>();
+  using T = typename Xt::value_type;
+  using W = typename Wt::value_type;
   const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
-  const float n = static_cast<float>(x.global_extent(1));
-  auto rstd = detail::row_sums<Space>(x, [&](std::int64_t r, std::int64_t c) {
-    const float v = x.local()[r * cols + c];
-    return v * v;
-  });
-  for (float& s : rstd.local()) s = 1.0f / std::sqrt(s / n + eps);
-  host_twin_t<Xt> y(x.context(), x.shape());
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c)
-      y.local()[r * cols + c] = static_cast<float>(x.local()[r * cols + c]) * rstd.local()[r] *
-                                static_cast<float>(w.local()[c]);
-  using Rstd = BasicTensor<Space, float, type_at_t<0, typename Xt::dims>>;
-  return rmsnorm_output<Xt, Rstd>{in_space<Space>(std::move(y)), in_space<Space>(std::move(rstd))};
+  const auto sums =
+      detail::row_sums<kernels::sum_of_squares_reducer<float>>(x, kernels::element_at<T>{x.data(), cols});
+  auto rstd = map(kernels::rmsnorm_inverse{x.global_extent(1), eps}, sums);
+  Xt y(x.context(), x.shape());
+  Xt::space::for_each_element(x.context(), rows, cols,
+                              kernels::rmsnorm_apply<T, W>{x.data(), w.data(), rstd.data(), cols, y.data()});
+  return rmsnorm_output<Xt, decltype(rstd)>{std::move(y), std::move(rstd)};
 }
 
 template <class Xt, class Dw>
 struct rmsnorm_gradients {
   Xt dx;
-  Dw dw;  // [Cols_...]{U over Rows' axes}
+  Dw dw;  // [Cols_...]{U over Rows' axes}, fp32
 };
 
 // dx = rstd (w dy) - x rstd^3 / n * sum_c (w dy x);  dw[c] = sum_r dy x rstd.
 template <AnyTensor Xt, AnyTensor Wt, AnyTensor Rstd>
-auto rmsnorm_backward(const Xt& x_in, const Wt& w_in, const Rstd& rstd_in, const Xt& dy_in) {
-  using Space = typename Xt::space;
-  const auto& x = on_host(x_in);
-  const auto& w = on_host(w_in);
-  const auto& rstd = on_host(rstd_in);
-  const auto& dy = on_host(dy_in);
+auto rmsnorm_backward(const Xt& x, const Wt& w, const Rstd& rstd, const Xt& dy) {
+  detail::check_rmsnorm_operands<Xt, Wt>();
+  using T = typename Xt::value_type;
+  using W = typename Wt::value_type;
   using Row = type_at_t<0, typename Xt::dims>;
   using Col = type_at_t<1, typename Xt::dims>;
   const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
-  const float n = static_cast<float>(x.global_extent(1));
-  auto at = [cols](const auto& t, std::int64_t r, std::int64_t c) {
-    return static_cast<float>(t.local()[r * cols + c]);
-  };
-  const auto dot = detail::row_sums<Space>(x, [&](std::int64_t r, std::int64_t c) {
-    return static_cast<float>(w.local()[c]) * at(dy, r, c) * at(x, r, c);
-  });
-  host_twin_t<Xt> dx(x.context(), x.shape());
-  using Dw =
-      tensor_with_t<BasicTensor<Space, float>, type_list<Col>, as_unreduced_t<typename Row::axes>>;
-  host_twin_t<Dw> dw(x.context(), typename Dw::shape_type(index_array<1>{x.global_extent(1)}));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float s = rstd.local()[r];
-    for (std::int64_t c = 0; c < cols; ++c) {
-      dx.local()[r * cols + c] = s * static_cast<float>(w.local()[c]) * at(dy, r, c) -
-                                 at(x, r, c) * s * s * s / n * dot.local()[r];
-      dw.local()[c] += at(dy, r, c) * at(x, r, c) * s;
-    }
-  }
-  return rmsnorm_gradients<Xt, Dw>{in_space<Space>(std::move(dx)), in_space<Space>(std::move(dw))};
+  const auto dot = detail::row_sums<kernels::sum_reducer<float>>(
+      x, kernels::rmsnorm_backward_term_at<T, W>{x.data(), w.data(), dy.data(), cols});
+  Xt dx(x.context(), x.shape());
+  Xt::space::for_each_element(x.context(), rows, cols,
+                              kernels::rmsnorm_input_gradient_at<T, W>{x.data(), w.data(), dy.data(), rstd.data(),
+                                                                       dot.data(), cols, x.global_extent(1),
+                                                                       dx.data()});
+  using Dw = tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Col>,
+                           as_unreduced_t<typename Row::axes>>;
+  Dw dw(x.context(), typename Dw::shape_type(index_array<1>{x.global_extent(1)}));
+  Xt::space::sum_columns(x.context(), rows, cols,
+                         kernels::rmsnorm_weight_term_at<T>{x.data(), dy.data(), rstd.data(), cols}, dw.data());
+  return rmsnorm_gradients<Xt, Dw>{std::move(dx), std::move(dw)};
 }
 
 }  // namespace tpx::nn

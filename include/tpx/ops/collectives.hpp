@@ -4,9 +4,15 @@
 //   all_gather<X>(t)            [B_X, D]      -> [B, D]        X must be B's innermost split
 //   reduce_scatter<X, D>(t)     [B, D]{U_X}   -> [B, D_X]
 //   all_reduce<X>(t)            [B, D]{U_X}   -> [B, D]
+//   all_reduce_max<X>(t)        [B, D]{U_X}   -> [B, D]        the maximum over X, not the sum
 //   all_to_all<X, B, D>(t)      [B_X, D]      -> [B, D_X]
 //   slice<X, D>(t)              [B, D]        -> [B, D_X]      local: keep this rank's block
 //   embed<X, D>(t)              [B, D_X]      -> [B, D]{U_X}   local: block into zeros
+//
+// all_reduce_max reads {U_X} as "each rank holds a partial maximum over X" (say the row maxima of
+// its block of logits whose vocabulary is split over X, for a vocab-parallel softmax): the type
+// records that the values differ along X and must be combined, not how, so such a tensor must
+// go to all_reduce_max and nowhere else (an implicit reduction or all_reduce would sum it).
 //
 // Dims can be given as templates (reduce_scatter<X, D>) or as types (reduce_scatter<X, D<>>).
 // Any dim may be the one gathered or scattered, not only the outermost: blocks of an inner dim
@@ -20,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "tpx/comm/communicator.hpp"
 #include "tpx/core/compile_error.hpp"
 #include "tpx/sharding/sharding.hpp"
 #include "tpx/sharding/split.hpp"
@@ -96,11 +103,11 @@ auto all_gather(const Tn& t) {
     for (int r = 0; r < parts; ++r)
       counts[r] = static_cast<std::size_t>(split_block(parent.size, parts, r).size * others);
     if (k == 0) {
-      comm.all_gather(t.local(), out.local(), counts);
+      comm.all_gather(t.elements(), out.elements(), counts);
       return out;
     }
     auto gathered = Tn::space::template make_buffer<typename Tn::value_type>(ctx, out.size());
-    comm.all_gather(t.local(), std::span(gathered.data(), gathered.size()), counts);
+    comm.all_gather(t.elements(), std::span(gathered.data(), gathered.size()), counts);
     std::size_t at = 0;
     for (int r = 0; r < parts; ++r) {
       const block piece = split_block(parent.size, parts, r);
@@ -139,7 +146,7 @@ auto reduce_scatter(const Tn& t) {
     for (int r = 0; r < parts; ++r)
       counts[r] = static_cast<std::size_t>(split_block(extent, parts, r).size * others);
     if (k == 0) {
-      comm.reduce_scatter(t.local(), out.local(), counts);
+      comm.reduce_scatter(t.elements(), out.elements(), counts);
       return out;
     }
     auto packed = Tn::space::template make_buffer<typename Tn::value_type>(ctx, t.size());
@@ -153,7 +160,7 @@ auto reduce_scatter(const Tn& t) {
       at += counts[r];
     }
     comm.reduce_scatter(std::span<const typename Tn::value_type>(packed.data(), packed.size()),
-                        out.local(), counts);
+                        out.elements(), counts);
     return out;
   }
 }
@@ -162,6 +169,19 @@ auto reduce_scatter(const Tn& t) {
   return reduce_scatter<A, D<>>(t);
 }
 
+namespace detail {
+// all_reduce and all_reduce_max once the type is checked: [..]{U_A, ..} -> [..]{..}, each
+// element combined over A by `op`.
+template <MeshAxis A, AnyTensor Tn>
+auto all_reduce_by(const Tn& t, reduction op) {
+  using Result =
+      tensor_with_t<Tn, typename Tn::dims, unreduced_without_t<typename Tn::unreduced, A>>;
+  Result out(t.context(), typename Result::shape_type(t.global_extents()));
+  t.context().template group<A>().all_reduce(t.elements(), out.elements(), op);
+  return out;
+}
+}  // namespace detail
+
 // [..]{U_X} -> [..]: every rank along X ends with the sum of the partial sums.
 template <MeshAxis A, AnyTensor Tn>
 auto all_reduce(const Tn& t) {
@@ -169,13 +189,18 @@ auto all_reduce(const Tn& t) {
   if constexpr (!q::unreduced)
     compile_error<"tpx: all_reduce<" + A::name + ">: tensor " + Tn::notation +
                   " is not unreduced over " + A::name + " (nothing to reduce)">{};
-  if constexpr (q::unreduced) {
-    using Result =
-        tensor_with_t<Tn, typename Tn::dims, unreduced_without_t<typename Tn::unreduced, A>>;
-    Result out(t.context(), typename Result::shape_type(t.global_extents()));
-    t.context().template group<A>().all_reduce(t.local(), out.local());
-    return out;
-  }
+  if constexpr (q::unreduced) return detail::all_reduce_by<A>(t, reduction::sum);
+}
+
+// [..]{U_X} -> [..]: every rank along X ends with the maximum of the partial maxima (NaN if any
+// is NaN, except over NCCL: comm/communicator.hpp). The type change is all_reduce's.
+template <MeshAxis A, AnyTensor Tn>
+auto all_reduce_max(const Tn& t) {
+  using q = detail::axis_query<Tn, A>;
+  if constexpr (!q::unreduced)
+    compile_error<"tpx: all_reduce_max<" + A::name + ">: tensor " + Tn::notation +
+                  " is not unreduced over " + A::name + " (nothing to reduce)">{};
+  if constexpr (q::unreduced) return detail::all_reduce_by<A>(t, reduction::max);
 }
 
 // [.., F_..X, .., T_.., ..] -> [.., F_.., .., T_..X, ..]: X moves from dim F to dim T.

@@ -4,6 +4,7 @@
 //   auto g  = tpx::map(tpx::kernels::gelu{}, a);              // same sharding as a
 //   auto y  = tpx::map(tpx::kernels::add{}, x, o);            // x and o: the same sharding
 //   auto s  = tpx::add(partial_a, partial_b);                 // sums of partial sums are fine
+//   auto d  = a - b;  auto e = 0.5f * (a + b);                 // tpx::sub, tpx::add, tpx::scale
 //   auto hb = tpx::cast<tpx::bf16>(h);                        // element type only
 //
 // Operands must have the same sharding: mixing [B_X, D_Y] with [B_X, D] would pair elements of
@@ -67,12 +68,43 @@ A add(const A& a, const B& b) {
   return out;
 }
 
+// a - b, for partial sums too (both unreduced over the same axes).
+template <AnyTensor A, AnyTensor B>
+A sub(const A& a, const B& b) {
+  detail::check_same_sharding<A, B>();
+  A out(a.context(), a.shape());
+  A::space::transform(a.context(), a.size(), kernels::sub{}, out.data(), a.data(), b.data());
+  return out;
+}
+
 // s * a, for partial sums too.
 template <AnyTensor A>
 A scale(const A& a, float s) {
   A out(a.context(), a.shape());
   A::space::transform(a.context(), a.size(), kernels::scale{s}, out.data(), a.data());
   return out;
+}
+
+// Operators, for tpx tensors only (both operands, or the tensor and an arithmetic scalar): local
+// elementwise work, never communication. They are add, sub and scale, so differently sharded
+// operands are the same compile error ("the shardings differ (reshard one operand first)").
+template <AnyTensor A, AnyTensor B>
+A operator+(const A& a, const B& b) {
+  return add(a, b);
+}
+template <AnyTensor A, AnyTensor B>
+A operator-(const A& a, const B& b) {
+  return sub(a, b);
+}
+template <AnyTensor A, class S>
+requires std::is_arithmetic_v<S>
+A operator*(const A& a, S s) {
+  return scale(a, static_cast<float>(s));
+}
+template <class S, AnyTensor A>
+requires std::is_arithmetic_v<S>
+A operator*(S s, const A& a) {
+  return scale(a, static_cast<float>(s));
 }
 
 // The same tensor with elements stored as To (rounded to nearest even for bf16).

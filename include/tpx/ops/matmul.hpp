@@ -9,7 +9,9 @@
 // the notes' four cases (ops/plan.hpp); matmul_traits<L, R>::description shows them, e.g.
 // "AllGather<Y>(lhs, D); GEMM; -> [B_X, F_Y]", and ::lhs_steps / ::rhs_steps as types.
 // matmul<Target>(a, b) states the result's sharding: it steers case 4 towards gathering the
-// side that yields Target and then reshards (a reduction, typically) to Target.
+// side that yields Target and then reshards (a reduction, typically) to Target. Batched and
+// multi-dim contractions (attention's [B, H, T, E] *_E [B, H, S, E]) are einsum (ops/einsum.hpp);
+// contract<J...> goes there for anything but two matrices sharing one dim.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <utility>
 
 #include "tpx/core/compile_error.hpp"
+#include "tpx/ops/einsum.hpp"
 #include "tpx/ops/plan.hpp"
 #include "tpx/ops/reshard.hpp"
 #include "tpx/tensor/tensor.hpp"
@@ -172,29 +175,46 @@ auto contract_impl(const L& a, const R& b) {
 
 }  // namespace detail
 
-// a *_J b: contract the dim J that both operands have.
-template <Dim J, AnyTensor L, AnyTensor R>
+namespace detail {
+// Two matrices sharing exactly one dim: the two-dim product of this file, not a batched einsum.
+template <class L, class R>
+inline constexpr bool is_matrix_pair_v =
+    L::order == 2 && R::order == 2 && shared_dim<L, R>::shared == 1;
+}  // namespace detail
+
+// a *_J b: contract the dim J that both operands have. Two matrices sharing only J are
+// multiplied here; anything else (more dims, dims shared besides J, several contracted dims
+// contract<J, K>) is einsum<J...>(a, b) (ops/einsum.hpp), which batches over the other shared dims.
+template <Dim J, Dim... More, AnyTensor L, AnyTensor R>
 auto contract(const L& a, const R& b) {
-  return detail::contract_impl<unsplit_t<J>, void>(a, b);
+  if constexpr (sizeof...(More) == 0 && detail::is_matrix_pair_v<L, R>)
+    return detail::contract_impl<unsplit_t<J>, void>(a, b);
+  else
+    return einsum<J, More...>(a, b);
 }
-template <template <class...> class J, AnyTensor L, AnyTensor R>
+template <template <class...> class J, template <class...> class... More, AnyTensor L,
+          AnyTensor R>
 auto contract(const L& a, const R& b) {
-  return detail::contract_impl<J<>, void>(a, b);
+  return contract<J<>, More<>...>(a, b);
 }
 
-// a * b over the one dim they share.
-template <class Target = void, AnyTensor L, AnyTensor R>
+// a * b over the one dim they share. The target, if any, is spelled as for reshard: a whole
+// tensor type (matmul<Tensor<float, I<X>, K<>>>(a, b)) or its dims and Unreduced
+// (matmul<I<X>, K<>>(a, b)); both give the same result type.
+template <class... Target, AnyTensor L, AnyTensor R>
 auto matmul(const L& a, const R& b) {
   using shared = detail::shared_dim<L, R>;
   if constexpr (shared::shared != 1) {
     compile_error<"tpx: matmul " + L::notation + " * " + R::notation +
                   ": the operands must share exactly one dim to contract (name it with "
                   "contract<Dim>(a, b))">{};
-  } else if constexpr (std::is_void_v<Target>) {
+  } else if constexpr (sizeof...(Target) == 0 ||
+                       (sizeof...(Target) == 1 && (std::is_void_v<Target> && ...))) {
     return detail::contract_impl<typename shared::type, void>(a, b);
   } else {
-    return detail::contract_impl<typename shared::type,
-                                 typename detail::target_tensor<L, Target>::type>(a, b);
+    using To = typename detail::target_tensor<L, Target...>::type;
+    detail::check_target_axes<To>(a.context(), "matmul");
+    return detail::contract_impl<typename shared::type, To>(a, b);
   }
 }
 

@@ -12,6 +12,8 @@
 // Every other change of sharding is spelled reshard.
 #pragma once
 
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -97,9 +99,27 @@ struct target_tensor {
 template <class Like, class Space, class T, class... Spec>
 struct target_tensor<Like, BasicTensor<Space, T, Spec...>> {
   static_assert(std::is_same_v<T, typename Like::value_type>,
-                "tpx: reshard keeps the element type; convert it separately");
+                "tpx: a target sharding keeps the element type; convert it separately (cast)");
   using type = BasicTensor<Space, T, Spec...>;
 };
+
+// A tensor type does not know its mesh (only the rank does), so a target over an axis the mesh
+// lacks (reshard<I<Z>, J<>>(a) on Mesh<X, Y>) is found here, at run time, before any
+// communication: every rank throws the same error at the same call.
+template <AnyTensor To>
+void check_target_axes(const rank_context& ctx, const char* op) {
+  [&]<class... Axes>(type_list<Axes...>) {
+    [[maybe_unused]] auto check = [&]<class A>(A*) {
+      if (!ctx.has_axis<A>())
+        throw std::invalid_argument("tpx: " + std::string(op) + " to " +
+                                    std::string(To::notation.c_str()) + ": mesh axis " +
+                                    std::string(A::name.c_str()) +
+                                    " is not an axis of the mesh (" + ctx.mesh_string() +
+                                    ") of rank " + std::to_string(ctx.world_rank()));
+    };
+    (check(static_cast<Axes*>(nullptr)), ...);
+  }(typename To::traits::axes{});
+}
 
 }  // namespace detail
 
@@ -135,6 +155,7 @@ auto reshard(const Tn& t) {
   if constexpr (!traits::possible) {
     compile_error<freeze<[] { return traits::plan.error; }>()>{};
   } else {
+    detail::check_target_axes<To>(t.context(), "reshard");
     return detail::apply_steps<typename traits::universe, traits::plan.steps>(t);
   }
 }

@@ -64,6 +64,13 @@ class rank_context {
                                 std::string(A::name.c_str()) + " is not an axis of the mesh (" +
                                 mesh_string() + ")");
   }
+  // Whether A is an axis of this rank's mesh (axis_index<A>() throws when it is not).
+  template <MeshAxis A>
+  bool has_axis() const {
+    for (const axis_place& a : axes_)
+      if (a.key == &axis_key<A>) return true;
+    return false;
+  }
   template <MeshAxis A>
   const axis_place& axis() const {
     return axes_[axis_index<A>()];

@@ -4,8 +4,11 @@
 // This is tpx's default backend, so every program runs, and is tested, on any machine: it is
 // the analogue of JAX's forced host devices and PyTorch's threaded process group. The launcher
 // registers one communicator group per set of mesh axes (the rows, the columns, the whole mesh
-// ...) before the threads start, gives each rank a Rank<Mesh> that finds them, and keeps BLAS
-// single-threaded inside the ranks.
+// ...) before the threads start, gives each rank a Rank<Mesh> that finds them, and shares the
+// cores among the ranks' BLAS calls: each call may use the cores the ranks leave idle
+// (hardware threads / ranks, at least 1; options.blas_threads overrides), so a 1x1 mesh on a
+// many-core machine runs its GEMMs on every core and a mesh of as many ranks as cores runs each
+// rank's GEMMs on its own thread.
 //
 // If a rank throws, the others' pending and future collectives fail at once (comm_error naming
 // the rank), every thread is joined, and spmd rethrows the first failure as spmd_error,
@@ -13,6 +16,7 @@
 // than options.timeout for its group fails the same way, naming who never arrived.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -39,6 +43,8 @@ inline constexpr host_backend host{};
 struct spmd_options {
   // How long a rank waits for its group in a collective before failing.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Threads each BLAS call may use; 0: the hardware threads divided among the ranks.
+  int blas_threads = 0;
 };
 
 class spmd_error : public std::runtime_error {
@@ -90,10 +96,13 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
   for (unsigned mask = 1; mask < masks; ++mask)
     set_of_mask[mask] = world.add_groups(detail::groups_of_axes(mesh, mask));
 
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  kernels::set_blas_threads(options.blas_threads > 0 ? options.blas_threads
+                                                     : std::max(1, cores / ranks));
+
   std::vector<std::exception_ptr> failures(ranks);
   auto run_rank = [&](int r) {
     try {
-      kernels::set_blas_threads(1);
       std::vector<std::unique_ptr<communicator_model<HostCommunicator>>> comms;
       std::vector<any_communicator*> groups(masks, nullptr);
       for (unsigned mask = 1; mask < masks; ++mask) {

@@ -8,12 +8,21 @@
 //                               rank's stream, from a pool)
 //   copy_box(ctx, ...)          tensor/box_copy.hpp's copy between two arrays of the space
 //   gemm(ctx, ...)              the local matrix product, row-major, BLAS conventions
+//   gemm_batched(ctx, ...)      gemm on a batch of matrices at fixed strides (ops/einsum.hpp)
 //   transform(ctx, n, f, out, in...)   out[i] = f(in[i]...), f a kernels/ functor
 //   to_host / from_host         copies between the space and host memory
-//   adamw(ctx, n, update, p, g, m, v)   kernels/optimizer.hpp's AdamW step on n parameters
+//   adamw(ctx, n, update, scale, p, g, m, v)   kernels/optimizer.hpp's AdamW step on n
+//                               parameters, the gradient multiplied by *scale (in the space)
 //   sum_of_squares(ctx, n, x, out)      *out (in the space) = the sum of x[i]^2
-// The collectives, reshard and matmul are written once against this interface; the CUDA
-// backend adds a device space with the same functions.
+// and, for the layers of nn/ (norms, losses, embeddings), four loops over a rows x cols grid
+// whose per-element math is a kernels/ functor of (r, c):
+//   reduce_rows<R>(ctx, rows, cols, term, out)     out[r] = R-fold over c of term(r, c)
+//   for_each_element(ctx, rows, cols, fn)          fn(r, c) everywhere (fn stores its results)
+//   sum_columns(ctx, rows, cols, term, out)        out[c] += sum over r of term(r, c)
+//   scatter_add_rows(ctx, rows, cols, index, term, out)   out[index(r) * cols + c] += term(r, c)
+// The collectives, reshard, matmul and the layers are written once against this interface; the
+// CUDA backend adds a device space with the same functions. host_accessible says that the host
+// may read the space's memory, which is what lets Tensor::local() compile (tensor.hpp).
 #pragma once
 
 #include <algorithm>
@@ -31,6 +40,8 @@
 namespace tpx {
 
 struct host_space {
+  static constexpr bool host_accessible = true;
+
   template <class T>
   using buffer = std::vector<T>;
 
@@ -53,6 +64,19 @@ struct host_space {
     kernels::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 
+  // gemm on `batch` matrix triples, the i-th at a + i * stride_a, b + i * stride_b and
+  // c + i * stride_c (einsum's batched contractions): a loop of gemm, one BLAS call each.
+  template <class T>
+  static void gemm_batched(const rank_context& ctx, bool trans_a, bool trans_b, std::int64_t m,
+                           std::int64_t n, std::int64_t k, float alpha, const T* a,
+                           std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+                           std::int64_t stride_b, float beta, T* c, std::int64_t ldc,
+                           std::int64_t stride_c, std::int64_t batch) {
+    for (std::int64_t i = 0; i < batch; ++i)
+      gemm(ctx, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb,
+           beta, c + i * stride_c, ldc);
+  }
+
   template <class F, class Out, class... In>
   static void transform(const rank_context&, std::size_t n, const F& f, Out* out, const In*... in) {
     kernels::transform(static_cast<std::int64_t>(n), f, out, in...);
@@ -69,8 +93,9 @@ struct host_space {
 
   template <class G>
   static void adamw(const rank_context&, std::size_t n, const kernels::adamw_update& update,
-                    float* p, const G* g, float* m, float* v) {
-    for (std::size_t i = 0; i < n; ++i) update(p[i], static_cast<float>(g[i]), m[i], v[i]);
+                    const float* scale, float* p, const G* g, float* m, float* v) {
+    const kernels::adamw_update scaled = update.scaled_by(*scale);
+    for (std::size_t i = 0; i < n; ++i) scaled(p[i], static_cast<float>(g[i]), m[i], v[i]);
   }
 
   // Accumulated in double, in index order.
@@ -80,6 +105,41 @@ struct host_space {
     double s = R::identity();
     for (std::size_t i = 0; i < n; ++i) s = R::combine(s, R::element(static_cast<float>(x[i])));
     *out = static_cast<float>(s);
+  }
+
+  // Each row folded serially in R::value_type, columns in order.
+  template <class R, class Term>
+  static void reduce_rows(const rank_context&, std::int64_t rows, std::int64_t cols,
+                          const Term& term, float* out) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      typename R::value_type acc = R::identity();
+      for (std::int64_t c = 0; c < cols; ++c) acc = R::combine(acc, R::element(term(r, c)));
+      out[r] = static_cast<float>(acc);
+    }
+  }
+
+  template <class Fn>
+  static void for_each_element(const rank_context&, std::int64_t rows, std::int64_t cols,
+                               const Fn& fn) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) fn(r, c);
+  }
+
+  // Rows in order, in fp32.
+  template <class Term>
+  static void sum_columns(const rank_context&, std::int64_t rows, std::int64_t cols,
+                          const Term& term, float* out) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) out[c] += term(r, c);
+  }
+
+  template <class Index, class Term>
+  static void scatter_add_rows(const rank_context&, std::int64_t rows, std::int64_t cols,
+                               const Index& index, const Term& term, float* out) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* row = out + index(r) * cols;
+      for (std::int64_t c = 0; c < cols; ++c) row[c] += term(r, c);
+    }
   }
 };
 

@@ -1,16 +1,17 @@
-// Staging between a tensor's memory space and host memory, for code that reads or writes
-// elements one by one on the host (the example trainer's embedding lookup and loss rows,
-// nn/rmsnorm.hpp's row loops).
+// The two named crossings between a tensor's memory space and host memory. Nothing else in tpx
+// moves a tensor's elements to or from the host: a device tensor's local() does not compile
+// (tensor.hpp), so a step cannot read device memory by accident.
 //
 //   on_host(t)            t's elements in host memory: t itself for a host tensor (no copy),
-//                         else a host tensor of the same sharding holding a copy
+//                         else a host tensor of the same sharding holding a copy (it waits for
+//                         the rank's stream)
 //   in_space<Space>(h)    a tensor of Space with the elements of the host tensor h: h itself,
 //                         moved, when Space is the host
+//   scalar_on_host(s)     the value of a scalar tensor (a loss, a norm), read through on_host
 //
-// For host tensors both are free, so code written with them runs the host backend exactly as
-// before. For device tensors they are the correctness-first fallback of an operation with no
-// device kernel: copy in, loop on the host, copy back (each copy waits for the rank's stream).
-// GEMMs and collectives never go through here; they run in the tensor's own space.
+// What crosses in a training step is the batch (in_space, once per step) and, on the steps that
+// report them, the loss and gradient norm (on_host of two scalars). Initial weights and
+// checkpoints cross too, outside the step. tests/trainer/staging_test.cpp counts the bytes.
 #pragma once
 
 #include <type_traits>
@@ -50,6 +51,13 @@ BasicTensor<Space, T, Spec...> in_space(BasicTensor<host_space, T, Spec...>&& h)
     Space::from_host(h.context(), h.data(), h.size(), t.data());
     return t;
   }
+}
+
+template <AnyTensor Tn>
+typename Tn::value_type scalar_on_host(const Tn& s) {
+  static_assert(Tn::order == 0 && std::is_same_v<typename Tn::unreduced, Unreduced<>>,
+                "tpx: scalar_on_host: give a reduced scalar tensor");
+  return on_host(s).local()[0];
 }
 
 }  // namespace tpx

@@ -9,8 +9,12 @@
 //
 // An invalid sharding (an axis on two dims, an axis both sharding and unreduced) is a compile
 // error naming the dims and the axis. Elements live in the memory space Space (host memory for
-// tpx::Tensor, see host_space.hpp; local() is then a span of that space's memory); every
-// tensor remembers the rank_context it belongs to.
+// tpx::Tensor, see host_space.hpp); every tensor remembers the rank_context it belongs to.
+// local(), the block as a span the host may read and write, exists only for spaces the host can
+// address (host_accessible_v): for a device tensor it does not compile, so code generic over the
+// space cannot touch device memory from the host, nor copy it there, by accident. The one way
+// across is a named copy (tensor/staging.hpp). elements() is the block as a span of the space's
+// own memory, for handing to that space's functions and to communicators.
 #pragma once
 
 #include <array>
@@ -54,6 +58,15 @@ struct shape_of<type_list<Dims...>> {
 };
 }  // namespace detail
 
+// Whether the host may dereference pointers into Space's memory (Space::host_accessible).
+template <class Space>
+inline constexpr bool host_accessible_v = [] {
+  if constexpr (requires { Space::host_accessible; })
+    return bool(Space::host_accessible);
+  else
+    return false;
+}();
+
 template <class Space, class T, class... Spec>
 class BasicTensor {
   static_assert(detail::check_sharding<Spec...>(), "tpx: invalid sharding (see above)");
@@ -78,6 +91,17 @@ class BasicTensor {
         Space::template make_buffer<T>(context, static_cast<std::size_t>(element_count(local_)));
   }
 
+  // The same, made with a typed rank (Rank<Mesh<X, Y>>): an axis the mesh lacks is a compile
+  // error ("mesh axis Z is not an axis of this mesh"), as for the factories.
+  template <class R>
+  requires(std::is_base_of_v<rank_context, R> && requires { typename R::mesh_type; })
+  BasicTensor(const R& rank, const shape_type& global)
+      : BasicTensor(static_cast<const rank_context&>(rank), global) {
+    [&]<class... Axes>(type_list<Axes...>) {
+      (R::mesh_type::template index_of<Axes>(), ...);
+    }(typename traits::axes{});
+  }
+
   // Reduce-on-declaration: a partial sum converts to a declared type that only reduces it,
   // `Tensor<float, I<>, K<X>> c = matmul(a, b);` with c's type asking for ReduceScatter<X>(K).
   template <class... Other>
@@ -98,8 +122,20 @@ class BasicTensor {
   std::int64_t local_offset(std::size_t d) const { return offset_[d]; }
   shape_type shape() const { return shape_type(global_); }
 
-  std::span<T> local() { return data_; }
-  std::span<const T> local() const { return data_; }
+  // This rank's block, row-major, for the host to read and write: host memory only.
+  std::span<T> local()
+    requires host_accessible_v<Space>
+  {
+    return data_;
+  }
+  std::span<const T> local() const
+    requires host_accessible_v<Space>
+  {
+    return data_;
+  }
+  // This rank's block as a span of Space's memory: for Space's functions and communicators.
+  std::span<T> elements() { return data_; }
+  std::span<const T> elements() const { return data_; }
   T* data() { return data_.data(); }
   const T* data() const { return data_.data(); }
   std::size_t size() const { return data_.size(); }

@@ -4,12 +4,16 @@
 //
 // Inputs are small integers (element i of rank r's input is in [-8, 7]): their sums over up to
 // 16 ranks are exact in fp32 and in bf16, whatever the order, so every result must equal the
-// host's exactly. Each case runs with equal counts and with uneven ones (the blocks of an
-// extent that does not divide), for float and bf16, out of place and, where the collective has
-// one, in place. Ranks count their wrong elements; the test checks the totals after spmd.
+// host's exactly. all_reduce runs as a sum and as a maximum (reduction::max; -inf among the
+// inputs, on every rank for some elements; no NaN, which NCCL's max does not propagate). Each case
+// runs with equal counts and with uneven ones (the blocks of an extent that does not divide),
+// for float and bf16, out of place and, where the collective has one, in place. Ranks count
+// their wrong elements; the test checks the totals after spmd.
 #pragma once
 
 #include <doctest/doctest.h>
+
+#include <math.h>  // INFINITY
 
 #include <algorithm>
 #include <atomic>
@@ -96,6 +100,27 @@ std::int64_t wrong_elements(RankT& rank, bool uneven) {
     expect(out, 0, summed(total, 0));
     comm.all_reduce(std::span<const T>(in.data(), in.size()), std::span<T>(in.data(), in.size()));
     expect(in, 0, summed(total, 0));
+  }
+  // all_reduce with reduction::max, out of place and in place. Element i is -inf on rank r when
+  // (i + r) % 5 == 0, and on every rank when i % 7 == 3 (its maximum is -inf).
+  {
+    const auto with_infinities = [&](int r) {
+      std::vector<float> v = inputs(r, total);
+      for (std::size_t i = 0; i < total; ++i)
+        if ((i + static_cast<std::size_t>(r)) % 5 == 0 || i % 7 == 3) v[i] = -INFINITY;
+      return v;
+    };
+    std::vector<float> maxima(total, -INFINITY);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<float> v = with_infinities(r);
+      for (std::size_t i = 0; i < total; ++i) maxima[i] = std::max(maxima[i], v[i]);
+    }
+    auto in = device(with_infinities(me));
+    auto out = device(std::vector<float>(total, -100.0f));
+    comm.all_reduce(std::span<const T>(in.data(), in.size()), std::span<T>(out.data(), out.size()), reduction::max);
+    expect(out, 0, maxima);
+    comm.all_reduce(std::span<const T>(in.data(), in.size()), std::span<T>(in.data(), in.size()), reduction::max);
+    expect(in, 0, maxima);
   }
   // all_to_all: block s of rank r's input (its elements from r * total + starts[s]) goes to s.
   {

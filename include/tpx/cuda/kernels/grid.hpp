@@ -1,0 +1,105 @@
+// The device twins of host_space's four loops over a rows x cols grid (tensor/host_space.hpp),
+// on which the layers of nn/ (RMSNorm over a sharded dim, vocab-parallel cross-entropy,
+// embedding lookup and its gradient) are written once for every memory space. The per-element
+// math is a kernels/ functor of (r, c), the same one the host loops call.
+//
+//   reduce_rows<R>(stream, rows, cols, term, out)    out[r] = R-fold over c of term(r, c):
+//                                                    one block per row, cub::BlockReduce
+//   for_each_element(stream, rows, cols, fn)         fn(r, c) on every element, grid-stride
+//   sum_columns(stream, pool, rows, cols, term, out) out[c] += sum over r of term(r, c):
+//                                                    rows.hpp's two deterministic passes
+//   scatter_add_rows(stream, rows, cols, index, term, out)
+//                                                    out[index(r) * cols + c] += term(r, c),
+//                                                    by fp32 atomics (the order of the sums, so
+//                                                    the last bits, vary from run to run)
+//
+// The trees of the block reductions sum in another order than the host's serial loops, so the
+// device agrees with the host to a few ulps per reduction, as the norms' kernels do.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tpx/cuda/check.hpp"
+#include "tpx/cuda/kernels/launch.hpp"
+#include "tpx/cuda/kernels/rows.hpp"
+
+namespace tpx::cuda {
+
+namespace detail {
+
+template <class R>
+struct combine_of {
+  __device__ typename R::value_type operator()(typename R::value_type a, typename R::value_type b) const {
+    return R::combine(a, b);
+  }
+};
+
+template <class R, class Term>
+__global__ void __launch_bounds__(block_threads)
+    reduce_rows_kernel(std::int64_t rows, std::int64_t cols, Term term, float* out) {
+  using Acc = typename R::value_type;
+  __shared__ typename block_reduce<Acc>::TempStorage scratch;
+  __shared__ Acc shared;
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    Acc acc = R::identity();
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) acc = R::combine(acc, R::element(term(r, c)));
+    const Acc total = block_combine(scratch, shared, acc, combine_of<R>{});
+    if (threadIdx.x == 0) out[r] = static_cast<float>(total);
+  }
+}
+
+template <class Fn>
+__global__ void __launch_bounds__(block_threads) for_each_element_kernel(std::int64_t rows, std::int64_t cols, Fn fn) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = global_thread(); i < n; i += grid_stride()) fn(i / cols, i % cols);
+}
+
+template <class Term>
+struct as_column_term {
+  Term term;
+  __device__ vec<float, 1> operator()(std::int64_t r, std::int64_t c) const { return {{term(r, c)}}; }
+};
+
+template <class Index, class Term>
+__global__ void __launch_bounds__(block_threads)
+    scatter_add_rows_kernel(std::int64_t rows, std::int64_t cols, Index index, Term term, float* out) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = global_thread(); i < n; i += grid_stride()) {
+    const std::int64_t r = i / cols, c = i % cols;
+    atomicAdd(out + index(r) * cols + c, term(r, c));
+  }
+}
+
+}  // namespace detail
+
+template <class R, class Term>
+void reduce_rows(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const Term& term, float* out) {
+  if (rows <= 0) return;
+  detail::reduce_rows_kernel<R><<<row_blocks(rows), block_threads, 0, stream>>>(rows, cols, term, out);
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Fn>
+void for_each_element(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const Fn& fn) {
+  if (rows <= 0 || cols <= 0) return;
+  detail::for_each_element_kernel<<<grid_for(rows * cols), block_threads, 0, stream>>>(rows, cols, fn);
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Term>
+void sum_columns(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows, std::int64_t cols, const Term& term,
+                 float* out) {
+  detail::column_sums<1>(stream, pool, rows, cols, detail::as_column_term<Term>{term}, vec<float*, 1>{{out}});
+}
+
+template <class Index, class Term>
+void scatter_add_rows(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const Index& index, const Term& term,
+                      float* out) {
+  if (rows <= 0 || cols <= 0) return;
+  detail::scatter_add_rows_kernel<<<grid_for(rows * cols), block_threads, 0, stream>>>(rows, cols, index, term, out);
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tpx::cuda

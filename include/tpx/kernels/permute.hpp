@@ -1,0 +1,41 @@
+// permute_into: the per-element math of a local transpose, copying a row-major block into another
+// row-major block that stores the same dims in another order.
+//
+// einsum (ops/einsum.hpp) reads each operand as a stack of matrices, [batch dims..., then the
+// matrix's dims]; an operand stored in another order (the batch dims not leading, a free dim
+// between two contracted ones) is first copied into that layout with this functor. It is a
+// function of a grid position (r, c) of the destination, r running over every destination dim
+// but the last and c over the last, so a memory space runs it with its for_each_element loop
+// (tensor/host_space.hpp's plain loop on the host, cuda/kernels/grid.hpp's kernel on the GPU):
+// one definition of the index arithmetic for both. It holds raw pointers into one memory space and
+// is copied by value into a kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "tpx/core/config.hpp"
+
+namespace tpx::kernels {
+
+template <class T>
+struct permute_into {
+  static constexpr int capacity = 8;
+  const T* src = nullptr;
+  T* dst = nullptr;
+  int ndims = 0;                        // of both blocks, at least 1
+  std::int64_t extent[capacity]{};      // dst's extents, in dst's order
+  std::int64_t src_stride[capacity]{};  // the stride, in src, of dst's dim d
+
+  // dst[r, c] (r the row-major index over dst's dims but the last) = src at the same coordinates.
+  TPX_HOST_DEVICE void operator()(std::int64_t r, std::int64_t c) const {
+    std::int64_t at = c * src_stride[ndims - 1];
+    std::int64_t rest = r;
+    for (int d = ndims - 2; d >= 0; --d) {
+      at += (rest % extent[d]) * src_stride[d];
+      rest /= extent[d];
+    }
+    dst[r * extent[ndims - 1] + c] = src[at];
+  }
+};
+
+}  // namespace tpx::kernels

@@ -1,0 +1,105 @@
+// Mean softmax cross-entropy of logits whose vocabulary is sharded (vocab-parallel, Megatron's
+// VocabParallelCrossEntropy): logits[B_X, V_Y] -> the mean loss over the global batch, and the
+// gradient of the logits, in the logits' own sharding. No rank ever holds a [B, V] row.
+//
+// For row r with target t, over the whole vocabulary:
+//   m[r] = max_v x[r, v]                      each rank's row maximum, then AllReduce(max) over V's axes
+//   s[r] = sum_v exp(x[r, v] - m[r])          a partial sum over V's axes, AllReduce(sum)
+//   x_t[r]                                    the target's logit: the one rank holding column t
+//                                             adds it, the others add 0; AllReduce(sum)
+//   loss = 1/B sum_r (m[r] - x_t[r] + log s[r])   a partial sum over B's axes, AllReduce(sum)
+//   dx[r, v] = (softmax(x)[r, v] - [v == t]) / B  local: every rank has m and s of its rows
+// (kernels/cross_entropy.hpp's pieces, which the unsharded row functions are made of.) Each
+// reduction is a typed partial sum (or partial maximum) reduced by the collective its type names,
+// so the same code runs unsharded (no collective at all) and on any mesh.
+//
+// The targets are column `column` of an int32 token tensor [B.., W] sharded like the logits'
+// rows. A target outside [0, V) gives a NaN loss. Everything runs in the logits' memory space.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "tpx/kernels/grid_terms.hpp"
+#include "tpx/kernels/reduction.hpp"
+#include "tpx/ops/collectives.hpp"
+#include "tpx/ops/reshard.hpp"
+#include "tpx/sharding/transforms.hpp"
+#include "tpx/tensor/tensor.hpp"
+
+namespace tpx::nn {
+
+namespace detail {
+// t's partial maxima over every axis of Axes combined: AllReduce(max) over each in turn.
+template <AnyTensor Tn, class... Axes>
+auto all_reduce_max_over(const Tn& t, type_list<Axes...>) {
+  if constexpr (sizeof...(Axes) == 0) {
+    return Tn(t);
+  } else {
+    return [&]<class First, class... Rest>(type_list<First, Rest...>) {
+      return all_reduce_max_over(all_reduce_max<First>(t), type_list<Rest...>{});
+    }(type_list<Axes...>{});
+  }
+}
+}  // namespace detail
+
+template <class Loss, class Grad>
+struct cross_entropy_result {
+  Loss loss;  // the mean loss, a scalar on every rank, in the logits' memory space
+  Grad dlogits;
+};
+
+// logits: [Rows, Vocab] (Vocab may be sharded); tokens: int32 [Rows, W] with the logits' rows.
+template <AnyTensor Lt, AnyTensor Tok>
+auto cross_entropy(const Lt& logits, const Tok& tokens, std::int64_t column) {
+  using Space = typename Lt::space;
+  using Row = type_at_t<0, typename Lt::dims>;
+  using Vocab = type_at_t<1, typename Lt::dims>;
+  static_assert(Lt::order == 2 && std::is_same_v<typename Lt::unreduced, Unreduced<>>,
+                "tpx: cross_entropy: the logits must be a reduced [Rows, Vocab] tensor");
+  static_assert(Tok::order == 2 && std::is_same_v<type_at_t<0, typename Tok::dims>, Row> &&
+                    std::is_same_v<typename Tok::value_type, std::int32_t>,
+                "tpx: cross_entropy: the targets must be int32 [Rows, W], rows split like the logits'");
+  static_assert(std::is_same_v<typename Tok::space, Space>,
+                "tpx: cross_entropy: logits and targets must be in the same memory space");
+  using T = typename Lt::value_type;
+  const rank_context& ctx = logits.context();
+  const std::int64_t rows = logits.local_extent(0), cols = logits.local_extent(1);
+  const std::int64_t first = logits.local_offset(1), vocab = logits.global_extent(1);
+  const kernels::token_at target{tokens.data(), tokens.local_extent(1), column};
+  using Partial = tensor_with_t<BasicTensor<Space, float>, type_list<Row>,
+                                as_unreduced_t<typename Vocab::axes>>;
+  using Whole = BasicTensor<Space, float, Row>;
+  const typename Partial::shape_type row_shape(index_array<1>{logits.global_extent(0)});
+  const auto partial_rows = [&]<class R>(R, const auto& term) {
+    Partial p(ctx, row_shape);
+    Space::template reduce_rows<R>(ctx, rows, cols, term, p.data());
+    return p;
+  };
+
+  const Whole row_max = detail::all_reduce_max_over(
+      partial_rows(kernels::max_reducer<float>{}, kernels::element_at<T>{logits.data(), cols}),
+      typename Vocab::axes{});
+  const Whole row_sum = reshard<Whole>(partial_rows(
+      kernels::sum_reducer<float>{}, kernels::exp_shifted_at<T>{logits.data(), row_max.data(), cols}));
+  const Whole target_logit = reshard<Whole>(partial_rows(
+      kernels::sum_reducer<float>{}, kernels::target_logit_at<T>{logits.data(), target, first, cols}));
+
+  const float share = 1.0f / static_cast<float>(logits.global_extent(0));
+  using LossPartial =
+      tensor_with_t<BasicTensor<Space, float>, type_list<>, as_unreduced_t<typename Row::axes>>;
+  LossPartial loss(ctx, {});
+  Space::template reduce_rows<kernels::sum_reducer<float>>(
+      ctx, 1, rows,
+      kernels::cross_entropy_loss_at{row_max.data(), row_sum.data(), target_logit.data(), target, vocab, share},
+      loss.data());
+
+  Lt dlogits(ctx, logits.shape());
+  Space::for_each_element(ctx, rows, cols,
+                          kernels::cross_entropy_gradient_at<T, T>{logits.data(), row_max.data(), row_sum.data(),
+                                                                   target, first, cols, share, dlogits.data()});
+  auto total = reshard<BasicTensor<Space, float>>(loss);
+  return cross_entropy_result<decltype(total), Lt>{std::move(total), std::move(dlogits)};
+}
+
+}  // namespace tpx::nn

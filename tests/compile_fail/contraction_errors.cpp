@@ -1,0 +1,52 @@
+// Batched contractions (tpx::einsum, include/tpx/ops/einsum.hpp) that tpx must reject at compile
+// time, one per case, each with the sentence the compiler must print. As for sharding_errors.cpp,
+// tests/CMakeLists.txt reads the `// expect(CASE): text` lines below, compiles this file once per
+// CASE with -DCASE, and passes only if compilation fails with a diagnostic containing the text.
+//
+// expect(EINSUM_BATCH_SPLIT_DIFFERS): batch dim H is split as H_Y on the left and as H on the right
+// expect(EINSUM_BATCH_AXES_ORDER): batch dim B is split as B_XY on the left and as B_YX
+// expect(EINSUM_DIM_MISSING): \*_E \[B, S, F\]: the right operand has no dim E
+// expect(EINSUM_DIM_TWICE): dim E is named twice
+// expect(EINSUM_UNREDUCED_MEETS_AXIS): left operand is unreduced over X and the right one also
+// expect(EINSUM_ELEMENT_TYPES): the operands must have the same element type and memory space
+// expect(EINSUM_TOO_MANY_DIMS): the result would have more dims than a tensor may
+#include <tpx/tpx.hpp>
+
+TPX_MESH_AXES(X, Y);
+TPX_DIMS(B, H, T, S, E, F, J, P1, P2, P3, P4, P5, Q1, Q2, Q3, Q4);
+
+using tpx::Tensor;
+using tpx::Unreduced;
+
+template <class Tn>
+const Tn& some() {
+  static const Tn* none = nullptr;
+  return *none;
+}
+
+void body() {
+#if defined(EINSUM_BATCH_SPLIT_DIFFERS)
+  auto t = tpx::einsum<E>(some<Tensor<float, B<X>, H<Y>, T<>, E<>>>(),
+                          some<Tensor<float, B<X>, H<>, S<>, E<>>>());
+#elif defined(EINSUM_BATCH_AXES_ORDER)
+  auto t = tpx::einsum<E>(some<Tensor<float, B<X, Y>, T<>, E<>>>(),
+                          some<Tensor<float, B<Y, X>, S<>, E<>>>());
+#elif defined(EINSUM_DIM_MISSING)
+  auto t =
+      tpx::einsum<E>(some<Tensor<float, B<>, T<>, E<>>>(), some<Tensor<float, B<>, S<>, F<>>>());
+#elif defined(EINSUM_DIM_TWICE)
+  auto t =
+      tpx::einsum<E, E>(some<Tensor<float, B<>, T<>, E<>>>(), some<Tensor<float, B<>, S<>, E<>>>());
+#elif defined(EINSUM_UNREDUCED_MEETS_AXIS)
+  auto t = tpx::einsum<E>(some<Tensor<float, B<>, T<>, E<>, Unreduced<X>>>(),
+                          some<Tensor<float, B<>, S<X>, E<>>>());
+#elif defined(EINSUM_ELEMENT_TYPES)
+  auto t = tpx::einsum<E>(some<Tensor<float, B<>, T<>, E<>>>(),
+                          some<Tensor<tpx::bf16, B<>, S<>, E<>>>());
+#elif defined(EINSUM_TOO_MANY_DIMS)
+  auto t = tpx::contract<J>(some<Tensor<float, P1<>, P2<>, P3<>, P4<>, P5<>, J<>>>(),
+                            some<Tensor<float, J<>, Q1<>, Q2<>, Q3<>, Q4<>>>());
+#endif
+}
+
+int main() {}

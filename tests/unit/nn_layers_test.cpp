@@ -1,0 +1,155 @@
+// The layers of tpx/nn on sharded tensors against naive loops over the whole tensors in double:
+// RMSNorm over a dim split on the tensor-parallel axis (forward and backward), the vocab-parallel
+// cross-entropy (loss and gradient of the logits) and the embedding lookup with its gradient, on
+// meshes 1x1, 2x2, 2x3 and 3x1 with extents that do not divide (uneven and empty blocks).
+// Tolerances: fp32 math against double, relative to the magnitude of the summed terms: 1e-5 for
+// sums of a few dozen terms, as stated at each check.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <tpx/nn/cross_entropy.hpp>
+#include <tpx/nn/embedding.hpp>
+#include <tpx/nn/rmsnorm.hpp>
+#include <tpx/tpx.hpp>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+TPX_MESH_AXES(X, Y);
+TPX_DIMS(B, D, V, W);
+
+const std::vector<std::pair<int, int>> meshes = {{1, 1}, {2, 2}, {2, 3}, {3, 1}};
+
+std::vector<float> values(std::int64_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[i] = scale * tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i));
+  return v;
+}
+
+// |got - want| <= tol * (scale + 1e-3) elementwise, reported once per failing rank.
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double scale, double tol,
+                 const char* what) {
+  REQUIRE(got.size() == want.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(got[i] - want[i]) <= tol * (scale + 1e-3))) ++bad;
+  INFO(what << ": " << bad << " of " << got.size() << " elements beyond " << tol << " of " << scale);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("rmsnorm over D_Y equals the unsharded rmsnorm, forward and backward") {
+  const std::int64_t rows = 7, d = 10;
+  const float eps = 1e-5f;
+  const auto x = values(rows * d, 1), w = values(d, 2), dy = values(rows * d, 3);
+  // Reference in double.
+  std::vector<double> y(rows * d), dx(rows * d), dw(d, 0.0), r(rows);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    double ss = 0, dot = 0;
+    for (std::int64_t j = 0; j < d; ++j) ss += double(x[i * d + j]) * x[i * d + j];
+    r[i] = 1.0 / std::sqrt(ss / d + eps);
+    for (std::int64_t j = 0; j < d; ++j) {
+      y[i * d + j] = x[i * d + j] * r[i] * w[j];
+      dot += double(w[j]) * dy[i * d + j] * x[i * d + j];
+      dw[j] += double(dy[i * d + j]) * x[i * d + j] * r[i];
+    }
+    for (std::int64_t j = 0; j < d; ++j)
+      dx[i * d + j] = r[i] * (w[j] * dy[i * d + j] - x[i * d + j] * r[i] * r[i] / d * dot);
+  }
+  for (const auto& values : meshes) {
+    // plain variables, not bindings: clang before 16 cannot capture bindings in lambdas
+    const int mx = std::get<0>(values), my = std::get<1>(values);
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const auto xs = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, x);
+      const auto ws = tpx::from_global<float, D<Y>>(rank, {D(d)}, w);
+      const auto dys = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, dy);
+      const auto fwd = tpx::nn::rmsnorm_forward(xs, ws, eps);
+      const auto bwd = tpx::nn::rmsnorm_backward(xs, ws, fwd.rstd, dys);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(bwd.dw)>,
+                                   tpx::Tensor<float, D<Y>, tpx::Unreduced<X>>>);
+      const auto got_y = tpx::to_global(fwd.y), got_r = tpx::to_global(fwd.rstd);
+      const auto got_dx = tpx::to_global(bwd.dx), got_dw = tpx::to_global(bwd.dw);
+      check_close(got_y, y, 1.0, 1e-5, "y");
+      check_close(got_r, r, 1.0, 1e-5, "rstd");
+      check_close(got_dx, dx, 1.0, 1e-5, "dx");
+      check_close(got_dw, dw, double(rows), 1e-5, "dw");  // a sum over the rows
+    });
+  }
+}
+
+TEST_CASE("vocab-parallel cross-entropy over V_Y equals the unsharded loss and gradient") {
+  const std::int64_t rows = 9, vocab = 13, width = 3, column = 2;
+  const auto logits = values(rows * vocab, 4, 3.0f);
+  std::vector<std::int32_t> tokens(rows * width);
+  for (std::int64_t i = 0; i < rows * width; ++i) tokens[i] = static_cast<std::int32_t>((i * 7 + 3) % vocab);
+  double loss = 0;
+  std::vector<double> dlogits(rows * vocab);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t t = tokens[r * width + column];
+    double m = -INFINITY, s = 0;
+    for (std::int64_t v = 0; v < vocab; ++v) m = std::max(m, double(logits[r * vocab + v]));
+    for (std::int64_t v = 0; v < vocab; ++v) s += std::exp(logits[r * vocab + v] - m);
+    loss += (m + std::log(s) - logits[r * vocab + t]) / rows;
+    for (std::int64_t v = 0; v < vocab; ++v)
+      dlogits[r * vocab + v] = (std::exp(logits[r * vocab + v] - m) / s - (v == t)) / rows;
+  }
+  for (const auto& values : meshes) {
+    const int mx = std::get<0>(values), my = std::get<1>(values);
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const auto ls = tpx::from_global<float, B<X>, V<Y>>(rank, {B(rows), V(vocab)}, logits);
+      const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(width)}, tokens);
+      const auto ce = tpx::nn::cross_entropy(ls, ts, column);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(ce.dlogits)>, tpx::Tensor<float, B<X>, V<Y>>>);
+      check_close({tpx::scalar_on_host(ce.loss)}, {loss}, loss, 1e-5, "loss");
+      check_close(tpx::to_global(ce.dlogits), dlogits, 1.0 / rows, 1e-5, "dlogits");
+    });
+  }
+}
+
+TEST_CASE("cross-entropy of a target outside the vocabulary is NaN, not a read out of bounds") {
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 2}, [&](auto& rank) {
+    const auto ls = tpx::from_global<float, B<X>, V<Y>>(rank, {B(2), V(4)}, values(8, 5));
+    const std::vector<std::int32_t> tokens = {1, 4};
+    const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(2), W(1)}, tokens);
+    CHECK(std::isnan(tpx::scalar_on_host(tpx::nn::cross_entropy(ls, ts, 0).loss)));
+  });
+}
+
+TEST_CASE("embedding lookup and its gradient over D_Y equal the unsharded table") {
+  const std::int64_t rows = 11, d = 7, vocab = 5, width = 2;
+  const auto table = values(vocab * d, 6), dx = values(rows * d, 7);
+  std::vector<std::int32_t> tokens(rows * width);
+  for (std::int64_t i = 0; i < rows * width; ++i) tokens[i] = static_cast<std::int32_t>((i * 3 + 1) % vocab);
+  std::vector<double> x(rows * d, 0.0), dtable(vocab * d, 0.0);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t k = 0; k < width; ++k)
+      for (std::int64_t j = 0; j < d; ++j) x[r * d + j] += table[tokens[r * width + k] * d + j];
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < d; ++j) dtable[tokens[r * width + 1] * d + j] += dx[r * d + j];
+  for (const auto& values : meshes) {
+    const int mx = std::get<0>(values), my = std::get<1>(values);
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(width)}, tokens);
+      const auto tab = tpx::from_global<float, V<>, D<Y>>(rank, {V(vocab), D(d)}, table);
+      auto xs = tpx::zeros<float, B<X>, D<Y>>(rank, {B(rows), D(d)});
+      for (std::int64_t k = 0; k < width; ++k) tpx::nn::embedding_add(xs, tab, ts, k);
+      check_close(tpx::to_global(xs), x, 1.0, 1e-6, "x");
+      const auto dxs = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, dx);
+      const auto grad = tpx::nn::embedding_gradient<V>(dxs, ts, 1, vocab);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad)>,
+                                   tpx::Tensor<float, V<>, D<Y>, tpx::Unreduced<X>>>);
+      check_close(tpx::to_global(grad), dtable, double(rows), 1e-6, "dtable");
+    });
+  }
+}

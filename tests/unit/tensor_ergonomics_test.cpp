@@ -1,0 +1,167 @@
+// The small conveniences of a tensor (issue 13, items 4, 5 and 7): a + b, a - b, a * s, s * a
+// and tpx::sub against naive loops over the global tensors; describe / operator<< and at() by
+// global coordinates against the block each rank holds; one target spelling for matmul and
+// reshard; and a target over an axis the mesh lacks named at run time before any collective.
+// Meshes 1x1 and 2x2, with extents that divide and that do not.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tpx/tpx.hpp>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+TPX_MESH_AXES(X, Y, Z);
+TPX_DIMS(B, D, I, J, K);
+
+using tpx::Tensor;
+using tpx::Unreduced;
+
+// Both target spellings name one type.
+template <class Tn>
+const Tn& any();
+using L = Tensor<float, I<X>, J<>>;
+using R = Tensor<float, J<>, K<X>>;
+static_assert(std::is_same_v<decltype(tpx::matmul<I<X>, K<>>(any<L>(), any<R>())),
+                             decltype(tpx::matmul<Tensor<float, I<X>, K<>>>(any<L>(), any<R>()))>);
+static_assert(std::is_same_v<decltype(tpx::matmul<I<X>, K<>>(any<L>(), any<R>())),
+                             Tensor<float, I<X>, K<>>>);
+static_assert(std::is_same_v<decltype(tpx::reshard<I<>, J<X>>(any<L>())),
+                             decltype(tpx::reshard<Tensor<float, I<>, J<X>>>(any<L>()))>);
+
+// The operators exist for tensors only, and keep the operand's type.
+static_assert(std::is_same_v<decltype(any<L>() + any<L>()), L>);
+static_assert(std::is_same_v<decltype(any<L>() - any<L>()), L>);
+static_assert(std::is_same_v<decltype(any<L>() * 2.0f), L>);
+static_assert(std::is_same_v<decltype(3 * any<L>()), L>);
+template <class A, class B2>
+concept multipliable = requires(const A& a, const B2& b) { a * b; };
+template <class A, class B2>
+concept addable = requires(const A& a, const B2& b) { a + b; };
+static_assert(!multipliable<L, L>);  // no elementwise * of tensors (it would read as matmul)
+static_assert(!addable<L, float>);
+static_assert(addable<L, L> && multipliable<L, float> && multipliable<double, L>);
+
+void check_mesh(int mx, int my, std::int64_t nb, std::int64_t nd) {
+  CAPTURE(mx);
+  CAPTURE(my);
+  CAPTURE(nb);
+  CAPTURE(nd);
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+    auto a = tpx::randn<float, B<X>, D<Y>>(rank, {B(nb), D(nd)}, 1);
+    auto b = tpx::randn<float, B<X>, D<Y>>(rank, {B(nb), D(nd)}, 2);
+    const std::vector<float> ga = tpx::to_global(a), gb = tpx::to_global(b);
+
+    const auto sum = a + b;
+    const auto diff = a - b;
+    const auto sub = tpx::sub(a, b);
+    const auto right = a * 0.5f;
+    const auto left = 2 * a;
+    const std::vector<float> gsum = tpx::to_global(sum), gdiff = tpx::to_global(diff),
+                             gsub = tpx::to_global(sub), gright = tpx::to_global(right),
+                             gleft = tpx::to_global(left);
+    for (std::size_t i = 0; i < ga.size(); ++i) {
+      CHECK(gsum[i] == ga[i] + gb[i]);
+      CHECK(gdiff[i] == ga[i] - gb[i]);
+      CHECK(gsub[i] == ga[i] - gb[i]);
+      CHECK(gright[i] == 0.5f * ga[i]);
+      CHECK(gleft[i] == 2.0f * ga[i]);
+    }
+
+    // at(): exactly this rank's block, with the global tensor's values.
+    std::size_t held = 0;
+    for (std::int64_t i = 0; i < nb; ++i)
+      for (std::int64_t j = 0; j < nd; ++j) {
+        const std::optional<float> v = tpx::at(a, {i, j});
+        const bool mine = i >= a.local_offset(0) && i < a.local_offset(0) + a.local_extent(0) &&
+                          j >= a.local_offset(1) && j < a.local_offset(1) + a.local_extent(1);
+        CHECK(v.has_value() == mine);
+        if (v) {
+          CHECK(*v == ga[static_cast<std::size_t>(i * nd + j)]);
+          ++held;
+        }
+      }
+    CHECK(held == a.size());
+    CHECK_THROWS_AS(tpx::at(a, {nb, 0}), std::out_of_range);
+
+    // describe and operator<<: the notation, the global shape and this rank's block.
+    const std::string text = tpx::describe(a);
+    std::ostringstream printed;
+    printed << a;
+    CHECK(printed.str() == text);
+    CHECK(text.find("[B_X, D_Y] float: global (B=" + std::to_string(nb) +
+                    ", D=" + std::to_string(nd) + ")") == 0);
+    const std::string block =
+        "rank " + std::to_string(rank.world_rank()) + " holds B[" +
+        std::to_string(a.local_offset(0)) + ":" +
+        std::to_string(a.local_offset(0) + a.local_extent(0)) + "], D[" +
+        std::to_string(a.local_offset(1)) + ":" +
+        std::to_string(a.local_offset(1) + a.local_extent(1)) + "]";
+    CHECK(text.find(block) != std::string::npos);
+    CHECK(text.find(std::to_string(a.size()) + " elements)") != std::string::npos);
+    if (a.size() > 0) {
+      std::ostringstream first;
+      first << ": " << a.local()[0];
+      CHECK(text.find(first.str()) != std::string::npos);
+    }
+
+    // Partial sums add and subtract too (linear), and stay partial.
+    auto w = tpx::randn<float, D<Y>, K<>>(rank, {D(nd), K(3)}, 3);
+    auto p = tpx::matmul(a, w);  // [B_X, K]{U_Y}
+    static_assert(std::is_same_v<decltype(p - p), Tensor<float, B<X>, K<>, Unreduced<Y>>>);
+    const std::vector<float> zero = tpx::to_global(p - p);
+    for (float z : zero) CHECK(z == 0.0f);
+
+    // Both target spellings of matmul give the same values.
+    const std::vector<float> g1 = tpx::to_global(tpx::matmul<B<>, K<>>(a, w));
+    const std::vector<float> g2 = tpx::to_global(tpx::matmul<Tensor<float, B<>, K<>>>(a, w));
+    CHECK(g1 == g2);
+  });
+}
+
+TEST_CASE("operators, sub, at and describe on a 1x1 mesh") {
+  check_mesh(1, 1, 4, 6);
+  check_mesh(1, 1, 3, 5);
+}
+
+TEST_CASE("operators, sub, at and describe on a 2x2 mesh") {
+  check_mesh(2, 2, 4, 6);
+  check_mesh(2, 2, 3, 5);  // blocks of unequal size
+  check_mesh(2, 2, 1, 3);  // an empty block
+}
+
+TEST_CASE("a target over an axis the mesh lacks is named before any collective") {
+  std::string what;
+  try {
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1}, [](auto& rank) {
+      auto a = tpx::randn<float, I<>, J<>>(rank, {I(4), J(2)}, 1);
+      (void)tpx::reshard<I<Z>, J<>>(a);
+    });
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  INFO(what);
+  CHECK(what.find("reshard to [I_Z, J]: mesh axis Z is not an axis of the mesh (X=2, Y=1)") !=
+        std::string::npos);
+
+  what.clear();
+  try {
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 2}, [](auto& rank) {
+      auto a = tpx::randn<float, I<>, J<Y>>(rank, {I(4), J(2)}, 1);
+      auto b = tpx::randn<float, J<Y>, K<>>(rank, {J(2), K(3)}, 2);
+      (void)tpx::matmul<I<Z>, K<>>(a, b);
+    });
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  INFO(what);
+  CHECK(what.find("matmul to [I_Z, K]: mesh axis Z is not an axis of the mesh (X=1, Y=2)") !=
+        std::string::npos);
+}
+
+}  // namespace
