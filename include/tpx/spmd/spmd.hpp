@@ -6,7 +6,8 @@
 // registers one communicator group per set of mesh axes (the rows, the columns, the whole mesh
 // ...) before the threads start, gives each rank a Rank<Mesh> that finds them, and shares the
 // cores among the ranks' BLAS calls: each call may use the cores the ranks leave idle
-// (hardware threads / ranks, at least 1; options.blas_threads overrides), so a 1x1 mesh on a
+// (hardware threads / ranks, at least 1, at most OPENBLAS_NUM_THREADS when set;
+// options.blas_threads overrides), so a 1x1 mesh on a
 // many-core machine runs its GEMMs on every core and a mesh of as many ranks as cores runs each
 // rank's GEMMs on its own thread.
 //
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -76,6 +78,19 @@ std::vector<std::vector<int>> groups_of_axes(const MeshT& mesh, unsigned mask) {
   return groups;
 }
 
+// Threads per BLAS call: `requested` if positive, else the hardware threads divided among the
+// ranks, at most OPENBLAS_NUM_THREADS when the environment sets it (the sanitizer presets set 1).
+inline int blas_threads_per_rank(int requested, int ranks) {
+  if (requested > 0) return requested;
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  int threads = std::max(1, cores / ranks);
+  if (const char* env = std::getenv("OPENBLAS_NUM_THREADS")) {
+    const int limit = std::atoi(env);
+    if (limit >= 1) threads = std::min(threads, limit);
+  }
+  return threads;
+}
+
 template <class MeshT>
 std::string place_of(const MeshT& mesh, int rank) {
   std::string text;
@@ -96,9 +111,7 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
   for (unsigned mask = 1; mask < masks; ++mask)
     set_of_mask[mask] = world.add_groups(detail::groups_of_axes(mesh, mask));
 
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  kernels::set_blas_threads(options.blas_threads > 0 ? options.blas_threads
-                                                     : std::max(1, cores / ranks));
+  kernels::set_blas_threads(detail::blas_threads_per_rank(options.blas_threads, ranks));
 
   std::vector<std::exception_ptr> failures(ranks);
   auto run_rank = [&](int r) {
