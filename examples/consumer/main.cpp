@@ -18,7 +18,7 @@ int main() {
     auto w_in = tpx::randn<float, D<X>, F<Y>>(rank, {D(16), F(32)}, 2);  // W_in[D_X, F_Y]
     auto w_out = tpx::randn<float, F<Y>, D<X>>(rank, {F(32), D(16)}, 3); // W_out[F_Y, D_X]
     auto tmp = tpx::matmul(in, w_in);                                    // [B_X, F_Y]
-    tpx::Tensor<float, B<X>, D<Y>> out = tpx::matmul(tmp, tpx::all_gather<X>(w_out));
+    auto out = tpx::matmul<B<X>, D<Y>>(tmp, tpx::all_gather<X>(w_out));  // ReduceScatter<Y>(D)
     // The same product on every rank, unsharded.
     auto in1 = tpx::to_global(in), w1 = tpx::to_global(w_in), w2 = tpx::to_global(w_out);
     auto got = tpx::to_global(out);

@@ -1,7 +1,8 @@
 // Programs tpx must reject at compile time, one per case, each with the sentence the compiler
 // must print. tests/CMakeLists.txt reads the `// expect(CASE): text` lines below, compiles this
 // file once per CASE with -DCASE, and passes only if compilation fails with a diagnostic that
-// contains the text (so a case that compiles, or fails for another reason, fails the test).
+// contains the text in its first error line (so a case that compiles, or fails for another
+// reason first, fails the test).
 //
 // expect(AXIS_ON_TWO_DIMS): mesh axis X shards both dim B and dim D
 // expect(AXIS_TWICE_IN_DIM): mesh axis Y splits dim B twice
@@ -21,6 +22,8 @@
 // expect(TRANSPOSE): the dims differ or are in another order
 // expect(CHECKPOINT_PARTIAL_SUM): checkpoint: tensor \[B, F\]{U_X} is unreduced
 // expect(TENSOR_AXIS_NOT_IN_MESH): mesh axis Z is not an axis of this mesh
+// expect(IMPLICIT_REDUCTION): \[I, K\].U_X. does not convert implicitly to \[I, K_X\]: reducing a partial sum over mesh axes X is a collective
+// expect(IMPLICIT_REDUCTION_ARGUMENT): \[I, K\].U_XY. does not convert implicitly to \[I, K\]: reducing a partial sum over mesh axes X, Y is a collective
 // expect(ADD_DIFFERENT_SHARDINGS): elementwise operation on \[B_X, D\] and \[B, D_X\]: the shardings differ
 #include <tpx/io/checkpoint.hpp>
 #include <tpx/tpx.hpp>
@@ -75,6 +78,12 @@ void body(const tpx::Rank<tpx::Mesh<X, Y>>& rank) {
   auto t = tpx::reshard<D<>, B<>>(some<Tensor<float, B<>, D<>>>());
 #elif defined(TENSOR_AXIS_NOT_IN_MESH)
   Tensor<float, B<Z>, D<>> t(rank, {B(4), D(4)});
+#elif defined(IMPLICIT_REDUCTION)
+  Tensor<float, I<>, K<X>> t =
+      tpx::matmul(some<Tensor<float, I<>, J<X>>>(), some<Tensor<float, J<X>, K<>>>());
+#elif defined(IMPLICIT_REDUCTION_ARGUMENT)
+  auto take = [](const Tensor<float, I<>, K<>>& reduced) { return reduced.size(); };
+  auto t = take(some<Tensor<float, I<>, K<>, Unreduced<Y, X>>>());
 #elif defined(ADD_DIFFERENT_SHARDINGS)
   auto t = some<Tensor<float, B<X>, D<>>>() + some<Tensor<float, B<>, D<X>>>();
 #elif defined(CHECKPOINT_PARTIAL_SUM)

@@ -8,7 +8,8 @@
 // all_reduce both as a sum and as a maximum), and the typed program of the core issue against
 // the host launcher (support/typed_program.hpp). On the simulated mesh also all_reduce max's
 // NaN propagation (as the host's; NCCL's max drops NaN, so it is not asked there) and failures:
-// a rank that throws stops the others at once, and ranks calling different collectives (a sum
+// a rank that throws stops the others at once, a collective only rank 0 calls fails as soon as
+// the others return (not at the timeout), and ranks calling different collectives (a sum
 // against a maximum included) are told so. Over NCCL also point-to-point send and recv, on 2 up
 // to 8 ranks (as many as there are GPUs).
 #include <doctest/doctest.h>
@@ -60,6 +61,27 @@ TEST_CASE("simulated mesh: a failing rank fails the run, naming it, and nobody w
   } catch (const tpx::spmd_error& e) {
     CHECK(e.rank() == 1);
     CHECK(std::string(e.what()).find("rank one gives up") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("simulated mesh: a collective only rank 0 calls fails when the others return") {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    // The default timeout: 5 minutes.
+    tpx::spmd(tpx::cuda_simulated, tpx::Mesh<t::R>{3}, [](auto& rank) {
+      auto x = tpx::zeros<float, t::B<t::R>>(rank, {t::B(6)});
+      if (rank.world_rank() == 0) (void)tpx::to_global(x);
+    });
+    FAIL("spmd returned normally");
+  } catch (const tpx::spmd_error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(e.rank() == 0);
+    CHECK(what.find("collective #1 on group {0,1,2} (mesh axis R), all_gather<float> of 6 "
+                    "elements, can never complete: world ranks {0} joined it but {") !=
+          std::string::npos);
+    CHECK(what.find("returned without joining it") != std::string::npos);
   }
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
 }

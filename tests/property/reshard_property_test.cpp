@@ -1,6 +1,8 @@
 // Property: for every pair (source, target) of shardings of a tensor [I, J] on a mesh with axes
 // X and Y (the 18 valid shardings of tests/support/sharding_cases.hpp, so 324 pairs), on meshes
 // 2x2 and 2x3, with divisible and non-divisible extents:
+//  - reshard returns exactly the type asked for, whether the target is named by its tensor type
+//    or by its sharding arguments, with Unreduced's axes in either order (static_asserts), and
 //  - reshard compiles exactly when the test's own rule says it can (a target may stay unreduced
 //    only over axes the source is unreduced over: tpx reduces partial sums, it does not invent
 //    them), and
@@ -15,6 +17,33 @@ namespace {
 constexpr int part = TPX_PROPERTY_PART;
 constexpr int parts = TPX_PROPERTY_PARTS;
 
+// reshard<Args...>(t) with the sharding arguments of the tensor type Target, Unreduced's axes
+// passed through Order (written order, or reversed).
+template <class Unred, class Seq = std::make_index_sequence<Unred::axes::size>>
+struct reversed_unreduced_of;
+template <class... Axes, std::size_t... I>
+struct reversed_unreduced_of<tpx::unreduced_over<Axes...>, std::index_sequence<I...>> {
+  using type = Unreduced<tpx::type_at_t<sizeof...(Axes) - 1 - I, type_list<Axes...>>...>;
+};
+struct written_unreduced {
+  template <class U>
+  using apply = U;
+};
+struct reversed_unreduced {
+  template <class U>
+  using apply = typename reversed_unreduced_of<U>::type;
+};
+template <class Target, class Order = written_unreduced, class Source>
+auto reshard_by_arguments(const Source& s) {
+  return [&]<class... Dims>(type_list<Dims...>) {
+    using U = typename Target::unreduced;
+    if constexpr (std::is_same_v<U, Unreduced<>>)
+      return tpx::reshard<Dims...>(s);
+    else
+      return tpx::reshard<Dims..., typename Order::template apply<U>>(s);
+  }(typename Target::dims{});
+}
+
 template <class From, class To, class R>
 void check_pair(const R& rank, std::int64_t rows, std::int64_t cols, tally& t) {
   using S = typename From::tensor;
@@ -22,6 +51,14 @@ void check_pair(const R& rank, std::int64_t rows, std::int64_t cols, tally& t) {
   constexpr bool legal = (To::cand::unreduced_mask & ~From::cand::unreduced_mask) == 0;
   static_assert(tpx::reshard_traits<S, T>::possible == legal);
   if constexpr (legal) {
+    static_assert(std::is_same_v<decltype(tpx::reshard<T>(std::declval<const S&>())), T>,
+                  "reshard<Target> returns exactly Target");
+    static_assert(std::is_same_v<decltype(reshard_by_arguments<T>(std::declval<const S&>())), T>,
+                  "reshard<Dims..., Unreduced<...>> returns the tensor type of those arguments");
+    static_assert(std::is_same_v<decltype(reshard_by_arguments<T, reversed_unreduced>(
+                                     std::declval<const S&>())),
+                                 T>,
+                  "Unreduced's axes in another order name the same target");
     const S source = make_operand<S>(rank, rows, cols, 3);
     const T target = tpx::reshard<T>(source);
     const auto reduced = tpx::reshard<tpx::tensor_with_t<T, typename T::dims, Unreduced<>>>(target);

@@ -92,12 +92,10 @@ using move_axis = rs<Tensor<float, B<X>, D<>>, Tensor<float, B<>, D<X>>>;
 static_assert(is_same_v<move_axis::steps, type_list<AllToAll<X, B<>, D<>>>>);
 using scatter_sum = rs<Tensor<float, F<Y>, D<>, Unreduced<X>>, Tensor<float, F<Y>, D<X>>>;
 static_assert(is_same_v<scatter_sum::steps, type_list<ReduceScatter<X, D<>>>>);
-static_assert(scatter_sum::only_reduces);
 using sum = rs<Tensor<float, I<>, K<>, Unreduced<X>>, Tensor<float, I<>, K<>>>;
 static_assert(is_same_v<sum::steps, type_list<AllReduce<X>>>);
 using local_slice = rs<Tensor<float, I<>, K<>>, Tensor<float, I<Y>, K<X>>>;
 static_assert(is_same_v<local_slice::steps, type_list<Slice<Y, I<>>, Slice<X, K<>>>>);
-static_assert(!local_slice::only_reduces);
 using swap_order = rs<Tensor<float, B<X, Y>, D<>>, Tensor<float, B<Y, X>, D<>>>;
 static_assert(is_same_v<swap_order::steps,
                         type_list<AllGather<Y, B<>>, AllGather<X, B<>>, Slice<Y, B<>>, Slice<X, B<>>>>);
@@ -140,11 +138,21 @@ static_assert(is_same_v<
 static_assert(is_same_v<decltype(tpx::matmul<I<>, K<Y>>(any<mm_partial_l>(), any<mm_partial_r>())),
                         Tensor<float, I<>, K<Y>>>);
 
-// Reduce-on-declaration converts only by reductions.
-static_assert(std::is_convertible_v<Tensor<float, I<>, K<>, Unreduced<X>>, Tensor<float, I<>, K<X>>>);
-static_assert(std::is_convertible_v<Tensor<float, I<>, K<>, Unreduced<X>>, Tensor<float, I<>, K<>>>);
-static_assert(!std::is_convertible_v<Tensor<float, I<>, K<X>>, Tensor<float, I<>, K<>>>);
-static_assert(!std::is_convertible_v<Tensor<float, I<>, K<>>, Tensor<float, I<>, K<X>>>);
+// A partial sum over {X, Y} is one type, whatever order it is written or produced in, and
+// reshard returns exactly the type asked for.
+static_assert(is_same_v<Tensor<float, I<>, K<>, Unreduced<X, Y>>,
+                        Tensor<float, I<>, K<>, Unreduced<Y, X>>>);
+static_assert(is_same_v<Tensor<float, I<>, K<>, Unreduced<Y, X>>::unreduced, Unreduced<X, Y>>);
+using partial_y = Tensor<float, I<>, J<X>, Unreduced<Y>>;
+using partial_xy = decltype(tpx::matmul(any<partial_y>(), any<Tensor<float, J<X>, K<>>>()));
+static_assert(is_same_v<partial_xy, Tensor<float, I<>, K<>, Unreduced<Y, X>>>);
+static_assert(same(partial_xy::notation.c_str(), "[I, K]{U_XY}"));
+static_assert(is_same_v<decltype(tpx::reshard<I<>, K<>, Unreduced<Y, X>>(any<partial_xy>())),
+                        Tensor<float, I<>, K<>, Unreduced<Y, X>>>);
+static_assert(is_same_v<decltype(tpx::reshard<I<>, K<Y>, Unreduced<X>>(any<partial_xy>())),
+                        Tensor<float, I<>, K<Y>, Unreduced<X>>>);
+static_assert(is_same_v<decltype(tpx::embed<X, K>(any<Tensor<float, I<>, K<X>, Unreduced<Y>>>())),
+                        Tensor<float, I<>, K<>, Unreduced<Y, X>>>);
 
 // The adjoint table, and that adjoints are involutions.
 static_assert(is_same_v<tpx::adjoint_t<AllGather<X, D<>>>, ReduceScatter<X, D<>>>);

@@ -37,7 +37,7 @@ constexpr unsigned mask_of = 0;
 template <class... Axes>
 constexpr unsigned mask_of<type_list<Axes...>> = ((std::is_same_v<Axes, X> ? 1u : 2u) | ... | 0u);
 template <class... Axes>
-constexpr unsigned mask_of<Unreduced<Axes...>> = mask_of<type_list<Axes...>>;
+constexpr unsigned mask_of<tpx::unreduced_over<Axes...>> = mask_of<type_list<Axes...>>;
 
 template <template <class...> class D, class Axes>
 struct dim_of;
@@ -60,7 +60,7 @@ struct candidate {
 template <class Cand, class U>
 struct tensor_of;
 template <class Cand, class... Us>
-struct tensor_of<Cand, Unreduced<Us...>> {
+struct tensor_of<Cand, tpx::unreduced_over<Us...>> {
   using type =
       tpx::tensor_with_t<tpx::Tensor<float, typename Cand::first, typename Cand::second>,
                          type_list<typename Cand::first, typename Cand::second>, Unreduced<Us...>>;
@@ -118,7 +118,7 @@ inline float value_at(int which, std::int64_t index) {
 template <class Tn, class R>
 float share_of(const R& rank) {
   float w = 1.0f;
-  [&]<class... Us>(Unreduced<Us...>) {
+  [&]<class... Us>(tpx::unreduced_over<Us...>) {
     ((w *= static_cast<float>(rank.template coord<Us>() + 1) /
            static_cast<float>(rank.template size<Us>() * (rank.template size<Us>() + 1) / 2)),
      ...);

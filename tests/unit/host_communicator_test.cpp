@@ -2,10 +2,12 @@
 // collective for fp32 and bf16 on groups of 1, 2, 3, 4 and 6 threads, with uneven counts and
 // zeros, against naive loops, all_reduce both as a sum and as a maximum (with NaN and -inf
 // among the inputs); sub-groups of a 2x2 world used at once; and the failure paths: abort
-// propagation, timeout and mismatched collectives (a sum against a maximum included), each of
-// which must throw comm_error with a message naming the culprit, within bounded time, on every
-// rank. Last, the typed all_reduce_max<X> (ops/collectives.hpp) on a host mesh, through
-// any_communicator: the row maxima of logits whose vocabulary is split over a mesh axis.
+// propagation, a collective that a returned rank never joined (at once, whatever the timeout),
+// timeout and mismatched collectives (a sum against a maximum included), each of which must
+// throw comm_error with a message naming the culprit and the collective's number on its group,
+// within bounded time, on every rank. Last, the typed all_reduce_max<X> (ops/collectives.hpp) on a
+// host mesh, through any_communicator: the row maxima of logits whose vocabulary is split over a
+// mesh axis.
 //
 // Tolerance: none. Copies must be exact, the communicator promises sums in fp32 over the
 // ranks in group-rank order, rounded once, which is exactly what the reference computes, and a
@@ -46,8 +48,8 @@ using Counts = std::vector<std::size_t>;
 using namespace std::chrono_literals;
 
 // Runs fn(world_rank) on one thread per rank, as the SPMD launcher does: a rank that throws
-// reports it through world.abort (unless told not to). Returns what each rank threw ("" if
-// nothing).
+// reports it through world.abort, one that returns through world.finish (unless told not to).
+// Returns what each rank threw ("" if nothing).
 std::vector<std::string> run_ranks(HostWorld& world, const std::function<void(int)>& fn,
                                    bool report_failures = true) {
   std::vector<std::string> errors(static_cast<std::size_t>(world.size()));
@@ -57,6 +59,7 @@ std::vector<std::string> run_ranks(HostWorld& world, const std::function<void(in
       ranks.emplace_back([&, r] {
         try {
           fn(r);
+          if (report_failures) world.finish(r);
         } catch (const std::exception& e) {
           errors[r] = e.what();
           if (report_failures) world.abort(r, e.what());
@@ -525,9 +528,63 @@ TEST_CASE("a failing rank aborts every collective of every group, waiting or to 
   // A collective entered after the abort throws at once.
   HostCommunicator late(world, HostWorld::whole_world, 0);
   CHECK_THROWS_WITH_AS(late.barrier(),
-                       "tpx: collective barrier on group {0,1,2,3} aborted: rank 3 failed: boom "
-                       "at step 3",
+                       doctest::Contains(", barrier, aborted: rank 3 failed: boom at step 3"),
                        comm_error);
+}
+
+TEST_CASE("a collective that a returned rank never joined fails at once, waiting or to come") {
+  // Ranks 0 and 1 call a second collective that rank 2 skips: it returns instead. However long
+  // the timeout, they must fail as soon as it has returned, naming it and collective #2.
+  HostWorld world(3, {.timeout = 300s});
+  const auto start = std::chrono::steady_clock::now();
+  const auto errors = run_ranks(world, [&](int r) {
+    HostCommunicator comm(world, HostWorld::whole_world, r);
+    comm.barrier();
+    if (r == 2) return;
+    std::vector<float> data(4, 1.0f);
+    comm.all_reduce(std::span<const float>(data), std::span<float>(data));
+  });
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  CHECK(errors[2] == "");
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(errors[r]);
+    CHECK(contains(errors[r],
+                   "tpx: collective #2 on group {0,1,2}, all_reduce<float> of 4 "
+                   "elements, can never complete: world ranks {"));
+    CHECK(contains(errors[r], "} joined it but {2} returned without joining it"));
+    CHECK(contains(errors[r],
+                   "Is a collective inside rank-dependent control flow, e.g. `if "
+                   "(rank.world_rank() == 0)`?"));
+  }
+  CHECK(errors[0] == errors[1]);  // one picture of the collective, for every rank in it
+  // The group is unusable from then on, and says why.
+  HostCommunicator late(world, HostWorld::whole_world, 0);
+  CHECK_THROWS_WITH_AS(late.barrier(),
+                       doctest::Contains("tpx: collective #3 on group {0,1,2}, barrier, aborted: "
+                                         "collective #2 on group {0,1,2}, all_reduce<float> of "
+                                         "4 elements, can never complete: "),
+                       comm_error);
+}
+
+TEST_CASE("a collective entered after a member returned fails at once, listing who had come") {
+  HostWorld world(3, {.timeout = 300s});
+  const int pairs = world.add_groups({{0, 1}}, "mesh axis X");
+  world.finish(1);
+  HostCommunicator pair(world, pairs, 0);
+  CHECK_THROWS_WITH_AS(pair.barrier(),
+                       "tpx: collective #1 on group {0,1} (mesh axis X), barrier, can never "
+                       "complete: world ranks {0} joined it but {1} returned without joining "
+                       "it. Is a collective inside rank-dependent control flow, e.g. `if "
+                       "(rank.world_rank() == 0)`?",
+                       comm_error);
+  // Rank 2 has not come to the world's collective yet: the message says so.
+  HostCommunicator everyone(world, HostWorld::whole_world, 0);
+  CHECK_THROWS_WITH_AS(everyone.barrier(),
+                       doctest::Contains("world ranks {0} joined it but {1} returned without "
+                                         "joining it ({2} had not come yet)."),
+                       comm_error);
+  // A rank outside the world cannot be reported.
+  CHECK_THROWS_AS(world.finish(3), std::invalid_argument);
 }
 
 TEST_CASE("a rank that never arrives times the collective out, naming it") {
@@ -551,22 +608,25 @@ TEST_CASE("a rank that never arrives times the collective out, naming it") {
   CHECK(errors[2] == "");
   for (int r = 0; r < 2; ++r) {
     CAPTURE(errors[r]);
-    CHECK(contains(errors[r], "tpx: collective all_gather on group {0,1,2} "));
-    CHECK(contains(errors[r], "timed out after 100 ms: world ranks {2} never arrived"));
+    CHECK(errors[r] ==
+          "tpx: collective #1 on group {0,1,2}, all_gather<float> of 12 elements, timed out "
+          "after 100 ms: world ranks {2} never arrived");
   }
   CHECK(world.failure() == std::nullopt);
   // Rank 2 arriving late finds the group unusable instead of waiting.
   HostCommunicator late(world, HostWorld::whole_world, 2);
   CHECK_THROWS_WITH_AS(late.barrier(),
-                       "tpx: collective barrier on group {0,1,2} aborted: all_gather timed out "
-                       "after 100 ms: world ranks {2} never arrived",
+                       "tpx: collective #1 on group {0,1,2}, barrier, aborted: collective #1 on "
+                       "group {0,1,2}, all_gather<float> of 12 elements, timed out after 100 ms: "
+                       "world ranks {2} never arrived",
                        comm_error);
 }
 
-TEST_CASE("mismatched collectives throw on every rank, naming both calls") {
+TEST_CASE("mismatched collectives throw on every rank, naming both calls and their number") {
   struct Case {
     std::function<void(HostCommunicator&)> rank0, rank1;
     std::string expected;
+    int sequence = 1;  // the mismatched collective's number on the group
   };
   const std::vector<float> four(4, 1.0f);
   const auto all_reduce = [&](std::size_t n) {
@@ -612,6 +672,17 @@ TEST_CASE("mismatched collectives throw on every rank, naming both calls") {
        "called all_gather<float> of 3 elements with different per-rank counts"},
       {[](HostCommunicator& c) { c.barrier(); }, all_reduce(2),
        "rank 0 (world 0) called barrier but rank 1 (world 1) called all_reduce<float> of 2"},
+      {[&](HostCommunicator& c) {
+         all_reduce(4)(c);
+         all_reduce(4)(c);
+       },
+       [&](HostCommunicator& c) {
+         all_reduce(4)(c);
+         all_gather({2, 2})(c);
+       },
+       "rank 0 (world 0) called all_reduce<float> of 4 elements but rank 1 (world 1) called "
+       "all_gather<float> of 4 elements",
+       2},
   };
   for (const Case& c : cases) {
     CAPTURE(c.expected);
@@ -622,7 +693,8 @@ TEST_CASE("mismatched collectives throw on every rank, naming both calls") {
     });
     for (int r = 0; r < 2; ++r) {
       CAPTURE(errors[r]);
-      CHECK(contains(errors[r], "tpx: mismatched collectives on group {0,1}: "));
+      CHECK(contains(errors[r], "tpx: mismatched collectives on group {0,1} at collective #" +
+                                    std::to_string(c.sequence) + ": "));
       CHECK(contains(errors[r], c.expected));
     }
   }

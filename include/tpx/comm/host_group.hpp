@@ -2,20 +2,29 @@
 //
 // A host collective is "publish pointers, meet, read the peers' buffers directly, meet again".
 // Each rank publishes a Publication (which collective it calls, where its input and, for
-// all_reduce, its output lie) through exchange(), which waits for the whole group and then checks that every rank
-// called the same collective; a mismatch throws comm_error on every rank, before anyone reads a
-// peer's buffer. That first meeting of a collective is the only one that can fail: it gives up
-// when the world has been aborted, or after the world's timeout, naming the ranks that never
-// came, and the group is unusable from then on. The meetings inside a collective
-// (wait_for_all) cannot fail: once every rank has passed exchange(), each only copies and sums
-// memory before arriving, so waiting for it is always safe, and it keeps a failing rank from
-// freeing a buffer that a peer still reads.
+// all_reduce, its output lie) through exchange(), which waits for the whole group and then
+// checks that every rank called the same collective; a mismatch throws comm_error on every
+// rank, naming both calls and the collective's number on the group (#1 is the group's first),
+// before anyone reads a peer's buffer. Ranks meet by arrival order, so every rank at a meeting
+// is at the same number. That first meeting of a collective is the only one that can fail, and
+// it fails for everyone, with one message naming the collective by number, group and call:
+//   - at once, when the world has been aborted (a rank threw: host_failure.hpp);
+//   - at once, when a member that has not come has returned (HostWorld::finish,
+//     host_returns.hpp) and so never will: the message lists who joined, who returned and who
+//     had not come yet, and asks about rank-dependent control flow, the usual cause;
+//   - after the world's timeout, naming the ranks that never arrived.
+// The group is then unusable: any later collective on it throws, quoting why. The meetings
+// inside a collective (wait_for_all) cannot fail: once every rank has passed exchange(), each
+// only copies and sums memory before arriving, so waiting for it is always safe, and it keeps a
+// failing rank from freeing a buffer that a peer still reads.
 //
-// The meeting is a generation-counted barrier on a mutex and condition variable. Its lock orders
+// The meeting is a generation-counted barrier on a mutex and condition variable; a waiting rank
+// sleeps until the last arrival, a wake_all() (the world failed, or a rank returned) or the
+// timeout, and checks the world's state under the mutex before each sleep. Its lock orders
 // each rank's writes before arriving against every peer's reads after leaving, which is what
 // makes the published pointers and the buffers behind them safe to read (and clean under TSan).
-// Publications alternate between two slots by step, so a rank that has left one collective may
-// publish its next while a slow peer still checks the previous one.
+// Publications alternate between two slots by number, so a rank that has left one collective
+// may publish its next while a slow peer still checks the previous one.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -33,6 +43,7 @@
 #include "tpx/comm/collective_descriptor.hpp"
 #include "tpx/comm/communicator.hpp"
 #include "tpx/comm/host_failure.hpp"
+#include "tpx/comm/host_returns.hpp"
 
 namespace tpx::detail {
 
@@ -55,15 +66,18 @@ class HostGroup {
     void* output = nullptr;  // all_reduce: every rank writes the chunk it owns into it
   };
 
-  // `world_ranks` lists the members in group-rank order; `failure` is the world's.
-  HostGroup(std::vector<int> world_ranks, std::chrono::milliseconds timeout,
-            const HostFailure& failure)
+  // `world_ranks` lists the members in group-rank order; `label` says what the group is, for
+  // messages ("mesh axis X"; may be empty); `failure` and `returns` are the world's.
+  HostGroup(std::vector<int> world_ranks, std::string label, std::chrono::milliseconds timeout,
+            const HostFailure& failure, const HostReturns& returns)
       : world_ranks_(std::move(world_ranks)),
+        name_("group " + bracketed(world_ranks_) + (label.empty() ? "" : " (" + label + ")")),
         timeout_(timeout),
         failure_(&failure),
+        returns_(&returns),
         publications_{std::vector<Publication>(world_ranks_.size()),
                       std::vector<Publication>(world_ranks_.size())},
-        steps_(world_ranks_.size(), 0),
+        sequences_(world_ranks_.size(), 0),
         present_(world_ranks_.size(), false) {}
 
   int size() const noexcept { return static_cast<int>(world_ranks_.size()); }
@@ -75,104 +89,157 @@ class HostGroup {
   std::span<const Publication> exchange(int rank, const CollectiveDescriptor& call,
                                         const void* input = nullptr,
                                         void* output = nullptr) {
-    std::vector<Publication>& slot = publications_[steps_[rank]++ % 2];
+    const std::uint64_t sequence = ++sequences_[rank];
+    std::vector<Publication>& slot = publications_[sequence % 2];
     slot[rank] = Publication{call, input, output};
-    meet(rank, call.op, /*can_fail=*/true);
-    check_same_call(slot);
+    meet_or_fail(rank, call, sequence);
+    check_same_call(slot, sequence);
     return slot;
   }
 
   // Waits for every rank, with no timeout: only for the meetings after exchange().
-  void wait_for_all(int rank) { meet(rank, CollectiveOp::barrier, /*can_fail=*/false); }
+  void wait_for_all(int rank) {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t generation = generation_;
+    if (arrive(rank)) {
+      lock.unlock();
+      everyone_arrived_.notify_all();
+      return;
+    }
+    everyone_arrived_.wait(lock, [&] { return generation_ != generation; });
+  }
 
-  // Wakes the waiting ranks so they notice the world's failure (HostWorld::abort).
+  // Wakes the waiting ranks so they notice a failure or a return (HostWorld::abort, finish).
   void wake_all() {
     // Passing through the lock means every waiter is either asleep (and woken below) or has yet
-    // to check for the failure, which was recorded before: no wake-up is lost.
+    // to check the world's state, which was recorded before: no wake-up is lost.
     { std::lock_guard lock(mutex_); }
     everyone_arrived_.notify_all();
   }
 
  private:
-  void meet(int rank, CollectiveOp op, bool can_fail) {
-    std::unique_lock lock(mutex_);
-    if (can_fail) throw_if_unusable(op);
+  // Why the group can be used no more: the first of its collectives that failed to meet.
+  struct Breakdown {
+    std::uint64_t sequence = 0;
+    CollectiveDescriptor call;
+    std::string what;  // "collective #2 on group {0,1,2}, barrier, timed out after ..."
+  };
+
+  // Marks `rank` present at the current meeting (mutex_ held). If it is the last to come, the
+  // meeting ends and the next begins, and arrive returns true: the caller wakes the others.
+  bool arrive(int rank) {
     present_[rank] = true;
-    if (++arrived_ == size()) {
-      arrived_ = 0;
-      std::fill(present_.begin(), present_.end(), false);
-      ++generation_;
+    if (++arrived_ < size()) return false;
+    arrived_ = 0;
+    std::fill(present_.begin(), present_.end(), false);
+    ++generation_;
+    return true;
+  }
+
+  // The first meeting of collective #sequence: throws comm_error if the group is broken, the
+  // world failed, a member returned without joining, or the timeout passes first.
+  void meet_or_fail(int rank, const CollectiveDescriptor& call, std::uint64_t sequence) {
+    std::unique_lock lock(mutex_);
+    throw_if_unusable(call, sequence);
+    const std::uint64_t generation = generation_;
+    if (arrive(rank)) {
       lock.unlock();
       everyone_arrived_.notify_all();
       return;
     }
-    const std::uint64_t generation = generation_;
-    const auto all_arrived = [&] { return generation_ != generation; };
-    if (!can_fail) {
-      everyone_arrived_.wait(lock, all_arrived);
-      return;
-    }
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    while (!all_arrived()) {
-      throw_if_unusable(op);
+    while (generation_ == generation) {
+      throw_if_unusable(call, sequence);
+      throw_if_deserted(call, sequence);
       if (everyone_arrived_.wait_until(lock, deadline) == std::cv_status::timeout &&
-          !all_arrived() && broken_.empty()) {
-        const std::string timed_out = "timed out after " + std::to_string(timeout_.count()) +
-                                      " ms: world ranks " + missing_ranks() + " never arrived";
-        broken_ = std::string(op_name(op)) + " " + timed_out;
+          generation_ == generation && !broken_) {
+        const std::string what = where(call, sequence) + " timed out after " +
+                                 std::to_string(timeout_.count()) + " ms: world ranks " +
+                                 bracketed(members_if([&](int r) { return !present_[r]; })) +
+                                 " never arrived";
+        broken_ = Breakdown{sequence, call, what};
         lock.unlock();
         everyone_arrived_.notify_all();
-        throw comm_error(collective_on_group(op) + " " + timed_out);
+        throw comm_error("tpx: " + what);
       }
     }
   }
 
-  // "tpx: collective all_gather on group {0,1}"
-  std::string collective_on_group(CollectiveOp op) const {
-    return "tpx: collective " + std::string(op_name(op)) + " on group " + bracketed(world_ranks_);
+  // "collective #3 on group {0,1} (mesh axis X), all_gather<float> of 12 elements,"
+  std::string where(const CollectiveDescriptor& call, std::uint64_t sequence) const {
+    return "collective #" + std::to_string(sequence) + " on " + name_ + ", " + describe(call) + ",";
   }
 
-  void throw_if_unusable(CollectiveOp op) const {
-    if (!broken_.empty()) throw comm_error(collective_on_group(op) + " aborted: " + broken_);
+  // Throws if the group broke (every rank of the collective that broke it gets the same message,
+  // any later call says it was aborted by it) or the world failed. mutex_ held.
+  void throw_if_unusable(const CollectiveDescriptor& call, std::uint64_t sequence) const {
+    if (broken_) {
+      if (broken_->sequence == sequence && broken_->call == call)
+        throw comm_error("tpx: " + broken_->what);
+      throw comm_error("tpx: " + where(call, sequence) + " aborted: " + broken_->what);
+    }
     if (failure_->happened()) {
-      throw comm_error(collective_on_group(op) + " aborted: " + failure_->reason());
+      throw comm_error("tpx: " + where(call, sequence) + " aborted: " + failure_->reason());
     }
   }
 
-  // The members, in world numbering, that have not arrived at the current meeting.
-  std::string missing_ranks() const {
-    std::vector<int> missing;
-    for (int r = 0; r < size(); ++r) {
-      if (!present_[r]) missing.push_back(world_ranks_[r]);
-    }
-    return bracketed(missing);
+  // Breaks the group if a member that has not come to this meeting has returned: it never will.
+  // mutex_ held.
+  void throw_if_deserted(const CollectiveDescriptor& call, std::uint64_t sequence) {
+    const std::vector<int> returned = members_if([&](int r) { return !present_[r] && gone(r); });
+    if (returned.empty()) return;
+    std::string what = where(call, sequence) + " can never complete: world ranks " +
+                       bracketed(members_if([&](int r) { return present_[r]; })) +
+                       " joined it but " + bracketed(returned) + " returned without joining it";
+    const std::vector<int> coming = members_if([&](int r) { return !present_[r] && !gone(r); });
+    if (!coming.empty()) what += " (" + bracketed(coming) + " had not come yet)";
+    what +=
+        ". Is a collective inside rank-dependent control flow, e.g. "
+        "`if (rank.world_rank() == 0)`?";
+    broken_ = Breakdown{sequence, call, what};
+    throw comm_error("tpx: " + what);
   }
 
-  void check_same_call(std::span<const Publication> calls) const {
+  // Whether group rank r has returned (HostWorld::finish).
+  bool gone(int r) const { return returns_->returned(world_ranks_[r]); }
+
+  // The members, in world numbering, whose group rank satisfies `pred`.
+  template <class Pred>
+  std::vector<int> members_if(Pred pred) const {
+    std::vector<int> found;
+    for (int r = 0; r < size(); ++r)
+      if (pred(r)) found.push_back(world_ranks_[r]);
+    return found;
+  }
+
+  void check_same_call(std::span<const Publication> calls, std::uint64_t sequence) const {
     for (int r = 1; r < size(); ++r) {
       if (calls[r].call == calls[0].call) continue;
       const std::string first = describe(calls[0].call);
       const std::string other = describe(calls[r].call);
-      throw comm_error("tpx: mismatched collectives on group " + bracketed(world_ranks_) +
-                       ": rank 0 (world " + std::to_string(world_ranks_[0]) + ") called " + first +
-                       " but rank " + std::to_string(r) + " (world " +
-                       std::to_string(world_ranks_[r]) + ") called " + other +
+      throw comm_error("tpx: mismatched collectives on " + name_ + " at collective #" +
+                       std::to_string(sequence) + ": rank 0 (world " +
+                       std::to_string(world_ranks_[0]) + ") called " + first + " but rank " +
+                       std::to_string(r) + " (world " + std::to_string(world_ranks_[r]) +
+                       ") called " + other +
                        (first == other ? " with different per-rank counts" : ""));
     }
   }
 
   const std::vector<int> world_ranks_;
+  const std::string name_;  // "group {0,2} (mesh axis X)"
   const std::chrono::milliseconds timeout_;
   const HostFailure* failure_;
-  std::array<std::vector<Publication>, 2> publications_;  // [step % 2][rank]
-  std::vector<std::uint64_t> steps_;                      // [rank], each touched by its rank only
+  const HostReturns* returns_;
+  std::array<std::vector<Publication>, 2> publications_;  // [sequence % 2][rank]
+  std::vector<std::uint64_t> sequences_;  // [rank]: its collectives so far; touched by it only
 
   std::mutex mutex_;  // guards everything below
   std::condition_variable everyone_arrived_;
   std::uint64_t generation_ = 0;
   int arrived_ = 0;
-  std::vector<bool> present_;  // [rank]: arrived at the current meeting
-  std::string broken_;         // why the group is unusable, or empty
+  std::vector<bool> present_;        // [rank]: arrived at the current meeting
+  std::optional<Breakdown> broken_;  // set once, never cleared
 };
 
 }  // namespace tpx::detail

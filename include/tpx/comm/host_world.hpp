@@ -10,9 +10,12 @@
 //
 // The world also carries failure. When a rank thread throws, the launcher calls abort(rank,
 // what): every rank waiting in, or later entering, a collective of any group then throws
-// comm_error naming that rank and its message. A rank that waits longer than options.timeout
-// at the start of a collective throws comm_error naming the ranks (in world numbering) that never
-// arrived, and its group throws for everyone from then on. No mistake ends in a silent hang.
+// comm_error naming that rank and its message. When a rank thread returns, the launcher calls
+// finish(rank): a collective of one of its groups that it did not join, waiting or to come,
+// then throws comm_error at once naming it (the collective sits in rank-dependent control flow).
+// A rank that waits longer than options.timeout at the start of a collective throws comm_error
+// naming the ranks (in world numbering) that never arrived, and its group throws for everyone
+// from then on. No mistake ends in a silent hang.
 #pragma once
 
 #include <chrono>
@@ -27,6 +30,7 @@
 
 #include "tpx/comm/host_failure.hpp"
 #include "tpx/comm/host_group.hpp"
+#include "tpx/comm/host_returns.hpp"
 
 namespace tpx {
 
@@ -40,8 +44,8 @@ class HostWorld {
   // The id of the group set made by the constructor: all ranks, in world order.
   static constexpr int whole_world = 0;
 
-  explicit HostWorld(int size, HostWorldOptions options = {}) : size_(size), options_(options) {
-    if (size < 1) throw std::invalid_argument("tpx: a HostWorld needs at least one rank");
+  explicit HostWorld(int size, HostWorldOptions options = {})
+      : size_(valid_size(size)), options_(options), returns_(size_) {
     std::vector<int> everyone(static_cast<std::size_t>(size));
     std::iota(everyone.begin(), everyone.end(), 0);
     add_groups({everyone});
@@ -54,13 +58,15 @@ class HostWorld {
   const HostWorldOptions& options() const noexcept { return options_; }
 
   // Registers disjoint groups of world ranks, each in group-rank order (they need not cover
-  // the world), and returns the id of the set. Safe to call from any thread.
-  int add_groups(const std::vector<std::vector<int>>& groups) {
+  // the world), and returns the id of the set. `label` names the set in error messages
+  // ("mesh axis X"). Safe to call from any thread.
+  int add_groups(const std::vector<std::vector<int>>& groups, const std::string& label = {}) {
     std::vector<detail::HostGroup*> group_of_rank(static_cast<std::size_t>(size_), nullptr);
     std::vector<std::unique_ptr<detail::HostGroup>> made;
     for (const std::vector<int>& members : groups) {
       if (members.empty()) throw std::invalid_argument("tpx: add_groups was given an empty group");
-      made.push_back(std::make_unique<detail::HostGroup>(members, options_.timeout, failure_));
+      made.push_back(std::make_unique<detail::HostGroup>(members, label, options_.timeout, failure_,
+                                                         returns_));
       for (int rank : members) {
         if (rank < 0 || rank >= size_) {
           throw std::invalid_argument("tpx: add_groups: rank " + std::to_string(rank) +
@@ -95,9 +101,19 @@ class HostWorld {
   // Reports that `world_rank` failed with `what`. Every collective of every group, waiting or
   // to come, throws comm_error naming the first rank reported. Safe to call from any thread.
   void abort(int world_rank, std::string_view what) {
-    if (!failure_.record(world_rank, what)) return;
-    std::lock_guard lock(mutex_);
-    for (auto& group : groups_) group->wake_all();
+    if (failure_.record(world_rank, what)) wake_all();
+  }
+
+  // Reports that `world_rank` has returned and will call no more collectives. Every collective
+  // of its groups that it has not joined, waiting or to come, throws comm_error at once naming
+  // it, the ranks that joined and the collective. Safe to call from any thread.
+  void finish(int world_rank) {
+    if (world_rank < 0 || world_rank >= size_) {
+      throw std::invalid_argument("tpx: finish: rank " + std::to_string(world_rank) +
+                                  " is outside the world of " + std::to_string(size_));
+    }
+    returns_.record(world_rank);
+    wake_all();
   }
 
   // "rank 2 failed: <what>" once some rank was reported through abort().
@@ -107,9 +123,21 @@ class HostWorld {
   }
 
  private:
+  static int valid_size(int size) {
+    if (size < 1) throw std::invalid_argument("tpx: a HostWorld needs at least one rank");
+    return size;
+  }
+
+  // Wakes every waiting rank to look at the world's failure and returns again.
+  void wake_all() {
+    std::lock_guard lock(mutex_);
+    for (auto& group : groups_) group->wake_all();
+  }
+
   const int size_;
   const HostWorldOptions options_;
   detail::HostFailure failure_;
+  detail::HostReturns returns_;
   std::mutex mutex_;  // guards groups_ and sets_
   std::vector<std::unique_ptr<detail::HostGroup>> groups_;
   std::vector<std::vector<detail::HostGroup*>> sets_;  // [set][world rank] -> its group or null

@@ -22,8 +22,10 @@
 // new call, barrier() and wait_all() poll them, and ncclCommGetAsyncError, and when a
 // collective has not completed within the timeout, NCCL reports an asynchronous error, or
 // another rank of this process has failed (`failure`, set by the launcher), the communicator
-// is aborted (ncclCommAbort) and comm_error says which collective it was. Every collective is an
-// NVTX range.
+// is aborted (ncclCommAbort) and comm_error says which collective it was. A collective that a
+// peer skips (rank-dependent control flow) is seen only through that timeout: NCCL matches calls
+// by order and tells no rank that a peer has returned, where the host and simulated meshes fail
+// it at once. Every collective is an NVTX range.
 #pragma once
 
 #include <cuda_runtime.h>

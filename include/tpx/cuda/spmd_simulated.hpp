@@ -7,8 +7,9 @@
 // the threads, and reports a failing rank as "tpx: rank 2 (X=1, Y=0) failed: ..." with the
 // original exception nested. On each rank's thread it makes the rank's CUDA resources
 // (rank_resources: device, stream, pool, cuBLASLt) and one SimulatedCommunicator per set of mesh
-// axes, registered in a HostWorld of its own; a failure is reported to that world too, so the
-// other ranks' collectives fail at once instead of waiting for the timeout. fn receives a
+// axes, registered in a HostWorld of its own; a failure, and a rank's return, are reported to
+// that world too, so the other ranks' collectives fail at once instead of waiting for the
+// timeout, as on the host (a collective that a returned rank never joined is named). fn receives a
 // DeviceRank, so tensors made for it live on the GPU; when fn returns, the launcher waits for
 // the rank's stream, so device faults are reported as that rank's failure.
 #pragma once
@@ -46,7 +47,8 @@ void spmd(cuda_simulated_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::laun
                            (devices.reason.empty() ? "" : ": " + devices.reason) + ")");
   HostWorld world(mesh.rank_count(), HostWorldOptions{options.timeout});
   std::vector<int> set_of_mask(masks, HostWorld::whole_world);
-  for (unsigned mask = 1; mask < masks; ++mask) set_of_mask[mask] = world.add_groups(detail::groups_of_axes(mesh, mask));
+  for (unsigned mask = 1; mask < masks; ++mask)
+    set_of_mask[mask] = world.add_groups(detail::groups_of_axes(mesh, mask), detail::axes_label<MeshT>(mask));
 
   spmd(
       host, mesh,
@@ -64,6 +66,7 @@ void spmd(cuda_simulated_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::laun
           cuda::DeviceRank<MeshT> rank(mesh, r, host_rank.axes(), std::move(groups), resources);
           fn(rank);
           resources.synchronize();
+          world.finish(r);
         } catch (const std::exception& e) {
           world.abort(r, e.what());
           throw;

@@ -76,12 +76,13 @@ struct shared_dim {
   }
   template <class... Ls>
   static auto first(type_list<Ls...>) {
-    return type_at_t<0, concat_t<std::conditional_t<(dim_position_v<Ls, typename R::dims> >= 0),
-                                                    type_list<unsplit_t<Ls>>, type_list<>>...,
-                                 type_list<void>>>{};
+    return std::type_identity<
+        type_at_t<0, concat_t<std::conditional_t<(dim_position_v<Ls, typename R::dims> >= 0),
+                                                 type_list<unsplit_t<Ls>>, type_list<>>...,
+                              type_list<void>>>>{};
   }
   static constexpr int shared = count(typename L::dims{});
-  using type = decltype(first(typename L::dims{}));
+  using type = typename decltype(first(typename L::dims{}))::type;
 };
 
 }  // namespace detail

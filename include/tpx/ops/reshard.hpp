@@ -6,10 +6,9 @@
 //   static_assert(std::is_same_v<P::steps, tpx::type_list<tpx::AllGather<X, D<>>>>);
 //   P::description  // "AllGather<X>(D); -> [D, F_Y]"
 //
-// Replicated -> sharded is a local slice, with no communication. A tensor unreduced over X
-// converts implicitly to a declared type that only reduces it (the declaration is the request):
-//   Tensor<float, I<>, K<X>> c = matmul(a, b);   // [I, K]{U_X} -> ReduceScatter<X>(K)
-// Every other change of sharding is spelled reshard.
+// Replicated -> sharded is a local slice, with no communication. Every change of sharding is
+// spelled reshard (or a typed collective); none hides behind a conversion:
+//   auto c = reshard<I<>, K<X>>(matmul(a, b));   // [I, K]{U_X} -> ReduceScatter<X>(K)
 #pragma once
 
 #include <stdexcept>
@@ -131,13 +130,6 @@ struct reshard_traits {
   static constexpr reshard_plan plan = plan_reshard<universe>(from, to);
   static constexpr bool possible = plan.error.size() == 0;
   using steps = detail::step_types_t<universe, typename From::dims, plan.steps>;
-  static constexpr bool only_reduces = [] {
-    bool reductions = plan.steps.count > 0;
-    for (int i = 0; i < plan.steps.count; ++i)
-      reductions = reductions && (plan.steps.steps[i].kind == step_kind::reduce_scatter ||
-                                  plan.steps.steps[i].kind == step_kind::all_reduce);
-    return possible && reductions;
-  }();
   static constexpr auto description = freeze<[] {
     static_string<240> text;
     append_steps(text, plan.steps, from, "", universe{});
@@ -159,14 +151,6 @@ auto reshard(const Tn& t) {
     return detail::apply_steps<typename traits::universe, traits::plan.steps>(t);
   }
 }
-
-namespace detail {
-template <class To, class From>
-struct reduction_conversion {
-  static constexpr bool value = reshard_traits<From, To>::only_reduces;
-  static To convert(const From& from) { return reshard<To>(from); }
-};
-}  // namespace detail
 
 // The whole tensor, in global row-major order, on every rank (a collective: all ranks call it).
 template <AnyTensor Tn>

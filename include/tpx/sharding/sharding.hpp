@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 
 #include "tpx/core/compile_error.hpp"
 #include "tpx/core/fixed_string.hpp"
@@ -22,10 +23,53 @@
 
 namespace tpx {
 
+// The set of mesh axes over which a tensor is unreduced (a partial sum), always in one order,
+// by name: a partial sum over {X, Y} is one thing, whatever order it was written or produced in.
+// Programs name it through the alias Unreduced below, which sorts: Unreduced<Y, X> and
+// Unreduced<X, Y> are both unreduced_over<X, Y>, so tensor types that differ only in that order
+// are one type, and every op's result is spelled the same way.
 template <MeshAxis... Axes>
-struct Unreduced {
+struct unreduced_over {
   using axes = type_list<Axes...>;
 };
+
+namespace detail {
+template <class... Axes>
+constexpr auto axis_name_order() {
+  constexpr std::size_t n = sizeof...(Axes);
+  const char* names[n + 1] = {Axes::name.c_str()..., ""};
+  struct result {
+    std::size_t at[n + 1];
+  } sorted{};
+  for (std::size_t i = 0; i < n; ++i) sorted.at[i] = i;
+  auto before = [&](std::size_t a, std::size_t b) {  // names[a] < names[b]
+    const char* x = names[a];
+    const char* y = names[b];
+    while (*x != '\0' && *x == *y) ++x, ++y;
+    return static_cast<unsigned char>(*x) < static_cast<unsigned char>(*y);
+  };
+  for (std::size_t i = 1; i < n; ++i)  // insertion sort: stable, and n is a handful
+    for (std::size_t j = i; j > 0 && before(sorted.at[j], sorted.at[j - 1]); --j) {
+      const std::size_t t = sorted.at[j];
+      sorted.at[j] = sorted.at[j - 1];
+      sorted.at[j - 1] = t;
+    }
+  return sorted;
+}
+
+template <class Axes, class Indices>
+struct sorted_unreduced;
+template <class... Axes, std::size_t... I>
+struct sorted_unreduced<type_list<Axes...>, std::index_sequence<I...>> {
+  static constexpr auto order = axis_name_order<Axes...>();
+  using type = unreduced_over<type_at_t<order.at[I], type_list<Axes...>>...>;
+};
+}  // namespace detail
+
+// Unreduced<X, Y>: the notes' {U_XY}, as the last argument of a tensor type.
+template <MeshAxis... Axes>
+using Unreduced = typename detail::sorted_unreduced<type_list<Axes...>,
+                                                    std::index_sequence_for<Axes...>>::type;
 
 namespace detail {
 template <class Dims, class Args>
@@ -36,9 +80,9 @@ struct split_spec<type_list<Dims...>, type_list<>> {
   using unreduced = Unreduced<>;
 };
 template <class... Dims, class... Axes>
-struct split_spec<type_list<Dims...>, type_list<Unreduced<Axes...>>> {
+struct split_spec<type_list<Dims...>, type_list<unreduced_over<Axes...>>> {
   using dims = type_list<Dims...>;
-  using unreduced = Unreduced<Axes...>;
+  using unreduced = unreduced_over<Axes...>;
 };
 template <class... Dims, class Next, class... Rest>
 struct split_spec<type_list<Dims...>, type_list<Next, Rest...>>
@@ -98,7 +142,7 @@ struct sharding_of {
 template <class Dims, class Unred>
 struct sharding_parts;
 template <class... Dims, class... Unred>
-struct sharding_parts<type_list<Dims...>, Unreduced<Unred...>> {
+struct sharding_parts<type_list<Dims...>, unreduced_over<Unred...>> {
   using axes = concat_t<typename Dims::axes..., type_list<Unred...>>;
 
   // Axes are numbered by their position in Universe.

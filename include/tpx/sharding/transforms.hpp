@@ -74,13 +74,13 @@ using as_unreduced_t = typename as_unreduced<Axes>::type;
 template <class Unred, class A>
 struct unreduced_without;
 template <class... Axes, class A>
-struct unreduced_without<Unreduced<Axes...>, A> {
+struct unreduced_without<unreduced_over<Axes...>, A> {
   using type = as_unreduced_t<remove_all_t<type_list<Axes...>, type_list<A>>>;
 };
 template <class Unred, class A>
 using unreduced_without_t = typename unreduced_without<Unred, A>::type;
 
-// The union of Unreduced sets, first occurrences kept in order.
+// The union of Unreduced sets.
 template <class... Unreds>
 using unreduced_union_t = as_unreduced_t<unique_t<concat_t<typename Unreds::axes...>>>;
 

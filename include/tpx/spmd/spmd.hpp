@@ -13,11 +13,16 @@
 //
 // If a rank throws, the others' pending and future collectives fail at once (comm_error naming
 // the rank), every thread is joined, and spmd rethrows the first failure as spmd_error,
-// "rank 2 (X=1, Y=0) failed: ...", with the original exception nested. A rank that waits longer
-// than options.timeout for its group fails the same way, naming who never arrived.
+// "rank 2 (X=1, Y=0) failed: ...", with the original exception nested. When a rank returns, a
+// collective it never joined can never complete: the ranks waiting in it, or coming to it later,
+// fail at once, naming the collective (its number on its group, the mesh axes, the call), who
+// joined it and who returned, rather than after the timeout: the usual cause is a collective
+// inside `if (rank.world_rank() == 0)`. A rank that waits longer than options.timeout for its
+// group fails the same way, naming who never arrived.
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
@@ -91,6 +96,18 @@ inline int blas_threads_per_rank(int requested, int ranks) {
   return threads;
 }
 
+// "mesh axis X", "mesh axes X, Y": the axes of a set of groups, for error messages.
+template <class MeshT>
+std::string axes_label(unsigned mask) {
+  std::string names;
+  for (int a = 0; a < MeshT::axis_count; ++a) {
+    if (!(mask & (1u << a))) continue;
+    if (!names.empty()) names += ", ";
+    names += MeshT::name(a);
+  }
+  return (std::popcount(mask) == 1 ? "mesh axis " : "mesh axes ") + names;
+}
+
 template <class MeshT>
 std::string place_of(const MeshT& mesh, int rank) {
   std::string text;
@@ -109,7 +126,8 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
   HostWorld world(ranks, HostWorldOptions{options.timeout});
   std::vector<int> set_of_mask(masks, HostWorld::whole_world);
   for (unsigned mask = 1; mask < masks; ++mask)
-    set_of_mask[mask] = world.add_groups(detail::groups_of_axes(mesh, mask));
+    set_of_mask[mask] =
+        world.add_groups(detail::groups_of_axes(mesh, mask), detail::axes_label<MeshT>(mask));
 
   kernels::set_blas_threads(detail::blas_threads_per_rank(options.blas_threads, ranks));
 
@@ -130,6 +148,7 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
        ...);
       Rank<MeshT> rank(mesh, r, std::move(axes), std::move(groups));
       fn(rank);
+      world.finish(r);
     } catch (const std::exception& e) {
       failures[r] = std::current_exception();
       world.abort(r, e.what());

@@ -46,9 +46,22 @@ constexpr bool check_sharding() {
   return true;
 }
 
-// Implemented by ops/reshard.hpp: whether From converts to To by reductions alone, and how.
-template <class To, class From>
-struct reduction_conversion;
+// "X, Y": the names of a list of mesh axes, for messages.
+template <class Axes>
+struct axis_list_text;
+template <class... Axes>
+struct axis_list_text<type_list<Axes...>> {
+  static constexpr auto value = freeze<[] {
+    static_string<80> text;
+    int i = 0;
+    ((text += (i++ > 0 ? ", " : ""), text += Axes::name), ...);
+    return text;
+  }>();
+};
+template <class Axes>
+constexpr auto axis_list() {
+  return axis_list_text<Axes>::value;
+}
 
 template <class Dims>
 struct shape_of;
@@ -102,15 +115,21 @@ class BasicTensor {
     }(typename traits::axes{});
   }
 
-  // Reduce-on-declaration: a partial sum converts to a declared type that only reduces it,
-  // `Tensor<float, I<>, K<X>> c = matmul(a, b);` with c's type asking for ReduceScatter<X>(K).
+  // A partial sum never converts implicitly: summing it over its unreduced axes is a
+  // collective, and tpx spells every collective at its call site (reshard<Target>(t),
+  // all_reduce<X>(t), matmul<Target>(a, b)), so that no rank runs one without its code saying
+  // so. This constructor exists only to say that, instead of the compiler's "no conversion".
   template <class... Other>
   requires(!std::is_same_v<typename sharding_of<Other...>::unreduced, Unreduced<>> &&
-           detail::reduction_conversion<BasicTensor, BasicTensor<Space, T, Other...>>::value)
-      BasicTensor(const BasicTensor<Space, T, Other...>& partial)  // NOLINT: implicit by design
-      : BasicTensor(
-            detail::reduction_conversion<BasicTensor, BasicTensor<Space, T, Other...>>::convert(
-                partial)) {}
+           !std::is_same_v<BasicTensor<Space, T, Other...>, BasicTensor>)
+  BasicTensor(const BasicTensor<Space, T, Other...>&)  // NOLINT: implicit, to reject it
+      : context_(nullptr) {
+    using From = BasicTensor<Space, T, Other...>;
+    compile_error<"tpx: tensor " + From::notation + " does not convert implicitly to " +
+                  notation + ": reducing a partial sum over mesh axes " +
+                  detail::axis_list<typename From::unreduced::axes>() +
+                  " is a collective; call tpx::reshard<Target>(t) (or matmul<Target>(a, b))">{};
+  }
 
   const rank_context& context() const { return *context_; }
   const extents_type& global_extents() const { return global_; }
@@ -180,7 +199,7 @@ concept AnyTensor = is_tensor_v<std::remove_cvref_t<X>>;
 template <class Like, class Dims, class Unred>
 struct tensor_with;
 template <class Space, class T, class... Spec, class... Dims, class... Unred>
-struct tensor_with<BasicTensor<Space, T, Spec...>, type_list<Dims...>, Unreduced<Unred...>> {
+struct tensor_with<BasicTensor<Space, T, Spec...>, type_list<Dims...>, unreduced_over<Unred...>> {
   using type = std::conditional_t<sizeof...(Unred) == 0, BasicTensor<Space, T, Dims...>,
                                   BasicTensor<Space, T, Dims..., Unreduced<Unred...>>>;
 };
