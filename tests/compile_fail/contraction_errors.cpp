@@ -1,7 +1,9 @@
-// Batched contractions (tpx::einsum, include/tpx/ops/einsum.hpp) that tpx must reject at compile
-// time, one per case, each with the sentence the compiler must print. As for sharding_errors.cpp,
-// tests/CMakeLists.txt reads the `// expect(CASE): text` lines below, compiles this file once per
-// CASE with -DCASE, and passes only if compilation fails with a diagnostic containing the text.
+// Batched contractions (tpx::einsum, include/tpx/ops/einsum.hpp), the attention built on them
+// (include/tpx/nn/attention.hpp) and the renaming of dims they need (ops/rename.hpp) that tpx
+// must reject at compile time, one per case, each with the sentence the compiler must print. As
+// for sharding_errors.cpp, tests/CMakeLists.txt reads the `// expect(CASE): text` lines below,
+// compiles this file once per CASE with -DCASE, and passes only if compilation fails with a
+// diagnostic containing the text.
 //
 // expect(EINSUM_BATCH_SPLIT_DIFFERS): batch dim H is split as H_Y on the left and as H on the right
 // expect(EINSUM_BATCH_AXES_ORDER): batch dim B is split as B_XY on the left and as B_YX
@@ -10,6 +12,12 @@
 // expect(EINSUM_UNREDUCED_MEETS_AXIS): left operand is unreduced over X and the right one also
 // expect(EINSUM_ELEMENT_TYPES): the operands must have the same element type and memory space
 // expect(EINSUM_TOO_MANY_DIMS): the result would have more dims than a tensor may
+// expect(ATTENTION_SPLIT_SEQUENCE): query sequence dim T of \[B, H_Y, T_X, E\] is split over mesh axes X
+// expect(ATTENTION_SPLIT_HEAD_DIM): head dim E of \[B, H, S, E_Y\] is split over mesh axes Y
+// expect(RENAME_LVALUE): rename<T, S> of tensor \[B, T, E\]: rename takes over the elements of the tensor
+// expect(RENAME_UNKNOWN_DIM): rename<S, F>: tensor \[B, T, E\] has no dim S
+// expect(RENAME_TO_EXISTING): rename<T, E>: tensor \[B, T, E\] already has a dim E
+#include <tpx/nn/attention.hpp>
 #include <tpx/tpx.hpp>
 
 TPX_MESH_AXES(X, Y);
@@ -46,6 +54,21 @@ void body() {
 #elif defined(EINSUM_TOO_MANY_DIMS)
   auto t = tpx::contract<J>(some<Tensor<float, P1<>, P2<>, P3<>, P4<>, P5<>, J<>>>(),
                             some<Tensor<float, J<>, Q1<>, Q2<>, Q3<>, Q4<>>>());
+#elif defined(ATTENTION_SPLIT_SEQUENCE)
+  using Q = Tensor<float, B<>, H<Y>, T<X>, E<>>;
+  using K = Tensor<float, B<>, H<Y>, S<>, E<>>;
+  auto t = tpx::nn::causal_attention_forward(some<Q>(), some<K>(), some<K>());
+#elif defined(ATTENTION_SPLIT_HEAD_DIM)
+  using K = Tensor<float, B<>, H<>, S<>, E<Y>>;
+  auto t = tpx::nn::causal_attention_forward(some<Tensor<float, B<>, H<>, T<>, E<>>>(), some<K>(),
+                                             some<K>());
+#elif defined(RENAME_LVALUE)
+  Tensor<float, B<>, T<>, E<>> k = some<Tensor<float, B<>, T<>, E<>>>();
+  auto t = tpx::rename<T, S>(k);
+#elif defined(RENAME_UNKNOWN_DIM)
+  auto t = tpx::rename<S, F>(Tensor<float, B<>, T<>, E<>>(some<Tensor<float, B<>, T<>, E<>>>()));
+#elif defined(RENAME_TO_EXISTING)
+  auto t = tpx::rename<T, E>(Tensor<float, B<>, T<>, E<>>(some<Tensor<float, B<>, T<>, E<>>>()));
 #endif
 }
 

@@ -1,7 +1,8 @@
 // The small conveniences of a tensor (issue 13, items 4, 5 and 7): a + b, a - b, a * s, s * a
 // and tpx::sub against naive loops over the global tensors; describe / operator<< and at() by
 // global coordinates against the block each rank holds; one target spelling for matmul and
-// reshard; and a target over an axis the mesh lacks named at run time before any collective.
+// reshard; a target over an axis the mesh lacks named at run time before any collective; rename
+// moving a block under new dim names.
 // Meshes 1x1 and 2x2, with extents that divide and that do not.
 #include <doctest/doctest.h>
 
@@ -165,3 +166,21 @@ TEST_CASE("a target over an axis the mesh lacks is named before any collective")
 }
 
 }  // namespace
+
+TEST_CASE("rename relabels a dim in place: same elements, same splits, the buffer moved") {
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [](auto& rank) {
+    auto a = tpx::randn<float, I<X>, J<>, K<Y>>(rank, {I(5), J(3), K(4)}, 7);
+    const std::vector<float> before = tpx::to_global(a);
+    const float* block = a.data();
+    const auto offsets = a.local_offsets();
+    auto b = tpx::rename<J, D>(std::move(a));
+    static_assert(std::is_same_v<decltype(b), Tensor<float, I<X>, D<>, K<Y>>>);
+    auto c = tpx::rename<I, B>(std::move(b));  // a split dim keeps its axes
+    static_assert(std::is_same_v<decltype(c), Tensor<float, B<X>, D<>, K<Y>>>);
+    CHECK(c.data() == block);
+    CHECK(c.local_offsets() == offsets);
+    CHECK(c.global_extent(0) == 5);
+    CHECK(c.global_extent(1) == 3);
+    CHECK(tpx::to_global(c) == before);
+  });
+}

@@ -80,6 +80,11 @@ inline constexpr bool host_accessible_v = [] {
     return false;
 }();
 
+// Tag of BasicTensor's constructor that takes over another tensor's elements under new dim names.
+struct relabel_t {
+  explicit relabel_t() = default;
+};
+
 template <class Space, class T, class... Spec>
 class BasicTensor {
   static_assert(detail::check_sharding<Spec...>(), "tpx: invalid sharding (see above)");
@@ -131,6 +136,16 @@ class BasicTensor {
                   " is a collective; call tpx::reshard<Target>(t) (or matmul<Target>(a, b))">{};
   }
 
+  // The elements of `from`, whose dims have the same extents and splits under other names: its
+  // buffer moves here, nothing is copied (tpx::rename, ops/rename.hpp, checks the names).
+  template <class... Other>
+  BasicTensor(relabel_t, BasicTensor<Space, T, Other...>&& from)
+      : context_(from.context_),
+        global_(from.global_),
+        local_(from.local_),
+        offset_(from.offset_),
+        data_(std::move(from.data_)) {}
+
   const rank_context& context() const { return *context_; }
   const extents_type& global_extents() const { return global_; }
   const extents_type& local_extents() const { return local_; }
@@ -175,6 +190,9 @@ class BasicTensor {
     offset_[D] = b.offset;
     local_[D] = b.size;
   }
+
+  template <class, class, class...>
+  friend class BasicTensor;
 
   const rank_context* context_;
   extents_type global_{};

@@ -1,0 +1,83 @@
+// The per-element math of causal softmax attention (nn/attention.hpp) as grid functors of (r, c):
+// row r of the scores [batch..., T, S] flattened to [rows, S], column c a key position. A memory
+// space runs them with its grid loops (reduce_rows, for_each_element), so the host and the GPU
+// share one definition, as for grid_terms.hpp.
+//
+// Row r is query position t = r % T (the sequence dims are whole on every rank); key s = c is
+// visible when s <= t. With scores x = q.k (unscaled) and scale = 1/sqrt(E):
+//   p[r, c]  = exp(scale x[r, c] - m[r]) / l[r]   for c <= t, else 0
+//   m[r]     = max over visible c of scale x[r, c],   l[r] = sum over visible c of exp(... - m[r])
+// and, for the backward, with dp = dL/dp and rowdot[r] = sum_c p[r, c] dp[r, c]:
+//   dx[r, c] = scale p[r, c] (dp[r, c] - rowdot[r])      (dL/dx, zero where masked)
+// Position 0 is always visible, so every row has a finite maximum and l >= 1.
+#pragma once
+
+#include <math.h>  // expf, INFINITY
+
+#include <cstdint>
+
+#include "tpx/core/config.hpp"
+
+namespace tpx::kernels {
+
+// scale * x[r, c] where key c is visible from query r % t_len, -inf where it is masked.
+template <class T>
+struct causal_score {
+  const T* x;
+  std::int64_t cols;
+  std::int64_t t_len;
+  float scale;
+  TPX_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
+    return c <= r % t_len ? scale * static_cast<float>(x[r * cols + c]) : -INFINITY;
+  }
+};
+
+// exp(score(r, c) - m[r]): the terms of the softmax denominator (0 where masked).
+template <class T>
+struct causal_shifted_exp {
+  causal_score<T> score;
+  const float* row_max;
+  TPX_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
+    return expf(score(r, c) - row_max[r]);
+  }
+};
+
+// p[r, c] = exp(score(r, c) - m[r]) / l[r], written over the scores (each element reads only
+// itself, so in place is safe).
+template <class T>
+struct causal_softmax_write {
+  causal_shifted_exp<T> shifted;
+  const float* row_sum;
+  T* p;
+  TPX_HOST_DEVICE void operator()(std::int64_t r, std::int64_t c) const {
+    p[r * shifted.score.cols + c] = static_cast<T>(shifted(r, c) / row_sum[r]);
+  }
+};
+
+// p[r, c] * dp[r, c]: the terms of rowdot.
+template <class T>
+struct product_term {
+  const T* a;
+  const T* b;
+  std::int64_t cols;
+  TPX_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
+    return static_cast<float>(a[r * cols + c]) * static_cast<float>(b[r * cols + c]);
+  }
+};
+
+// dx[r, c] = scale p (dp - rowdot[r]), written over dp (in place, element by element).
+template <class T>
+struct softmax_backward_write {
+  const T* p;
+  const float* rowdot;
+  std::int64_t cols;
+  float scale;
+  T* dp;
+  TPX_HOST_DEVICE void operator()(std::int64_t r, std::int64_t c) const {
+    const std::int64_t i = r * cols + c;
+    dp[i] =
+        static_cast<T>(scale * static_cast<float>(p[i]) * (static_cast<float>(dp[i]) - rowdot[r]));
+  }
+};
+
+}  // namespace tpx::kernels

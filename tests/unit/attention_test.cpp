@@ -1,0 +1,215 @@
+// Causal attention (tpx/nn/attention.hpp) on sharded tensors against an independent reference:
+// the forward as naive loops over the whole tensors in double, and the gradients as central
+// finite differences of that double forward (so the backward's formulas are checked, not
+// restated). Batch and heads split over X and Y in several ways, on meshes 1x1, 2x1, 1x2, 2x2
+// and 3x2, with extents that do not divide (uneven and empty blocks), in the heads-first layout
+// [B, H, T, E] and in a projection's [B, T, H, E].
+// Tolerances: fp32 against double, |got - want| <= 2e-5 (outputs, of magnitude ~1) and 1e-4
+// (gradients; the finite differences themselves are exact to ~1e-8).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <tpx/nn/attention.hpp>
+#include <tpx/tpx.hpp>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+TPX_MESH_AXES(X, Y);
+TPX_DIMS(B, H, T, S, E);
+
+const std::int64_t nb = 3, nh = 4, nt = 5, ne = 6;
+
+std::vector<double> values(std::int64_t n, std::uint64_t seed) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i)));
+  return v;
+}
+std::vector<float> as_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+// out[b, h, t, :] = sum over s <= t of softmax_s(q.k / sqrt(E)) v[b, h, s, :], in double.
+std::vector<double> attention_reference(const std::vector<double>& q, const std::vector<double>& k,
+                                        const std::vector<double>& v) {
+  std::vector<double> out(q.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(double(ne));
+  for (std::int64_t bh = 0; bh < nb * nh; ++bh)
+    for (std::int64_t t = 0; t < nt; ++t) {
+      std::vector<double> w(static_cast<std::size_t>(t + 1));
+      double m = -INFINITY, l = 0;
+      for (std::int64_t s = 0; s <= t; ++s) {
+        double dot = 0;
+        for (std::int64_t e = 0; e < ne; ++e)
+          dot += q[(bh * nt + t) * ne + e] * k[(bh * nt + s) * ne + e];
+        w[s] = dot * scale;
+        m = std::max(m, w[s]);
+      }
+      for (auto& x : w) l += (x = std::exp(x - m));
+      for (std::int64_t s = 0; s <= t; ++s)
+        for (std::int64_t e = 0; e < ne; ++e)
+          out[(bh * nt + t) * ne + e] += w[s] / l * v[(bh * nt + s) * ne + e];
+    }
+  return out;
+}
+
+// d(sum(out * dout))/d(x) for each element of x (one of q, k, v), by central differences.
+template <class Forward>
+std::vector<double> numeric_gradient(std::vector<double> x, const std::vector<double>& dout,
+                                     const Forward& forward) {
+  std::vector<double> g(x.size());
+  const double h = 1e-6;
+  auto loss = [&] {
+    const auto out = forward(x);
+    double l = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) l += out[i] * dout[i];
+    return l;
+  };
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double up = loss();
+    x[i] = keep - h;
+    const double down = loss();
+    x[i] = keep;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double tol,
+                 const char* what) {
+  REQUIRE(got.size() == want.size());
+  std::size_t bad = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(got[i] - want[i]);
+    worst = std::max(worst, err);
+    if (!(err <= tol)) ++bad;
+  }
+  INFO(std::string(what) << ": " << bad << " of " << got.size() << " elements beyond " << tol
+                         << " (worst " << worst << ")");
+  CHECK(bad == 0);
+}
+
+struct reference {
+  std::vector<double> q = values(nb * nh * nt * ne, 1), k = values(nb * nh * nt * ne, 2),
+                      v = values(nb * nh * nt * ne, 3), dout = values(nb * nh * nt * ne, 4);
+  std::vector<double> out = attention_reference(q, k, v);
+  std::vector<double> dq =
+      numeric_gradient(q, dout, [&](const auto& x) { return attention_reference(x, k, v); });
+  std::vector<double> dk =
+      numeric_gradient(k, dout, [&](const auto& x) { return attention_reference(q, x, v); });
+  std::vector<double> dv =
+      numeric_gradient(v, dout, [&](const auto& x) { return attention_reference(q, k, x); });
+};
+const reference& ref() {
+  static const reference r;
+  return r;
+}
+
+// One layout: batch split as Bs, heads as Hs, on every mesh.
+template <class Bs, class Hs>
+void check_layout() {
+  const auto& r = ref();
+  const std::vector<std::pair<int, int>> meshes = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 2}};
+  for (const auto& [mx_, my_] : meshes) {
+    const int mx = mx_, my = my_;  // clang before 16 cannot capture bindings in lambdas
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      using Qt = tpx::Tensor<float, Bs, Hs, T<>, E<>>;
+      using Kt = tpx::Tensor<float, Bs, Hs, S<>, E<>>;
+      const auto q = tpx::from_global<float, Bs, Hs, T<>, E<>>(rank, {B(nb), H(nh), T(nt), E(ne)},
+                                                               as_float(r.q));
+      const auto k = tpx::from_global<float, Bs, Hs, S<>, E<>>(rank, {B(nb), H(nh), S(nt), E(ne)},
+                                                               as_float(r.k));
+      const auto v = tpx::from_global<float, Bs, Hs, S<>, E<>>(rank, {B(nb), H(nh), S(nt), E(ne)},
+                                                               as_float(r.v));
+      const auto dout = tpx::from_global<float, Bs, Hs, T<>, E<>>(
+          rank, {B(nb), H(nh), T(nt), E(ne)}, as_float(r.dout));
+      const auto fwd = tpx::nn::causal_attention_forward(q, k, v);
+      const auto grad = tpx::nn::causal_attention_backward(q, k, v, fwd.probs, dout);
+      // No communication changes a split: the results are split as the operands are.
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(fwd.out)>, Qt>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(fwd.probs)>,
+                                   tpx::Tensor<float, Bs, Hs, T<>, S<>>>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dq)>, Qt>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dk)>, Kt>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dv)>, Kt>);
+      check_close(tpx::to_global(fwd.out), r.out, 2e-5, "out");
+      check_close(tpx::to_global(grad.dq), r.dq, 1e-4, "dq");
+      check_close(tpx::to_global(grad.dk), r.dk, 1e-4, "dk");
+      check_close(tpx::to_global(grad.dv), r.dv, 1e-4, "dv");
+    });
+  }
+}
+
+// [B, H, P, E] -> [B, P, H, E]: the layout a projection x[B, T, D] *_D W[D, H, E] gives.
+std::vector<float> sequence_major(const std::vector<double>& v) {
+  std::vector<float> out(v.size());
+  for (std::int64_t b = 0; b < nb; ++b)
+    for (std::int64_t h = 0; h < nh; ++h)
+      for (std::int64_t p = 0; p < nt; ++p)
+        for (std::int64_t e = 0; e < ne; ++e)
+          out[((b * nt + p) * nh + h) * ne + e] =
+              static_cast<float>(v[((b * nh + h) * nt + p) * ne + e]);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("causal attention on the projection layout [B, T, H, E] gives heads-first results") {
+  const auto& r = ref();
+  for (const auto& [mx_, my_] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {3, 2}}) {
+    const int mx = mx_, my = my_;
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const auto q = tpx::from_global<float, B<X>, T<>, H<Y>, E<>>(
+          rank, {B(nb), T(nt), H(nh), E(ne)}, sequence_major(r.q));
+      const auto k = tpx::from_global<float, B<X>, S<>, H<Y>, E<>>(
+          rank, {B(nb), S(nt), H(nh), E(ne)}, sequence_major(r.k));
+      const auto v = tpx::from_global<float, B<X>, S<>, H<Y>, E<>>(
+          rank, {B(nb), S(nt), H(nh), E(ne)}, sequence_major(r.v));
+      const auto dout = tpx::from_global<float, B<X>, H<Y>, T<>, E<>>(
+          rank, {B(nb), H(nh), T(nt), E(ne)}, as_float(r.dout));
+      const auto fwd = tpx::nn::causal_attention_forward(q, k, v);
+      const auto grad = tpx::nn::causal_attention_backward(q, k, v, fwd.probs, dout);
+      using Heads = tpx::Tensor<float, B<X>, H<Y>, T<>, E<>>;
+      using KeyHeads = tpx::Tensor<float, B<X>, H<Y>, S<>, E<>>;
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(fwd.out)>, Heads>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dq)>, Heads>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dk)>, KeyHeads>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dv)>, KeyHeads>);
+      check_close(tpx::to_global(fwd.out), r.out, 2e-5, "out");
+      check_close(tpx::to_global(grad.dq), r.dq, 1e-4, "dq");
+      check_close(tpx::to_global(grad.dk), r.dk, 1e-4, "dk");
+      check_close(tpx::to_global(grad.dv), r.dv, 1e-4, "dv");
+    });
+  }
+}
+
+TEST_CASE("causal attention with batch over X and heads over Y equals the unsharded reference") {
+  check_layout<B<X>, H<Y>>();
+}
+
+TEST_CASE("causal attention with heads over X and Y, batch whole, equals the reference") {
+  check_layout<B<>, H<X, Y>>();
+}
+
+TEST_CASE("causal attention with batch over Y and X, heads whole, equals the reference") {
+  check_layout<B<Y, X>, H<>>();
+}
+
+TEST_CASE("causal attention rejects sequences of different lengths, naming both tensors") {
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
+    const auto q = tpx::randn<float, B<>, T<>, E<>>(rank, {B(2), T(4), E(3)}, 1);
+    const auto k = tpx::randn<float, B<>, S<>, E<>>(rank, {B(2), S(5), E(3)}, 2);
+    CHECK_THROWS_WITH_AS(tpx::nn::causal_attention_forward(q, k, k),
+                         doctest::Contains("has 4 positions and k [B, S, E] has 5"),
+                         std::invalid_argument);
+  });
+}
