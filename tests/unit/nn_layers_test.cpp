@@ -2,6 +2,9 @@
 // RMSNorm over a dim split on the tensor-parallel axis (forward and backward), the vocab-parallel
 // cross-entropy (loss and gradient of the logits) and the embedding lookup with its gradient, on
 // meshes 1x1, 2x2, 2x3 and 3x1 with extents that do not divide (uneven and empty blocks).
+// The same layers on [B, T, ...] tensors (rows over two leading dims, as a sequence model has
+// them: sequence parallel [B_X, T_Y, D], tensor parallel [B_X, T, D_Y]) equal the two-dim layers
+// over the flattened rows [B*T, ...] on one rank, which the other cases check against the loops.
 // Tolerances: fp32 math against double, relative to the magnitude of the summed terms: 1e-5 for
 // sums of a few dozen terms, as stated at each check.
 #include <doctest/doctest.h>
@@ -10,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
 #include <tpx/nn/rmsnorm.hpp>
@@ -20,24 +24,26 @@
 namespace {
 
 TPX_MESH_AXES(X, Y);
-TPX_DIMS(B, D, V, W);
+TPX_DIMS(B, D, T, V, W);
 
 const std::vector<std::pair<int, int>> meshes = {{1, 1}, {2, 2}, {2, 3}, {3, 1}};
 
 std::vector<float> values(std::int64_t n, std::uint64_t seed, float scale = 1.0f) {
   std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[i] = scale * tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i));
+  for (std::int64_t i = 0; i < n; ++i)
+    v[i] = scale * tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i));
   return v;
 }
 
 // |got - want| <= tol * (scale + 1e-3) elementwise, reported once per failing rank.
-void check_close(const std::vector<float>& got, const std::vector<double>& want, double scale, double tol,
-                 const char* what) {
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double scale,
+                 double tol, const char* what) {
   REQUIRE(got.size() == want.size());
   std::size_t bad = 0;
   for (std::size_t i = 0; i < got.size(); ++i)
     if (!(std::abs(got[i] - want[i]) <= tol * (scale + 1e-3))) ++bad;
-  INFO(what << ": " << bad << " of " << got.size() << " elements beyond " << tol << " of " << scale);
+  INFO(std::string(what) << ": " << bad << " of " << got.size() << " elements beyond " << tol
+                         << " of " << scale);
   CHECK(bad == 0);
 }
 
@@ -88,7 +94,8 @@ TEST_CASE("vocab-parallel cross-entropy over V_Y equals the unsharded loss and g
   const std::int64_t rows = 9, vocab = 13, width = 3, column = 2;
   const auto logits = values(rows * vocab, 4, 3.0f);
   std::vector<std::int32_t> tokens(rows * width);
-  for (std::int64_t i = 0; i < rows * width; ++i) tokens[i] = static_cast<std::int32_t>((i * 7 + 3) % vocab);
+  for (std::int64_t i = 0; i < rows * width; ++i)
+    tokens[i] = static_cast<std::int32_t>((i * 7 + 3) % vocab);
   double loss = 0;
   std::vector<double> dlogits(rows * vocab);
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -108,7 +115,8 @@ TEST_CASE("vocab-parallel cross-entropy over V_Y equals the unsharded loss and g
       const auto ls = tpx::from_global<float, B<X>, V<Y>>(rank, {B(rows), V(vocab)}, logits);
       const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(width)}, tokens);
       const auto ce = tpx::nn::cross_entropy(ls, ts, column);
-      static_assert(std::is_same_v<std::remove_cvref_t<decltype(ce.dlogits)>, tpx::Tensor<float, B<X>, V<Y>>>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(ce.dlogits)>,
+                                   tpx::Tensor<float, B<X>, V<Y>>>);
       check_close({tpx::scalar_on_host(ce.loss)}, {loss}, loss, 1e-5, "loss");
       check_close(tpx::to_global(ce.dlogits), dlogits, 1.0 / rows, 1e-5, "dlogits");
     });
@@ -128,7 +136,8 @@ TEST_CASE("embedding lookup and its gradient over D_Y equal the unsharded table"
   const std::int64_t rows = 11, d = 7, vocab = 5, width = 2;
   const auto table = values(vocab * d, 6), dx = values(rows * d, 7);
   std::vector<std::int32_t> tokens(rows * width);
-  for (std::int64_t i = 0; i < rows * width; ++i) tokens[i] = static_cast<std::int32_t>((i * 3 + 1) % vocab);
+  for (std::int64_t i = 0; i < rows * width; ++i)
+    tokens[i] = static_cast<std::int32_t>((i * 3 + 1) % vocab);
   std::vector<double> x(rows * d, 0.0), dtable(vocab * d, 0.0);
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t k = 0; k < width; ++k)
@@ -152,4 +161,111 @@ TEST_CASE("embedding lookup and its gradient over D_Y equal the unsharded table"
       check_close(tpx::to_global(grad), dtable, double(rows), 1e-6, "dtable");
     });
   }
+}
+
+namespace {
+
+// Every output of RMSNorm, cross-entropy and the embedding on rows [B, T], flattened, from
+// layouts X (activations, tokens) and L (logits) on a mesh, or from the two-dim layers when
+// flat is true.
+struct sequence_outputs {
+  std::vector<std::vector<float>> arrays;
+};
+
+template <class XDims, class LDims>
+struct sequence_case;
+template <class... XSpec, class... LSpec>
+struct sequence_case<tpx::type_list<XSpec...>, tpx::type_list<LSpec...>> {
+  static constexpr std::int64_t nb = 3, nt = 5, d = 6, vocab = 7, width = 2;
+
+  template <class Rank>
+  static std::vector<std::vector<float>> run(Rank& rank, bool flat) {
+    const auto x = values(nb * nt * d, 11), w = values(d, 12), dy = values(nb * nt * d, 13);
+    const auto logits = values(nb * nt * vocab, 14, 3.0f), table = values(vocab * d, 15);
+    std::vector<std::int32_t> tokens(nb * nt * width);
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<std::int32_t>((i * 5 + 2) % vocab);
+    const auto ws = tpx::from_global<float, D<>>(rank, {D(d)}, w);
+    const auto tab = tpx::from_global<float, V<>, D<>>(rank, {V(vocab), D(d)}, table);
+    auto layers = [&](const auto& xs, const auto& dys, const auto& ls, const auto& ts,
+                      const auto& lts, auto emb) {
+      auto wl =
+          tpx::reshard<tpx::Tensor<float, tpx::nn::last_dim_t<std::remove_cvref_t<decltype(xs)>>>>(
+              ws);
+      const auto fwd = tpx::nn::rmsnorm_forward(xs, wl);
+      const auto bwd = tpx::nn::rmsnorm_backward(xs, wl, fwd.rstd, dys);
+      const auto ce = tpx::nn::cross_entropy(ls, lts, 1);
+      tpx::nn::embedding_add(
+          emb, tpx::reshard<tpx::Tensor<float, V<>, tpx::nn::last_dim_t<decltype(emb)>>>(tab), ts,
+          0);
+      const auto demb = tpx::nn::embedding_gradient<V>(dys, ts, 1, vocab);
+      return std::vector<std::vector<float>>{tpx::to_global(fwd.y),
+                                             tpx::to_global(fwd.rstd),
+                                             tpx::to_global(bwd.dx),
+                                             tpx::to_global(bwd.dw),
+                                             {tpx::scalar_on_host(ce.loss)},
+                                             tpx::to_global(ce.dlogits),
+                                             tpx::to_global(emb),
+                                             tpx::to_global(demb)};
+    };
+    if (flat) {
+      const auto xs = tpx::from_global<float, B<>, D<>>(rank, {B(nb * nt), D(d)}, x);
+      const auto dys = tpx::from_global<float, B<>, D<>>(rank, {B(nb * nt), D(d)}, dy);
+      const auto ls = tpx::from_global<float, B<>, V<>>(rank, {B(nb * nt), V(vocab)}, logits);
+      const auto ts =
+          tpx::from_global<std::int32_t, B<>, W<>>(rank, {B(nb * nt), W(width)}, tokens);
+      return layers(xs, dys, ls, ts, ts, tpx::zeros<float, B<>, D<>>(rank, {B(nb * nt), D(d)}));
+    }
+    const auto xs = tpx::from_global<float, XSpec...>(rank, {B(nb), T(nt), D(d)}, x);
+    const auto dys = tpx::from_global<float, XSpec...>(rank, {B(nb), T(nt), D(d)}, dy);
+    const auto ls = tpx::from_global<float, LSpec...>(rank, {B(nb), T(nt), V(vocab)}, logits);
+    using XTokens = tpx::type_list<XSpec...>;
+    using LTokens = tpx::type_list<LSpec...>;
+    const auto ts = tokens_like<XTokens>(rank, tokens);
+    const auto lts = tokens_like<LTokens>(rank, tokens);
+    return layers(xs, dys, ls, ts, lts, tpx::zeros<float, XSpec...>(rank, {B(nb), T(nt), D(d)}));
+  }
+
+  // int32 tokens [B.., T.., W] with the rows split as in Dims.
+  template <class Dims, class Rank>
+  static auto tokens_like(Rank& rank, const std::vector<std::int32_t>& tokens) {
+    return [&]<class Bs, class Ts, class Last>(tpx::type_list<Bs, Ts, Last>) {
+      return tpx::from_global<std::int32_t, Bs, Ts, W<>>(rank, {B(nb), T(nt), W(width)}, tokens);
+    }(Dims{});
+  }
+};
+
+template <class XDims, class LDims>
+void check_sequence_layout() {
+  using C = sequence_case<XDims, LDims>;
+  std::vector<std::vector<float>> want;
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) { want = C::run(rank, true); });
+  const char* names[] = {"rmsnorm y",  "rmsnorm rstd",       "rmsnorm dx",
+                         "rmsnorm dw", "cross-entropy loss", "cross-entropy dlogits",
+                         "embedding",  "embedding gradient"};
+  for (const auto& values : meshes) {
+    const int mx = std::get<0>(values), my = std::get<1>(values);
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const auto got = C::run(rank, false);
+      REQUIRE(got.size() == want.size());
+      for (std::size_t a = 0; a < got.size(); ++a) {
+        std::vector<double> reference(want[a].begin(), want[a].end());
+        double scale = 0;
+        for (double v : reference) scale = std::max(scale, std::abs(v));
+        check_close(got[a], reference, scale, 1e-5, names[a]);
+      }
+    });
+  }
+}
+
+}  // namespace
+
+TEST_CASE("row layers on sequence-parallel [B_X, T_Y, D] rows equal the flat layers") {
+  check_sequence_layout<tpx::type_list<B<X>, T<Y>, D<>>, tpx::type_list<B<X>, T<>, V<Y>>>();
+}
+
+TEST_CASE("row layers on tensor-parallel [B_X, T, D_Y] rows equal the flat layers") {
+  check_sequence_layout<tpx::type_list<B<X>, T<>, D<Y>>, tpx::type_list<B<X>, T<Y>, V<>>>();
 }

@@ -39,6 +39,7 @@
 #include "tpx/core/compile_error.hpp"
 #include "tpx/kernels/attention_terms.hpp"
 #include "tpx/kernels/reduction.hpp"
+#include "tpx/nn/rows.hpp"
 #include "tpx/ops/einsum.hpp"
 #include "tpx/sharding/transforms.hpp"
 #include "tpx/tensor/tensor.hpp"
@@ -46,19 +47,6 @@
 namespace tpx::nn {
 
 namespace detail {
-
-// The tensor of one float per row of St ([batch..., T, S] -> [batch..., T]), split as St's rows.
-template <class St, class Indices = std::make_index_sequence<St::order - 1>>
-struct row_floats;
-template <class St, std::size_t... I>
-struct row_floats<St, std::index_sequence<I...>> {
-  using type = tensor_with_t<BasicTensor<typename St::space, float>,
-                             type_list<type_at_t<I, typename St::dims>...>, Unreduced<>>;
-  static type make(const St& s) {
-    return type(s.context(),
-                typename type::shape_type(index_array<sizeof...(I)>{s.global_extent(I)...}));
-  }
-};
 
 template <class Tn>
 using unsplit_dims_t = typename remove_all_axes<typename Tn::dims>::type;
@@ -129,8 +117,7 @@ attention_geometry geometry_of(const Qt& q, const Pt& probs) {
                                 " has " + std::to_string(t) + " positions and k " +
                                 std::string(Kt::notation.c_str()) + " has " + std::to_string(s) +
                                 "; causal self-attention needs the same sequence on both");
-  std::int64_t rows = 1;
-  for (std::size_t d = 0; d + 1 < n; ++d) rows *= probs.local_extent(d);
+  const std::int64_t rows = local_rows(probs);
   const std::int64_t e = q.global_extent(Qt::order - 1);
   return {rows, t, e > 0 ? 1.0f / std::sqrt(static_cast<float>(e)) : 1.0f};
 }
@@ -154,8 +141,8 @@ auto causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
   using Space = typename Pt::space;
   const rank_context& ctx = q.context();
   const std::int64_t cols = g.t_len;
-  auto row_max = detail::row_floats<Pt>::make(probs);
-  auto row_sum = detail::row_floats<Pt>::make(probs);
+  auto row_max = make_per_row<per_row_t<Pt>>(probs);
+  auto row_sum = make_per_row<per_row_t<Pt>>(probs);
   const kernels::causal_score<T> score{probs.data(), cols, g.t_len, g.scale};
   const kernels::causal_shifted_exp<T> shifted{score, row_max.data()};
   Space::template reduce_rows<kernels::max_reducer<float>>(ctx, g.rows, cols, score,
@@ -193,7 +180,7 @@ auto causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, const Pt& 
   static_assert(std::is_same_v<decltype(ds), Pt>,
                 "tpx: causal_attention_backward: dout must have the batch dims of q, in q's order "
                 "and split alike, and T unsplit");
-  auto rowdot = detail::row_floats<Pt>::make(probs);
+  auto rowdot = make_per_row<per_row_t<Pt>>(probs);
   Space::template reduce_rows<kernels::sum_reducer<float>>(
       ctx, g.rows, cols, kernels::product_term<T>{probs.data(), ds.data(), cols}, rowdot.data());
   Space::for_each_element(

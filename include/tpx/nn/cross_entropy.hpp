@@ -13,8 +13,9 @@
 // reduction is a typed partial sum (or partial maximum) reduced by the collective its type names,
 // so the same code runs unsharded (no collective at all) and on any mesh.
 //
-// The targets are column `column` of an int32 token tensor [B.., W] sharded like the logits'
-// rows. A target outside [0, V) gives a NaN loss. Everything runs in the logits' memory space.
+// Any number of leading dims are rows (logits[B_X, T, V_Y] for a sequence model; nn/rows.hpp),
+// and the mean is over all of them. The targets are column `column` of an int32 token tensor
+// [Rows..., W] whose leading dims are split like the logits'. A target outside [0, V) gives a NaN loss. Everything runs in the logits' memory space.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 
 #include "tpx/kernels/grid_terms.hpp"
 #include "tpx/kernels/reduction.hpp"
+#include "tpx/nn/rows.hpp"
 #include "tpx/ops/collectives.hpp"
 #include "tpx/ops/reshard.hpp"
 #include "tpx/sharding/transforms.hpp"
@@ -49,30 +51,30 @@ struct cross_entropy_result {
   Grad dlogits;
 };
 
-// logits: [Rows, Vocab] (Vocab may be sharded); tokens: int32 [Rows, W] with the logits' rows.
+// logits: [Rows..., Vocab] (Vocab may be sharded); tokens: int32 [Rows..., W] with the logits'
+// rows, split alike.
 template <AnyTensor Lt, AnyTensor Tok>
 auto cross_entropy(const Lt& logits, const Tok& tokens, std::int64_t column) {
   using Space = typename Lt::space;
-  using Row = type_at_t<0, typename Lt::dims>;
-  using Vocab = type_at_t<1, typename Lt::dims>;
-  static_assert(Lt::order == 2 && std::is_same_v<typename Lt::unreduced, Unreduced<>>,
-                "tpx: cross_entropy: the logits must be a reduced [Rows, Vocab] tensor");
-  static_assert(Tok::order == 2 && std::is_same_v<type_at_t<0, typename Tok::dims>, Row> &&
+  using Vocab = last_dim_t<Lt>;
+  static_assert(Lt::order >= 2 && std::is_same_v<typename Lt::unreduced, Unreduced<>>,
+                "tpx: cross_entropy: the logits must be a reduced [Rows..., Vocab] tensor");
+  static_assert(Tok::order == Lt::order && std::is_same_v<row_dims_t<Tok>, row_dims_t<Lt>> &&
                     std::is_same_v<typename Tok::value_type, std::int32_t>,
-                "tpx: cross_entropy: the targets must be int32 [Rows, W], rows split like the logits'");
+                "tpx: cross_entropy: the targets must be int32 [Rows..., W], rows split like the "
+                "logits'");
   static_assert(std::is_same_v<typename Tok::space, Space>,
                 "tpx: cross_entropy: logits and targets must be in the same memory space");
   using T = typename Lt::value_type;
   const rank_context& ctx = logits.context();
-  const std::int64_t rows = logits.local_extent(0), cols = logits.local_extent(1);
-  const std::int64_t first = logits.local_offset(1), vocab = logits.global_extent(1);
-  const kernels::token_at target{tokens.data(), tokens.local_extent(1), column};
-  using Partial = tensor_with_t<BasicTensor<Space, float>, type_list<Row>,
-                                as_unreduced_t<typename Vocab::axes>>;
-  using Whole = BasicTensor<Space, float, Row>;
-  const typename Partial::shape_type row_shape(index_array<1>{logits.global_extent(0)});
+  constexpr std::size_t last = Lt::order - 1;
+  const std::int64_t rows = local_rows(logits), cols = local_cols(logits);
+  const std::int64_t first = logits.local_offset(last), vocab = logits.global_extent(last);
+  const kernels::token_at target{tokens.data(), local_cols(tokens), column};
+  using Partial = per_row_t<Lt, float, as_unreduced_t<typename Vocab::axes>>;
+  using Whole = per_row_t<Lt>;
   const auto partial_rows = [&]<class R>(R, const auto& term) {
-    Partial p(ctx, row_shape);
+    auto p = make_per_row<Partial>(logits);
     Space::template reduce_rows<R>(ctx, rows, cols, term, p.data());
     return p;
   };
@@ -85,9 +87,9 @@ auto cross_entropy(const Lt& logits, const Tok& tokens, std::int64_t column) {
   const Whole target_logit = reshard<Whole>(partial_rows(
       kernels::sum_reducer<float>{}, kernels::target_logit_at<T>{logits.data(), target, first, cols}));
 
-  const float share = 1.0f / static_cast<float>(logits.global_extent(0));
+  const float share = 1.0f / static_cast<float>(global_rows(logits));
   using LossPartial =
-      tensor_with_t<BasicTensor<Space, float>, type_list<>, as_unreduced_t<typename Row::axes>>;
+      tensor_with_t<BasicTensor<Space, float>, type_list<>, as_unreduced_t<row_axes_t<Lt>>>;
   LossPartial loss(ctx, {});
   Space::template reduce_rows<kernels::sum_reducer<float>>(
       ctx, 1, rows,

@@ -1,5 +1,7 @@
 // Embedding lookup by token, forward and backward, for a table whose model dim may be sharded
-// (tensor parallel: E[V, D_Y]) and a batch whose rows may be (data parallel: tokens[B_X, W]).
+// (tensor parallel: E[V, D_Y]) and a batch whose rows may be (data parallel: tokens[B_X, W];
+// sequence parallel: tokens[B_X, T_Y, W] for x[B_X, T_Y, D]; any leading dims are rows,
+// nn/rows.hpp).
 //
 //   embedding_add(x, table, tokens, k)      x[r, d] += table[tokens[r, k], d]
 //   embedding_gradient(dx, tokens, k, V)    dtable[v, d] = sum of dx[r, d] over the rows r whose
@@ -17,6 +19,7 @@
 #include <type_traits>
 
 #include "tpx/kernels/grid_terms.hpp"
+#include "tpx/nn/rows.hpp"
 #include "tpx/sharding/transforms.hpp"
 #include "tpx/tensor/tensor.hpp"
 
@@ -25,47 +28,48 @@ namespace tpx::nn {
 namespace detail {
 template <class Xt, class Tok>
 constexpr void check_embedding_operands() {
-  static_assert(Xt::order == 2 && std::is_same_v<typename Xt::unreduced, Unreduced<>>,
-                "tpx: embedding: x must be a reduced [Rows, Model] tensor");
-  static_assert(Tok::order == 2 && std::is_same_v<type_at_t<0, typename Tok::dims>, type_at_t<0, typename Xt::dims>> &&
+  static_assert(Xt::order >= 2 && std::is_same_v<typename Xt::unreduced, Unreduced<>>,
+                "tpx: embedding: x must be a reduced [Rows..., Model] tensor");
+  static_assert(Tok::order == Xt::order && std::is_same_v<row_dims_t<Tok>, row_dims_t<Xt>> &&
                     std::is_same_v<typename Tok::value_type, std::int32_t>,
-                "tpx: embedding: the tokens must be int32 [Rows, W], rows split like x's");
+                "tpx: embedding: the tokens must be int32 [Rows..., W], rows split like x's");
   static_assert(std::is_same_v<typename Tok::space, typename Xt::space>,
                 "tpx: embedding: x and the tokens must be in the same memory space");
 }
 }  // namespace detail
 
 // x[r, d] += table[tokens[r, column], d]; table: [Vocab, Model] with Vocab unsplit and Model
-// split like x's.
+// split like x's last dim.
 template <AnyTensor Xt, AnyTensor Table, AnyTensor Tok>
 void embedding_add(Xt& x, const Table& table, const Tok& tokens, std::int64_t column) {
   detail::check_embedding_operands<Xt, Tok>();
   static_assert(Table::order == 2 && type_at_t<0, typename Table::dims>::axes::size == 0 &&
-                    std::is_same_v<type_at_t<1, typename Table::dims>, type_at_t<1, typename Xt::dims>>,
+                    std::is_same_v<type_at_t<1, typename Table::dims>, last_dim_t<Xt>>,
                 "tpx: embedding_add: the table must be [Vocab, Model] with Vocab whole (gathered) and "
                 "Model split like x's");
   static_assert(std::is_same_v<typename Table::space, typename Xt::space>,
                 "tpx: embedding_add: x and the table must be in the same memory space");
-  const std::int64_t cols = x.local_extent(1);
+  const std::int64_t cols = local_cols(x);
   Xt::space::for_each_element(
-      x.context(), x.local_extent(0), cols,
+      x.context(), local_rows(x), cols,
       kernels::embedding_add<typename Xt::value_type, typename Table::value_type>{
-          table.data(), kernels::token_at{tokens.data(), tokens.local_extent(1), column}, cols, x.data()});
+          table.data(), kernels::token_at{tokens.data(), local_cols(tokens), column}, cols, x.data()});
 }
 
-// The gradient of the table rows the lookup read: [Vocab, Model]{U over Rows' axes}, fp32.
+// The gradient of the table rows the lookup read: [Vocab, Model]{U over every Rows dim's axes},
+// fp32.
 // Vocab is the template of the table's vocabulary dim (e.g. V), of global extent `vocab`.
 template <template <class...> class Vocab, AnyTensor Xt, AnyTensor Tok>
 auto embedding_gradient(const Xt& dx, const Tok& tokens, std::int64_t column, std::int64_t vocab) {
   detail::check_embedding_operands<Xt, Tok>();
-  using Row = type_at_t<0, typename Xt::dims>;
-  using Model = type_at_t<1, typename Xt::dims>;
+  using Model = last_dim_t<Xt>;
   using Grad = tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Vocab<>, Model>,
-                             as_unreduced_t<typename Row::axes>>;
-  Grad grad(dx.context(), typename Grad::shape_type(index_array<2>{vocab, dx.global_extent(1)}));
-  const std::int64_t cols = dx.local_extent(1);
-  Xt::space::scatter_add_rows(dx.context(), dx.local_extent(0), cols,
-                              kernels::token_at{tokens.data(), tokens.local_extent(1), column},
+                             as_unreduced_t<row_axes_t<Xt>>>;
+  Grad grad(dx.context(), typename Grad::shape_type(
+                              index_array<2>{vocab, dx.global_extent(Xt::order - 1)}));
+  const std::int64_t cols = local_cols(dx);
+  Xt::space::scatter_add_rows(dx.context(), local_rows(dx), cols,
+                              kernels::token_at{tokens.data(), local_cols(tokens), column},
                               kernels::element_at<typename Xt::value_type>{dx.data(), cols}, grad.data());
   return grad;
 }

@@ -1,13 +1,15 @@
-// RMSNorm over the columns of a [Rows, Cols] tensor whose columns may be sharded (tensor
-// parallel: x[B_X, D_Y]), with the statistics reduced as typed partial sums.
+// RMSNorm over the last dim of a [Rows..., Cols] tensor whose columns may be sharded (tensor
+// parallel: x[B_X, D_Y]; sequence parallel: x[B_X, T_Y, D]), with the statistics reduced as typed
+// partial sums. Any number of leading dims are rows (nn/rows.hpp).
 //
 //   y[r, c] = x[r, c] * rstd[r] * w[c],   rstd[r] = 1 / sqrt(mean_c x[r, c]^2 + eps)
 //
 // Each rank sums x^2 over its block of columns; that is a partial sum over the axes that split
-// Cols (a Tensor<float, Rows, Unreduced<...>>), and reshard to Tensor<float, Rows> all-reduces it.
-// The backward pass needs one more such sum, sum_c w dy x, and returns the weight gradient as a
-// partial sum over the axes that split Rows (each rank saw only its rows): the caller reduces it
-// onto the weight's shards, e.g. with ReduceScatter as the adjoint of the weight's AllGather.
+// Cols (a Tensor<float, Rows..., Unreduced<...>>), and reshard to Tensor<float, Rows...>
+// all-reduces it. The backward pass needs one more such sum, sum_c w dy x, and returns the weight
+// gradient as a partial sum over the axes that split the Rows dims (each rank saw only its rows):
+// the caller reduces it onto the weight's shards, e.g. with ReduceScatter as the adjoint of the
+// weight's AllGather.
 //
 // Everything runs in the tensors' memory space, through its grid loops (tensor/host_space.hpp,
 // cuda/kernels/grid.hpp) and the functors of kernels/grid_terms.hpp: the same math on the host
@@ -20,6 +22,7 @@
 #include "tpx/kernels/grid_terms.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/ops/elementwise.hpp"
+#include "tpx/nn/rows.hpp"
 #include "tpx/ops/reshard.hpp"
 #include "tpx/sharding/transforms.hpp"
 #include "tpx/tensor/tensor.hpp"
@@ -27,30 +30,27 @@
 namespace tpx::nn {
 
 namespace detail {
-// The tensor of one float per row of Xt, unreduced over the axes that split Xt's columns: what
+// The tensor of one float per row of Xt, unreduced over the axes that split Xt's last dim: what
 // each rank's row sums over its columns are.
 template <class Xt>
-using row_partial_t =
-    tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<type_at_t<0, typename Xt::dims>>,
-                  as_unreduced_t<typename type_at_t<1, typename Xt::dims>::axes>>;
+using row_partial_t = per_row_t<Xt, float, as_unreduced_t<typename last_dim_t<Xt>::axes>>;
 
 // The whole rows' R-folds of term, on every rank of a row's group: each rank folds its columns,
 // then the partial results are all-reduced over the column axes (a no-op when Cols is unsplit).
 template <class R, class Xt, class Term>
 auto row_sums(const Xt& x, const Term& term) {
-  using Partial = row_partial_t<Xt>;
-  Partial partial(x.context(), typename Partial::shape_type(index_array<1>{x.global_extent(0)}));
-  Xt::space::template reduce_rows<R>(x.context(), x.local_extent(0), x.local_extent(1), term,
+  auto partial = make_per_row<row_partial_t<Xt>>(x);
+  Xt::space::template reduce_rows<R>(x.context(), local_rows(x), local_cols(x), term,
                                      partial.data());
-  return reshard<BasicTensor<typename Xt::space, float, type_at_t<0, typename Xt::dims>>>(partial);
+  return reshard<per_row_t<Xt>>(partial);
 }
 
 template <class Xt, class Wt>
 constexpr void check_rmsnorm_operands() {
-  static_assert(Xt::order == 2 && std::is_same_v<typename Xt::unreduced, Unreduced<>>,
-                "tpx: rmsnorm: x must be a reduced [Rows, Cols] tensor");
-  static_assert(std::is_same_v<typename Wt::dims, type_list<type_at_t<1, typename Xt::dims>>>,
-                "tpx: rmsnorm: the weight must be split like the normalized dim of x");
+  static_assert(Xt::order >= 2 && std::is_same_v<typename Xt::unreduced, Unreduced<>>,
+                "tpx: rmsnorm: x must be a reduced [Rows..., Cols] tensor");
+  static_assert(std::is_same_v<typename Wt::dims, type_list<last_dim_t<Xt>>>,
+                "tpx: rmsnorm: the weight must be split like the normalized (last) dim of x");
   static_assert(std::is_same_v<typename Xt::space, typename Wt::space>,
                 "tpx: rmsnorm: x and the weight must be in the same memory space");
 }
@@ -59,19 +59,19 @@ constexpr void check_rmsnorm_operands() {
 template <class Xt, class Rstd>
 struct rmsnorm_output {
   Xt y;
-  Rstd rstd;  // [Rows], kept for the backward pass
+  Rstd rstd;  // [Rows...], kept for the backward pass
 };
 
-// x: [Rows, Cols_...], w: [Cols_...] with the same split of Cols as x.
+// x: [Rows..., Cols_...], w: [Cols_...] with the same split of Cols as x.
 template <AnyTensor Xt, AnyTensor Wt>
 auto rmsnorm_forward(const Xt& x, const Wt& w, float eps = 1e-5f) {
   detail::check_rmsnorm_operands<Xt, Wt>();
   using T = typename Xt::value_type;
   using W = typename Wt::value_type;
-  const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
+  const std::int64_t rows = local_rows(x), cols = local_cols(x);
   const auto sums =
       detail::row_sums<kernels::sum_of_squares_reducer<float>>(x, kernels::element_at<T>{x.data(), cols});
-  auto rstd = map(kernels::rmsnorm_inverse{x.global_extent(1), eps}, sums);
+  auto rstd = map(kernels::rmsnorm_inverse{x.global_extent(Xt::order - 1), eps}, sums);
   Xt y(x.context(), x.shape());
   Xt::space::for_each_element(x.context(), rows, cols,
                               kernels::rmsnorm_apply<T, W>{x.data(), w.data(), rstd.data(), cols, y.data()});
@@ -81,7 +81,7 @@ auto rmsnorm_forward(const Xt& x, const Wt& w, float eps = 1e-5f) {
 template <class Xt, class Dw>
 struct rmsnorm_gradients {
   Xt dx;
-  Dw dw;  // [Cols_...]{U over Rows' axes}, fp32
+  Dw dw;  // [Cols_...]{U over the axes of every Rows dim}, fp32
 };
 
 // dx = rstd (w dy) - x rstd^3 / n * sum_c (w dy x);  dw[c] = sum_r dy x rstd.
@@ -90,19 +90,19 @@ auto rmsnorm_backward(const Xt& x, const Wt& w, const Rstd& rstd, const Xt& dy) 
   detail::check_rmsnorm_operands<Xt, Wt>();
   using T = typename Xt::value_type;
   using W = typename Wt::value_type;
-  using Row = type_at_t<0, typename Xt::dims>;
-  using Col = type_at_t<1, typename Xt::dims>;
-  const std::int64_t rows = x.local_extent(0), cols = x.local_extent(1);
+  using Col = last_dim_t<Xt>;
+  const std::int64_t rows = local_rows(x), cols = local_cols(x);
+  const std::int64_t n = x.global_extent(Xt::order - 1);
   const auto dot = detail::row_sums<kernels::sum_reducer<float>>(
       x, kernels::rmsnorm_backward_term_at<T, W>{x.data(), w.data(), dy.data(), cols});
   Xt dx(x.context(), x.shape());
   Xt::space::for_each_element(x.context(), rows, cols,
                               kernels::rmsnorm_input_gradient_at<T, W>{x.data(), w.data(), dy.data(), rstd.data(),
-                                                                       dot.data(), cols, x.global_extent(1),
+                                                                       dot.data(), cols, n,
                                                                        dx.data()});
   using Dw = tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Col>,
-                           as_unreduced_t<typename Row::axes>>;
-  Dw dw(x.context(), typename Dw::shape_type(index_array<1>{x.global_extent(1)}));
+                           as_unreduced_t<row_axes_t<Xt>>>;
+  Dw dw(x.context(), typename Dw::shape_type(index_array<1>{n}));
   Xt::space::sum_columns(x.context(), rows, cols,
                          kernels::rmsnorm_weight_term_at<T>{x.data(), dy.data(), rstd.data(), cols}, dw.data());
   return rmsnorm_gradients<Xt, Dw>{std::move(dx), std::move(dw)};
