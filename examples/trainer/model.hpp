@@ -36,6 +36,7 @@
 #include <tpx/tpx.hpp>
 #include <vector>
 
+#include "tensor_set.hpp"
 #include "text_data.hpp"
 
 namespace trainer {
@@ -62,7 +63,7 @@ struct config {
 // Every parameter-shaped tensor of the model, fp32, in memory space Space: the master weights,
 // their gradients and the two Adam moments are each one of these.
 template <class Space>
-struct model_tensors {
+struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
   template <class T, class... Spec>
   using Tensor = tpx::BasicTensor<Space, T, Spec...>;
 
@@ -85,17 +86,7 @@ struct model_tensors {
     }
   }
 
-  // f(name, tensor, others' tensor of the same name...) for every tensor, in a fixed order.
-  template <class Fn, class... Others>
-  void for_each(Fn&& f, Others&... others) {
-    visit(*this, f, others...);
-  }
-  template <class Fn, class... Others>
-  void for_each(Fn&& f, Others&... others) const {
-    visit(*this, f, others...);
-  }
-
- private:
+  // Every tensor by name, in order (tensor_set::for_each walks it).
   template <class Self, class Fn, class... Others>
   static void visit(Self& self, Fn& f, Others&... others) {
     for (std::size_t k = 0; k < self.embed.size(); ++k)

@@ -1,0 +1,408 @@
+// A GPT-style decoder-only transformer over bytes, trained with FSDP over mesh axis X and
+// Megatron tensor + sequence parallelism over Y: the flagship example's model (issue 11), written
+// with tpx's typed ops so that every collective is visible in the types.
+//
+//   x[B_X, T_Y, D]  = TokE[token] + PosE[t]                        sequence-parallel residual
+//   block l:  h  = AllGather<Y, T>(RMSNorm(x))                       [B_X, T, D]
+//             q  = h *_D Wq[D, H_Y, E],  k, v likewise (T renamed S) [B_X, T, H_Y, E]
+//             o  = causal_attention(q, k, v) *_{H,E} Wo[H_Y, E, D]    [B_X, T, D]{U_Y}
+//             x += ReduceScatter<Y, T>(o)                            [B_X, T_Y, D]
+//             h  = AllGather<Y, T>(RMSNorm(x))
+//             x += ReduceScatter<Y, T>(GELU(h *_D Win[D, F_Y]) *_F Wout[F_Y, D])
+//   logits[B_X, T, V_Y] = AllGather<Y, T>(RMSNorm(x)) *_D Head[D, V_Y]
+//   loss = mean cross-entropy over B and T, over the vocabulary shards (nn/cross_entropy.hpp)
+//
+// Heads are split over Y, so attention itself needs no collective (nn/attention.hpp); between
+// the blocks the residual stream is split along the sequence over Y (Megatron's sequence
+// parallelism), so norms and residual adds run on 1/Y of the tokens, and the AllGather before each
+// sublayer and the ReduceScatter after it replace Megatron-TP's AllReduce. Every parameter is an
+// fp32 master sharded over both axes; before use it is cast to the compute type and all-gathered
+// (FSDP over X; the norms and embedding tables over Y too, as the residual stream needs them
+// whole), and the backward pass applies the adjoint of each gather, so every gradient arrives
+// reduce-scattered onto its parameter's sharding, as in the MLP trainer (examples/trainer).
+//
+// Tokens are bytes; a batch is [B, T, W] int32 with three columns per position: the input byte,
+// the target byte (the next one) and the position, which indexes PosE through the same embedding
+// lookup as the bytes. The model reads them twice: split like the residual stream, [B_X, T_Y, W],
+// for the embeddings, and with the sequence whole, [B_X, T, W], for the loss.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <tpx/nn/attention.hpp>
+#include <tpx/nn/cross_entropy.hpp>
+#include <tpx/nn/embedding.hpp>
+#include <tpx/nn/rmsnorm.hpp>
+#include <tpx/tensor/staging.hpp>
+#include <tpx/tpx.hpp>
+#include <vector>
+
+#include "../trainer/tensor_set.hpp"
+#include "../trainer/text_data.hpp"
+
+namespace gpt {
+
+TPX_MESH_AXES(X, Y);  // X: data parallel + FSDP, Y: tensor + sequence parallel
+// batch, query and key positions, model width, heads, head width, MLP width, vocabulary, columns
+TPX_DIMS(B, T, S, D, H, E, F, V, W);
+
+using tpx::AllGather;
+using tpx::ReduceScatter;
+
+struct config {
+  std::int64_t batch = 16;
+  std::int64_t seq = 32;
+  std::int64_t heads = 4;
+  std::int64_t head_dim = 16;
+  std::int64_t ffn = 256;
+  int layers = 2;
+  std::uint64_t seed = 1;
+  static constexpr std::int64_t vocab = 256;
+  std::int64_t d_model() const { return heads * head_dim; }
+};
+
+// The columns of a batch's token tensor [B, T, W].
+enum token_column : std::int64_t { input_byte = 0, target_byte = 1, position = 2, columns = 3 };
+
+// Every parameter-shaped tensor of the model, fp32, in memory space Space: the master weights,
+// their gradients and the two Adam moments are each one of these.
+template <class Space>
+struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
+  template <class T, class... Spec>
+  using Tensor = tpx::BasicTensor<Space, T, Spec...>;
+  using table = Tensor<float, V<X>, D<Y>>;
+  using norm = Tensor<float, D<Y, X>>;
+  using projection = Tensor<float, D<X>, H<Y>, E<>>;  // Wq, Wk, Wv: column-parallel by heads
+
+  table token_embed;
+  Tensor<float, T<X>, D<Y>> position_embed;
+  std::vector<norm> norm1, norm2;
+  std::vector<projection> wq, wk, wv;
+  std::vector<Tensor<float, H<Y>, E<>, D<X>>> wo;  // row-parallel by heads
+  std::vector<Tensor<float, D<X>, F<Y>>> w_in;
+  std::vector<Tensor<float, F<Y>, D<X>>> w_out;
+  norm final_norm;
+  Tensor<float, D<X>, V<Y>> head;
+
+  // Zeros of every parameter's shape.
+  model_tensors(const tpx::rank_context& rank, const config& c)
+      : token_embed(rank, {V(config::vocab), D(c.d_model())}),
+        position_embed(rank, {T(c.seq), D(c.d_model())}),
+        final_norm(rank, {D(c.d_model())}),
+        head(rank, {D(c.d_model()), V(config::vocab)}) {
+    const std::int64_t d = c.d_model();
+    for (int l = 0; l < c.layers; ++l) {
+      norm1.emplace_back(rank, tpx::Shape{D(d)});
+      norm2.emplace_back(rank, tpx::Shape{D(d)});
+      for (auto* w : {&wq, &wk, &wv})
+        w->emplace_back(rank, tpx::Shape{D(d), H(c.heads), E(c.head_dim)});
+      wo.emplace_back(rank, tpx::Shape{H(c.heads), E(c.head_dim), D(d)});
+      w_in.emplace_back(rank, tpx::Shape{D(d), F(c.ffn)});
+      w_out.emplace_back(rank, tpx::Shape{F(c.ffn), D(d)});
+    }
+  }
+
+  // Every tensor by name, in order (tensor_set::for_each walks it).
+  template <class Self, class Fn, class... Others>
+  static void visit(Self& self, Fn& f, Others&... others) {
+    f(std::string("token_embed"), self.token_embed, others.token_embed...);
+    f(std::string("position_embed"), self.position_embed, others.position_embed...);
+    for (std::size_t l = 0; l < self.norm1.size(); ++l) {
+      const std::string p = "block." + std::to_string(l) + ".";
+      f(p + "norm1", self.norm1[l], others.norm1[l]...);
+      f(p + "wq", self.wq[l], others.wq[l]...);
+      f(p + "wk", self.wk[l], others.wk[l]...);
+      f(p + "wv", self.wv[l], others.wv[l]...);
+      f(p + "wo", self.wo[l], others.wo[l]...);
+      f(p + "norm2", self.norm2[l], others.norm2[l]...);
+      f(p + "w_in", self.w_in[l], others.w_in[l]...);
+      f(p + "w_out", self.w_out[l], others.w_out[l]...);
+    }
+    f(std::string("final_norm"), self.final_norm, others.final_norm...);
+    f(std::string("head"), self.head, others.head...);
+  }
+};
+
+template <class Rank>
+model_tensors(const Rank&, const config&) -> model_tensors<tpx::space_of_t<Rank>>;
+
+// The initial weights, the same on every mesh: N(0, 1/fan_in) for projections, N(0, 1) for the
+// embedding tables, ones for norms.
+template <class Space>
+void initialize(model_tensors<Space>& p, const config& c) {
+  std::uint64_t seed = c.seed * 1000;
+  auto fill = [&](auto& t, auto value_at) {
+    tpx::host_twin_t<std::remove_cvref_t<decltype(t)>> h(t.context(), t.shape());
+    tpx::fill_with(h, value_at);
+    t = tpx::in_space<Space>(std::move(h));
+  };
+  auto normal = [&](auto& t, double fan_in) {
+    const float scale = static_cast<float>(1.0 / std::sqrt(fan_in));
+    const std::uint64_t s = ++seed;
+    fill(t, [&](std::int64_t i) {
+      return scale * tpx::kernels::normal_at(s, static_cast<std::uint64_t>(i));
+    });
+  };
+  auto ones = [&](auto& t) { fill(t, [](std::int64_t) { return 1.0f; }); };
+  const auto d = static_cast<double>(c.d_model());
+  normal(p.token_embed, 1.0);
+  normal(p.position_embed, 1.0);
+  for (std::size_t l = 0; l < p.norm1.size(); ++l) {
+    ones(p.norm1[l]);
+    ones(p.norm2[l]);
+    for (auto* w : {&p.wq[l], &p.wk[l], &p.wv[l]}) normal(*w, d);
+    normal(p.wo[l], d);
+    normal(p.w_in[l], d);
+    normal(p.w_out[l], static_cast<double>(c.ffn));
+  }
+  ones(p.final_norm);
+  normal(p.head, d);
+}
+
+// A step's batch, twice: split like the residual stream and with the sequence whole.
+template <class Space>
+struct batch {
+  tpx::BasicTensor<Space, std::int32_t, B<X>, T<Y>, W<>> stream;
+  tpx::BasicTensor<Space, std::int32_t, B<X>, T<>, W<>> whole;
+};
+
+// The batch of `step`: row b is a window of seq + 1 bytes of the text (trainer::text_data, made
+// with context = seq), a function of (seed, step, b) only. Read on the host, copied to Space.
+template <class Space>
+batch<Space> load_batch(const tpx::rank_context& rank, const trainer::text_data& data,
+                        const config& c, std::int64_t step) {
+  const auto token = [&](std::int64_t i) -> std::int32_t {
+    const std::int64_t column = i % columns, t = (i / columns) % c.seq, b = i / columns / c.seq;
+    if (column == position) return static_cast<std::int32_t>(t);
+    return data.byte_at(c.seed, step, c.batch, b, static_cast<int>(t + column));
+  };
+  auto load = [&]<class Tn>(Tn* kind) {
+    (void)kind;
+    tpx::host_twin_t<Tn> h(rank, {B(c.batch), T(c.seq), W(columns)});
+    tpx::fill_with(h, token);
+    return tpx::in_space<Space>(std::move(h));
+  };
+  using Batch = batch<Space>;
+  return {load(static_cast<decltype(Batch::stream)*>(nullptr)),
+          load(static_cast<decltype(Batch::whole)*>(nullptr))};
+}
+
+// A chain of collectives named as types, and its adjoint: the adjoints of the steps in reverse.
+template <class... Steps>
+struct step_chain {
+  template <tpx::AnyTensor Tn>
+  static auto forward(const Tn& t) {
+    return run<Steps...>(t);
+  }
+  template <tpx::AnyTensor Tn>
+  static auto backward(const Tn& t) {
+    return reversed<Steps...>(t);
+  }
+
+ private:
+  template <class First, class... Rest, class Tn>
+  static auto run(const Tn& t) {
+    if constexpr (sizeof...(Rest) == 0)
+      return tpx::apply<First>(t);
+    else
+      return run<Rest...>(tpx::apply<First>(t));
+  }
+  template <class First, class... Rest, class Tn>
+  static auto reversed(const Tn& t) {
+    if constexpr (sizeof...(Rest) == 0)
+      return tpx::apply<tpx::adjoint_t<First>>(t);
+    else
+      return tpx::apply<tpx::adjoint_t<First>>(reversed<Rest...>(t));
+  }
+};
+
+// Forward and backward passes in compute type Tc (float or tpx::bf16), on tensors of Space.
+template <class Tc, class Space = tpx::host_space>
+class model {
+ public:
+  template <class T, class... Spec>
+  using Tensor = tpx::BasicTensor<Space, T, Spec...>;
+  using params = model_tensors<Space>;
+  using stream = Tensor<Tc, B<X>, T<Y>, D<>>;  // the residual stream, split along the sequence
+  using scalar = Tensor<float>;
+
+  // The forward pass's collectives, as types; the backward pass applies their adjoints.
+  using gather_weight = step_chain<AllGather<X, D<>>>;  // FSDP: every matrix is split on D over X
+  using gather_norm = step_chain<AllGather<X, D<>>, AllGather<Y, D<>>>;   // [D_YX] -> [D]
+  using gather_table = step_chain<AllGather<X, V<>>, AllGather<Y, D<>>>;  // [V_X, D_Y] -> [V, D]
+  using gather_positions = step_chain<AllGather<X, T<>>, AllGather<Y, D<>>>;
+  using gather_sequence = step_chain<AllGather<Y, T<>>>;       // SP -> whole sequence
+  using scatter_sequence = step_chain<ReduceScatter<Y, T<>>>;  // {U_Y} -> SP
+
+  model(const tpx::rank_context& rank, const config& c) : rank_(rank), c_(c) {}
+
+  // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
+  // parameter's gradient, reduce-scattered onto the parameter's sharding.
+  scalar forward_backward(const params& p, const batch<Space>& tokens, params& grads) const {
+    std::vector<block_state> states;
+    stream x = embed_forward(p, tokens.stream);
+    for (std::size_t l = 0; l < p.norm1.size(); ++l) {
+      states.push_back(block_forward(p, l, x));
+      x = states.back().out;
+    }
+    head_result head = head_forward_backward(p, x, tokens.whole, grads);
+    stream dx = std::move(head.dx);
+    for (std::size_t l = states.size(); l-- > 0;) dx = block_backward(p, l, states[l], dx, grads);
+    embed_backward(tokens.stream, dx, grads);
+    return std::move(head.loss);
+  }
+
+ private:
+  // The parameter cast to the compute type, then all-gathered by Chain.
+  template <class Chain, class P>
+  auto gathered(const P& master) const {
+    return Chain::forward(tpx::cast<Tc>(master));
+  }
+
+  using stream_tokens = decltype(batch<Space>::stream);
+
+  // x[B_X, T_Y, D] = TokE[byte] + PosE[t]: two row lookups into the gathered tables.
+  stream embed_forward(const params& p, const stream_tokens& tokens) const {
+    stream x(rank_, {B(c_.batch), T(c_.seq), D(c_.d_model())});
+    tpx::nn::embedding_add(x, gathered<gather_table>(p.token_embed), tokens, input_byte);
+    tpx::nn::embedding_add(x, gathered<gather_positions>(p.position_embed), tokens, position);
+    return x;
+  }
+
+  // The tables' gradients: [V, D]{U_XY} and [T, D]{U_XY} (each rank saw its rows), reduced onto
+  // the tables' shards by the adjoints of their gathers.
+  void embed_backward(const stream_tokens& tokens, const stream& dx, params& grads) const {
+    grads.token_embed = gather_table::backward(
+        tpx::nn::embedding_gradient<V>(dx, tokens, input_byte, config::vocab));
+    grads.position_embed =
+        gather_positions::backward(tpx::nn::embedding_gradient<T>(dx, tokens, position, c_.seq));
+  }
+
+  using whole = Tensor<Tc, B<X>, T<>, D<>>;        // a sublayer's input, sequence gathered
+  using heads = Tensor<Tc, B<X>, H<Y>, T<>, E<>>;  // attention's output
+  using keys = Tensor<Tc, B<X>, S<>, H<Y>, E<>>;   // k and v, their positions named S
+  using rstd = Tensor<float, B<X>, T<Y>>;
+  struct block_state {
+    stream x;                                // block input
+    rstd rstd1;                              // RMSNorm statistics before attention
+    whole h1;                                // normalized input, gathered along T
+    Tensor<Tc, B<X>, T<>, H<Y>, E<>> q;      // queries
+    keys k, v;                               // keys and values
+    heads att;                               // attention output
+    Tensor<Tc, B<X>, H<Y>, T<>, S<>> probs;  // attention probabilities
+    stream mid;                              // input + attention
+    rstd rstd2;                              // RMSNorm statistics before the MLP
+    whole h2;                                // normalized mid, gathered along T
+    Tensor<Tc, B<X>, T<>, F<Y>> a;           // MLP pre-activation
+    Tensor<Tc, B<X>, T<>, F<Y>> g;           // GELU(a)
+    stream out;                              // mid + MLP
+  };
+
+  block_state block_forward(const params& p, std::size_t l, const stream& x) const {
+    auto n1 = tpx::nn::rmsnorm_forward(x, gathered<gather_norm>(p.norm1[l]));
+    whole h1 = gather_sequence::forward(n1.y);
+    auto q = tpx::einsum<D>(h1, gathered<gather_weight>(p.wq[l]));  // [B_X, T, H_Y, E]
+    keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, gathered<gather_weight>(p.wk[l])));
+    keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, gathered<gather_weight>(p.wv[l])));
+    auto att = tpx::nn::causal_attention_forward(q, k, v);
+    // [B_X, H_Y, T, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
+    stream mid = tpx::add(
+        x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, gathered<gather_weight>(p.wo[l]))));
+    auto n2 = tpx::nn::rmsnorm_forward(mid, gathered<gather_norm>(p.norm2[l]));
+    whole h2 = gather_sequence::forward(n2.y);
+    auto a = tpx::einsum<D>(h2, gathered<gather_weight>(p.w_in[l]));  // [B_X, T, F_Y]
+    auto g = tpx::map(tpx::kernels::gelu{}, a);
+    stream out = tpx::add(
+        mid, scatter_sequence::forward(tpx::einsum<F>(g, gathered<gather_weight>(p.w_out[l]))));
+    return {x,
+            std::move(n1.rstd),
+            std::move(h1),
+            std::move(q),
+            std::move(k),
+            std::move(v),
+            std::move(att.out),
+            std::move(att.probs),
+            std::move(mid),
+            std::move(n2.rstd),
+            std::move(h2),
+            std::move(a),
+            std::move(g),
+            std::move(out)};
+  }
+
+  // The gradient of a gathered matrix: the contraction over the rows (B, T) that the forward
+  // pass's product summed out, a partial sum over X, reduce-scattered onto the master's shards.
+  template <class Grad>
+  static auto weight_gradient(const Grad& partial) {
+    return tpx::cast<float>(gather_weight::backward(partial));
+  }
+
+  stream block_backward(const params& p, std::size_t l, const block_state& s, const stream& dout,
+                        params& grads) const {
+    // MLP: out = mid + RS(GELU(h2 Win) Wout)
+    const whole do2 = scatter_sequence::backward(dout);  // [B_X, T, D]
+    const auto w_out = gathered<gather_weight>(p.w_out[l]);
+    grads.w_out[l] = weight_gradient(tpx::einsum<B, T>(s.g, do2));  // [F_Y, D_X]
+    const auto da =
+        tpx::map(tpx::kernels::gelu_backward{}, s.a, tpx::einsum<D>(do2, w_out));  // [B_X, T, F_Y]
+    const auto w_in = gathered<gather_weight>(p.w_in[l]);
+    grads.w_in[l] = weight_gradient(tpx::einsum<B, T>(s.h2, da));  // [D_X, F_Y]
+    const stream dh2 = gather_sequence::backward(tpx::einsum<F>(da, w_in));
+    const auto norm2 = gathered<gather_norm>(p.norm2[l]);
+    auto dn2 = tpx::nn::rmsnorm_backward(s.mid, norm2, s.rstd2, dh2);
+    grads.norm2[l] = gather_norm::backward(dn2.dw);
+    const stream dmid = tpx::add(dout, dn2.dx);
+
+    // Attention: mid = x + RS(attention(q, k, v) Wo)
+    const whole do1 = scatter_sequence::backward(dmid);
+    const auto wo = gathered<gather_weight>(p.wo[l]);
+    grads.wo[l] = weight_gradient(tpx::einsum<B, T>(s.att, do1));  // [H_Y, E, D_X]
+    const auto datt = tpx::einsum<D>(do1, wo);                     // [B_X, T, H_Y, E]
+    auto g = tpx::nn::causal_attention_backward(s.q, s.k, s.v, s.probs, datt);
+    const auto dk = tpx::rename<S, T>(std::move(g.dk));  // [B_X, H_Y, T, E], as dq
+    const auto dv = tpx::rename<S, T>(std::move(g.dv));
+    const auto wq = gathered<gather_weight>(p.wq[l]);
+    const auto wk = gathered<gather_weight>(p.wk[l]);
+    const auto wv = gathered<gather_weight>(p.wv[l]);
+    grads.wq[l] = weight_gradient(tpx::einsum<B, T>(s.h1, g.dq));  // [D_X, H_Y, E]
+    grads.wk[l] = weight_gradient(tpx::einsum<B, T>(s.h1, dk));
+    grads.wv[l] = weight_gradient(tpx::einsum<B, T>(s.h1, dv));
+    // dh1 = sum over q, k, v of d(proj) *_{H, E} W: partial sums over Y, added, then scattered.
+    const stream dh1 = gather_sequence::backward(
+        tpx::add(tpx::add(tpx::einsum<H, E>(g.dq, wq), tpx::einsum<H, E>(dk, wk)),
+                 tpx::einsum<H, E>(dv, wv)));
+    const auto norm1 = gathered<gather_norm>(p.norm1[l]);
+    auto dn1 = tpx::nn::rmsnorm_backward(s.x, norm1, s.rstd1, dh1);
+    grads.norm1[l] = gather_norm::backward(dn1.dw);
+    return tpx::add(dmid, dn1.dx);
+  }
+
+  struct head_result {
+    scalar loss;
+    stream dx;
+  };
+
+  // Final norm, logits [B_X, T, V_Y] (the vocabulary stays split: nn/cross_entropy's
+  // vocab-parallel loss), mean cross-entropy over every position, and their backward pass.
+  head_result head_forward_backward(const params& p, const stream& x,
+                                    const decltype(batch<Space>::whole)& tokens,
+                                    params& grads) const {
+    const auto norm = gathered<gather_norm>(p.final_norm);
+    auto normed = tpx::nn::rmsnorm_forward(x, norm);
+    const whole h = gather_sequence::forward(normed.y);
+    const auto head = gathered<gather_weight>(p.head);  // [D, V_Y]
+    const auto logits = tpx::einsum<D>(h, head);        // [B_X, T, V_Y]
+    auto ce = tpx::nn::cross_entropy(logits, tokens, target_byte);
+    grads.head = weight_gradient(tpx::einsum<B, T>(h, ce.dlogits));  // [D_X, V_Y]
+    const stream dh = gather_sequence::backward(tpx::einsum<V>(ce.dlogits, head));
+    auto dnorm = tpx::nn::rmsnorm_backward(x, norm, normed.rstd, dh);
+    grads.final_norm = gather_norm::backward(dnorm.dw);
+    return {std::move(ce.loss), std::move(dnorm.dx)};
+  }
+
+  const tpx::rank_context& rank_;
+  config c_;
+};
+
+}  // namespace gpt

@@ -1,0 +1,28 @@
+// tensor_set<Derived>: a model's parameter-shaped tensors walked by name, in a fixed order, the
+// one loop that initialization, the optimizer, gradient norms and checkpoints all use.
+//
+//   struct model_tensors : tensor_set<model_tensors> { ...; static void visit(Self&, Fn&, ...); };
+//   params.for_each([](const std::string& name, auto& p, auto& g) { ... }, grads);
+//
+// Derived lists its tensors once, in a static visit(self, f, others...) that calls
+// f(name, self's tensor, each other set's tensor of that name); for_each calls it on this set,
+// const or not, so the MLP trainer's and the GPT example's models share the walk.
+#pragma once
+
+namespace trainer {
+
+template <class Derived>
+class tensor_set {
+ public:
+  // f(name, tensor, others' tensor of the same name...) for every tensor, in a fixed order.
+  template <class Fn, class... Others>
+  void for_each(Fn&& f, Others&... others) {
+    Derived::visit(static_cast<Derived&>(*this), f, others...);
+  }
+  template <class Fn, class... Others>
+  void for_each(Fn&& f, Others&... others) const {
+    Derived::visit(static_cast<const Derived&>(*this), f, others...);
+  }
+};
+
+}  // namespace trainer
