@@ -19,7 +19,9 @@
 // fp32 master sharded over both axes; before use it is cast to the compute type and all-gathered
 // (FSDP over X; the norms and embedding tables over Y too, as the residual stream needs them
 // whole), and the backward pass applies the adjoint of each gather, so every gradient arrives
-// reduce-scattered onto its parameter's sharding, as in the MLP trainer (examples/trainer).
+// reduce-scattered onto its parameter's sharding, as in the MLP trainer (examples/trainer). With
+// checkpoint_every = C > 0 only every C-th block input is kept and each segment runs forward again
+// during the backward pass (examples/trainer/block_stack.hpp).
 //
 // Tokens are bytes; a batch is [B, T, W] int32 with three columns per position: the input byte,
 // the target byte (the next one) and the position, which indexes PosE through the same embedding
@@ -29,6 +31,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/cross_entropy.hpp>
@@ -38,6 +41,7 @@
 #include <tpx/tpx.hpp>
 #include <vector>
 
+#include "../trainer/block_stack.hpp"
 #include "../trainer/tensor_set.hpp"
 #include "../trainer/text_data.hpp"
 
@@ -57,6 +61,7 @@ struct config {
   std::int64_t head_dim = 16;
   std::int64_t ffn = 256;
   int layers = 2;
+  int checkpoint_every = 0;  // activation checkpointing: keep every C-th block input (0: all)
   std::uint64_t seed = 1;
   static constexpr std::int64_t vocab = 256;
   std::int64_t d_model() const { return heads * head_dim; }
@@ -240,17 +245,20 @@ class model {
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
   // parameter's gradient, reduce-scattered onto the parameter's sharding.
   scalar forward_backward(const params& p, const batch<Space>& tokens, params& grads) const {
-    std::vector<block_state> states;
-    stream x = embed_forward(p, tokens.stream);
-    for (std::size_t l = 0; l < p.norm1.size(); ++l) {
-      states.push_back(block_forward(p, l, x));
-      x = states.back().out;
-    }
-    head_result head = head_forward_backward(p, x, tokens.whole, grads);
-    stream dx = std::move(head.dx);
-    for (std::size_t l = states.size(); l-- > 0;) dx = block_backward(p, l, states[l], dx, grads);
+    std::optional<scalar> loss;
+    const stream dx = trainer::stack_forward_backward(
+        static_cast<int>(p.norm1.size()), c_.checkpoint_every, embed_forward(p, tokens.stream),
+        [&](int l, const stream& x) { return block_forward(p, l, x); },
+        [&](const stream& x) {
+          head_result head = head_forward_backward(p, x, tokens.whole, grads);
+          loss = std::move(head.loss);
+          return std::move(head.dx);
+        },
+        [&](int l, const block_state& s, const stream& dout) {
+          return block_backward(p, l, s, dout, grads);
+        });
     embed_backward(tokens.stream, dx, grads);
-    return std::move(head.loss);
+    return std::move(*loss);
   }
 
  private:
@@ -299,7 +307,7 @@ class model {
     stream out;                              // mid + MLP
   };
 
-  block_state block_forward(const params& p, std::size_t l, const stream& x) const {
+  block_state block_forward(const params& p, int l, const stream& x) const {
     auto n1 = tpx::nn::rmsnorm_forward(x, gathered<gather_norm>(p.norm1[l]));
     whole h1 = gather_sequence::forward(n1.y);
     auto q = tpx::einsum<D>(h1, gathered<gather_weight>(p.wq[l]));  // [B_X, T, H_Y, E]
@@ -338,7 +346,7 @@ class model {
     return tpx::cast<float>(gather_weight::backward(partial));
   }
 
-  stream block_backward(const params& p, std::size_t l, const block_state& s, const stream& dout,
+  stream block_backward(const params& p, int l, const block_state& s, const stream& dout,
                         params& grads) const {
     // MLP: out = mid + RS(GELU(h2 Win) Wout)
     const whole do2 = scatter_sequence::backward(dout);  // [B_X, T, D]

@@ -1,13 +1,14 @@
-// The example trainer on the CUDA backend follows the host run: the losses of the first 20 steps
-// of tpx-train-cuda's program (spmd(tpx::cuda_simulated, ...): a 2x2 mesh of streams on one GPU,
-// device tensors) equal those of the host backend on the same 2x2 mesh within 1e-4 relative.
-// Not bit for bit: cuBLASLt and the host BLAS sum the products in another order, the gradient
-// norm is summed in fp32 on the GPU (double on the host), and AdamW carries the differences
-// forward; fp32 GEMMs do not use TF32 (rank_options::tf32 is off by default). The host side of
-// this comparison is tests/trainer/mesh_equivalence_test.cpp's 1e-5 agreement across meshes.
-// The same holds through NCCL with one rank on one GPU (spmd(tpx::cuda_devices, 1x1 mesh), so
-// every NCCL call of the step runs on any single-GPU machine), and with more ranks when the
-// machine has a GPU for each.
+// The example trainers on the CUDA backend follow the host run. The MLP trainer: the losses of
+// the first 20 steps of tpx-train-cuda's program (spmd(tpx::cuda_simulated, ...): a 2x2 mesh of
+// streams on one GPU, device tensors) equal those of the host backend on the same 2x2 mesh within
+// 1e-4 relative. Not bit for bit: cuBLASLt and the host BLAS sum the products in another order,
+// the gradient norm is summed in fp32 on the GPU (double on the host), and AdamW carries the
+// differences forward; fp32 GEMMs do not use TF32 (rank_options::tf32 is off by default). The
+// host side of this comparison is tests/trainer/mesh_equivalence_test.cpp's 1e-5 agreement
+// across meshes. The same holds through NCCL with one rank on one GPU (spmd(tpx::cuda_devices,
+// 1x1 mesh), so every NCCL call of the step runs on any single-GPU machine), and with more ranks
+// when the machine has a GPU for each. The GPT example's model: one step's loss and gradients on
+// the simulated 2x2 mesh equal the host's (tests/trainer/gpt_test.cpp checks the host's).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <tpx/cuda/cuda.hpp>
 #include <vector>
 
+#include "../trainer/gpt_test_support.hpp"
 #include "../trainer/trainer_test_support.hpp"
 
 namespace {
@@ -41,4 +43,14 @@ TEST_CASE("trainer: NCCL follows the host run, one rank per GPU") {
   check_follows_host(1, 1, tpx::cuda_devices);
   if (tpx::cuda::device_count() >= 2) check_follows_host(2, 1, tpx::cuda_devices);
   if (tpx::cuda::device_count() >= 4) check_follows_host(2, 2, tpx::cuda_devices);
+}
+
+TEST_CASE("gpt: the simulated CUDA mesh gives the host's loss and gradients") {
+  // One forward and backward pass of the GPT example's model (cuBLASLt batched GEMMs, the
+  // attention and row functors on the device) against the host's on the same 2x2 mesh: 1e-5
+  // relative on the loss, 1e-4 of each gradient's largest element (other summation orders).
+  const auto host = gpt_test::gradients(2, 2);
+  const auto device = gpt_test::gradients(2, 2, tpx::cuda_simulated);
+  const auto d = gpt_test::differences(device, host, 1e-5, 1e-4);
+  CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
 }

@@ -1,0 +1,95 @@
+// Shared by the GPT model's tests (tests/trainer/gpt_test.cpp, tests/cuda/trainer_test.cu): a
+// tiny configuration whose heads, positions and widths split unevenly on the test meshes, and a
+// run of one forward and backward pass that returns the loss and every gradient.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../../examples/gpt/model.hpp"
+
+namespace gpt_test {
+
+inline const char* const text = "/usr/share/common-licenses/GPL-3";
+
+inline gpt::config tiny() {
+  gpt::config c;
+  c.batch = 4;
+  c.seq = 6;
+  c.heads = 3;
+  c.head_dim = 4;  // D = 12
+  c.ffn = 10;
+  c.layers = 2;
+  return c;
+}
+
+// The loss and every gradient, as global arrays in parameter order, from rank 0 of a mesh.
+struct run_result {
+  float loss = 0;
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> grads;
+};
+
+template <class Launcher = tpx::host_backend>
+run_result gradients(int mx, int my, Launcher launcher = {}, const gpt::config& c = tiny()) {
+  const trainer::text_data data(text, static_cast<int>(c.seq));
+  run_result out;
+  std::mutex m;
+  tpx::spmd(launcher, tpx::Mesh<gpt::X, gpt::Y>{mx, my}, [&](auto& rank) {
+    using Space = tpx::space_of_t<std::remove_cvref_t<decltype(rank)>>;
+    gpt::model_tensors params(rank, c), grads(rank, c);
+    gpt::initialize(params, c);
+    const gpt::model<float, Space> net(rank, c);
+    const auto loss = net.forward_backward(params, gpt::load_batch<Space>(rank, data, c, 0), grads);
+    run_result r{tpx::scalar_on_host(loss), {}, {}};
+    grads.for_each([&](const std::string& name, const auto& g) {
+      r.names.push_back(name);
+      r.grads.push_back(tpx::to_global(g));
+    });
+    if (rank.world_rank() == 0) {
+      std::lock_guard lock(m);
+      out = std::move(r);
+    }
+  });
+  return out;
+}
+
+// What differs between two runs beyond the tolerances: the loss beyond loss_tol relative, a
+// gradient beyond grad_tol of its largest element, or a gradient that is zero everywhere (a
+// parameter the backward pass never reached). One line per finding; empty when they agree.
+inline std::vector<std::string> differences(const run_result& got, const run_result& want,
+                                            double loss_tol, double grad_tol) {
+  std::vector<std::string> found;
+  if (!(std::abs(got.loss - want.loss) <= loss_tol * std::abs(want.loss)))
+    found.push_back("loss " + std::to_string(got.loss) + " vs " + std::to_string(want.loss));
+  if (got.grads.size() != want.grads.size()) {
+    found.push_back(std::to_string(got.grads.size()) + " gradients vs " +
+                    std::to_string(want.grads.size()));
+    return found;
+  }
+  for (std::size_t t = 0; t < want.grads.size(); ++t) {
+    const auto& g = got.grads[t];
+    const auto& w = want.grads[t];
+    double scale = 0, worst = 0;
+    for (float v : w) scale = std::max(scale, double(std::abs(v)));
+    for (std::size_t i = 0; i < w.size() && i < g.size(); ++i)
+      worst = std::max(worst, double(std::abs(g[i] - w[i])));
+    if (g.size() != w.size() || !(worst <= grad_tol * scale) || scale == 0)
+      found.push_back(want.names[t] + ": worst difference " + std::to_string(worst) + " of " +
+                      std::to_string(scale) + " (" + std::to_string(g.size()) + " elements vs " +
+                      std::to_string(w.size()) + ")");
+  }
+  return found;
+}
+
+inline std::string joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
+
+}  // namespace gpt_test
