@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "tpx/comm/communicator.hpp"
 
@@ -58,6 +59,10 @@ struct CollectiveDescriptor {
   friend bool operator==(const CollectiveDescriptor&, const CollectiveDescriptor&) = default;
 };
 
+// "float", "bf16": the element types the communicators serve, as the messages name them.
+template <class T>
+constexpr std::string_view element_name = std::is_same_v<T, float> ? "float" : "bf16";
+
 // FNV-1a over the counts: equal counts give equal digests, and differing ones almost never do.
 inline std::uint64_t counts_digest(std::span<const std::size_t> counts) {
   std::uint64_t hash = 0xcbf29ce484222325ull;
@@ -65,6 +70,20 @@ inline std::uint64_t counts_digest(std::span<const std::size_t> counts) {
     hash = (hash ^ static_cast<std::uint64_t>(count)) * 0x100000001b3ull;
   }
   return hash;
+}
+
+// The descriptor of a collective on elements of type T; counts (per rank, may be empty) enter
+// as their digest.
+template <class T>
+CollectiveDescriptor collective_call(CollectiveOp op, std::size_t elements,
+                                     std::span<const std::size_t> counts, int root = -1,
+                                     reduction reduce = reduction::sum) {
+  return {.op = op,
+          .element = element_name<T>,
+          .elements = elements,
+          .counts_digest = counts.empty() ? 0 : counts_digest(counts),
+          .root = root,
+          .reduce = reduce};
 }
 
 // "barrier", "all_gather<float> of 12 elements", "broadcast<bf16> of 5 elements from rank 1",

@@ -25,16 +25,16 @@
 #include <cstring>
 #include <numeric>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
+#include "tpx/comm/collective_arguments.hpp"
 #include "tpx/comm/collective_descriptor.hpp"
 #include "tpx/comm/communicator.hpp"
 #include "tpx/comm/host_group.hpp"
 #include "tpx/comm/host_world.hpp"
+#include "tpx/comm/rank_fold.hpp"
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/kernels/reduction.hpp"
 
@@ -50,7 +50,9 @@ class HostCommunicator {
   HostCommunicator(HostWorld& world, int group_set, int world_rank)
       : group_(&world.group_of(group_set, world_rank)),
         rank_(static_cast<int>(std::ranges::find(group_->world_ranks(), world_rank) -
-                               group_->world_ranks().begin())) {}
+                               group_->world_ranks().begin())),
+        arguments_("group " + detail::bracketed(world_ranks()) + ", rank " +
+                   std::to_string(rank_)) {}
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return group_->size(); }
@@ -63,10 +65,11 @@ class HostCommunicator {
   // out = every rank's in, rank after rank; in may be this rank's block of out (in place).
   template <HostElement T>
   void all_gather(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts) {
-    const std::size_t total = sum_of_counts(Op::all_gather, counts, size());
-    expect_size(Op::all_gather, "in", in.size(), counts[rank_]);
-    expect_size(Op::all_gather, "out", out.size(), total);
-    const auto peers = group_->exchange(rank_, call<T>(Op::all_gather, total, counts), in.data());
+    const std::size_t total = arguments_.sum_of_counts(Op::all_gather, counts, size());
+    arguments_.expect_size(Op::all_gather, "in", in.size(), counts[rank_]);
+    arguments_.expect_size(Op::all_gather, "out", out.size(), total);
+    const auto peers = group_->exchange(
+        rank_, detail::collective_call<T>(Op::all_gather, total, counts), in.data());
     std::size_t offset = 0;
     for (int s = 0; s < size(); ++s) {
       copy_elements(out.data() + offset, input<T>(peers[s]), counts[s]);
@@ -79,13 +82,13 @@ class HostCommunicator {
   template <HostElement T>
   void reduce_scatter(std::span<const T> in, std::span<T> out,
                       std::span<const std::size_t> counts) {
-    const std::size_t total = sum_of_counts(Op::reduce_scatter, counts, size());
-    expect_size(Op::reduce_scatter, "in", in.size(), total);
-    expect_size(Op::reduce_scatter, "out", out.size(), counts[rank_]);
+    const std::size_t total = arguments_.sum_of_counts(Op::reduce_scatter, counts, size());
+    arguments_.expect_size(Op::reduce_scatter, "in", in.size(), total);
+    arguments_.expect_size(Op::reduce_scatter, "out", out.size(), counts[rank_]);
     const std::size_t offset =
         std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
-    const auto peers =
-        group_->exchange(rank_, call<T>(Op::reduce_scatter, total, counts), in.data());
+    const auto peers = group_->exchange(
+        rank_, detail::collective_call<T>(Op::reduce_scatter, total, counts), in.data());
     reduce_inputs<kernels::sum_reducer<compute_t<T>>>(peers, offset, out.size(), out.data());
     group_->wait_for_all(rank_);
   }
@@ -94,12 +97,12 @@ class HostCommunicator {
   // same memory.
   template <HostElement T>
   void all_reduce(std::span<const T> in, std::span<T> out, reduction op = reduction::sum) {
-    expect_size(Op::all_reduce, "out", out.size(), in.size());
+    arguments_.expect_size(Op::all_reduce, "out", out.size(), in.size());
     const std::size_t n = in.size();
     const std::size_t mine = chunk_begin(n, rank_);
     const std::size_t mine_size = chunk_begin(n, rank_ + 1) - mine;
-    const auto peers =
-        group_->exchange(rank_, call<T>(Op::all_reduce, n, {}, -1, op), in.data(), out.data());
+    const auto peers = group_->exchange(
+        rank_, detail::collective_call<T>(Op::all_reduce, n, {}, -1, op), in.data(), out.data());
     // This rank alone reads and writes chunk `mine` of every buffer, so in == out is safe.
     constexpr std::size_t tile = 8192;
     std::array<T, tile> reduced;
@@ -122,7 +125,7 @@ class HostCommunicator {
   template <HostElement T>
   void all_to_all(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts) {
     const int n = size();
-    const std::size_t total = sum_of_counts(Op::all_to_all, counts, n * n);
+    const std::size_t total = arguments_.sum_of_counts(Op::all_to_all, counts, n * n);
     const auto count = [&](int from, int to) { return counts[from * n + to]; };
     std::size_t sent = 0;
     std::size_t received = 0;
@@ -130,9 +133,10 @@ class HostCommunicator {
       sent += count(rank_, s);
       received += count(s, rank_);
     }
-    expect_size(Op::all_to_all, "in", in.size(), sent);
-    expect_size(Op::all_to_all, "out", out.size(), received);
-    const auto peers = group_->exchange(rank_, call<T>(Op::all_to_all, total, counts), in.data());
+    arguments_.expect_size(Op::all_to_all, "in", in.size(), sent);
+    arguments_.expect_size(Op::all_to_all, "out", out.size(), received);
+    const auto peers = group_->exchange(
+        rank_, detail::collective_call<T>(Op::all_to_all, total, counts), in.data());
     std::size_t offset = 0;
     for (int s = 0; s < n; ++s) {
       std::size_t peer_offset = 0;  // where block rank_ starts in rank s's input
@@ -147,11 +151,13 @@ class HostCommunicator {
   template <HostElement T>
   void broadcast(std::span<const T> in, std::span<T> out, int root) {
     if (root < 0 || root >= size()) {
-      invalid(Op::broadcast, "root " + std::to_string(root) + " is not a rank of the group");
+      arguments_.invalid(Op::broadcast,
+                         "root " + std::to_string(root) + " is not a rank of the group");
     }
-    if (rank_ == root) expect_size(Op::broadcast, "in", in.size(), out.size());
-    const auto peers = group_->exchange(rank_, call<T>(Op::broadcast, out.size(), {}, root),
-                                        rank_ == root ? in.data() : nullptr);
+    if (rank_ == root) arguments_.expect_size(Op::broadcast, "in", in.size(), out.size());
+    const auto peers =
+        group_->exchange(rank_, detail::collective_call<T>(Op::broadcast, out.size(), {}, root),
+                         rank_ == root ? in.data() : nullptr);
     copy_elements(out.data(), input<T>(peers[root]), out.size());
     group_->wait_for_all(rank_);
   }
@@ -160,17 +166,6 @@ class HostCommunicator {
   using Op = detail::CollectiveOp;
   using CollectiveDescriptor = detail::CollectiveDescriptor;
   using Publication = detail::HostGroup::Publication;
-
-  template <HostElement T>
-  static CollectiveDescriptor call(Op op, std::size_t elements, std::span<const std::size_t> counts,
-                                   int root = -1, reduction reduce = reduction::sum) {
-    return {.op = op,
-            .element = std::same_as<T, float> ? "float" : "bf16",
-            .elements = elements,
-            .counts_digest = counts.empty() ? 0 : detail::counts_digest(counts),
-            .root = root,
-            .reduce = reduce};
-  }
 
   template <HostElement T>
   static const T* input(const Publication& peer) {
@@ -187,56 +182,18 @@ class HostCommunicator {
     if (n != 0 && to != from) std::memcpy(to, from, n * sizeof(T));
   }
 
-  // to[i] = the fold with reducer R (kernels/reduction.hpp: sum_reducer or max_reducer, over
-  // compute_t<T>, fp32) over ranks, in rank order, of element offset + i of their inputs,
-  // starting from rank 0's element (not R's identity, so a sum of -0s stays -0) and rounded once.
-  // Tiles keep the accumulators in cache; a full tile has a constant length, so that its loops
-  // vectorise even at -O2.
+  // to[i] = the fold with R over ranks, in rank order, of element offset + i of their inputs
+  // (rank_fold.hpp).
   template <class R, HostElement T>
   void reduce_inputs(std::span<const Publication> peers, std::size_t offset, std::size_t n,
                      T* to) const {
-    using Acc = typename R::value_type;
-    constexpr std::size_t tile = 512;
-    std::array<Acc, tile> acc;
-    const auto reduce_tile = [&](std::size_t begin, auto length) {
-      const T* first = input<T>(peers[0]) + offset + begin;
-      for (std::size_t i = 0; i < length; ++i) acc[i] = R::element(static_cast<float>(first[i]));
-      for (int s = 1; s < size(); ++s) {
-        const T* from = input<T>(peers[s]) + offset + begin;
-        for (std::size_t i = 0; i < length; ++i)
-          acc[i] = R::combine(acc[i], R::element(static_cast<float>(from[i])));
-      }
-      for (std::size_t i = 0; i < length; ++i) to[begin + i] = static_cast<T>(acc[i]);
-    };
-    std::size_t begin = 0;
-    for (; n - begin >= tile; begin += tile) {
-      reduce_tile(begin, std::integral_constant<std::size_t, tile>{});
-    }
-    if (begin < n) reduce_tile(begin, n - begin);
-  }
-
-  std::size_t sum_of_counts(Op op, std::span<const std::size_t> counts, int expected) const {
-    if (counts.size() != static_cast<std::size_t>(expected)) {
-      invalid(op, "counts has " + std::to_string(counts.size()) + " entries, expected " +
-                      std::to_string(expected));
-    }
-    return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-  }
-
-  void expect_size(Op op, std::string_view name, std::size_t actual, std::size_t expected) const {
-    if (actual == expected) return;
-    invalid(op, std::string(name) + ".size() is " + std::to_string(actual) + ", expected " +
-                    std::to_string(expected));
-  }
-
-  [[noreturn]] void invalid(Op op, const std::string& what) const {
-    throw std::invalid_argument("tpx: " + std::string(detail::op_name(op)) + " on group " +
-                                detail::bracketed(world_ranks()) + ", rank " +
-                                std::to_string(rank_) + ": " + what);
+    detail::fold_ranks<R>(
+        size(), [&](int s) { return input<T>(peers[s]) + offset; }, n, to);
   }
 
   detail::HostGroup* group_;
   int rank_;
+  detail::CollectiveArguments arguments_;
 };
 
 static_assert(CommunicatorFor<HostCommunicator, float>,

@@ -48,9 +48,11 @@ struct host_backend {};
 inline constexpr host_backend host{};
 
 struct spmd_options {
-  // How long a rank waits for its group in a collective before failing.
+  // How long a rank waits for its group in a collective before failing. Host backend only:
+  // MPI's blocking collectives have no timeout (spmd_mpi.hpp says what to use instead).
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
-  // Threads each BLAS call may use; 0: the hardware threads divided among the ranks.
+  // Threads each BLAS call may use; 0: the hardware threads divided among the ranks (under MPI,
+  // among the ranks on this node).
   int blas_threads = 0;
 };
 
@@ -64,15 +66,23 @@ class spmd_error : public std::runtime_error {
 };
 
 namespace detail {
+// Rank r's coordinates on the axes not in mask, as one number: equal exactly for the ranks of
+// one group of that set of axes (the MPI launcher's color for MPI_Comm_split).
+template <class MeshT>
+int coords_off_axes(const MeshT& mesh, int r, unsigned mask) {
+  int key = 0;
+  for (int a = 0; a < MeshT::axis_count; ++a)
+    if (!(mask & (1u << a))) key = key * mesh.size(a) + mesh.coord(r, a);
+  return key;
+}
+
 // The groups of a set of mesh axes: ranks that agree on every other axis, in rank order.
 template <class MeshT>
 std::vector<std::vector<int>> groups_of_axes(const MeshT& mesh, unsigned mask) {
   std::vector<std::vector<int>> groups;
   std::vector<int> group_of_key;
   for (int r = 0; r < mesh.rank_count(); ++r) {
-    int key = 0;
-    for (int a = 0; a < MeshT::axis_count; ++a)
-      if (!(mask & (1u << a))) key = key * mesh.size(a) + mesh.coord(r, a);
+    const int key = coords_off_axes(mesh, r, mask);
     if (key >= static_cast<int>(group_of_key.size())) group_of_key.resize(key + 1, -1);
     if (group_of_key[key] < 0) {
       group_of_key[key] = static_cast<int>(groups.size());
@@ -108,13 +118,24 @@ std::string axes_label(unsigned mask) {
   return (std::popcount(mask) == 1 ? "mesh axis " : "mesh axes ") + names;
 }
 
+// "rank 2 (X=1, Y=0)": a rank and its place on the mesh, for error messages.
 template <class MeshT>
-std::string place_of(const MeshT& mesh, int rank) {
-  std::string text;
+std::string rank_label(const MeshT& mesh, int rank) {
+  std::string text = "rank " + std::to_string(rank) + " (";
   for (int a = 0; a < MeshT::axis_count; ++a)
-    text += (a ? ", " : "") + std::string(MeshT::name(a)) + "=" +
-            std::to_string(mesh.coord(rank, a));
-  return text;
+    text +=
+        (a ? ", " : "") + std::string(MeshT::name(a)) + "=" + std::to_string(mesh.coord(rank, a));
+  return text + ")";
+}
+
+// Rank r's place on every axis of the mesh, in the mesh's axis order.
+template <MeshAxis... Axes>
+std::vector<axis_place> axis_places(const Mesh<Axes...>& mesh, int r) {
+  std::vector<axis_place> axes;
+  int a = 0;
+  ((axes.push_back({&axis_key<Axes>, Axes::name.c_str(), mesh.size(a), mesh.coord(r, a)}), ++a),
+   ...);
+  return axes;
 }
 }  // namespace detail
 
@@ -141,12 +162,7 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
             HostCommunicator(world, set_of_mask[mask], r)));
         groups[mask] = comms.back().get();
       }
-      std::vector<axis_place> axes;
-      int a = 0;
-      ((axes.push_back({&axis_key<Axes>, Axes::name.c_str(), mesh.size(a), mesh.coord(r, a)}),
-        ++a),
-       ...);
-      Rank<MeshT> rank(mesh, r, std::move(axes), std::move(groups));
+      Rank<MeshT> rank(mesh, r, detail::axis_places(mesh, r), std::move(groups));
       fn(rank);
       world.finish(r);
     } catch (const std::exception& e) {
@@ -179,13 +195,11 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
   try {
     std::rethrow_exception(failures[first]);
   } catch (const std::exception& e) {
-    std::throw_with_nested(spmd_error(first, "tpx: rank " + std::to_string(first) + " (" +
-                                                 detail::place_of(mesh, first) +
-                                                 ") failed: " + e.what()));
+    std::throw_with_nested(
+        spmd_error(first, "tpx: " + detail::rank_label(mesh, first) + " failed: " + e.what()));
   } catch (...) {
-    std::throw_with_nested(spmd_error(first, "tpx: rank " + std::to_string(first) + " (" +
-                                                 detail::place_of(mesh, first) +
-                                                 ") failed with a non-standard exception"));
+    std::throw_with_nested(spmd_error(first, "tpx: " + detail::rank_label(mesh, first) +
+                                                 " failed with a non-standard exception"));
   }
 }
 
