@@ -99,8 +99,13 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
   app.add_option("--save-every", o.save_every, "save every N steps (the last step always)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("--resume", o.resume, "continue from --ckpt-dir's latest checkpoint, on any mesh")
+  app.add_flag("--resume", o.resume,
+               "continue from --ckpt-dir's newest valid checkpoint, on any mesh")
       ->needs("--ckpt-dir");
+  app.add_option("--keep", o.keep,
+                 "keep the newest K checkpoints in --ckpt-dir, delete older ones (0: keep all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--text", o.text, "training text")
       ->capture_default_str()
       ->check(CLI::ExistingFile);

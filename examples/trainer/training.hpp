@@ -5,10 +5,12 @@
 // forward and backward, clip by the global gradient norm, and apply AdamW to its shards
 // (train_step). The step runs in the rank's memory space from end to end: the batch is copied in,
 // and nothing comes back unless the step reports, every --report-every steps, when the loss and
-// gradient norm (two scalars) are read back and rank 0 reports progress. Checkpoints (io/checkpoint.hpp) hold every rank's shards of the parameters
-// and Adam moments; --resume loads them onto whatever mesh this run has, and since a batch is a
-// function of the step number, the step is the whole data position. The launcher is a
-// parameter: tpx::host (a thread per rank) for tpx-train, tpx::cuda_simulated (a thread and a
+// gradient norm (two scalars) are read back and rank 0 reports progress. Checkpoints
+// (io/checkpoint.hpp) hold every rank's shards of the parameters and Adam moments; --resume loads
+// the newest valid one onto whatever mesh this run has, and since a batch is a function of the
+// step number, the step is the whole data position. The checkpoint folder is created, locked and
+// tidied before any training work, so that an unusable or busy folder fails at once. The launcher
+// is a parameter: tpx::host (a thread per rank) for tpx-train, tpx::cuda_simulated (a thread and a
 // stream per rank on one GPU) for tpx-train-cuda; the tensors follow the rank's memory space.
 #pragma once
 
@@ -17,7 +19,10 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <iostream>
+#include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tpx/io/checkpoint.hpp>
 #include <vector>
@@ -38,7 +43,8 @@ struct options {
   std::string text = "/usr/share/common-licenses/GPL-3";
   std::string ckpt_dir;  // where checkpoints go; empty: none
   int save_every = 0;    // also save every N steps (the last step is always saved)
-  bool resume = false;   // continue from ckpt_dir's latest checkpoint, on any mesh
+  bool resume = false;   // continue from ckpt_dir's newest valid checkpoint, on any mesh
+  int keep = 3;          // checkpoints kept in ckpt_dir, the newest; 0: all
   int report_every = 1;  // read the loss back and report every N steps (and the last)
 };
 
@@ -54,10 +60,10 @@ struct step_report {
 // The checkpoint of the training state after `step` steps: every rank's shards of the
 // parameters and of both Adam moments, and the run's settings.
 template <class Rank, class Space>
-void save_checkpoint(const Rank& rank, const options& o, int step,
-                     const model_tensors<Space>& params, const model_tensors<Space>& m,
+void save_checkpoint(const Rank& rank, const tpx::io::checkpoint_directory& dir, const options& o,
+                     int step, const model_tensors<Space>& params, const model_tensors<Space>& m,
                      const model_tensors<Space>& v) {
-  tpx::io::checkpoint_writer out(rank, o.ckpt_dir, step);
+  tpx::io::checkpoint_writer out(rank, dir, step);
   params.for_each(
       [&](const std::string& name, const auto& p, const auto& pm, const auto& pv) {
         out.add("param." + name, p);
@@ -77,11 +83,23 @@ void save_checkpoint(const Rank& rank, const options& o, int step,
             {"bf16", o.bf16}});
 }
 
-// Loads the latest checkpoint of o.ckpt_dir into this rank's shards; returns its step.
+// The step to resume from: that of the checkpoint in, whose data position must be that step
+// (batches are a function of the step) and a step this trainer counts to.
+inline int resume_step(const tpx::io::checkpoint_reader& in, const std::string& dir) {
+  const std::int64_t position = in.state().at("data_position").get<std::int64_t>();
+  if (position < 0 || position != in.step() || position > std::numeric_limits<int>::max())
+    throw std::runtime_error("trainer: --resume: the checkpoint of step " +
+                             std::to_string(in.step()) + " in " + dir + " has data_position " +
+                             std::to_string(position) + ", not its step (between 0 and " +
+                             std::to_string(std::numeric_limits<int>::max()) + ")");
+  return static_cast<int>(position);
+}
+
+// Loads the checkpoint of `step` in o.ckpt_dir into this rank's shards.
 template <class Space>
-int load_checkpoint(const options& o, model_tensors<Space>& params, model_tensors<Space>& m,
-                    model_tensors<Space>& v) {
-  tpx::io::checkpoint_reader in(o.ckpt_dir);
+void load_checkpoint(const options& o, int step, model_tensors<Space>& params,
+                     model_tensors<Space>& m, model_tensors<Space>& v) {
+  tpx::io::checkpoint_reader in(o.ckpt_dir, step);
   for (const char* key : {"batch", "d_model", "ffn", "layers", "context", "seed"}) {
     const std::int64_t saved = in.state().at(key).get<std::int64_t>();
     const std::int64_t now =
@@ -102,7 +120,6 @@ int load_checkpoint(const options& o, model_tensors<Space>& params, model_tensor
         in.load("adam.v." + name, pv);
       },
       m, v);
-  return static_cast<int>(in.state().at("data_position").get<std::int64_t>());
 }
 
 // The loss and squared gradient norm of one step, scalars in the step's memory space.
@@ -134,12 +151,30 @@ step_result<Space> train_step(const tpx::rank_context& rank, model<Tc, Space>& n
   return {std::move(loss), std::move(*norm2)};
 }
 
+// Where a run's checkpoints go (none without --ckpt-dir) and the step it resumes from. Made
+// before any training work: creates, locks and tidies o.ckpt_dir and, for --resume, finds the
+// newest valid checkpoint in it (warning on stderr about each damaged one skipped) and continues
+// its run.
+struct checkpointing {
+  explicit checkpointing(const options& o) {
+    if (o.ckpt_dir.empty()) return;
+    dir.emplace(o.ckpt_dir, tpx::io::checkpoint_directory_options{.keep = o.keep});
+    if (!o.resume) return;
+    const auto in = tpx::io::checkpoint_reader::open_newest_valid(o.ckpt_dir, std::cerr);
+    first_step = resume_step(in, o.ckpt_dir);
+    dir->continue_run(in.run_id());
+  }
+  std::optional<tpx::io::checkpoint_directory> dir;
+  int first_step = 0;
+};
+
 template <class Tc, class Rank>
-void train_rank(Rank& rank, const options& o, const text_data& data,
+void train_rank(Rank& rank, const options& o, const checkpointing& ckpt, const text_data& data,
                 const std::function<void(const step_report&)>& report) {
   model_tensors params(rank, o.model), grads(rank, o.model), m(rank, o.model), v(rank, o.model);
   initialize(params, o.model);
-  const int first = o.resume ? load_checkpoint(o, params, m, v) : 0;
+  const int first = ckpt.first_step;
+  if (o.resume) load_checkpoint(o, first, params, m, v);
   model<Tc, tpx::space_of_t<Rank>> net(rank, o.model);
   auto since = std::chrono::steady_clock::now();
   double comm_since = rank.collective_seconds();
@@ -160,8 +195,8 @@ void train_rank(Rank& rank, const options& o, const text_data& data,
       comm_since = rank.collective_seconds();
       last_report = step;
     }
-    if (!o.ckpt_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0)))
-      save_checkpoint(rank, o, step + 1, params, m, v);
+    if (ckpt.dir && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0)))
+      save_checkpoint(rank, *ckpt.dir, o, step + 1, params, m, v);
   }
 }
 
@@ -171,12 +206,13 @@ void train_rank(Rank& rank, const options& o, const text_data& data,
 template <class Launcher = tpx::host_backend>
 void run(const options& o, const std::function<void(const step_report&)>& report,
          Launcher launcher = {}) {
+  const checkpointing ckpt(o);
   const text_data data(o.text, o.model.context);
   tpx::spmd(launcher, tpx::Mesh<X, Y>{o.mesh_x, o.mesh_y}, [&](auto& rank) {
     if (o.bf16)
-      train_rank<tpx::bf16>(rank, o, data, report);
+      train_rank<tpx::bf16>(rank, o, ckpt, data, report);
     else
-      train_rank<float>(rank, o, data, report);
+      train_rank<float>(rank, o, ckpt, data, report);
   });
 }
 

@@ -22,35 +22,11 @@
 #include <tuple>
 #include <vector>
 
-#include <tpx/io/checkpoint.hpp>
-#include <tpx/tpx.hpp>
+#include "checkpoint_test_support.hpp"
 
 namespace {
 
-TPX_MESH_AXES(X, Y);
-TPX_DIMS(D, F, V);
-
-namespace fs = std::filesystem;
-namespace io = tpx::io;
-using tpx::bf16;
-using tpx::Tensor;
-
-// A fresh folder for one test, removed afterwards.
-struct scratch_folder {
-  fs::path path;
-  explicit scratch_folder(const std::string& name)
-      : path(fs::temp_directory_path() /
-             ("tpx-checkpoint-test-" + std::to_string(::getpid()) + "-" + name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  scratch_folder(const scratch_folder&) = delete;
-  scratch_folder& operator=(const scratch_folder&) = delete;
-  ~scratch_folder() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
+using namespace checkpoint_test;
 
 // A sink that keeps what it is given, to look at written bytes without a file.
 struct byte_sink {
@@ -58,10 +34,6 @@ struct byte_sink {
   void write(std::span<const std::byte> b) { bytes.insert(bytes.end(), b.begin(), b.end()); }
 };
 
-std::vector<std::byte> bytes_of(const std::string& text) {
-  const auto b = std::as_bytes(std::span(text));
-  return {b.begin(), b.end()};
-}
 std::vector<std::byte> length_prefix(std::uint64_t n) {
   std::vector<std::byte> b(8);
   for (int i = 0; i < 8; ++i) b[i] = static_cast<std::byte>(n >> (8 * i));
@@ -70,95 +42,6 @@ std::vector<std::byte> length_prefix(std::uint64_t n) {
 template <class T>
 std::span<const std::byte> bytes_of(const std::vector<T>& v) {
   return std::as_bytes(std::span(v));
-}
-
-std::vector<std::byte> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::vector<char> chars{std::istreambuf_iterator<char>(in), {}};
-  const auto b = std::as_bytes(std::span(chars));
-  return {b.begin(), b.end()};
-}
-void write_file(const fs::path& path, std::span<const std::byte> bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-}
-
-// The message of what fn throws ("" if nothing).
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// Whether every element of t's block is, bit for bit, value_at(its global row-major index).
-template <class Tn, class Fn>
-bool block_matches(const Tn& t, Fn value_at) {
-  constexpr std::size_t n = Tn::order;
-  tpx::index_array<n> at{};
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    std::int64_t g = 0;
-    for (std::size_t d = 0; d < n; ++d) g = g * t.global_extent(d) + t.local_offset(d) + at[d];
-    const typename Tn::value_type want = value_at(g);
-    if (std::memcmp(&want, &t.local()[i], sizeof want) != 0) return false;
-    for (std::size_t d = n; d-- > 0;) {
-      if (++at[d] < t.local_extent(d)) break;
-      at[d] = 0;
-    }
-  }
-  return true;
-}
-auto normal(std::uint64_t seed) {
-  return [seed](std::int64_t i) {
-    return tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i));
-  };
-}
-auto normal_bf16(std::uint64_t seed) {
-  return [seed](std::int64_t i) {
-    return bf16(tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i)));
-  };
-}
-
-// The tensors of the sharded tests, saved on a 2x2 mesh: two 7x5 matrices in transposed
-// shardings, a 1-D vector split over both axes (Y major), a replicated vector, a bf16 matrix
-// and a 1x1 matrix that most ranks hold no element of.
-template <class R>
-void save_model(R& rank, const fs::path& dir, std::int64_t step, std::uint64_t seed) {
-  io::checkpoint_writer out(rank, dir, step);
-  out.add("w_in", tpx::randn<float, D<X>, F<Y>>(rank, {D(7), F(5)}, seed));
-  out.add("w_out", tpx::randn<float, F<Y>, D<X>>(rank, {F(5), D(7)}, seed + 1));
-  out.add("embed", tpx::randn<float, V<Y, X>>(rank, {V(11)}, seed + 2));
-  out.add("norm", tpx::randn<float, D<>>(rank, {D(7)}, seed + 3));
-  out.add("half", tpx::randn<bf16, D<X>, F<>>(rank, {D(7), F(5)}, seed + 4));
-  out.add("tiny", tpx::randn<float, D<X>, F<Y>>(rank, {D(1), F(1)}, seed + 5));
-  out.save({{"data_position", 123}, {"lr", 0.5}});
-}
-
-// Loads the tensors of save_model into the shardings given as types and counts wrong blocks.
-template <class WIn, class WOut, class Embed, class Norm, class Half, class R>
-int wrong_blocks(R& rank, io::checkpoint_reader& in, std::uint64_t seed) {
-  WIn w_in(rank, {D(7), F(5)});
-  WOut w_out(rank, {F(5), D(7)});
-  Embed embed(rank, {V(11)});
-  Norm norm(rank, {D(7)});
-  Half half(rank, {D(7), F(5)});
-  Tensor<float, D<>, F<>> tiny(rank, {D(1), F(1)});
-  in.load("w_in", w_in);
-  in.load("w_out", w_out);
-  in.load("embed", embed);
-  in.load("norm", norm);
-  in.load("half", half);
-  in.load("tiny", tiny);
-  return !block_matches(w_in, normal(seed)) + !block_matches(w_out, normal(seed + 1)) +
-         !block_matches(embed, normal(seed + 2)) + !block_matches(norm, normal(seed + 3)) +
-         !block_matches(half, normal_bf16(seed + 4)) + !block_matches(tiny, normal(seed + 5));
 }
 
 }  // namespace
@@ -386,8 +269,8 @@ TEST_CASE("write_atomically replaces a file whole, or leaves it as it was") {
 
 TEST_CASE("a checkpoint saved on 2x2 loads onto 4x1, 1x2, 1x1 and 2x2, in any sharding") {
   scratch_folder dir("reshard");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
-            [&](auto& rank) { save_model(rank, dir.path, 40, 1); });
+  const io::checkpoint_directory ckpt(dir.path);
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) { save_model(rank, ckpt, 40, 1); });
   for (const auto& values : {std::pair{4, 1}, std::pair{1, 2}, std::pair{1, 1}, std::pair{2, 2}}) {
     // plain variables, not bindings: clang before 16 cannot capture bindings in lambdas
     const int x = std::get<0>(values), y = std::get<1>(values);
@@ -417,15 +300,15 @@ TEST_CASE("a checkpoint saved on 2x2 loads onto 4x1, 1x2, 1x1 and 2x2, in any sh
 
 TEST_CASE("resharding in a chain: saved on 2x2, resaved on 4x1, loaded on 1x1") {
   scratch_folder dir("chain");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
-            [&](auto& rank) { save_model(rank, dir.path, 1, 3); });
+  const io::checkpoint_directory ckpt(dir.path);
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) { save_model(rank, ckpt, 1, 3); });
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{4, 1}, [&](auto& rank) {
     io::checkpoint_reader in(dir.path);
     Tensor<float, D<>, F<X>> w_in(rank, {D(7), F(5)});
     Tensor<float, V<X>> embed(rank, {V(11)});
     in.load("w_in", w_in);
     in.load("embed", embed);
-    io::checkpoint_writer out(rank, dir.path, 2);
+    io::checkpoint_writer out(rank, ckpt, 2);
     out.add("w_in", w_in);
     out.add("embed", embed);
     out.save(in.state());
@@ -445,8 +328,8 @@ TEST_CASE("resharding in a chain: saved on 2x2, resaved on 4x1, loaded on 1x1") 
 
 TEST_CASE("the manifest indexes every block once, with each file's size and checksum") {
   scratch_folder dir("manifest");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
-            [&](auto& rank) { save_model(rank, dir.path, 7, 1); });
+  const io::checkpoint_directory ckpt(dir.path);
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) { save_model(rank, ckpt, 7, 1); });
   const fs::path folder = dir.path / "step-00000007";
   CHECK(io::latest_step(dir.path) == 7);
   const io::checkpoint_reader in(dir.path);
@@ -481,12 +364,11 @@ TEST_CASE("the manifest indexes every block once, with each file's size and chec
 
 TEST_CASE("latest names the newest complete checkpoint; older ones stay loadable") {
   scratch_folder dir("latest");
+  const io::checkpoint_directory ckpt(dir.path);
   CHECK(!io::latest_step(dir.path).has_value());
   CHECK(contains(error_of([&] { io::checkpoint_reader in(dir.path); }), "holds no checkpoint"));
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1},
-            [&](auto& rank) { save_model(rank, dir.path, 10, 1); });
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1},
-            [&](auto& rank) { save_model(rank, dir.path, 20, 11); });
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1}, [&](auto& rank) { save_model(rank, ckpt, 10, 1); });
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1}, [&](auto& rank) { save_model(rank, ckpt, 20, 11); });
   CHECK(io::latest_step(dir.path) == 20);
   std::atomic<int> wrong{0};
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 2}, [&](auto& rank) {
@@ -503,8 +385,8 @@ TEST_CASE("latest names the newest complete checkpoint; older ones stay loadable
 
 TEST_CASE("a write that crashed leaves stray temporary files that change nothing") {
   scratch_folder dir("crash");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
-            [&](auto& rank) { save_model(rank, dir.path, 10, 1); });
+  const io::checkpoint_directory ckpt(dir.path);
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) { save_model(rank, ckpt, 10, 1); });
   // Step 20 died after some ranks wrote: a half-written temporary, a finished rank file and a
   // rank's part of the manifest, but no manifest, and latest never moved. Step 10's folder and
   // dir also hold temporaries of an interrupted rewrite.
@@ -533,8 +415,8 @@ TEST_CASE("a write that crashed leaves stray temporary files that change nothing
 
 TEST_CASE("a damaged rank file fails its checksum, naming the file") {
   scratch_folder dir("corrupt");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1},
-            [&](auto& rank) { save_model(rank, dir.path, 5, 1); });
+  const io::checkpoint_directory ckpt(dir.path);
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1}, [&](auto& rank) { save_model(rank, ckpt, 5, 1); });
   const fs::path victim = dir.path / "step-00000005" / "rank-1.safetensors";
   std::vector<std::byte> bytes = read_file(victim);
   const auto load_all = [&] {
@@ -565,7 +447,7 @@ TEST_CASE("a damaged rank file fails its checksum, naming the file") {
     std::atomic<int> wrong{0};
     tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1}, [&](auto& rank) {
       if (rank.template coord<X>() != 0) return;
-      io::checkpoint_reader in(dir.path);
+      io::checkpoint_reader in(dir.path, 5);  // a given step: verified file by file, as loaded
       Tensor<float, D<X>, F<Y>> w_in(rank, {D(7), F(5)});
       in.load("w_in", w_in);
       wrong += !block_matches(w_in, normal(1));
@@ -576,8 +458,8 @@ TEST_CASE("a damaged rank file fails its checksum, naming the file") {
 
 TEST_CASE("load names the tensor, what the program expects and what the checkpoint has") {
   scratch_folder dir("mismatch");
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1},
-            [&](auto& rank) { save_model(rank, dir.path, 3, 1); });
+  const io::checkpoint_directory ckpt(dir.path);
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) { save_model(rank, ckpt, 3, 1); });
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
     io::checkpoint_reader in(dir.path);
     Tensor<float, D<X>, F<Y>> w(rank, {D(8), F(5)});
@@ -600,9 +482,10 @@ TEST_CASE("load names the tensor, what the program expects and what the checkpoi
 
 TEST_CASE("save refuses a tensor that some rank forgot to add, and a name added twice") {
   scratch_folder dir("forgot");
+  const io::checkpoint_directory ckpt(dir.path);
   const std::string error = error_of([&] {
     tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1}, [&](auto& rank) {
-      io::checkpoint_writer out(rank, dir.path, 1);
+      io::checkpoint_writer out(rank, ckpt, 1);
       if (rank.template coord<X>() == 0) out.add("w", tpx::randn<float, D<X>>(rank, {D(6)}, 1));
       out.save();
     });
@@ -611,7 +494,7 @@ TEST_CASE("save refuses a tensor that some rank forgot to add, and a name added 
       error, "tensor 'w' has 6 elements but the ranks saved blocks of 3 (did every rank add it?)"));
   CHECK(!io::latest_step(dir.path).has_value());
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
-    io::checkpoint_writer out(rank, dir.path, 1);
+    io::checkpoint_writer out(rank, ckpt, 1);
     const auto w = tpx::randn<float, D<X>>(rank, {D(6)}, 1);
     out.add("w", w);
     CHECK(contains(error_of([&] { out.add("w", w); }), "tensor 'w' is added twice"));

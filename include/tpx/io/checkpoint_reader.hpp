@@ -1,6 +1,6 @@
 // checkpoint_reader: fills a tensor's block from a checkpoint saved on any mesh, in any sharding.
 //
-//   tpx::io::checkpoint_reader ckpt("ckpt");          // the step <dir>/latest names
+//   tpx::io::checkpoint_reader ckpt("ckpt");          // the newest valid checkpoint
 //   auto w_in = tpx::zeros<float, D<X>, F<Y>>(rank, {D(16), F(32)});
 //   ckpt.load("w_in", w_in);                          // this rank's block, whatever the old mesh
 //   const std::int64_t step = ckpt.step();  const nlohmann::json& state = ckpt.state();
@@ -12,17 +12,24 @@
 // dtype must match, and a mismatch is an io_error naming the tensor, what this program expects
 // and what the checkpoint has. Same mesh and sharding: every element is the bit pattern saved.
 //
-// Only the files that hold an overlapping block are touched, each verified once (size and
-// XXH64 against the manifest; an io_error naming the file otherwise) and its header checked,
-// and of a block only the rows (outermost dim) that overlap are read. Loading needs no
-// communication: each rank reads what it needs on its own. Files are read through host
-// memory and moved to the tensor's memory space with Space::from_host.
+// Nothing is trusted that does not check out: the manifest's own checksum, every value it holds
+// (file names, block boxes), and of every file its size and XXH64, its run id and step (those of
+// the manifest: files of two runs never combine) and each block's place as the file records it;
+// a failure is an io_error naming the file. Reading the latest checkpoint verifies all of it
+// first, and if the checkpoint latest names is damaged, falls back to the newest earlier one
+// that checks out, with a warning naming what was wrong (open_newest_valid). Reading a given
+// step verifies lazily: only the files that hold an overlapping block are touched, each verified
+// once and its header checked, and of a block only the rows (outermost dim) that overlap are
+// read. Loading needs no communication: each rank reads what it needs on its own. Files are read
+// through host memory and moved to the tensor's memory space with Space::from_host.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,14 +49,46 @@ namespace tpx::io {
 
 class checkpoint_reader {
  public:
-  // The checkpoint that <dir>/latest names; an io_error if there is none.
+  // The newest valid checkpoint under dir (open_newest_valid), warnings on stderr.
   explicit checkpoint_reader(const std::filesystem::path& dir)
-      : checkpoint_reader(dir, [&] {
-          const std::optional<std::int64_t> step = latest_step(dir);
-          if (!step)
-            throw io_error("tpx: " + dir.string() + ": holds no checkpoint (no 'latest' file)");
-          return *step;
-        }()) {}
+      : checkpoint_reader(open_newest_valid(dir, std::cerr)) {}
+
+  // The checkpoint that <dir>/latest names, wholly verified; if it is damaged or missing, the
+  // newest earlier complete checkpoint that verifies, after a line on `warnings` saying what was
+  // wrong with each one skipped. An io_error listing every failure if none is valid, or if dir
+  // holds no checkpoint.
+  static checkpoint_reader open_newest_valid(const std::filesystem::path& dir,
+                                             std::ostream& warnings) {
+    std::optional<std::int64_t> latest;
+    std::string failures;
+    try {
+      latest = latest_step(dir);
+      if (!latest)
+        throw io_error("tpx: " + dir.string() + ": holds no checkpoint (no 'latest' file)");
+    } catch (const io_error& e) {
+      if (!std::filesystem::exists(dir) || complete_steps(dir).empty()) throw;
+      failures = e.what();
+      warnings << "tpx: warning: " << e.what() << "; looking for the newest valid checkpoint\n";
+    }
+    std::vector<std::int64_t> candidates = complete_steps(dir);
+    if (latest) {
+      std::erase_if(candidates, [&](std::int64_t s) { return s >= *latest; });
+      candidates.push_back(*latest);
+    }
+    std::sort(candidates.begin(), candidates.end(), std::greater<>());
+    for (const std::int64_t step : candidates) {
+      try {
+        checkpoint_reader in(dir, step);
+        in.verify_files();
+        return in;
+      } catch (const io_error& e) {
+        failures += std::string(failures.empty() ? "" : "; ") + e.what();
+        warnings << "tpx: warning: skipping the checkpoint of step " << step << ": " << e.what()
+                 << "\n";
+      }
+    }
+    throw io_error("tpx: " + dir.string() + ": no valid checkpoint: " + failures);
+  }
 
   // The checkpoint of the given step under dir.
   checkpoint_reader(const std::filesystem::path& dir, std::int64_t step)
@@ -62,10 +101,17 @@ class checkpoint_reader {
       manifest_ = nlohmann::json::parse(read_text_file(path));
       if (manifest_.at("format") != checkpoint_format ||
           manifest_.at("version") != checkpoint_version || manifest_.at("step") != step ||
-          !manifest_.contains("state"))
+          !manifest_.contains("state") || !manifest_.at("run_id").is_string())
         throw io_error("tpx: " + path.string() + ": not a version-" +
                        std::to_string(checkpoint_version) + " tpx checkpoint manifest of step " +
                        std::to_string(step));
+      const std::uint64_t recorded =
+          parse_hex(manifest_.at(manifest_checksum_key).get<std::string>(), path);
+      if (recorded != manifest_checksum(manifest_))
+        throw io_error("tpx: " + path.string() + ": manifest checksum mismatch: it records xxh64 " +
+                       to_hex(recorded) + ", its contents hash to " +
+                       to_hex(manifest_checksum(manifest_)) +
+                       " (the manifest was edited or damaged after it was written)");
       for (const nlohmann::json& f : manifest_.at("files")) {
         const std::string name = f.at("name").get<std::string>();
         if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
@@ -85,9 +131,16 @@ class checkpoint_reader {
   }
 
   std::int64_t step() const { return manifest_["step"].get<std::int64_t>(); }
+  // The run that wrote the checkpoint (checkpoint_directory::run_id).
+  std::string run_id() const { return manifest_["run_id"].get<std::string>(); }
   // The JSON the trainer passed to checkpoint_writer::save.
   const nlohmann::json& state() const { return manifest_["state"]; }
   const nlohmann::json& manifest() const { return manifest_; }
+
+  // Verifies every file of the checkpoint now (what load does lazily, file by file).
+  void verify_files() {
+    for (std::size_t i = 0; i < files_.size(); ++i) file(static_cast<int>(i));
+  }
 
   // Fills t's block with the elements of the saved tensor `name`.
   template <class Space, class T, class... Spec>
@@ -190,9 +243,38 @@ class checkpoint_reader {
     stored_file& f = files_[static_cast<std::size_t>(i)];
     if (!f.header) {
       verify_file(folder_ / f.name, f.digest);
-      f.header = read_safetensors_header(folder_ / f.name);
+      safetensors_header header = read_safetensors_header(folder_ / f.name);
+      check_belongs_here(header);
+      f.header = std::move(header);
     }
     return *f.header;
+  }
+
+  // Throws, naming the file, unless it records the manifest's run id and step.
+  void check_belongs_here(const safetensors_header& header) const {
+    const auto recorded = [&](const char* key) {
+      const auto it = header.metadata.find(key);
+      return it == header.metadata.end() ? std::string("none") : it->second;
+    };
+    const std::string run = recorded(run_id_metadata_key), step = recorded(step_metadata_key);
+    if (run != run_id() || step != std::to_string(this->step()))
+      throw io_error("tpx: " + header.file.string() + ": belongs to run " + run + " step " + step +
+                     ", but the manifest is of run " + run_id() + " step " +
+                     std::to_string(this->step()) + " (files of two runs or steps mixed)");
+  }
+
+  // Throws, naming the file, unless the file places its entry `name` where the manifest does.
+  static void check_placement(const safetensors_header& header, const std::string& name,
+                              const stored_block& b) {
+    const auto it = header.metadata.find(name);
+    const nlohmann::json where = nlohmann::json::parse(
+        it == header.metadata.end() ? std::string("{}") : it->second, nullptr, false);
+    if (!where.is_object() || where.value("offsets", nlohmann::json()) != nlohmann::json(b.offsets))
+      throw io_error("tpx: " + header.file.string() + ": tensor '" + name +
+                     "': the file places its block at offsets " +
+                     (where.is_object() ? where.value("offsets", nlohmann::json()).dump()
+                                        : std::string("(none)")) +
+                     ", the manifest at " + nlohmann::json(b.offsets).dump());
   }
 
   // Copies the box [lo, lo + box) of the global tensor from stored block b into staging, which is
@@ -202,6 +284,7 @@ class checkpoint_reader {
                     const index_array<N>& box, const Tn& t, std::vector<T>& staging) {
     const safetensors_header& header = file(b.file);
     const tensor_info& info = header.tensor(name);
+    check_placement(header, name, b);
     if (info.shape != b.extents)
       throw io_error("tpx: " + header.file.string() + ": tensor '" + name + "' has shape " +
                      nlohmann::json(info.shape).dump() + " but the manifest says " +

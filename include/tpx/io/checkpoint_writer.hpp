@@ -1,6 +1,7 @@
 // checkpoint_writer: every rank saves its blocks of the training state; rank 0 indexes them.
 //
-//   tpx::io::checkpoint_writer ckpt(rank, "ckpt", step);
+//   tpx::io::checkpoint_directory dir("ckpt", {.keep = 3});  // once per run (locks the folder)
+//   tpx::io::checkpoint_writer ckpt(rank, dir, step);
 //   ckpt.add("w_in", w_in);                // any reduced tensor: its block is copied to host now
 //   ckpt.add("adam.m.w_in", m_in);
 //   ckpt.save({{"data_position", pos}});   // collective: every rank of the mesh calls it
@@ -8,9 +9,16 @@
 // save() writes rank r's blocks to step-<S>/rank-<r>.safetensors and its part of the manifest to
 // rank-<r>.json, each atomically (atomic_file.hpp); waits for every rank (a barrier over the
 // whole mesh); then rank 0 merges the parts into manifest.json, with each file's size and XXH64,
-// points <dir>/latest at the step, and all ranks wait once more, so that when save() returns the
-// checkpoint is complete and durable everywhere. A crash at any point leaves <dir>/latest on the
-// previous complete checkpoint. The layout is described in checkpoint_layout.hpp.
+// points <dir>/latest at the step, deletes the checkpoints beyond the directory's `keep`, and all
+// ranks wait once more, so that when save() returns the checkpoint is complete and durable
+// everywhere. A crash at any point leaves <dir>/latest on the previous complete checkpoint. Every
+// file records the directory's run id and the step; the manifest carries its own checksum. The
+// layout is described in checkpoint_layout.hpp.
+//
+// Memory: add() copies the block to host memory once (a device tensor has to come to the host to
+// be written; a host tensor is copied too, because add() also takes temporaries), and save()
+// writes from those copies without another one: the writer holds one host copy of this rank's
+// blocks, freed when it is destroyed.
 //
 // A block replicated over some mesh axes is held by several ranks; only the one at coordinate 0
 // on each of those axes writes it, so a checkpoint stores every element once. Rank 0 checks that
@@ -34,6 +42,7 @@
 
 #include "tpx/comm/any_communicator.hpp"
 #include "tpx/io/atomic_file.hpp"
+#include "tpx/io/checkpoint_directory.hpp"
 #include "tpx/io/checkpoint_layout.hpp"
 #include "tpx/io/io_error.hpp"
 #include "tpx/io/safetensors.hpp"
@@ -46,12 +55,12 @@ class checkpoint_writer {
  public:
   // A checkpoint of step `step` under dir, written by this rank of the mesh.
   template <class MeshT>
-  checkpoint_writer(const Rank<MeshT>& rank, std::filesystem::path dir, std::int64_t step)
+  checkpoint_writer(const Rank<MeshT>& rank, const checkpoint_directory& dir, std::int64_t step)
       : rank_(&rank),
         mesh_(&[&]<class... Axes>(type_list<Axes...>) -> any_communicator& {
           return rank.template group<Axes...>();
         }(typename MeshT::axes{})),
-        dir_(std::move(dir)),
+        directory_(&dir),
         step_(step) {
     if (step < 0)
       throw std::invalid_argument("tpx: checkpoint step " + std::to_string(step) + " is negative");
@@ -62,6 +71,9 @@ class checkpoint_writer {
   void add(const std::string& name, const BasicTensor<Space, T, Spec...>& t) {
     using Tn = BasicTensor<Space, T, Spec...>;
     check_checkpointable<Tn>();
+    if (name.starts_with("tpx."))
+      throw std::invalid_argument("tpx: checkpoint: tensor name '" + name +
+                                  "' is reserved (names starting with \"tpx.\" are tpx's own)");
     if (!names_.insert(name).second)
       throw std::invalid_argument("tpx: checkpoint: tensor '" + name + "' is added twice");
     if (!holds_first_copy(t.context(), typename Tn::traits::axes{})) return;
@@ -77,7 +89,7 @@ class checkpoint_writer {
   // Writes the checkpoint (collective); state is free-form JSON kept in the manifest: data
   // position, hyper-parameters, optimizer step counts.
   void save(const nlohmann::json& state = nlohmann::json::object()) {
-    const std::filesystem::path folder = step_folder(dir_, step_);
+    const std::filesystem::path folder = step_folder(directory_->path(), step_);
     std::error_code error;
     std::filesystem::create_directories(folder, error);
     if (error) throw io_error("tpx: " + folder.string() + ": cannot create: " + error.message());
@@ -95,6 +107,8 @@ class checkpoint_writer {
       placement[b.name] = where.dump();
       records[b.name] = b.record;
     }
+    placement[run_id_metadata_key] = directory_->run_id();
+    placement[step_metadata_key] = std::to_string(step_);
     const file_digest digest = write_atomically(folder / rank_file_name(r), [&](file_sink& out) {
       write_safetensors(out, tensors, placement);
     });
@@ -156,16 +170,20 @@ class checkpoint_writer {
     for (const auto& [name, entry] : tensors.items()) check_tiling(folder, name, entry);
     nlohmann::json mesh = nlohmann::json::array();
     for (const axis_place& a : rank_->axes()) mesh.push_back({{"axis", a.name}, {"size", a.size}});
-    const std::string manifest = one_entry_per_line(nlohmann::json{{"format", checkpoint_format},
-                                                                   {"version", checkpoint_version},
-                                                                   {"step", step_},
-                                                                   {"mesh", mesh},
-                                                                   {"state", state},
-                                                                   {"files", files},
-                                                                   {"tensors", tensors}});
+    nlohmann::json manifest{{"format", checkpoint_format},
+                            {"version", checkpoint_version},
+                            {"run_id", directory_->run_id()},
+                            {"step", step_},
+                            {"mesh", mesh},
+                            {"state", state},
+                            {"files", files},
+                            {"tensors", tensors}};
+    manifest[manifest_checksum_key] = to_hex(manifest_checksum(manifest));
+    const std::string text = one_entry_per_line(manifest);
     write_atomically(folder / "manifest.json",
-                     [&](file_sink& out) { out.write(std::as_bytes(std::span(manifest))); });
-    set_latest_step(dir_, step_);
+                     [&](file_sink& out) { out.write(std::as_bytes(std::span(text))); });
+    set_latest_step(directory_->path(), step_);
+    directory_->retain(step_);
     for (int r = 0; r < rank_->world_size(); ++r)
       std::filesystem::remove(folder / rank_record_name(r));
   }
@@ -211,7 +229,7 @@ class checkpoint_writer {
 
   const rank_context* rank_;
   any_communicator* mesh_;
-  std::filesystem::path dir_;
+  const checkpoint_directory* directory_;
   std::int64_t step_;
   std::set<std::string> names_;
   std::vector<block> blocks_;
