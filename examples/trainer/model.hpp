@@ -13,7 +13,8 @@
 // adjoints (tpx::adjoint_t), so each gradient arrives reduce-scattered onto its parameter's
 // sharding without a hand-written collective. README.md sets the notes' equations beside this
 // code. With checkpoint_every = C > 0 only every C-th block input is kept, and each segment's
-// forward pass is recomputed during the backward pass (seed 000, activation checkpointing).
+// forward pass is recomputed during the backward pass (seed 000, activation checkpointing;
+// block_stack.hpp, shared with the GPT example); with 0 nothing is recomputed.
 //
 // The tensors live in the rank's memory space (Space: host memory under spmd(tpx::host, ...),
 // the GPU under a CUDA launcher), and the whole step runs there: GEMMs, collectives, the layers
@@ -25,6 +26,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <stdexcept>
 #include <tpx/nn/adamw.hpp>
@@ -36,6 +38,7 @@
 #include <tpx/tpx.hpp>
 #include <vector>
 
+#include "block_stack.hpp"
 #include "tensor_set.hpp"
 #include "text_data.hpp"
 
@@ -182,32 +185,20 @@ class model {
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
   // parameter's gradient, reduce-scattered onto the parameter's sharding.
   scalar forward_backward(const params& p, const tokens_t& tokens, params& grads) {
-    const int layers = static_cast<int>(p.norm.size());
-    const int every = c_.checkpoint_every > 0 ? c_.checkpoint_every : 1;
-    // Forward: keep the input of every block at a checkpoint boundary (all of them if every == 1).
-    std::vector<act> kept;
-    act x = embed_forward(p, tokens);
-    for (int l = 0; l < layers; ++l) {
-      if (l % every == 0) kept.push_back(x);
-      x = block_forward(p, l, x).out;
-    }
-    head_result head = head_forward_backward(p, x, tokens, grads);
-    // Backward, segment by segment from the last: recompute the segment's blocks from its kept
-    // input (nothing to recompute without checkpointing), then back-propagate through them.
-    act dx = std::move(head.dx);
-    for (int first = ((layers - 1) / every) * every; first >= 0; first -= every) {
-      const int last = std::min(first + every, layers);
-      std::vector<block_state> states;
-      act xi = kept[first / every];
-      for (int l = first; l < last; ++l) {
-        states.push_back(block_forward(p, l, xi));
-        xi = states.back().out;
-      }
-      for (int l = last - 1; l >= first; --l)
-        dx = block_backward(p, l, states[l - first], dx, grads);
-    }
+    std::optional<scalar> loss;
+    const act dx = stack_forward_backward(
+        static_cast<int>(p.norm.size()), c_.checkpoint_every, embed_forward(p, tokens),
+        [&](int l, const act& x) { return block_forward(p, l, x); },
+        [&](const act& x) {
+          head_result head = head_forward_backward(p, x, tokens, grads);
+          loss = std::move(head.loss);
+          return std::move(head.dx);
+        },
+        [&](int l, const block_state& s, const act& dout) {
+          return block_backward(p, l, s, dout, grads);
+        });
     embed_backward(tokens, dx, grads);
-    return std::move(head.loss);
+    return std::move(*loss);
   }
 
   // Matrix FLOPs of one forward + backward pass (2 per multiply-add, backward twice forward;
