@@ -67,8 +67,8 @@ class checkpoint_reader {
         throw io_error("tpx: " + dir.string() + ": holds no checkpoint (no 'latest' file)");
     } catch (const io_error& e) {
       if (!std::filesystem::exists(dir) || complete_steps(dir).empty()) throw;
-      failures = e.what();
-      warnings << "tpx: warning: " << e.what() << "; looking for the newest valid checkpoint\n";
+      failures = reason(e);
+      warnings << "tpx: warning: " << failures << "; looking for the newest valid checkpoint\n";
     }
     std::vector<std::int64_t> candidates = complete_steps(dir);
     if (latest) {
@@ -82,8 +82,8 @@ class checkpoint_reader {
         in.verify_files();
         return in;
       } catch (const io_error& e) {
-        failures += std::string(failures.empty() ? "" : "; ") + e.what();
-        warnings << "tpx: warning: skipping the checkpoint of step " << step << ": " << e.what()
+        failures += std::string(failures.empty() ? "" : "; ") + reason(e);
+        warnings << "tpx: warning: skipping the checkpoint of step " << step << ": " << reason(e)
                  << "\n";
       }
     }
@@ -185,6 +185,12 @@ class checkpoint_reader {
   }
 
  private:
+  // An error's message without its "tpx: ", for a sentence that already has one.
+  static std::string reason(const io_error& e) {
+    const std::string what = e.what();
+    return what.starts_with("tpx: ") ? what.substr(5) : what;
+  }
+
   struct stored_block {
     int file = 0;
     std::vector<std::int64_t> offsets, extents;
