@@ -137,19 +137,14 @@ model_tensors(const Rank&, const config&) -> model_tensors<tpx::space_of_t<Rank>
 template <class Space>
 void initialize(model_tensors<Space>& p, const config& c) {
   std::uint64_t seed = c.seed * 1000;
-  auto fill = [&](auto& t, auto value_at) {
-    tpx::host_twin_t<std::remove_cvref_t<decltype(t)>> h(t.context(), t.shape());
-    tpx::fill_with(h, value_at);
-    t = tpx::in_space<Space>(std::move(h));
-  };
   auto normal = [&](auto& t, double fan_in) {
     const float scale = static_cast<float>(1.0 / std::sqrt(fan_in));
     const std::uint64_t s = ++seed;
-    fill(t, [&](std::int64_t i) {
+    trainer::fill_staged(t, [&](std::int64_t i) {
       return scale * tpx::kernels::normal_at(s, static_cast<std::uint64_t>(i));
     });
   };
-  auto ones = [&](auto& t) { fill(t, [](std::int64_t) { return 1.0f; }); };
+  auto ones = [](auto& t) { trainer::fill_staged(t, [](std::int64_t) { return 1.0f; }); };
   const auto d = static_cast<double>(c.d_model());
   normal(p.token_embed, 1.0);
   normal(p.position_embed, 1.0);

@@ -109,15 +109,6 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
 template <class Rank>
 model_tensors(const Rank&, const config&) -> model_tensors<tpx::space_of_t<Rank>>;
 
-// Overwrites t with value_at(global index), filled on the host and copied to t's space (at
-// initialization, outside the training step).
-template <tpx::AnyTensor Tn, class Fn>
-void fill_staged(Tn& t, Fn&& value_at) {
-  tpx::host_twin_t<Tn> h(t.context(), t.shape());
-  tpx::fill_with(h, value_at);
-  t = tpx::in_space<typename Tn::space>(std::move(h));
-}
-
 // The initial weights: N(0, 1/fan_in) for matrices, ones for norms; the same on every mesh.
 template <class Space>
 void initialize(model_tensors<Space>& p, const config& c) {

@@ -6,10 +6,24 @@
 //
 // Derived lists its tensors once, in a static visit(self, f, others...) that calls
 // f(name, self's tensor, each other set's tensor of that name); for_each calls it on this set,
-// const or not, so the MLP trainer's and the GPT example's models share the walk.
+// const or not, so the MLP trainer's and the GPT example's models share the walk. fill_staged
+// sets one of those tensors at initialization.
 #pragma once
 
+#include <tpx/tensor/staging.hpp>
+#include <tpx/tpx.hpp>
+#include <utility>
+
 namespace trainer {
+
+// Overwrites t with value_at(global index), filled on the host and copied to t's space (at
+// initialization, outside the training step).
+template <tpx::AnyTensor Tn, class Fn>
+void fill_staged(Tn& t, Fn&& value_at) {
+  tpx::host_twin_t<Tn> h(t.context(), t.shape());
+  tpx::fill_with(h, value_at);
+  t = tpx::in_space<typename Tn::space>(std::move(h));
+}
 
 template <class Derived>
 class tensor_set {

@@ -15,6 +15,7 @@
 
 #include "tpx/core/compile_error.hpp"
 #include "tpx/core/type_list.hpp"
+#include "tpx/sharding/transforms.hpp"
 #include "tpx/tensor/tensor.hpp"
 
 namespace tpx {
@@ -37,26 +38,21 @@ struct renamed_dims<type_list<Dims...>, From, To> {
   using type = type_list<typename renamed_dim<Dims, From, To>::type...>;
 };
 
-template <class Dims, template <class...> class Name>
-inline constexpr int count_named_v = 0;
-template <class... Dims, template <class...> class Name>
-inline constexpr int count_named_v<type_list<Dims...>, Name> =
-    (0 + ... + int(std::is_same_v<unsplit_t<Dims>, Name<>>));
-
 }  // namespace detail
 
 template <template <class...> class From, template <class...> class To, AnyTensor Tn>
 auto rename(Tn&& t) {
   using Plain = std::remove_cvref_t<Tn>;
   using Dims = typename Plain::dims;
+  using Names = typename remove_all_axes<Dims>::type;
   if constexpr (std::is_lvalue_reference_v<Tn>) {
     compile_error<"tpx: rename<" + From<>::name + ", " + To<>::name + "> of tensor " +
                   Plain::notation +
                   ": rename takes over the elements of the tensor; pass std::move(t), or a copy">{};
-  } else if constexpr (detail::count_named_v<Dims, From> == 0) {
+  } else if constexpr (!contains_v<From<>, Names>) {
     compile_error<"tpx: rename<" + From<>::name + ", " + To<>::name + ">: tensor " +
                   Plain::notation + " has no dim " + From<>::name>{};
-  } else if constexpr (!std::is_same_v<From<>, To<>> && detail::count_named_v<Dims, To> != 0) {
+  } else if constexpr (!std::is_same_v<From<>, To<>> && contains_v<To<>, Names>) {
     compile_error<"tpx: rename<" + From<>::name + ", " + To<>::name + ">: tensor " +
                   Plain::notation + " already has a dim " + To<>::name>{};
   } else {
