@@ -39,6 +39,7 @@
 #include <tpx/nn/rmsnorm.hpp>
 #include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
+#include <type_traits>
 #include <vector>
 
 #include "../trainer/block_stack.hpp"
@@ -257,10 +258,13 @@ class model {
   }
 
  private:
-  // The parameter cast to the compute type, then all-gathered by Chain.
+  // The parameter cast to the compute type (in fp32: as it is), then all-gathered by Chain.
   template <class Chain, class P>
   auto gathered(const P& master) const {
-    return Chain::forward(tpx::cast<Tc>(master));
+    if constexpr (std::is_same_v<Tc, typename P::value_type>)
+      return Chain::forward(master);
+    else
+      return Chain::forward(tpx::cast<Tc>(master));
   }
 
   using stream_tokens = decltype(batch<Space>::stream);

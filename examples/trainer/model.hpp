@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <stdexcept>
+#include <type_traits>
 #include <tpx/nn/adamw.hpp>
 #include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
@@ -200,10 +201,13 @@ class model {
   }
 
  private:
-  // The parameter cast to the compute type, then all-gathered over X.
+  // The parameter cast to the compute type (in fp32: as it is), then all-gathered over X.
   template <class Step, class P>
   auto gathered(const P& master) const {
-    return tpx::apply<Step>(tpx::cast<Tc>(master));
+    if constexpr (std::is_same_v<Tc, typename P::value_type>)
+      return tpx::apply<Step>(master);
+    else
+      return tpx::apply<Step>(tpx::cast<Tc>(master));
   }
 
   // x[B_X, D_Y] = sum_k E_k[token_k]: a row lookup per context byte.

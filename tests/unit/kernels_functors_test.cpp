@@ -1,7 +1,7 @@
 // Tests of the per-element and per-row math of kernels/: elementwise functors and transform(),
-// reductions, softmax cross-entropy, RMSNorm, LayerNorm and the AdamW update, each against an
-// independent formula in double; and the pieces the CUDA kernels assemble rows from (a row
-// split into chunks, as threads split it) against the row functions.
+// the host's exp, reductions, softmax cross-entropy, RMSNorm, LayerNorm and the AdamW update,
+// each against an independent formula in double; and the pieces the CUDA kernels assemble rows
+// from (a row split into chunks, as threads split it) against the row functions.
 //
 // Derivatives (GELU, ReLU, RMSNorm) are checked against central finite differences of the double
 // formula, (f(x+h) - f(x-h)) / 2h with h = 1e-4, whose own error (h^2 f''' / 6 plus rounding
@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -23,6 +24,7 @@
 #include "tpx/kernels/optimizer.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/kernels/rmsnorm.hpp"
+#include "tpx/kernels/vectorizable_expf.hpp"
 
 namespace {
 
@@ -99,6 +101,60 @@ TEST_CASE("gelu (tanh approximation) and its derivative") {
   CHECK(k::gelu{}(0.0f) == 0.0f);
   CHECK(k::gelu{}(1.0f) == doctest::Approx(0.8411920).epsilon(1e-6));
   CHECK(k::gelu{}(-1.0f) == doctest::Approx(-0.1588080).epsilon(1e-5));
+}
+
+TEST_CASE(
+    "vectorizable_expf: within 1.03 ulps of exp over the float range, and exp's special values") {
+  // Every 1021st float of [-104, 89] (2.2 million, subnormal results included), called directly
+  // and through transform, whose loop may be the AVX2 + FMA one (kernels/host_loop.hpp). The
+  // header's bound, 1.03 ulps, holds for every float of the range (checked once, exhaustively).
+  std::vector<float> x;
+  for (const float last : {89.0f, -104.0f}) {  // from +-0 up the bits to `last`
+    const std::uint32_t end = std::bit_cast<std::uint32_t>(last);
+    for (std::uint32_t bits = end & 0x80000000u; bits <= end; bits += 1021)
+      x.push_back(std::bit_cast<float>(bits));
+  }
+  std::vector<float> y(x.size());
+  const auto exp_of = [](float v) { return k::vectorizable_expf(v); };
+  k::transform(static_cast<int64_t>(x.size()), exp_of, y.data(), x.data());
+  // |error| in units of the last place of the float nearest the exact value (for a subnormal
+  // one, of the smallest subnormal).
+  const auto ulps = [](float got, double exact) {
+    int exponent = 0;
+    std::frexp(static_cast<double>(static_cast<float>(exact)), &exponent);
+    const double ulp =
+        exact < std::numeric_limits<float>::min() ? 0x1.0p-149 : std::ldexp(1.0, exponent - 24);
+    return std::abs(got - exact) / ulp;
+  };
+  double worst_direct = 0.0, worst_loop = 0.0;
+  std::size_t missed_overflows = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double exact = std::exp(static_cast<double>(x[i]));
+    const float direct = k::vectorizable_expf(x[i]);
+    if (static_cast<float>(exact) == inf_f) {  // beyond FLT_MAX: both must overflow
+      missed_overflows += (direct != inf_f) + (y[i] != inf_f);
+      continue;
+    }
+    worst_direct = std::max(worst_direct, ulps(direct, exact));
+    worst_loop = std::max(worst_loop, ulps(y[i], exact));
+  }
+  CHECK(x.size() > 2'000'000);
+  CHECK(worst_direct <= 1.03);
+  CHECK(worst_loop <= 1.03);
+  CHECK(missed_overflows == 0);
+
+  CHECK(k::vectorizable_expf(0.0f) == 1.0f);
+  CHECK(k::vectorizable_expf(-0.0f) == 1.0f);
+  CHECK(k::vectorizable_expf(inf_f) == inf_f);
+  CHECK(k::vectorizable_expf(-inf_f) == 0.0f);
+  CHECK(std::isnan(k::vectorizable_expf(nan_f)));
+  CHECK(std::isnan(k::vectorizable_expf(-nan_f)));
+  CHECK(k::vectorizable_expf(88.72f) < inf_f);  // 3.4e38, just below FLT_MAX
+  CHECK(k::vectorizable_expf(88.73f) == inf_f);
+  CHECK(k::vectorizable_expf(1e30f) == inf_f);
+  CHECK(k::vectorizable_expf(-103.9f) > 0.0f);  // 2^-149.9: the smallest subnormal
+  CHECK(k::vectorizable_expf(-104.0f) == 0.0f);
+  CHECK(k::vectorizable_expf(-1e30f) == 0.0f);
 }
 
 TEST_CASE("transform applies a functor to float and bf16 storage, in place too") {

@@ -4,7 +4,8 @@
 // This is the buffer of tpx's device space (device_space.hpp): a device tensor's elements, and
 // the pack/unpack buffers of the collectives. Allocation comes from the rank's memory pool,
 // which keeps freed memory for reuse (rank_resources.hpp), so a training step's temporaries cost
-// no cudaMalloc after the first step. Memory starts zeroed (as host tensors do). A copy is a new
+// no cudaMalloc after the first step. Memory starts zeroed (as host tensors do), except from
+// for_overwrite(), for outputs a kernel then writes whole (no memset queued). A copy is a new
 // allocation filled by a device-to-device copy on the same stream; a move steals the pointer.
 // begin()/end() are device pointers, which makes a buffer convertible to std::span<T>: the
 // spans a communicator receives for a device tensor point to device memory.
@@ -28,12 +29,10 @@ class device_buffer {
   device_buffer() = default;
   // n zero elements from `pool`, ordered on `stream`.
   device_buffer(std::size_t n, cudaMemPool_t pool, cudaStream_t stream)
-      : size_(n), pool_(pool), stream_(stream) {
-    if (n == 0) return;
-    void* p = nullptr;
-    TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_));
-    data_ = static_cast<T*>(p);
-    TPX_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), stream_));
+      : device_buffer(n, pool, stream, true) {}
+  // n elements of unspecified value, to be overwritten.
+  static device_buffer for_overwrite(std::size_t n, cudaMemPool_t pool, cudaStream_t stream) {
+    return device_buffer(n, pool, stream, false);
   }
   device_buffer(const device_buffer& other) : size_(other.size_), pool_(other.pool_), stream_(other.stream_) {
     if (size_ == 0) return;
@@ -73,6 +72,15 @@ class device_buffer {
   cudaStream_t stream() const { return stream_; }
 
  private:
+  device_buffer(std::size_t n, cudaMemPool_t pool, cudaStream_t stream, bool zeroed)
+      : size_(n), pool_(pool), stream_(stream) {
+    if (n == 0) return;
+    void* p = nullptr;
+    TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_));
+    data_ = static_cast<T*>(p);
+    if (zeroed) TPX_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), stream_));
+  }
+
   std::size_t bytes() const { return size_ * sizeof(T); }
 
   T* data_ = nullptr;

@@ -2,7 +2,8 @@
 // the interface of host_space (tensor/host_space.hpp), so the collectives, reshard, matmul and
 // the elementwise ops, written once against that interface, run on the GPU unchanged.
 //
-//   buffer<T>                   device_buffer<T>: pool memory, stream-ordered, zeroed
+//   buffer<T>                   device_buffer<T>: pool memory, stream-ordered, zeroed (not
+//                               by make_buffer_for_overwrite)
 //   copy_box                    the pack/unpack of a box (cuda/kernels/copy_box.hpp)
 //   gemm                        cuBLASLt (cuda/gemm.hpp); fp32 uses TF32 when the rank allows
 //   transform                   the elementwise kernel running a kernels/ functor
@@ -56,6 +57,11 @@ struct device_space {
   static buffer<T> make_buffer(const rank_context& ctx, std::size_t n) {
     const rank_resources& r = resources_of(ctx);
     return buffer<T>(n, r.pool(), r.stream());
+  }
+  template <class T>
+  static buffer<T> make_buffer_for_overwrite(const rank_context& ctx, std::size_t n) {
+    const rank_resources& r = resources_of(ctx);
+    return buffer<T>::for_overwrite(n, r.pool(), r.stream());
   }
 
   template <class T, std::size_t N>

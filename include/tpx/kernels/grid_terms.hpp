@@ -14,7 +14,7 @@
 // `column`.
 #pragma once
 
-#include <math.h>  // logf
+#include <math.h>  // NAN
 
 #include <cstdint>
 
@@ -22,6 +22,7 @@
 #include "tpx/core/config.hpp"
 #include "tpx/kernels/cross_entropy.hpp"
 #include "tpx/kernels/rmsnorm.hpp"
+#include "tpx/kernels/vectorizable_expf.hpp"
 
 namespace tpx::kernels {
 
@@ -118,7 +119,7 @@ struct exp_shifted_at {
   const float* row_max;
   std::int64_t cols;
   TPX_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
-    return expf(static_cast<float>(x[r * cols + c]) - row_max[r]);
+    return vectorizable_expf(static_cast<float>(x[r * cols + c]) - row_max[r]);
   }
 };
 

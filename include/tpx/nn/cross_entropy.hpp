@@ -90,13 +90,13 @@ auto cross_entropy(const Lt& logits, const Tok& tokens, std::int64_t column) {
   const float share = 1.0f / static_cast<float>(global_rows(logits));
   using LossPartial =
       tensor_with_t<BasicTensor<Space, float>, type_list<>, as_unreduced_t<row_axes_t<Lt>>>;
-  LossPartial loss(ctx, {});
+  LossPartial loss(ctx, {}, for_overwrite);
   Space::template reduce_rows<kernels::sum_reducer<float>>(
       ctx, 1, rows,
       kernels::cross_entropy_loss_at{row_max.data(), row_sum.data(), target_logit.data(), target, vocab, share},
       loss.data());
 
-  Lt dlogits(ctx, logits.shape());
+  Lt dlogits(ctx, logits.shape(), for_overwrite);
   Space::for_each_element(ctx, rows, cols,
                           kernels::cross_entropy_gradient_at<T, T>{logits.data(), row_max.data(), row_sum.data(),
                                                                    target, first, cols, share, dlogits.data()});

@@ -37,7 +37,7 @@ auto squared_norm(const Tn& t) {
                 "tpx: squared_norm: reduce the tensor first");
   using Partial = tensor_with_t<BasicTensor<typename Tn::space, float>, type_list<>,
                                 typename detail::splitting_axes<typename Tn::dims>::type>;
-  Partial partial(t.context(), {});
+  Partial partial(t.context(), {}, for_overwrite);
   Tn::space::sum_of_squares(t.context(), t.size(), t.data(), partial.data());
   return reshard<BasicTensor<typename Tn::space, float>>(partial);
 }

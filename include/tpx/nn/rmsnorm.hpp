@@ -72,7 +72,7 @@ auto rmsnorm_forward(const Xt& x, const Wt& w, float eps = 1e-5f) {
   const auto sums =
       detail::row_sums<kernels::sum_of_squares_reducer<float>>(x, kernels::element_at<T>{x.data(), cols});
   auto rstd = map(kernels::rmsnorm_inverse{x.global_extent(Xt::order - 1), eps}, sums);
-  Xt y(x.context(), x.shape());
+  Xt y(x.context(), x.shape(), for_overwrite);
   Xt::space::for_each_element(x.context(), rows, cols,
                               kernels::rmsnorm_apply<T, W>{x.data(), w.data(), rstd.data(), cols, y.data()});
   return rmsnorm_output<Xt, decltype(rstd)>{std::move(y), std::move(rstd)};
@@ -95,7 +95,7 @@ auto rmsnorm_backward(const Xt& x, const Wt& w, const Rstd& rstd, const Xt& dy) 
   const std::int64_t n = x.global_extent(Xt::order - 1);
   const auto dot = detail::row_sums<kernels::sum_reducer<float>>(
       x, kernels::rmsnorm_backward_term_at<T, W>{x.data(), w.data(), dy.data(), cols});
-  Xt dx(x.context(), x.shape());
+  Xt dx(x.context(), x.shape(), for_overwrite);
   Xt::space::for_each_element(x.context(), rows, cols,
                               kernels::rmsnorm_input_gradient_at<T, W>{x.data(), w.data(), dy.data(), rstd.data(),
                                                                        dot.data(), cols, n,

@@ -70,12 +70,14 @@ std::int64_t global_rows(const Tn& t) {
   return rows;
 }
 
-// A zero-filled Result (a per_row_t of t) with t's leading global extents.
+// An unwritten Result (a per_row_t of t) with t's leading global extents, for reduce_rows to
+// fill: it writes every row.
 template <AnyTensor Result, AnyTensor Tn>
 Result make_per_row(const Tn& t) {
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return Result(t.context(),
-                  typename Result::shape_type(index_array<sizeof...(I)>{t.global_extent(I)...}));
+                  typename Result::shape_type(index_array<sizeof...(I)>{t.global_extent(I)...}),
+                  for_overwrite);
   }
   (std::make_index_sequence<Tn::order - 1>{});
 }

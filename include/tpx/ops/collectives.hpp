@@ -93,7 +93,7 @@ auto all_gather(const Tn& t) {
         tensor_with_t<Tn, replace_dim_t<typename Tn::dims, old_dim, without_axis_t<A, old_dim>>,
                       typename Tn::unreduced>;
     const rank_context& ctx = t.context();
-    Result out(ctx, typename Result::shape_type(t.global_extents()));
+    Result out(ctx, typename Result::shape_type(t.global_extents()), for_overwrite);
     any_communicator& comm = ctx.template group<A>();
     const int parts = comm.size();
     const block parent =
@@ -102,11 +102,12 @@ auto all_gather(const Tn& t) {
     std::vector<std::size_t> counts(parts);
     for (int r = 0; r < parts; ++r)
       counts[r] = static_cast<std::size_t>(split_block(parent.size, parts, r).size * others);
-    if (k == 0) {
+    if (k == 0 || parts == 1) {  // the blocks arrive in out's layout
       comm.all_gather(t.elements(), out.elements(), counts);
       return out;
     }
-    auto gathered = Tn::space::template make_buffer<typename Tn::value_type>(ctx, out.size());
+    auto gathered =
+        Tn::space::template make_buffer_for_overwrite<typename Tn::value_type>(ctx, out.size());
     comm.all_gather(t.elements(), std::span(gathered.data(), gathered.size()), counts);
     std::size_t at = 0;
     for (int r = 0; r < parts; ++r) {
@@ -137,7 +138,7 @@ auto reduce_scatter(const Tn& t) {
                       replace_dim_t<typename Tn::dims, old_dim, with_axis_appended_t<A, old_dim>>,
                       unreduced_without_t<typename Tn::unreduced, A>>;
     const rank_context& ctx = t.context();
-    Result out(ctx, typename Result::shape_type(t.global_extents()));
+    Result out(ctx, typename Result::shape_type(t.global_extents()), for_overwrite);
     any_communicator& comm = ctx.template group<A>();
     const int parts = comm.size();
     const std::int64_t extent = t.local_extent(k);
@@ -145,11 +146,12 @@ auto reduce_scatter(const Tn& t) {
     std::vector<std::size_t> counts(parts);
     for (int r = 0; r < parts; ++r)
       counts[r] = static_cast<std::size_t>(split_block(extent, parts, r).size * others);
-    if (k == 0) {
+    if (k == 0 || parts == 1) {  // t's layout is already the packed one
       comm.reduce_scatter(t.elements(), out.elements(), counts);
       return out;
     }
-    auto packed = Tn::space::template make_buffer<typename Tn::value_type>(ctx, t.size());
+    auto packed =
+        Tn::space::template make_buffer_for_overwrite<typename Tn::value_type>(ctx, t.size());
     std::size_t at = 0;
     for (int r = 0; r < parts; ++r) {
       const block piece = split_block(extent, parts, r);
@@ -176,7 +178,7 @@ template <MeshAxis A, AnyTensor Tn>
 auto all_reduce_by(const Tn& t, reduction op) {
   using Result =
       tensor_with_t<Tn, typename Tn::dims, unreduced_without_t<typename Tn::unreduced, A>>;
-  Result out(t.context(), typename Result::shape_type(t.global_extents()));
+  Result out(t.context(), typename Result::shape_type(t.global_extents()), for_overwrite);
   t.context().template group<A>().all_reduce(t.elements(), out.elements(), op);
   return out;
 }
@@ -228,7 +230,7 @@ auto all_to_all(const Tn& t) {
                       to_dim, with_axis_appended_t<A, to_dim>>,
         typename Tn::unreduced>;
     const rank_context& ctx = t.context();
-    Result out(ctx, typename Result::shape_type(t.global_extents()));
+    Result out(ctx, typename Result::shape_type(t.global_extents()), for_overwrite);
     any_communicator& comm = ctx.template group<A>();
     const int parts = comm.size();
     const int me = comm.rank();
@@ -244,8 +246,8 @@ auto all_to_all(const Tn& t) {
             static_cast<std::size_t>(split_block(parent.size, parts, src).size *
                                      split_block(to_extent, parts, dst).size * others);
     using V = typename Tn::value_type;
-    auto send = Tn::space::template make_buffer<V>(ctx, t.size());
-    auto received = Tn::space::template make_buffer<V>(ctx, out.size());
+    auto send = Tn::space::template make_buffer_for_overwrite<V>(ctx, t.size());
+    auto received = Tn::space::template make_buffer_for_overwrite<V>(ctx, out.size());
     std::size_t at = 0;
     for (int dst = 0; dst < parts; ++dst) {
       const block piece = split_block(to_extent, parts, dst);
@@ -289,7 +291,7 @@ auto slice(const Tn& t) {
                       replace_dim_t<typename Tn::dims, old_dim, with_axis_appended_t<A, old_dim>>,
                       typename Tn::unreduced>;
     const rank_context& ctx = t.context();
-    Result out(ctx, typename Result::shape_type(t.global_extents()));
+    Result out(ctx, typename Result::shape_type(t.global_extents()), for_overwrite);
     index_array<Tn::order> start{};
     start[k] = out.local_offset(k) - t.local_offset(k);
     Tn::space::copy_box(ctx, t.data(), t.local_extents(), start, out.data(), out.local_extents(),

@@ -442,7 +442,7 @@ typename Space::template buffer<T> permuted_block(const rank_context& ctx, const
     f.src_stride[i] = stride[order[i]];
   }
   const std::int64_t count = element_count(extents);
-  auto out = Space::template make_buffer<T>(ctx, static_cast<std::size_t>(count));
+  auto out = Space::template make_buffer_for_overwrite<T>(ctx, static_cast<std::size_t>(count));
   f.dst = out.data();
   if (count > 0) Space::for_each_element(ctx, count / f.extent[N - 1], f.extent[N - 1], f);
   return out;
@@ -479,7 +479,7 @@ auto einsum_impl(const L& a, const R& b) {
   for (std::size_t p = 0; p < Result::order; ++p)
     shape[p] = Traits::plan.result_side[p] == 0 ? a.global_extent(Traits::plan.result_pos[p])
                                                 : b.global_extent(Traits::plan.result_pos[p]);
-  Result out(ctx, typename Result::shape_type(shape));
+  Result out(ctx, typename Result::shape_type(shape), for_overwrite);  // written whole by the GEMMs
 
   // The GEMMs' sizes: batch, m (left free), n (right free), k (contracted), from local blocks.
   std::int64_t batch = 1, m = 1, n = 1, k = 1, k_right = 1;

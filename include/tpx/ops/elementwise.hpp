@@ -14,6 +14,7 @@
 #pragma once
 
 #include <type_traits>
+#include <utility>
 
 #include "tpx/core/compile_error.hpp"
 #include "tpx/kernels/elementwise.hpp"
@@ -54,7 +55,7 @@ auto map(const Fn& fn, const A& a, const Rest&... rest) {
   using V = std::conditional_t<std::is_void_v<Out>, typename A::value_type, Out>;
   using Result =
       tensor_with_t<BasicTensor<typename A::space, V>, typename A::dims, typename A::unreduced>;
-  Result out(a.context(), typename Result::shape_type(a.global_extents()));
+  Result out(a.context(), typename Result::shape_type(a.global_extents()), for_overwrite);
   A::space::transform(a.context(), a.size(), fn, out.data(), a.data(), rest.data()...);
   return out;
 }
@@ -63,7 +64,7 @@ auto map(const Fn& fn, const A& a, const Rest&... rest) {
 template <AnyTensor A, AnyTensor B>
 A add(const A& a, const B& b) {
   detail::check_same_sharding<A, B>();
-  A out(a.context(), a.shape());
+  A out(a.context(), a.shape(), for_overwrite);
   A::space::transform(a.context(), a.size(), kernels::add{}, out.data(), a.data(), b.data());
   return out;
 }
@@ -72,7 +73,7 @@ A add(const A& a, const B& b) {
 template <AnyTensor A, AnyTensor B>
 A sub(const A& a, const B& b) {
   detail::check_same_sharding<A, B>();
-  A out(a.context(), a.shape());
+  A out(a.context(), a.shape(), for_overwrite);
   A::space::transform(a.context(), a.size(), kernels::sub{}, out.data(), a.data(), b.data());
   return out;
 }
@@ -80,7 +81,7 @@ A sub(const A& a, const B& b) {
 // s * a, for partial sums too.
 template <AnyTensor A>
 A scale(const A& a, float s) {
-  A out(a.context(), a.shape());
+  A out(a.context(), a.shape(), for_overwrite);
   A::space::transform(a.context(), a.size(), kernels::scale{s}, out.data(), a.data());
   return out;
 }
@@ -112,9 +113,17 @@ template <class To, AnyTensor A>
 auto cast(const A& a) {
   using Result =
       tensor_with_t<BasicTensor<typename A::space, To>, typename A::dims, typename A::unreduced>;
-  Result out(a.context(), typename Result::shape_type(a.global_extents()));
+  Result out(a.context(), typename Result::shape_type(a.global_extents()), for_overwrite);
   A::space::transform(a.context(), a.size(), kernels::identity{}, out.data(), a.data());
   return out;
+}
+
+// A temporary cast to its own element type is that temporary, moved: no copy.
+template <class To, AnyTensor A>
+  requires(!std::is_reference_v<A> && !std::is_const_v<A> &&
+           std::is_same_v<To, typename A::value_type>)
+A cast(A&& a) {
+  return std::move(a);
 }
 
 }  // namespace tpx

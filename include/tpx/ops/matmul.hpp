@@ -155,8 +155,10 @@ auto contract_impl(const L& a, const R& b) {
     const auto& lhs = apply_steps<universe, traits::plan.lhs_steps>(a);  // a itself if no step
     const auto& rhs = apply_steps<universe, traits::plan.rhs_steps>(b);
     using Result = typename traits::result;
-    Result out(a.context(), typename Result::shape_type(
-                                index_array<2>{a.global_extent(1 - jl), b.global_extent(1 - jr)}));
+    Result out(a.context(),
+               typename Result::shape_type(
+                   index_array<2>{a.global_extent(1 - jl), b.global_extent(1 - jr)}),
+               for_overwrite);  // the GEMM (beta = 0) writes it whole
     // lhs stored [I, J] (jl == 1) or [J, I]; rhs stored [J, K] (jr == 0) or [K, J].
     const std::int64_t m = out.local_extent(0), n = out.local_extent(1);
     const std::int64_t k = lhs.local_extent(jl);

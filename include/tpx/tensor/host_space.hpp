@@ -6,6 +6,8 @@
 //   buffer<T>                   an owning, contiguous allocation with data() and size()
 //   make_buffer<T>(ctx, n)      n zero elements, allocated the space's way (for a GPU: on the
 //                               rank's stream, from a pool)
+//   make_buffer_for_overwrite<T>(ctx, n)   the same without the zeros: n elements of unspecified
+//                               value, for outputs that are then written whole
 //   copy_box(ctx, ...)          tensor/box_copy.hpp's copy between two arrays of the space
 //   gemm(ctx, ...)              the local matrix product, row-major, BLAS conventions
 //   gemm_batched(ctx, ...)      gemm on a batch of matrices at fixed strides (ops/einsum.hpp)
@@ -17,25 +19,30 @@
 // and, for the layers of nn/ (norms, losses, embeddings), four loops over a rows x cols grid
 // whose per-element math is a kernels/ functor of (r, c):
 //   reduce_rows<R>(ctx, rows, cols, term, out)     out[r] = R-fold over c of term(r, c)
-//   for_each_element(ctx, rows, cols, fn)          fn(r, c) everywhere (fn stores its results)
+//   for_each_element(ctx, rows, cols, fn)          fn(r, c) everywhere (fn stores its results;
+//                                                  no (r, c) may depend on another, as on a GPU)
 //   sum_columns(ctx, rows, cols, term, out)        out[c] += sum over r of term(r, c)
 //   scatter_add_rows(ctx, rows, cols, index, term, out)   out[index(r) * cols + c] += term(r, c)
 // The collectives, reshard, matmul and the layers are written once against this interface; the
 // CUDA backend adds a device space with the same functions. host_accessible says that the host
 // may read the space's memory, which is what lets Tensor::local() compile (tensor.hpp).
+//
+// The loops over independent elements are kernels::for_each_index (kernels/host_loop.hpp), which
+// compilers vectorize at -O2; the reductions fold in a fixed order, noted at each.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "tpx/kernels/elementwise.hpp"
 #include "tpx/kernels/gemm_host.hpp"
+#include "tpx/kernels/host_loop.hpp"
 #include "tpx/kernels/optimizer.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/spmd/rank_context.hpp"
 #include "tpx/tensor/box_copy.hpp"
+#include "tpx/tensor/host_buffer.hpp"
 
 namespace tpx {
 
@@ -43,10 +50,14 @@ struct host_space {
   static constexpr bool host_accessible = true;
 
   template <class T>
-  using buffer = std::vector<T>;
+  using buffer = host_buffer<T>;
 
   template <class T>
   static buffer<T> make_buffer(const rank_context&, std::size_t n) {
+    return buffer<T>(n, T{});
+  }
+  template <class T>
+  static buffer<T> make_buffer_for_overwrite(const rank_context&, std::size_t n) {
     return buffer<T>(n);
   }
 
@@ -95,34 +106,34 @@ struct host_space {
   static void adamw(const rank_context&, std::size_t n, const kernels::adamw_update& update,
                     const float* scale, float* p, const G* g, float* m, float* v) {
     const kernels::adamw_update scaled = update.scaled_by(*scale);
-    for (std::size_t i = 0; i < n; ++i) scaled(p[i], static_cast<float>(g[i]), m[i], v[i]);
+    kernels::for_each_index(static_cast<std::int64_t>(n), [=](std::int64_t i) {
+      scaled(p[i], static_cast<float>(g[i]), m[i], v[i]);
+    });
   }
 
-  // Accumulated in double, in index order.
+  // Accumulated in double (kernels/reduction.hpp), in fold_in_lanes' fixed order.
   template <class T>
   static void sum_of_squares(const rank_context&, std::size_t n, const T* x, float* out) {
     using R = kernels::sum_of_squares_reducer<double>;
-    double s = R::identity();
-    for (std::size_t i = 0; i < n; ++i) s = R::combine(s, R::element(static_cast<float>(x[i])));
-    *out = static_cast<float>(s);
+    *out = static_cast<float>(kernels::fold_in_lanes<R>(
+        static_cast<std::int64_t>(n),
+        [=](std::int64_t i) { return R::element(static_cast<float>(x[i])); }));
   }
 
-  // Each row folded serially in R::value_type, columns in order.
+  // Each row folded in R::value_type, in fold_in_lanes' fixed order.
   template <class R, class Term>
   static void reduce_rows(const rank_context&, std::int64_t rows, std::int64_t cols,
                           const Term& term, float* out) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      typename R::value_type acc = R::identity();
-      for (std::int64_t c = 0; c < cols; ++c) acc = R::combine(acc, R::element(term(r, c)));
-      out[r] = static_cast<float>(acc);
-    }
+    for (std::int64_t r = 0; r < rows; ++r)
+      out[r] = static_cast<float>(
+          kernels::fold_in_lanes<R>(cols, [=](std::int64_t c) { return R::element(term(r, c)); }));
   }
 
   template <class Fn>
   static void for_each_element(const rank_context&, std::int64_t rows, std::int64_t cols,
                                const Fn& fn) {
     for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < cols; ++c) fn(r, c);
+      kernels::for_each_index(cols, [=](std::int64_t c) { fn(r, c); });
   }
 
   // Rows in order, in fp32.
@@ -130,7 +141,7 @@ struct host_space {
   static void sum_columns(const rank_context&, std::int64_t rows, std::int64_t cols,
                           const Term& term, float* out) {
     for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < cols; ++c) out[c] += term(r, c);
+      kernels::for_each_index(cols, [=](std::int64_t c) { out[c] += term(r, c); });
   }
 
   template <class Index, class Term>
@@ -138,7 +149,7 @@ struct host_space {
                                const Index& index, const Term& term, float* out) {
     for (std::int64_t r = 0; r < rows; ++r) {
       float* row = out + index(r) * cols;
-      for (std::int64_t c = 0; c < cols; ++c) row[c] += term(r, c);
+      kernels::for_each_index(cols, [=](std::int64_t c) { row[c] += term(r, c); });
     }
   }
 };

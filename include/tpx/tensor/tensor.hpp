@@ -85,6 +85,13 @@ struct relabel_t {
   explicit relabel_t() = default;
 };
 
+// The tag of the tensor constructor that leaves the elements unwritten:
+// `Result out(ctx, shape, tpx::for_overwrite);` (as std::make_unique_for_overwrite).
+struct for_overwrite_t {
+  explicit for_overwrite_t() = default;
+};
+inline constexpr for_overwrite_t for_overwrite{};
+
 template <class Space, class T, class... Spec>
 class BasicTensor {
   static_assert(detail::check_sharding<Spec...>(), "tpx: invalid sharding (see above)");
@@ -107,6 +114,15 @@ class BasicTensor {
     locate(std::make_index_sequence<order>{});
     data_ =
         Space::template make_buffer<T>(context, static_cast<std::size_t>(element_count(local_)));
+  }
+
+  // The same with elements of unspecified value, for an output that is then written whole (by a
+  // GEMM with beta = 0, an elementwise op, a collective): no pass of zeros first.
+  BasicTensor(const rank_context& context, const shape_type& global, for_overwrite_t)
+      : context_(&context), global_(global.extents) {
+    locate(std::make_index_sequence<order>{});
+    data_ = Space::template make_buffer_for_overwrite<T>(
+        context, static_cast<std::size_t>(element_count(local_)));
   }
 
   // The same, made with a typed rank (Rank<Mesh<X, Y>>): an axis the mesh lacks is a compile
