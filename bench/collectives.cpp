@@ -4,7 +4,10 @@
 //   tpx-bench-collectives -g 4 -b 1K -e 256M -f 2 -n 20 -w 5 --json collectives.json
 //
 // The ranks are the threads of tpx::spmd(tpx::host, Mesh<R>{g}) and each collective runs on
-// the communicator of that mesh axis, exactly as a typed all_gather<R> would reach it. Sizes,
+// the communicator of that mesh axis, exactly as a typed all_gather<R> would reach it. Built as
+// tpx-bench-collectives-mpi (TPX_BENCH_MPI defined, when TPX_MPI), the ranks are the processes of
+// `mpirun -np g` instead, through spmd(tpx::mpi, ...): the same sweep on MPI's collectives, for
+// comparing the two backends on one machine (bench/README.md); -g is then the job's size. Sizes,
 // counts and bandwidths follow NVIDIA/nccl-tests doc/PERFORMANCE.md: S is the size of the
 // whole array (for all_gather the gathered output, for reduce_scatter the input, for
 // all_to_all one rank's send buffer), algbw = S / t, busbw = algbw * factor with factor
@@ -34,6 +37,11 @@
 #include <string>
 #include <tpx/tpx.hpp>
 #include <vector>
+#ifdef TPX_BENCH_MPI
+#include <mpi.h>
+
+#include <tpx/spmd/spmd_mpi.hpp>
+#endif
 
 #include "support/page_vector.hpp"
 #include "support/report.hpp"
@@ -202,12 +210,13 @@ void print_header(const collective& c, int ranks) {
               "", "(GB/s)", "", "x ranks");
 }
 
-// Runs every collective of o.ops at every size on the ranks; rank 0 prints and collects rows.
-void sweep(const options& o, const std::vector<std::int64_t>& sizes,
+// Runs every collective of o.ops at every size on the launcher's ranks; rank 0 prints and
+// collects rows.
+template <class Launcher>
+void sweep(Launcher launcher, const options& o, const std::vector<std::int64_t>& sizes,
            const std::vector<double>& memcpy_s, nlohmann::json& rows) {
-  std::vector<std::int64_t> wrong_of_rank(static_cast<std::size_t>(o.ranks));
   const std::size_t buffer = static_cast<std::size_t>(sizes.back()) / sizeof(float);
-  tpx::spmd(tpx::host, tpx::Mesh<R>{o.ranks}, [&](auto& rank) {
+  tpx::spmd(launcher, tpx::Mesh<R>{o.ranks}, [&](auto& rank) {
     tpx::any_communicator& comm = rank.template group<R>();
     const int n = comm.size(), me = comm.rank();
     tpx::bench::page_vector<float> send(buffer), recv(buffer);  // zeroed: pages touched now
@@ -246,12 +255,11 @@ void sweep(const options& o, const std::vector<std::int64_t>& sizes,
       if (!o.check) return r;
       fill();
       c.run(comm, l, in, out);
-      std::int64_t wrong = 0;
+      // Counts summed over the ranks in float: exact up to 2^24 wrong elements per size.
+      float wrong = 0, all_wrong = 0;
       for (std::size_t j = 0; j < l.recv; ++j) wrong += out[j] != c.expected(l, n, me, j);
-      wrong_of_rank[me] = wrong;
-      comm.barrier();
-      for (std::int64_t w : wrong_of_rank) r.wrong += w;
-      comm.barrier();  // no rank overwrites its count before rank 0 has read it
+      comm.all_reduce(std::span<const float>(&wrong, 1), std::span(&all_wrong, 1));
+      r.wrong = static_cast<std::int64_t>(all_wrong);
       return r;
     };
 
@@ -315,6 +323,21 @@ void sweep(const options& o, const std::vector<std::int64_t>& sizes,
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef TPX_BENCH_MPI
+  MPI_Init(&argc, &argv);
+  struct finalize_at_exit {
+    ~finalize_at_exit() { MPI_Finalize(); }
+  } finalize;
+  int world_rank = 0, world_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (world_rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 2;  // rank 0 reports
+  constexpr auto launcher = tpx::mpi;
+  constexpr const char* ranks_are = "processes, MPI communicator";
+#else
+  constexpr auto launcher = tpx::host;
+  constexpr const char* ranks_are = "threads, host communicator";
+#endif
   options o;
   for (const collective& c : collectives) o.ops.emplace_back(c.name);
   std::string min_text = "1K", max_text = "256M", memory_text;
@@ -336,6 +359,10 @@ int main(int argc, char** argv) {
                  "bytes all ranks' buffers may take (default: half of MemAvailable)");
   app.add_option("--json", o.json, "write every row to this file as JSON");
   CLI11_PARSE(app, argc, argv);
+#ifdef TPX_BENCH_MPI
+  o.ranks = world_size;
+  if (world_rank != 0) o.json.clear();
+#endif
 
   try {
     o.min_bytes = tpx::bench::parse_bytes(min_text);
@@ -348,17 +375,17 @@ int main(int argc, char** argv) {
     while (!sizes.empty() && !fits(sizes.back())) sizes.pop_back();
     if (sizes.empty()) throw std::invalid_argument("no size fits in --max-memory " + memory_text);
     std::printf(
-        "# tpx-bench-collectives: %d ranks (threads, host communicator) on %d cores "
-        "(load average %.2f), float, -n %d -w %d -c %d\n",
-        o.ranks, tpx::bench::usable_cores(), tpx::bench::load_average(), o.iters, o.warmup,
-        o.check ? 1 : 0);
+        "# tpx-bench-collectives: %d ranks (%s) on %d cores (load average %.2f), float, -n %d "
+        "-w %d -c %d\n",
+        o.ranks, ranks_are, tpx::bench::usable_cores(), tpx::bench::load_average(), o.iters,
+        o.warmup, o.check ? 1 : 0);
     if (sizes.back() < o.max_bytes)
       std::printf("# -e lowered to %s: %d ranks x 2 buffers must fit --max-memory %s\n",
                   tpx::bench::format_bytes(sizes.back()).c_str(), o.ranks,
                   tpx::bench::format_bytes(o.max_memory).c_str());
     const std::vector<double> memcpy_s = memcpy_seconds(sizes, o);
     nlohmann::json rows = nlohmann::json::array();
-    sweep(o, sizes, memcpy_s, rows);
+    sweep(launcher, o, sizes, memcpy_s, rows);
     std::int64_t wrong = 0;
     for (const auto& row : rows)
       wrong += row["oop_wrong"].get<std::int64_t>() + row.value("ip_wrong", std::int64_t{0});

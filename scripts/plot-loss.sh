@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Draws the loss curve of a tpx-train run: scripts/plot-loss.sh LOG.jsonl OUT.png
+# Draws the loss curve of a tpx-train or tpx-gpt run: scripts/plot-loss.sh LOG.jsonl OUT.png
 #
-# LOG.jsonl is what `tpx-train --log` writes (one JSON object per step). The raw per-step loss
-# is drawn faintly, with a 20-step moving average over it. Needs gnuplot (scripts/install-deps.sh
+# LOG.jsonl is what `tpx-train --log` or `tpx-gpt --log` writes (one JSON object per step). The
+# raw per-step loss is drawn faintly, with a 20-step moving average over it. Needs gnuplot (scripts/install-deps.sh
 # installs gnuplot-nox).
 set -euo pipefail
 if [[ $# -ne 2 ]]; then
@@ -21,7 +21,7 @@ sed -nE 's/.*"step": *([0-9]+).*"loss": *([-0-9.eE+]+).*/\1 \2/p' "$log" |
 gnuplot <<GNUPLOT
 set terminal pngcairo size 900,500 font "sans,11"
 set output "$out"
-set title "tpx-train: loss per step ($(basename "$log"))"
+set title "loss per step ($(basename "$log"))"
 set xlabel "step"
 set ylabel "cross-entropy (nats per byte)"
 set grid

@@ -27,6 +27,8 @@
 #include <tpx/cost/bounds.hpp>
 #include <vector>
 
+#include "../trainer/cli_checks.hpp"
+
 namespace {
 
 namespace cost = tpx::cost;
@@ -103,24 +105,34 @@ int main(int argc, char** argv) {
                  "measured with X*Y ranks, else its largest)")
       ->check(CLI::ExistingFile)
       ->excludes(named);
-  app.add_option("--mesh", mesh_sizes, "devices along X,Y")->delimiter(',')->expected(2);
-  app.add_option("--links", links, "physical links carrying X,Y")->delimiter(',')->expected(2);
-  app.add_option("--layers", layers, "MLP layers")->check(CLI::PositiveNumber);
-  app.add_option("-d,--d-model", d_model, "D")->check(CLI::PositiveNumber);
-  app.add_option("-f,--d-ff", d_ff, "F")->check(CLI::PositiveNumber);
-  app.add_option("--batch", batch, "sequences per global batch")->check(CLI::PositiveNumber);
-  app.add_option("--seq", seq, "tokens per sequence")->check(CLI::PositiveNumber);
-  app.add_option("--bytes", bytes, "bytes per element (2: bf16)")->check(CLI::PositiveNumber);
-  app.add_option("--flops", flops, "override: FLOP/s per device");
-  app.add_option("--memory-bw", memory_bw, "override: memory bytes/s per device");
-  app.add_option("--link-bw", link_bw, "override: link bytes/s per device and axis");
-  app.add_option("--memory", memory, "override: device memory in bytes");
+  const CLI::Validator positive = trainer::finite_number(0, trainer::bound::open);
+  app.add_option("--mesh", mesh_sizes, "devices along X,Y")
+      ->delimiter(',')
+      ->expected(2)
+      ->check(trainer::whole_number(1));
+  app.add_option("--links", links, "physical links carrying X,Y")
+      ->delimiter(',')
+      ->expected(2)
+      ->check(positive);
+  app.add_option("--layers", layers, "MLP layers")->check(positive);
+  app.add_option("-d,--d-model", d_model, "D")->check(positive);
+  app.add_option("-f,--d-ff", d_ff, "F")->check(positive);
+  app.add_option("--batch", batch, "sequences per global batch")->check(positive);
+  app.add_option("--seq", seq, "tokens per sequence")->check(positive);
+  app.add_option("--bytes", bytes, "bytes per element (2: bf16)")->check(positive);
+  app.add_option("--flops", flops, "override: FLOP/s per device")->check(positive);
+  app.add_option("--memory-bw", memory_bw, "override: memory bytes/s per device")->check(positive);
+  app.add_option("--link-bw", link_bw, "override: link bytes/s per device and axis")
+      ->check(positive);
+  app.add_option("--memory", memory, "override: device memory in bytes")->check(positive);
   app.add_option("--json", json, "write the table as JSON");
   CLI11_PARSE(app, argc, argv);
 
   try {
     const int x = mesh_sizes[0], y = mesh_sizes[1];
-    if (x < 1 || y < 1) throw std::invalid_argument("--mesh sizes must be >= 1");
+    if (x > std::numeric_limits<int>::max() / y)
+      throw std::invalid_argument("--mesh " + std::to_string(x) + "," + std::to_string(y) +
+                                  ": more devices than an int counts");
     cost::hardware_profile hw = hardware == "h200"      ? cost::h200
                                 : hardware == "a100"    ? cost::a100_sxm
                                 : hardware == "tpu-v5p" ? cost::tpu_v5p

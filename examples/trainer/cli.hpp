@@ -1,15 +1,20 @@
-// The command line of the example trainer, shared by tpx-train (train.cpp, host threads) and
-// tpx-train-cuda (train_cuda.cu, ranks on one GPU): the same flags, progress lines and JSON log
-// whatever launcher runs the ranks. See README.md beside it.
+// The command line of the example trainers, shared by tpx-train (train.cpp, host threads),
+// tpx-train-cuda (train_cuda.cu, ranks on one GPU) and tpx-gpt (examples/gpt): the same flags,
+// progress lines and JSON log whatever model family (training.hpp) and launcher. See README.md
+// beside it.
 //
-// train_main parses the flags (CLI11), runs training.hpp's SPMD program with the launcher it is
-// given, prints a progress line every --log-every steps and writes one JSON object per reported
-// step (--report-every, default every step) to --log, which scripts/plot-loss.sh turns into a
-// loss curve.
+// train_main<Family> parses the flags (CLI11; the family adds its size flags), runs training.hpp's
+// SPMD program with the launcher it is given, prints a progress line every --log-every steps and
+// writes one JSON object per reported step (--report-every, default every step) to --log, which
+// scripts/plot-loss.sh turns into a loss curve. Model FLOPs utilization (MFU) is measured against
+// --peak-gflops, or when that is 0 against the GEMM rate every rank reaches at once, measured
+// before training (peak.hpp).
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <climits>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -17,6 +22,8 @@
 #include <tuple>
 #include <utility>
 
+#include "cli_checks.hpp"
+#include "peak.hpp"
 #include "training.hpp"
 
 namespace trainer {
@@ -29,12 +36,13 @@ inline std::pair<int, int> parse_mesh(const std::string& text) {
     std::size_t used_x = 0, used_y = 0;
     const int a = std::stoi(text.substr(0, x), &used_x);
     const int b = std::stoi(text.substr(x + 1), &used_y);
-    if (used_x != x || used_y != text.size() - x - 1 || a < 1 || b < 1)
+    if (used_x != x || used_y != text.size() - x - 1 || a < 1 || b < 1 || a > INT_MAX / b)
       throw std::invalid_argument(text);
     return {a, b};
   } catch (const std::exception&) {
-    throw CLI::ValidationError("--mesh",
-                               "expected XxY with positive sizes, e.g. 2x2; got '" + text + "'");
+    throw CLI::ValidationError("--mesh", "expected XxY with positive sizes whose product is at most " +
+                                             std::to_string(INT_MAX) + ", e.g. 2x2; got '" + text +
+                                             "'");
   }
 }
 
@@ -47,77 +55,87 @@ struct backend {
 template <class Launcher>
 backend(const char*, Launcher) -> backend<Launcher>;  // clang 14 does not deduce aggregates
 
-// The command line: parses the flags, trains with the launcher --backend names (the first of
-// `backends` by default: tpx::host for tpx-train; tpx::cuda_simulated or tpx::cuda_devices for
-// tpx-train-cuda), prints progress; returns the process's exit code. `program` and `about` head
-// --help.
-template <class... Launchers>
+// The command line: parses the flags, trains Family's model with the launcher --backend names
+// (the first of `backends` by default: tpx::host for tpx-train and tpx-gpt; tpx::cuda_simulated
+// or tpx::cuda_devices for tpx-train-cuda), prints progress; returns the process's exit code.
+// `program` and `about` head --help.
+template <class Family, class... Launchers>
 int train_main(int argc, char** argv, const char* program, const std::string& about,
                backend<Launchers>... backends) {
-  options o;
+  run_options<Family> o;
   std::string mesh = "2x2", log_path;
   std::string backend_name = std::get<0>(std::tie(backends...)).name;
   int log_every = 10;
-  CLI::App app{std::string(program) +
-               ": a byte-level MLP language model trained with FSDP over mesh axis X and tensor "
-               "parallelism over Y, " +
-               about};
+  double peak_gflops = 0;
+  double timeout_seconds = 300;
+  CLI::App app{std::string(program) + ": " + Family::about +
+               " trained with FSDP over mesh axis X and tensor parallelism over Y, " + about};
   app.add_option("--mesh", mesh, "mesh shape XxY (X: FSDP/data axis, Y: tensor-parallel axis)")
       ->capture_default_str();
   app.add_option("--steps", o.steps, "training steps")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.model.batch, "global batch (sequences of context+1 bytes)")
+      ->check(whole_number(1));
+  app.add_option("--batch", o.model.batch, "global batch (sequences)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--d-model", o.model.d_model, "model width D")
+      ->check(whole_number<std::int64_t>(1));
+  for (const size_flag& f : Family::size_flags(o.model))
+    std::visit(
+        [&](auto* field) {
+          using T = std::remove_pointer_t<decltype(field)>;
+          app.add_option(f.name, *field, f.help)->capture_default_str()->check(whole_number<T>(1));
+        },
+        f.field);
+  app.add_option("--lr", o.lr, "AdamW learning rate")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--ffn", o.model.ffn, "MLP width F")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--layers", o.model.layers, "residual MLP blocks")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--context", o.model.context, "input bytes per prediction")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
+      ->check(finite_number(0, bound::open));
   app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_number(0, bound::closed));
   app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_number(0, bound::closed));
   app.add_option("--seed", o.model.seed, "seed of the weights and of the batches")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number<std::uint64_t>(0));
   app.add_flag("--bf16", o.bf16,
                "compute (and communicate) in bf16; masters and moments stay fp32");
   app.add_option("--checkpoint-every", o.model.checkpoint_every,
                  "activation checkpointing: keep every C-th block input, recompute the rest")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   app.add_option("--ckpt-dir", o.ckpt_dir, "write sharded checkpoints (safetensors) here");
   app.add_option("--save-every", o.save_every, "save every N steps (the last step always)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   app.add_flag("--resume", o.resume,
                "continue from --ckpt-dir's newest valid checkpoint, on any mesh")
       ->needs("--ckpt-dir");
   app.add_option("--keep", o.keep,
                  "keep the newest K checkpoints in --ckpt-dir, delete older ones (0: keep all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   app.add_option("--text", o.text, "training text")
       ->capture_default_str()
       ->check(CLI::ExistingFile);
   app.add_option("--log", log_path, "write one JSON object per step to this file (JSONL)");
   app.add_option("--log-every", log_every, "print a progress line every N steps")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   app.add_option("--report-every", o.report_every,
                  "read the loss back every N steps (on a GPU the steps between run without "
                  "waiting for the host); --log gets one line per report")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
+  app.add_option("--peak-gflops", peak_gflops,
+                 "the peak the MFU column divides by, in GFLOP/s for all ranks together (0: "
+                 "measure every rank's GEMM rate at once before training)")
+      ->capture_default_str()
+      ->check(finite_number(0, bound::closed));
+  app.add_option("--timeout", timeout_seconds,
+                 "seconds a rank waits in a collective for the others before the run fails, "
+                 "naming the ranks that never came")
+      ->capture_default_str()
+      ->check(finite_number(0, bound::open));
   if (sizeof...(Launchers) > 1)
     app.add_option("--backend", backend_name, "how the ranks run")
         ->capture_default_str()
@@ -126,34 +144,54 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
 
   try {
     std::tie(o.mesh_x, o.mesh_y) = parse_mesh(mesh);
+    o.timeout = std::chrono::milliseconds(
+        static_cast<std::int64_t>(std::min(timeout_seconds, 1e9) * 1e3 + 0.5));
     std::unique_ptr<std::ofstream> log;
     if (!log_path.empty()) {
+      std::error_code same_error;
+      if (std::filesystem::equivalent(log_path, o.text, same_error))
+        throw std::runtime_error("--log " + log_path + " is the training text (--text " + o.text +
+                                 "); writing the log would overwrite it");
       log = std::make_unique<std::ofstream>(log_path);
       if (!*log) throw std::runtime_error("cannot write the log " + log_path);
     }
-    std::printf(
-        "%s: mesh %dx%d (X=%d FSDP, Y=%d TP), %d steps, batch %lld, D=%lld, F=%lld, "
-        "%d layers, %s\n",
-        program, o.mesh_x, o.mesh_y, o.mesh_x, o.mesh_y, o.steps,
-        static_cast<long long>(o.model.batch), static_cast<long long>(o.model.d_model),
-        static_cast<long long>(o.model.ffn), o.model.layers, o.bf16 ? "bf16" : "fp32");
-    const double flops = model<float>::flops_for(o.model);
+    std::printf("%s: mesh %dx%d (X=%d FSDP, Y=%d TP), %d steps, %s, %s\n", program, o.mesh_x,
+                o.mesh_y, o.mesh_x, o.mesh_y, o.steps, Family::describe(o.model).c_str(),
+                o.bf16 ? "bf16" : "fp32");
+    const double flops = Family::flops_per_step(o.model);
+    const double tokens = Family::tokens_per_step(o.model);
+    double peak = peak_gflops * 1e9;
+    const auto measure_peak = [&](auto launcher) {
+      return [&, launcher] {
+        if (peak == 0) peak = measured_peak_flops(launcher, o.mesh_x * o.mesh_y, o.bf16);
+        std::printf("MFU against %.1f GFLOP/s (%s)\n", peak * 1e-9,
+                    peak_gflops > 0 ? "--peak-gflops" : "measured: every rank's GEMM at once");
+        std::fflush(stdout);
+      };
+    };
     const auto report = [&](const step_report& r) {
-      const double samples = static_cast<double>(o.model.batch) / r.seconds;
+      const double tokens_per_s = tokens / r.seconds;
       const double gflops = flops / r.seconds * 1e-9;
+      const double mfu = flops / r.seconds / peak;
       const double comm = r.collective_seconds / r.seconds;
-      if (r.step % log_every < o.report_every || r.step + 1 == o.steps)
+      if (r.step % log_every < o.report_every || r.step + 1 == o.steps) {
         std::printf(
-            "step %5d | loss %.4f | grad norm %.3f | %8.0f samples/s | %6.2f GFLOP/s | "
-            "collectives %3.0f%%\n",
-            r.step, r.loss, r.grad_norm, samples, gflops, 100 * comm);
+            "step %5d | loss %.4f | grad norm %.3f | %8.0f tokens/s | %7.2f GFLOP/s | MFU "
+            "%5.1f%% | collectives %3.0f%%\n",
+            r.step, r.loss, r.grad_norm, tokens_per_s, gflops, 100 * mfu, 100 * comm);
+        std::fflush(stdout);  // progress shows at once through a pipe or a file too
+      }
       if (log)
         *log << "{\"step\": " << r.step << ", \"loss\": " << r.loss
              << ", \"grad_norm\": " << r.grad_norm << ", \"seconds\": " << r.seconds
-             << ", \"samples_per_s\": " << samples << ", \"gflops\": " << gflops
-             << ", \"collective_share\": " << comm << "}\n";
+             << ", \"tokens_per_s\": " << tokens_per_s << ", \"gflops\": " << gflops
+             << ", \"mfu\": " << mfu << ", \"collective_share\": " << comm << "}\n"
+             << std::flush;  // whole lines, for whoever tails the log
     };
-    ((backend_name == backends.name ? run(o, report, backends.launcher) : void()), ...);
+    ((backend_name == backends.name
+          ? run(o, report, backends.launcher, measure_peak(backends.launcher))
+          : void()),
+     ...);
     if (log)
       std::printf("log: %s (plot: scripts/plot-loss.sh %s loss.png)\n", log_path.c_str(),
                   log_path.c_str());

@@ -24,9 +24,11 @@ class text_data {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw std::runtime_error("trainer: cannot read the training text " + path);
     bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (static_cast<std::int64_t>(bytes_.size()) < context + 2)
+    const std::int64_t needed = std::int64_t{context} + 2;  // one window and one more start
+    if (static_cast<std::int64_t>(bytes_.size()) < needed)
       throw std::runtime_error("trainer: " + path + " has " + std::to_string(bytes_.size()) +
-                               " bytes; need at least " + std::to_string(context + 2));
+                               " bytes; a context of " + std::to_string(context) +
+                               " needs at least " + std::to_string(needed));
   }
 
   int context() const { return context_; }

@@ -5,6 +5,6 @@
 #include "cli.hpp"
 
 int main(int argc, char** argv) {
-  return trainer::train_main(argc, argv, "tpx-train", "one thread per rank",
+  return trainer::train_main<trainer::mlp>(argc, argv, "tpx-train", "one thread per rank",
                              trainer::backend{"threads", tpx::host});
 }

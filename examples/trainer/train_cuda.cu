@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tpx-train-cuda: no CUDA device (%s)\n", devices.reason.c_str());
     return 77;
   }
-  return trainer::train_main(argc, argv, "tpx-train-cuda", "on the GPU",
+  return trainer::train_main<trainer::mlp>(argc, argv, "tpx-train-cuda", "on the GPU",
                              trainer::backend{"simulated", tpx::cuda_simulated},
                              trainer::backend{"nccl", tpx::cuda_devices});
 }

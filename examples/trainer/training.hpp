@@ -1,11 +1,16 @@
-// The training loop of the example trainer, as a function the command line (train.cpp) and the
-// tests (tests/trainer/) both call: run one SPMD program on a mesh, return the loss of every step.
+// The training loop of the example trainers, as a function the command lines (tpx-train's
+// train.cpp, tpx-gpt's examples/gpt/train.cpp) and the tests (tests/trainer/) all call: run one
+// SPMD program on a mesh, report the loss of every step. It is written once for any model family
+// (the MLP's `trainer::mlp` in model.hpp, the transformer's `gpt::family`): a family names its
+// config, its parameter set, its network and its batches, and the loop, optimizer, clipping and
+// checkpoints here are the same for all.
 //
 // Each rank: initialize (or resume) its shards, then per step load its rows of the batch, run
 // forward and backward, clip by the global gradient norm, and apply AdamW to its shards
 // (train_step). The step runs in the rank's memory space from end to end: the batch is copied in,
-// and nothing comes back unless the step reports, every --report-every steps, when the loss and
-// gradient norm (two scalars) are read back and rank 0 reports progress. Checkpoints
+// and nothing comes back unless the step reports, every --report-every steps and before every
+// save, when the loss and gradient norm (two scalars) are read back and rank 0 reports progress;
+// a non-finite loss or norm stops the run there, before the step is saved or logged. Checkpoints
 // (io/checkpoint.hpp) hold every rank's shards of the parameters and Adam moments; --resume loads
 // the newest valid one onto whatever mesh this run has, and since a batch is a function of the
 // step number, the step is the whole data position. The checkpoint folder is created, locked and
@@ -27,12 +32,24 @@
 #include <tpx/io/checkpoint.hpp>
 #include <vector>
 
-#include "model.hpp"
+#include "mlp_family.hpp"
 
 namespace trainer {
 
-struct options {
-  config model;
+// A model family, as training.hpp and cli.hpp use it (trainer::mlp and gpt::family are two):
+//   config                    the model's sizes and seed, with members batch, seed and
+//                             checkpoint_every
+//   mesh                      tpx::Mesh<X, Y> over the family's axes
+//   tensors<Space>            every parameter-shaped tensor (params, grads, Adam moments)
+//   network<Tc, Space>        forward_backward(params, batch, grads) -> loss scalar
+//   initialize(tensors, c), load_batch<Space>(rank, data, c, step)
+//   context(c)                bytes of text one row of a batch reads, minus one
+//   shape(c)                  the sizes a checkpoint must match to be resumed, as JSON
+//   tokens_per_step(c), flops_per_step(c)   for the progress line (model FLOPs: fwd + bwd)
+//   describe(c)               the sizes, for the first line of a run
+template <class Family>
+struct run_options {
+  typename Family::config model;
   int mesh_x = 2;
   int mesh_y = 2;
   int steps = 300;
@@ -46,7 +63,11 @@ struct options {
   bool resume = false;   // continue from ckpt_dir's newest valid checkpoint, on any mesh
   int keep = 3;          // checkpoints kept in ckpt_dir, the newest; 0: all
   int report_every = 1;  // read the loss back and report every N steps (and the last)
+  // How long a rank waits in a collective for the others before the run fails naming them.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
 };
+
+using options = run_options<mlp>;  // tpx-train's
 
 // What rank 0 reports after every report_every-th step.
 struct step_report {
@@ -59,10 +80,10 @@ struct step_report {
 
 // The checkpoint of the training state after `step` steps: every rank's shards of the
 // parameters and of both Adam moments, and the run's settings.
-template <class Rank, class Space>
-void save_checkpoint(const Rank& rank, const tpx::io::checkpoint_directory& dir, const options& o,
-                     int step, const model_tensors<Space>& params, const model_tensors<Space>& m,
-                     const model_tensors<Space>& v) {
+template <class Family, class Rank, class Tensors>
+void save_checkpoint(const Rank& rank, const tpx::io::checkpoint_directory& dir,
+                     const run_options<Family>& o, int step, const Tensors& params,
+                     const Tensors& m, const Tensors& v) {
   tpx::io::checkpoint_writer out(rank, dir, step);
   params.for_each(
       [&](const std::string& name, const auto& p, const auto& pm, const auto& pv) {
@@ -71,16 +92,12 @@ void save_checkpoint(const Rank& rank, const tpx::io::checkpoint_directory& dir,
         out.add("adam.v." + name, pv);
       },
       m, v);
-  out.save({{"data_position", step},  // batches are a function of the step (text_data.hpp)
-            {"mesh", std::to_string(o.mesh_x) + "x" + std::to_string(o.mesh_y)},
-            {"batch", o.model.batch},
-            {"d_model", o.model.d_model},
-            {"ffn", o.model.ffn},
-            {"layers", o.model.layers},
-            {"context", o.model.context},
-            {"seed", o.model.seed},
-            {"lr", o.lr},
-            {"bf16", o.bf16}});
+  nlohmann::json state = Family::shape(o.model);
+  state.update({{"data_position", step},  // batches are a function of the step (text_data.hpp)
+                {"mesh", std::to_string(o.mesh_x) + "x" + std::to_string(o.mesh_y)},
+                {"lr", o.lr},
+                {"bf16", o.bf16}});
+  out.save(state);
 }
 
 // The step to resume from: that of the checkpoint in, whose data position must be that step
@@ -96,22 +113,16 @@ inline int resume_step(const tpx::io::checkpoint_reader& in, const std::string& 
 }
 
 // Loads the checkpoint of `step` in o.ckpt_dir into this rank's shards.
-template <class Space>
-void load_checkpoint(const options& o, int step, model_tensors<Space>& params,
-                     model_tensors<Space>& m, model_tensors<Space>& v) {
+template <class Family, class Tensors>
+void load_checkpoint(const run_options<Family>& o, int step, Tensors& params, Tensors& m,
+                     Tensors& v) {
   tpx::io::checkpoint_reader in(o.ckpt_dir, step);
-  for (const char* key : {"batch", "d_model", "ffn", "layers", "context", "seed"}) {
-    const std::int64_t saved = in.state().at(key).get<std::int64_t>();
-    const std::int64_t now =
-        nlohmann::json{{"batch", o.model.batch},     {"d_model", o.model.d_model},
-                       {"ffn", o.model.ffn},         {"layers", o.model.layers},
-                       {"context", o.model.context}, {"seed", o.model.seed}}
-            .at(key)
-            .get<std::int64_t>();
+  const nlohmann::json shape = Family::shape(o.model);
+  for (const auto& [key, now] : shape.items()) {
+    const nlohmann::json saved = in.state().value(key, nlohmann::json());
     if (saved != now)
       throw std::runtime_error("trainer: --resume: the checkpoint in " + o.ckpt_dir + " has " +
-                               key + " = " + std::to_string(saved) + ", this run " +
-                               std::to_string(now));
+                               key + " = " + saved.dump() + ", this run " + now.dump());
   }
   params.for_each(
       [&](const std::string& name, auto& p, auto& pm, auto& pv) {
@@ -131,12 +142,12 @@ struct step_result {
 
 // One training step (step counts from 0): forward, backward, clipping by the global gradient
 // norm, AdamW. Everything runs in Space; the only copy is the batch's, in load_batch.
-template <class Tc, class Space>
-step_result<Space> train_step(const tpx::rank_context& rank, model<Tc, Space>& net,
-                              const options& o, const text_data& data, int step,
-                              model_tensors<Space>& params, model_tensors<Space>& grads,
-                              model_tensors<Space>& m, model_tensors<Space>& v) {
-  const auto tokens = load_batch<Space>(rank, data, o.model, step);
+template <class Family, class Network, template <class> class Tensors, class Space>
+step_result<Space> train_step(const tpx::rank_context& rank, Network& net,
+                              const run_options<Family>& o, const text_data& data, int step,
+                              Tensors<Space>& params, Tensors<Space>& grads, Tensors<Space>& m,
+                              Tensors<Space>& v) {
+  const auto tokens = Family::template load_batch<Space>(rank, data, o.model, step);
   auto loss = net.forward_backward(params, tokens, grads);
   std::optional<tpx::BasicTensor<Space, float>> norm2;
   grads.for_each([&](const std::string&, const auto& g) {
@@ -156,36 +167,57 @@ step_result<Space> train_step(const tpx::rank_context& rank, model<Tc, Space>& n
 // newest valid checkpoint in it (warning on stderr about each damaged one skipped) and continues
 // its run.
 struct checkpointing {
-  explicit checkpointing(const options& o) {
+  template <class Family>
+  explicit checkpointing(const run_options<Family>& o) {
     if (o.ckpt_dir.empty()) return;
     dir.emplace(o.ckpt_dir, tpx::io::checkpoint_directory_options{.keep = o.keep});
     if (!o.resume) return;
     const auto in = tpx::io::checkpoint_reader::open_newest_valid(o.ckpt_dir, std::cerr);
     first_step = resume_step(in, o.ckpt_dir);
+    if (first_step >= o.steps)
+      throw std::runtime_error("trainer: --resume: the newest valid checkpoint in " + o.ckpt_dir +
+                               " is of step " + std::to_string(first_step) + "; --steps " +
+                               std::to_string(o.steps) + " leaves nothing to train (give more)");
     dir->continue_run(in.run_id());
   }
   std::optional<tpx::io::checkpoint_directory> dir;
   int first_step = 0;
 };
 
-template <class Tc, class Rank>
-void train_rank(Rank& rank, const options& o, const checkpointing& ckpt, const text_data& data,
-                const std::function<void(const step_report&)>& report) {
-  model_tensors params(rank, o.model), grads(rank, o.model), m(rank, o.model), v(rank, o.model);
-  initialize(params, o.model);
+// The error that stops a run whose loss or gradient norm is not finite (a learning rate too
+// large, data the model cannot represent): every rank reads the same reduced scalars, so every
+// rank stops at the same step, before that step is saved or logged.
+inline std::runtime_error non_finite_step(int step, float loss, float norm) {
+  return std::runtime_error("trainer: step " + std::to_string(step) + ": the loss is " +
+                            std::to_string(loss) + " and the gradient norm " +
+                            std::to_string(norm) +
+                            "; stopping before anything of this step is saved or logged (a "
+                            "smaller --lr, or --clip, may help)");
+}
+
+template <class Tc, class Family, class Rank>
+void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& ckpt,
+                const text_data& data, const std::function<void(const step_report&)>& report) {
+  using Space = tpx::space_of_t<Rank>;
+  using Tensors = typename Family::template tensors<Space>;
+  Tensors params(rank, o.model), grads(rank, o.model), m(rank, o.model), v(rank, o.model);
+  Family::initialize(params, o.model);
   const int first = ckpt.first_step;
   if (o.resume) load_checkpoint(o, first, params, m, v);
-  model<Tc, tpx::space_of_t<Rank>> net(rank, o.model);
+  typename Family::template network<Tc, Space> net(rank, o.model);
   auto since = std::chrono::steady_clock::now();
   double comm_since = rank.collective_seconds();
   int last_report = first - 1;
   for (int step = first; step < o.steps; ++step) {
     const auto result = train_step(rank, net, o, data, step, params, grads, m, v);
     const bool last = step + 1 == o.steps;
-    if (last || (step + 1 - first) % o.report_every == 0) {
-      // The step's one wait for the device: two scalars, read where they are reported.
+    const bool save = ckpt.dir && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0));
+    if (last || save || (step + 1 - first) % o.report_every == 0) {
+      // The step's one wait for the device: two scalars, read where they are reported and
+      // before every save, so that a non-finite step is never saved.
       const float loss = tpx::scalar_on_host(result.loss);
       const float norm = std::sqrt(tpx::scalar_on_host(result.grad_norm2));
+      if (!std::isfinite(loss) || !std::isfinite(norm)) throw non_finite_step(step, loss, norm);
       const auto now = std::chrono::steady_clock::now();
       const double steps = step - last_report;
       if (rank.world_rank() == 0)
@@ -195,25 +227,28 @@ void train_rank(Rank& rank, const options& o, const checkpointing& ckpt, const t
       comm_since = rank.collective_seconds();
       last_report = step;
     }
-    if (ckpt.dir && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0)))
-      save_checkpoint(rank, *ckpt.dir, o, step + 1, params, m, v);
+    if (save) save_checkpoint(rank, *ckpt.dir, o, step + 1, params, m, v);
   }
 }
 
 // Trains on an o.mesh_x x o.mesh_y mesh of the launcher's ranks (tpx::host by default);
-// report(r) is called by rank 0 after every step. Errors of any rank come back as
+// report(r) is called by rank 0 after every step. before_training runs once the checkpoint folder
+// and the text have been checked, just before the ranks start. Errors of any rank come back as
 // tpx::spmd_error naming the rank.
-template <class Launcher = tpx::host_backend>
-void run(const options& o, const std::function<void(const step_report&)>& report,
-         Launcher launcher = {}) {
+template <class Family, class Launcher = tpx::host_backend>
+void run(const run_options<Family>& o, const std::function<void(const step_report&)>& report,
+         Launcher launcher = {}, const std::function<void()>& before_training = {}) {
   const checkpointing ckpt(o);
-  const text_data data(o.text, o.model.context);
-  tpx::spmd(launcher, tpx::Mesh<X, Y>{o.mesh_x, o.mesh_y}, [&](auto& rank) {
+  const text_data data(o.text, Family::context(o.model));
+  if (before_training) before_training();
+  typename Launcher::options launch;
+  launch.timeout = o.timeout;
+  tpx::spmd(launcher, typename Family::mesh{o.mesh_x, o.mesh_y}, [&](auto& rank) {
     if (o.bf16)
       train_rank<tpx::bf16>(rank, o, ckpt, data, report);
     else
       train_rank<float>(rank, o, ckpt, data, report);
-  });
+  }, launch);
 }
 
 }  // namespace trainer

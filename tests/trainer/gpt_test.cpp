@@ -7,17 +7,18 @@
 //  - activation checkpointing every 1, 2 or 3 blocks gives the same loss and gradients to the bit;
 //  - for every parameter tensor, <grad, v> along a random direction v matches the central
 //    difference of the loss, on 1x1 and 2x2 (directional_check.hpp: tolerances there);
-//  - 20 AdamW steps on 2x2 and 1x4 follow the 1x1 run's losses (relative 1e-4), which fall;
-//    in bf16 they stay within 2% of fp32's.
+//  - 30 steps of the shared trainer (examples/trainer/training.hpp) on 2x2, 4x1 and 1x4, with
+//    and without activation checkpointing, follow the 1x1 run's losses (relative 1e-4), which
+//    fall; in bf16 they stay within 2% of fp32's.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <mutex>
 #include <string>
-#include <tpx/nn/adamw.hpp>
-#include <tpx/nn/global_norm.hpp>
 #include <vector>
 
+#include "../../examples/gpt/family.hpp"
+#include "../../examples/trainer/training.hpp"
 #include "directional_check.hpp"
 #include "gpt_test_support.hpp"
 
@@ -80,31 +81,20 @@ TEST_CASE("GPT activation checkpointing does not change a single bit") {
 
 namespace {
 
-// The losses of 20 AdamW steps of the GPT model in compute type Tc on a mesh.
-template <class Tc>
-std::vector<float> adamw_losses(int mx, int my) {
-  const gpt::config c = tiny();
-  const trainer::text_data data(text, static_cast<int>(c.seq));
+// The losses of 30 steps of the shared trainer (examples/trainer/training.hpp: AdamW, clipping at
+// norm 1) on the GPT model, on a mesh.
+std::vector<float> trained_losses(int mx, int my, bool bf16 = false, int checkpoint_every = 0) {
+  trainer::run_options<gpt::family> o;
+  o.model = tiny();
+  o.model.checkpoint_every = checkpoint_every;
+  o.mesh_x = mx;
+  o.mesh_y = my;
+  o.steps = 30;
+  o.lr = 1e-2f;
+  o.bf16 = bf16;
+  o.text = text;
   std::vector<float> out;
-  tpx::spmd(tpx::host, tpx::Mesh<gpt::X, gpt::Y>{mx, my}, [&](auto& rank) {
-    gpt::model_tensors params(rank, c), grads(rank, c), m(rank, c), v(rank, c);
-    gpt::initialize(params, c);
-    const gpt::model<Tc> net(rank, c);
-    const tpx::nn::adamw_config adam{1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f};
-    tpx::Tensor<float> unscaled(rank, {});
-    tpx::fill_with(unscaled, [](std::int64_t) { return 1.0f; });
-    for (int step = 0; step < 20; ++step) {
-      const auto loss = net.forward_backward(
-          params, gpt::load_batch<tpx::host_space>(rank, data, c, step), grads);
-      params.for_each(
-          [&](const std::string&, auto& p, auto& g, auto& pm, auto& pv) {
-            tpx::nn::adamw_step(p, g, pm, pv, adam, step + 1, unscaled);
-          },
-          grads, m, v);
-      const float l = tpx::scalar_on_host(loss);
-      if (rank.world_rank() == 0) out.push_back(l);
-    }
-  });
+  trainer::run(o, [&](const trainer::step_report& r) { out.push_back(r.loss); });
   return out;
 }
 
@@ -118,25 +108,28 @@ float worst_relative_difference(const std::vector<float>& got, const std::vector
 
 }  // namespace
 
-TEST_CASE("GPT training with AdamW on 2x2 and 1x4 follows the 1x1 losses, which fall") {
-  const std::vector<float> want = adamw_losses<float>(1, 1);
-  REQUIRE(want.size() == 20);
+TEST_CASE("GPT training on 2x2, 4x1 and 1x4 follows the 1x1 losses, which fall") {
+  const std::vector<float> want = trained_losses(1, 1);
+  REQUIRE(want.size() == 30);
   CHECK(want.back() < want.front() - 0.5f);
-  for (const auto& [mx_, my_] : std::vector<std::pair<int, int>>{{2, 2}, {1, 4}}) {
-    const int mx = mx_, my = my_;
-    CAPTURE(mx);
-    CAPTURE(my);
-    const float worst = worst_relative_difference(adamw_losses<float>(mx, my), want);
-    INFO("worst relative loss difference " << worst);
-    CHECK(worst <= 1e-4f);
+  for (int every : {0, 1}) {
+    for (const auto& [mx_, my_] : std::vector<std::pair<int, int>>{{2, 2}, {4, 1}, {1, 4}}) {
+      const int mx = mx_, my = my_;
+      CAPTURE(mx);
+      CAPTURE(my);
+      CAPTURE(every);
+      const float worst = worst_relative_difference(trained_losses(mx, my, false, every), want);
+      INFO("worst relative loss difference " << worst);
+      CHECK(worst <= 1e-4f);
+    }
   }
 }
 
 TEST_CASE("GPT training in bf16 follows the fp32 losses") {
   // bf16 keeps 8 bits of mantissa: the losses drift from fp32's by rounding, not by a different
-  // computation, so they stay within 2% over 20 steps.
-  const std::vector<float> fp32 = adamw_losses<float>(2, 2);
-  const std::vector<float> bf16 = adamw_losses<tpx::bf16>(2, 2);
+  // computation, so they stay within 2% over 30 steps.
+  const std::vector<float> fp32 = trained_losses(2, 2);
+  const std::vector<float> bf16 = trained_losses(2, 2, true);
   const float worst = worst_relative_difference(bf16, fp32);
   INFO("worst relative difference " << worst);
   CHECK(worst <= 0.02f);

@@ -62,7 +62,9 @@ void run_rank(const Mesh<Axes...>& mesh, const nccl_bootstrap& boot, Fn&& fn, co
 }  // namespace cuda
 
 // Selects one GPU per rank, all in this process: rank r on device r, NCCL between them.
-struct cuda_devices_backend {};
+struct cuda_devices_backend {
+  using options = cuda::launch_options;
+};
 inline constexpr cuda_devices_backend cuda_devices{};
 
 template <MeshAxis... Axes, class Fn>

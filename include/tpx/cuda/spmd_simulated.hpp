@@ -33,7 +33,9 @@
 namespace tpx {
 
 // Selects the simulated CUDA mesh: all ranks on one GPU (launch_options::device).
-struct cuda_simulated_backend {};
+struct cuda_simulated_backend {
+  using options = cuda::launch_options;
+};
 inline constexpr cuda_simulated_backend cuda_simulated{};
 
 template <MeshAxis... Axes, class Fn>

@@ -43,10 +43,6 @@
 
 namespace tpx {
 
-// Selects the host backend: one thread per rank, shared-memory collectives.
-struct host_backend {};
-inline constexpr host_backend host{};
-
 struct spmd_options {
   // How long a rank waits for its group in a collective before failing. Host backend only:
   // MPI's blocking collectives have no timeout (spmd_mpi.hpp says what to use instead).
@@ -55,6 +51,14 @@ struct spmd_options {
   // among the ranks on this node).
   int blas_threads = 0;
 };
+
+// Selects the host backend: one thread per rank, shared-memory collectives. Every backend names
+// the type of spmd's last argument as `options`, so that code generic over the backend (the
+// example trainers) can set the timeout whichever runs the ranks.
+struct host_backend {
+  using options = spmd_options;
+};
+inline constexpr host_backend host{};
 
 class spmd_error : public std::runtime_error {
  public:

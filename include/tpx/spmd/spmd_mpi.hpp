@@ -46,7 +46,9 @@
 namespace tpx {
 
 // Selects the MPI backend: one process per rank, MPI collectives.
-struct mpi_backend {};
+struct mpi_backend {
+  using options = spmd_options;
+};
 inline constexpr mpi_backend mpi{};
 
 namespace detail {

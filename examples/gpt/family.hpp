@@ -1,0 +1,72 @@
+// The GPT model (model.hpp) as a model family of the example trainers' shared training loop and
+// command line (examples/trainer/training.hpp, cli.hpp): tpx-gpt's model, trained by the same
+// AdamW, clipping, checkpoints and logging as tpx-train's MLP.
+//
+// Model FLOPs per token, the usual accounting (Kaplan et al. 2020; PaLM, appendix B): 6 per
+// weight of every matrix product (2 forward, 4 backward) plus 12 L T D for attention's two
+// products QK^T and PV (2 T D each per token forward, three times that with backward), counted
+// over the whole T x T score matrix as PaLM does. The embedding lookups are not products and do
+// not count; recomputation under activation checkpointing does not count either (that is
+// hardware FLOPs, not model FLOPs).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../trainer/model_family.hpp"
+#include "model.hpp"
+
+namespace gpt {
+
+struct family {
+  using config = gpt::config;
+  using mesh = tpx::Mesh<X, Y>;
+  template <class Space>
+  using tensors = model_tensors<Space>;
+  template <class Tc, class Space>
+  using network = model<Tc, Space>;
+  static constexpr const char* about = "a byte-level GPT (causal self-attention + MLP blocks)";
+
+  template <class Space>
+  static void initialize(tensors<Space>& p, const config& c) {
+    gpt::initialize(p, c);
+  }
+  template <class Space>
+  static auto load_batch(const tpx::rank_context& rank, const trainer::text_data& data,
+                         const config& c, std::int64_t step) {
+    return gpt::load_batch<Space>(rank, data, c, step);
+  }
+  static int context(const config& c) { return static_cast<int>(c.seq); }
+  static nlohmann::json shape(const config& c) {
+    return {{"batch", c.batch}, {"seq", c.seq},       {"heads", c.heads}, {"head_dim", c.head_dim},
+            {"ffn", c.ffn},     {"layers", c.layers}, {"seed", c.seed}};
+  }
+  // Every position predicts the byte after it.
+  static double tokens_per_step(const config& c) { return static_cast<double>(c.batch * c.seq); }
+  // The weights of the matrix products: Q, K, V, O and the MLP's two per block, and the LM head.
+  static double matrix_weights(const config& c) {
+    const double d = static_cast<double>(c.d_model()), f = static_cast<double>(c.ffn);
+    return c.layers * (4 * d * d + 2 * d * f) + d * static_cast<double>(config::vocab);
+  }
+  static double flops_per_step(const config& c) {
+    const double attention = 12.0 * c.layers * static_cast<double>(c.seq) * c.d_model();
+    return tokens_per_step(c) * (6 * matrix_weights(c) + attention);
+  }
+  static std::string describe(const config& c) {
+    return "batch " + std::to_string(c.batch) + ", T=" + std::to_string(c.seq) +
+           ", D=" + std::to_string(c.d_model()) + " (" + std::to_string(c.heads) + " heads of " +
+           std::to_string(c.head_dim) + "), F=" + std::to_string(c.ffn) + ", " +
+           std::to_string(c.layers) + " layers";
+  }
+  static std::vector<trainer::size_flag> size_flags(config& c) {
+    return {{"--seq", &c.seq, "sequence length T (bytes per row; each predicts the next)"},
+            {"--heads", &c.heads, "attention heads H (split over Y)"},
+            {"--head-dim", &c.head_dim, "width of a head E; the model width D is H * E"},
+            {"--ffn", &c.ffn, "MLP width F"},
+            {"--layers", &c.layers, "transformer blocks L"}};
+  }
+};
+
+}  // namespace gpt

@@ -1,0 +1,19 @@
+// What a model family tells the example trainers' shared code (training.hpp's loop and
+// checkpoints, cli.hpp's command line) beyond its types: the size flags a program offers for it.
+// A size flag is data (a name, the field it sets, a line of help), not a CLI11 call, so that a
+// family's header needs no command-line library and the command line checks every size alike
+// (a whole number from 1 up to the field's largest value).
+#pragma once
+
+#include <cstdint>
+#include <variant>
+
+namespace trainer {
+
+struct size_flag {
+  const char* name;  // "--d-model"
+  std::variant<int*, std::int64_t*> field;
+  const char* help;
+};
+
+}  // namespace trainer
