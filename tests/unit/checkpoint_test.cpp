@@ -1,11 +1,11 @@
-// Checkpoints (include/tpx/io): the XXH64 checksum against values of the reference library; the
-// safetensors writer against the exact bytes the format's reference implementation produces,
-// its reader on round trips and on damaged files; atomic writes; and sharded checkpoints saved
-// on a 2x2 mesh and loaded onto 4x1, 1x2, 1x1 and 2x2 meshes, into the saved shardings and into
-// others, every element compared bit for bit with the global values (tpx::randn's element i is
-// normal_at(seed, i) on any mesh). Also: what the manifest records, the "latest" pointer, a
-// crashed write that must not disturb the last checkpoint, a corrupted file caught by its
-// checksum, and the errors for a missing tensor or a mismatched shape, dims or dtype.
+// Checkpoints (include/tpx/io; their XXH64 checksum is checksum_test.cpp's): the safetensors
+// writer against the exact bytes the format's reference implementation produces, its reader on
+// round trips and on damaged files; atomic writes; and sharded checkpoints saved on a 2x2 mesh
+// and loaded onto 4x1, 1x2, 1x1 and 2x2 meshes, into the saved shardings and into others, every
+// element compared bit for bit with the global values (tpx::randn's element i is normal_at(seed,
+// i) on any mesh). Also: what the manifest records, the "latest" pointer, a crashed write that
+// must not disturb the last checkpoint, a corrupted file caught by its checksum, and the errors
+// for a missing tensor or a mismatched shape, dims or dtype.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -45,30 +45,6 @@ std::span<const std::byte> bytes_of(const std::vector<T>& v) {
 }
 
 }  // namespace
-
-TEST_CASE("xxh64 equals the reference implementation, whole or fed in pieces") {
-  const auto hash = [](const std::vector<std::byte>& data, std::vector<std::size_t> pieces) {
-    io::xxh64 h;
-    std::size_t at = 0;
-    for (std::size_t n : pieces) {
-      h.update(std::span(data).subspan(at, n));
-      at += n;
-    }
-    h.update(std::span(data).subspan(at));
-    return h.digest();
-  };
-  CHECK(hash({}, {}) == 0xef46db3751d8e999ull);
-  CHECK(hash(bytes_of("a"), {}) == 0xd24ec4f1a98c6e5bull);
-  CHECK(hash(bytes_of("abc"), {1}) == 0x44bc2cf5ad770999ull);
-  CHECK(hash(bytes_of("Nobody inspects the spammish repetition"), {}) == 0xfbcea83c8a378bf1ull);
-  std::vector<std::byte> long_input;
-  for (int copy = 0; copy < 3; ++copy)
-    for (int b = 0; b < 256; ++b) long_input.push_back(static_cast<std::byte>(b));
-  for (char c : std::string("xyz")) long_input.push_back(static_cast<std::byte>(c));
-  for (const std::vector<std::size_t>& pieces :
-       {std::vector<std::size_t>{}, {1, 31, 33, 700}, {32, 32, 0, 5}, {770}})
-    CHECK(hash(long_input, pieces) == 0xe921a1b45bd779f8ull);
-}
 
 TEST_CASE("safetensors files are byte for byte what the format's reference writes") {
   SUBCASE("one F32 tensor: 8-byte length, JSON, data") {

@@ -4,8 +4,8 @@
 // fsyncs the file, renames it over path and fsyncs the folder. rename is atomic on POSIX file
 // systems, so a reader sees the old file or the new one, never half of one; a crash leaves at
 // worst a stray ".tmp." file, which nothing reads. While writing, the sink hashes every byte
-// (XXH64, xxh64.hpp): the returned file_digest (size and hash) goes into the checkpoint manifest,
-// and verify_file recomputes it on load, naming the file if the bytes changed since.
+// (XXH64, checksum.hpp): the returned file_digest (size and hash) goes into the checkpoint
+// manifest, and verify_file recomputes it on load, naming the file if the bytes changed since.
 // read_file_range reads the byte ranges a loader needs without reading the rest of the file.
 #pragma once
 
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "tpx/io/io_error.hpp"
-#include "tpx/io/xxh64.hpp"
+#include "tpx/io/checksum.hpp"
 
 namespace tpx::io {
 
@@ -94,7 +94,7 @@ class file_sink {
  private:
   int fd_;
   const std::filesystem::path& path_;
-  xxh64 hash_;
+  xxh64_stream hash_;
   std::uint64_t written_ = 0;
 };
 
@@ -149,7 +149,7 @@ inline void read_file_range(const std::filesystem::path& path, std::uint64_t off
 inline file_digest digest_file(const std::filesystem::path& path) {
   detail::file_descriptor file(path, O_RDONLY);
   std::vector<std::byte> chunk(std::size_t{1} << 20);
-  xxh64 hash;
+  xxh64_stream hash;
   std::uint64_t total = 0;
   for (;;) {
     const ssize_t n = ::read(file.get(), chunk.data(), chunk.size());

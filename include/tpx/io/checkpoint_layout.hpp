@@ -38,9 +38,9 @@
 
 #include "tpx/core/compile_error.hpp"
 #include "tpx/io/atomic_file.hpp"
+#include "tpx/io/checksum.hpp"
 #include "tpx/io/io_error.hpp"
 #include "tpx/io/safetensors.hpp"
-#include "tpx/io/xxh64.hpp"
 #include "tpx/tensor/tensor.hpp"
 
 namespace tpx::io {
@@ -107,7 +107,7 @@ inline std::vector<std::int64_t> complete_steps(const std::filesystem::path& dir
 inline std::uint64_t manifest_checksum(nlohmann::json manifest) {
   manifest.erase(manifest_checksum_key);
   const std::string canonical = manifest.dump();
-  xxh64 hash;
+  xxh64_stream hash;
   hash.update(std::as_bytes(std::span(canonical)));
   return hash.digest();
 }
