@@ -11,24 +11,16 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
-#include <functional>
 #include <latch>
 #include <stdexcept>
 #include <string>
 #include <tpx/tpx.hpp>
 
+#include "../support/message_of.hpp"
+
 namespace {
 TPX_MESH_AXES(X, Y, Z);
 TPX_DIMS(B, D);
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST_CASE("ranks know their coordinates and groups") {

@@ -99,8 +99,9 @@ class HostWorld {
   }
 
   // Reports that `world_rank` failed with `what`. Every collective of every group, waiting or
-  // to come, throws comm_error naming the first rank reported. Safe to call from any thread.
-  void abort(int world_rank, std::string_view what) {
+  // to come, throws comm_error naming the first rank reported. Safe to call from any thread,
+  // and from a handler of any failure, out of memory included: it never throws.
+  void abort(int world_rank, std::string_view what) noexcept {
     if (failure_.record(world_rank, what)) wake_all();
   }
 
@@ -129,7 +130,7 @@ class HostWorld {
   }
 
   // Wakes every waiting rank to look at the world's failure and returns again.
-  void wake_all() {
+  void wake_all() noexcept {
     std::lock_guard lock(mutex_);
     for (auto& group : groups_) group->wake_all();
   }

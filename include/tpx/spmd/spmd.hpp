@@ -19,6 +19,13 @@
 // joined it and who returned, rather than after the timeout: the usual cause is a collective
 // inside `if (rank.world_rank() == 0)`. A rank that waits longer than options.timeout for its
 // group fails the same way, naming who never arrived.
+//
+// Running out of resources is such a failure too. A rank that runs out of memory fails with
+// "rank 2 (X=1, Y=0) failed: out of memory: cannot allocate 4.00 GiB (...) for a tensor in host
+// memory" (allocation_error, tensor/allocation_error.hpp; "std::bad_alloc" where the allocation
+// was not a tensor's). A rank whose thread cannot be started fails with "its thread could not be
+// started (<why>; ...)": the ranks already running are released and joined, no later rank is
+// started, and the process never ends in std::terminate.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +35,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -177,9 +185,21 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
       world.abort(r, "unknown exception");
     }
   };
+  // A rank whose thread cannot start (the process is at its limit of threads or of address
+  // space: std::system_error, or std::bad_alloc) fails like a rank that throws: the ranks
+  // already running are released from their collectives and joined, and no later rank starts.
   std::vector<std::thread> threads;
   threads.reserve(ranks);
-  for (int r = 0; r < ranks; ++r) threads.emplace_back(run_rank, r);
+  int unstarted = -1;
+  for (int r = 0; r < ranks && unstarted < 0; ++r) {
+    try {
+      threads.emplace_back(run_rank, r);
+    } catch (...) {
+      unstarted = r;
+      failures[r] = std::current_exception();
+      world.abort(r, "its thread could not be started");
+    }
+  }
   for (std::thread& t : threads) t.join();
 
   // The root cause: the first failure that is not another rank's failure reported back.
@@ -196,11 +216,18 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
   for (int r = 0; r < ranks && first < 0; ++r)
     if (failures[r]) first = r;
   if (first < 0) return;
+  const std::string failed = "tpx: " + detail::rank_label(mesh, first) + " failed: ";
   try {
     std::rethrow_exception(failures[first]);
   } catch (const std::exception& e) {
-    std::throw_with_nested(
-        spmd_error(first, "tpx: " + detail::rank_label(mesh, first) + " failed: " + e.what()));
+    if (first == unstarted)
+      std::throw_with_nested(spmd_error(
+          first, failed + "its thread could not be started (" + e.what() +
+                     "; the process may be at its limit of threads or of memory: see ulimit -u "
+                     "and ulimit -v)"));
+    if (dynamic_cast<const std::bad_alloc*>(&e))
+      std::throw_with_nested(spmd_error(first, failed + "out of memory: " + e.what()));
+    std::throw_with_nested(spmd_error(first, failed + e.what()));
   } catch (...) {
     std::throw_with_nested(spmd_error(first, "tpx: " + detail::rank_label(mesh, first) +
                                                  " failed with a non-standard exception"));

@@ -5,7 +5,7 @@
 // so that the memory a pointer refers to is never in doubt:
 //   buffer<T>                   an owning, contiguous allocation with data() and size()
 //   make_buffer<T>(ctx, n)      n zero elements, allocated the space's way (for a GPU: on the
-//                               rank's stream, from a pool)
+//                               rank's stream, from a pool); out of memory, allocation_error
 //   make_buffer_for_overwrite<T>(ctx, n)   the same without the zeros: n elements of unspecified
 //                               value, for outputs that are then written whole
 //   copy_box(ctx, ...)          tensor/box_copy.hpp's copy between two arrays of the space
@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 
 #include "tpx/kernels/elementwise.hpp"
 #include "tpx/kernels/gemm_host.hpp"
@@ -41,6 +42,7 @@
 #include "tpx/kernels/optimizer.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/spmd/rank_context.hpp"
+#include "tpx/tensor/allocation_error.hpp"
 #include "tpx/tensor/box_copy.hpp"
 #include "tpx/tensor/host_buffer.hpp"
 
@@ -52,13 +54,15 @@ struct host_space {
   template <class T>
   using buffer = host_buffer<T>;
 
+  // n zero elements; out of memory, an allocation_error saying how many bytes were asked for.
   template <class T>
   static buffer<T> make_buffer(const rank_context&, std::size_t n) {
-    return buffer<T>(n, T{});
+    return allocate<T>(n, [n] { return buffer<T>(n, T{}); });
   }
+  // The same without the zeros.
   template <class T>
   static buffer<T> make_buffer_for_overwrite(const rank_context&, std::size_t n) {
-    return buffer<T>(n);
+    return allocate<T>(n, [n] { return buffer<T>(n); });
   }
 
   template <class T, std::size_t N>
@@ -150,6 +154,16 @@ struct host_space {
     for (std::int64_t r = 0; r < rows; ++r) {
       float* row = out + index(r) * cols;
       kernels::for_each_index(cols, [=](std::int64_t c) { row[c] += term(r, c); });
+    }
+  }
+
+ private:
+  template <class T, class Make>
+  static buffer<T> allocate(std::size_t n, const Make& make) {
+    try {
+      return make();
+    } catch (const std::bad_alloc&) {
+      throw allocation_error(n, sizeof(T), "host memory");
     }
   }
 };
