@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -111,6 +112,12 @@ TEST_CASE("a hand-edited manifest is refused: swapped block files or offsets, an
       manifest.write(false);
       CHECK(contains(load_error(dir.path, 4), "manifest.json: manifest checksum mismatch"));
     }
+  }
+  SUBCASE("a block's offset at the limit of int64, re-sealed (found by checkpoint_manifest_fuzz)") {
+    blocks[1]["offsets"][0] = std::numeric_limits<std::int64_t>::max();
+    manifest.write(true);
+    CHECK(contains(load_error(dir.path, 4), "manifest.json: block {\"extents\":"));
+    CHECK(contains(load_error(dir.path, 4), "lies outside its tensor or names no file"));
   }
   SUBCASE("the checksum removed") {
     manifest.json.erase(io::manifest_checksum_key);

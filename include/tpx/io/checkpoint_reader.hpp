@@ -224,9 +224,10 @@ class checkpoint_reader {
                          b.at("extents").get<std::vector<std::int64_t>>()};
       bool inside = block.file >= 0 && block.file < static_cast<int>(files_.size()) &&
                     block.offsets.size() == global.size() && block.extents.size() == global.size();
+      // offsets + extents <= global, written so that no sum can overflow.
       for (std::size_t d = 0; inside && d < global.size(); ++d)
         inside = block.offsets[d] >= 0 && block.extents[d] >= 0 &&
-                 block.offsets[d] + block.extents[d] <= global[d];
+                 block.extents[d] <= global[d] && block.offsets[d] <= global[d] - block.extents[d];
       if (!inside)
         throw io_error("tpx: " + path.string() + ": block " + b.dump() +
                        " lies outside its tensor or names no file");
