@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Installs what building and testing tpx needs on Debian 12 / Ubuntu 24.04 or newer: the compiler,
 # CMake, Ninja (the presets) and make (a plain `cmake -B build`, CI's release stage), OpenBLAS,
-# doctest, nlohmann-json, libxxhash (the checkpoints' checksums), CLI11, ccache, gnuplot, python3 (for the plots), OpenMPI (the MPI
-# backend and its tests under mpirun) and a clang >= 16 (CI's clang stage). Only the packages missing are installed (checked with dpkg-query first), so a
-# second run, or a run on a machine that has everything, returns at once without touching apt.
-# Uses sudo when not run as root. CUDA (nvcc) is not installed here: it is optional.
+# doctest, nlohmann-json, libxxhash (the checkpoints' checksums), CLI11, ccache, gnuplot, python3
+# (for the plots), OpenMPI (the MPI backend and its tests under mpirun) and a clang >= 16 (CI's
+# clang and fuzz stages). Only the packages missing are installed (checked with dpkg-query first),
+# so a second run, or a run on a machine that has everything, returns at once without touching
+# apt. Uses sudo when not run as root. CUDA (nvcc) is not installed here: it is optional.
 set -euo pipefail
 
 packages=(cmake ninja-build make g++ doctest-dev libopenblas-dev nlohmann-json3-dev libxxhash-dev
           libcli11-dev ccache gnuplot-nox python3 libopenmpi-dev openmpi-bin)
 
-# clang >= 16 for CI's clang stage (tpx's diagnostics under clang), where apt has one.
-for c in clang-19 clang-18 clang-17 clang-16; do
-  if apt-cache show "$c" >/dev/null 2>&1; then
-    packages+=("$c")
+# clang >= 16 for CI's clang stage (tpx's diagnostics under clang), where apt has one, with its
+# runtime libraries (libFuzzer and the sanitizers: CI's fuzz stage), only recommended by clang.
+for v in 19 18 17 16; do
+  if apt-cache show "clang-$v" >/dev/null 2>&1; then
+    packages+=("clang-$v")
+    apt-cache show "libclang-rt-$v-dev" >/dev/null 2>&1 && packages+=("libclang-rt-$v-dev")
     break
   fi
 done
