@@ -22,7 +22,6 @@
 #include <fstream>
 #include <functional>
 #include <new>
-#include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -144,12 +143,13 @@ TEST_CASE("when the threads of a 64-rank mesh do not fit, spmd fails naming the 
               },
               {.timeout = std::chrono::seconds(60), .blas_threads = 1});
   });
-  CHECK(r.exit_code == 3);
   INFO("message: ", r.message);
-  CHECK(std::regex_match(r.message,
-                         std::regex("tpx: rank [0-9]+ \\(X=[0-7], Y=[0-7]\\) failed: its thread "
-                                    "could not be started \\(.+; the process may be at its limit "
-                                    "of threads or of memory: see ulimit -u and ulimit -v\\)")));
+  CHECK(r.exit_code == 3);
+  CHECK(r.message.starts_with("tpx: rank "));
+  CHECK(r.message.find(") failed: its thread could not be started (") != std::string::npos);
+  CHECK(
+      r.message.ends_with("; the process may be at its limit of threads or of memory: see "
+                          "ulimit -u and ulimit -v)"));
   CHECK(r.message.find("rank 0 ") == std::string::npos);  // some threads did start
   CHECK(r.elapsed < std::chrono::seconds(30));
 }
