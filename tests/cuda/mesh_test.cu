@@ -11,13 +11,17 @@
 // a rank that throws stops the others at once, a collective only rank 0 calls fails as soon as
 // the others return (not at the timeout), and ranks calling different collectives (a sum
 // against a maximum included) are told so. Over NCCL also point-to-point send and recv, on 2 up
-// to 8 ranks (as many as there are GPUs).
+// to 8 ranks (as many as there are GPUs). The cases named "torchrun" (cuda_nccl_launch_test, one
+// GPU) join NCCL as a process of a torchrun launch of world size 1 (cuda/nccl_launch.hpp; with
+// one process the TCP rendezvous has nobody to hand the id to: tests/unit/rendezvous_test.cpp
+// exercises it between processes) and check a world size that is not the mesh's.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -162,4 +166,47 @@ TEST_CASE("NCCL: send and recv move a buffer between two ranks") {
 TEST_CASE("NCCL: the typed program equals the host launcher's") {
   t::check_typed_program(tpx::cuda_devices, 2, 1);
   if (tpx::cuda::device_count() >= 4) t::check_typed_program(tpx::cuda_devices, 2, 2);
+}
+
+namespace {
+void set_torchrun_variables(const char* world_size) {
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", world_size, 1);
+  ::setenv("LOCAL_RANK", "0", 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "29531", 1);
+}
+void clear_torchrun_variables() {
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+    ::unsetenv(name);
+}
+}  // namespace
+
+TEST_CASE("torchrun: a launched process joins NCCL and all-reduces on its GPU") {
+  set_torchrun_variables("1");
+  const std::vector<float> host{1.5f, -2.0f, 3.25f};
+  std::vector<float> got(host.size());
+  tpx::cuda::run_launched_rank(tpx::Mesh<t::R>{1}, [&](auto& rank) {
+    tpx::cuda::NcclCommunicator& nccl = tpx::cuda::nccl_of(rank.template group<t::R>());
+    auto in = tpx::cuda::device_space::make_buffer<float>(rank, host.size());
+    auto out = tpx::cuda::device_space::make_buffer<float>(rank, host.size());
+    tpx::cuda::device_space::from_host(rank, host.data(), host.size(), in.data());
+    nccl.all_reduce(std::span<const float>(in.data(), in.size()), std::span<float>(out.data(), out.size()));
+    tpx::cuda::device_space::to_host(rank, out.data(), got.size(), got.data());
+  });
+  clear_torchrun_variables();
+  CHECK(got == host);  // the sum over one rank
+}
+
+TEST_CASE("torchrun: a launch whose world size is not the mesh's fails before NCCL, naming both") {
+  set_torchrun_variables("2");
+  std::string message;
+  try {
+    tpx::cuda::run_launched_rank(tpx::Mesh<t::R>{1}, [](auto&) {});
+  } catch (const std::invalid_argument& e) {
+    message = e.what();
+  }
+  clear_torchrun_variables();
+  CHECK(message.find("the torchrun launch has 2 processes but the mesh") != std::string::npos);
+  CHECK(message.find("has 1 ranks") != std::string::npos);
 }

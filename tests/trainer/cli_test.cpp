@@ -6,12 +6,16 @@
 // Beyond parsing: a --log that is the training text is refused before it is opened (it would be
 // truncated), --resume with --steps not beyond the checkpoint's step is refused, and a run whose
 // loss turns non-finite stops with exit status 1 before the step is saved or logged, so the JSONL
-// log never holds a bare nan and `latest` stays on the last finite checkpoint.
+// log never holds a bare nan and `latest` stays on the last finite checkpoint. And under a small
+// address-space limit (ulimit -v) the trainer on meshes 3x3, 4x4 and 8x8 fails with a message
+// naming a rank within its timeout, where it used to spin in OpenBLAS's work-buffer allocation
+// (kernels/blas_work_buffers.hpp) or fail to start its rank threads.
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -163,5 +167,24 @@ TEST_CASE("a non-finite loss stops the run before the step is saved or logged") 
     for (const auto& entry : fs::directory_iterator(dir / "ckpt"))
       saved += entry.is_directory() && entry.path().filename().string().starts_with("step-");
     CHECK(saved == std::min<std::size_t>(logged, 3));  // --keep 3
+  }
+}
+
+TEST_CASE("under ulimit -v the trainer fails with a message naming a rank, within its timeout") {
+  // 700 MB: more than the program needs to start, less than 9 OpenBLAS work buffers (128 MiB
+  // each) or 64 thread stacks (8 MiB each) need.
+  for (const char* mesh : {"3x3", "4x4", "8x8"}) {
+    const auto start = std::chrono::steady_clock::now();
+    const result r = run("ulimit -v 700000; exec timeout -s KILL 30 " + std::string(TPX_TRAIN),
+                         std::string("--mesh ") + mesh + " --steps 3 --timeout 5");
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    INFO("mesh ", mesh, ", ", took.count(), " s:\n", r.output);
+    CHECK(r.status != 0);
+    CHECK(r.status < 128);  // an exit with a message, not a signal (nor timeout's KILL)
+    CHECK(took.count() < 5 + 5);
+    CHECK(r.output.find("tpx: rank ") != std::string::npos);
+    const bool says_why = r.output.find("out of memory") != std::string::npos ||
+                          r.output.find("could not be started") != std::string::npos;
+    CHECK(says_why);
   }
 }

@@ -8,12 +8,14 @@
 //   });
 //   tpx::spmd(tpx::cuda_devices, mesh, fn);                     // one GPU per rank, NCCL
 //   tpx::cuda::run_rank(mesh, {id, world_rank, device}, fn);    // one process per GPU
+//   tpx::cuda::run_launched_rank(mesh, fn);    // the same under torchrun or srun, no MPI
 //
 // What is where: device_space.hpp (DeviceTensor's memory space), device_rank.hpp (the rank a
 // CUDA launcher passes), rank_resources.hpp (per-rank stream, pool, cuBLASLt), gemm.hpp and
 // gemm_plan.hpp (cuBLASLt), kernels/ (the launches of the shared kernels/ functors),
 // simulated_communicator.hpp and spmd_simulated.hpp (many ranks, one GPU),
-// nccl_communicator.hpp, nccl_mesh.hpp and spmd_nccl.hpp (NCCL), device.hpp (is there a GPU?),
+// nccl_communicator.hpp, nccl_mesh.hpp and spmd_nccl.hpp (NCCL), nccl_launch.hpp (processes
+// started by torchrun or srun: the id over tpx/launch's TCP rendezvous), device.hpp (is there a GPU?),
 // check.hpp and nvtx.hpp (errors with file:line; Nsight ranges). docs/gpus.md tells the story.
 #pragma once
 
@@ -26,6 +28,7 @@
 #include "tpx/cuda/kernels/norms.hpp"
 #include "tpx/cuda/kernels/reduce.hpp"
 #include "tpx/cuda/kernels/softmax.hpp"
+#include "tpx/cuda/nccl_launch.hpp"
 #include "tpx/cuda/spmd_nccl.hpp"
 #include "tpx/cuda/spmd_simulated.hpp"
 #include "tpx/tpx.hpp"

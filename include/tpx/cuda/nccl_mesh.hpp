@@ -28,7 +28,7 @@
 namespace tpx::cuda {
 
 // What a rank needs to join the world: the id rank 0 made with nccl_unique_id() and passed to
-// every rank (over MPI, a file, a socket: the multi-process launcher is future work), its rank
+// every rank (nccl_launch.hpp's TCP rendezvous under torchrun or srun; MPI, a file), its rank
 // and the GPU it drives.
 struct nccl_bootstrap {
   ncclUniqueId id;

@@ -6,8 +6,8 @@
 //
 // run_rank is the building block of the one-process-per-GPU deployment that multi-node
 // training uses: every process calls it with the same mesh and the same ncclUniqueId (made by
-// rank 0 with nccl_unique_id() and handed out by whatever starts the processes; that launcher is
-// future work), and its own rank and GPU. It makes the rank's CUDA resources and its NCCL
+// rank 0 with nccl_unique_id() and handed out by whatever starts the processes: under torchrun
+// or srun, nccl_launch.hpp's run_launched_rank does it), and its own rank and GPU. It makes the rank's CUDA resources and its NCCL
 // communicators (nccl_mesh.hpp), calls fn with a DeviceRank, then waits for the rank's
 // collectives and stream, so that errors surface as this rank's.
 //

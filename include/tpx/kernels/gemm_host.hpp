@@ -16,7 +16,9 @@
 // As in BLAS, beta == 0 means C is write-only: its old contents (even NaN) are ignored. An empty
 // product (k == 0) makes C = beta * C without calling BLAS; m == 0 or n == 0 does nothing.
 // C must not overlap A or B. Sizes and strides are checked before BLAS sees them: a bad
-// argument throws std::invalid_argument instead of OpenBLAS's print-and-return.
+// argument throws std::invalid_argument instead of OpenBLAS's print-and-return, and a work
+// buffer OpenBLAS could not allocate throws blas_buffer_error instead of spinning
+// (kernels/blas_work_buffers.hpp).
 //
 // This header is host-only; device code must not include it.
 #pragma once
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "tpx/core/bfloat16.hpp"
+#include "tpx/kernels/blas_work_buffers.hpp"
 
 namespace tpx::kernels {
 
@@ -95,6 +98,7 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
     }
     return;
   }
+  const blas_entry inside_blas;
   cblas_sgemm(CblasRowMajor, gemm_detail::blas_op(trans_a), gemm_detail::blas_op(trans_b), static_cast<int>(m),
               static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
               beta, c, static_cast<int>(ldc));

@@ -1,0 +1,86 @@
+// One process per GPU, started by torchrun or srun without MPI: this process's place comes from
+// the launcher's variables (launch/launch_environment.hpp), NCCL's unique id from rank 0 over
+// the TCP rendezvous (launch/tcp_rendezvous.hpp), and its GPU is its rank on the node.
+//
+//   cuda::nccl_bootstrap_from(env, fingerprint, timeout)   the id, world rank and device
+//   cuda::run_launched_rank(mesh, fn, options)              that, then cuda::run_rank
+//
+// Before any NCCL call every rank checks what would otherwise hang or fail deep inside NCCL: a
+// launch whose world size is not the mesh's rank count, a node with more ranks than GPUs, and
+// (through the rendezvous fingerprint) ranks built from other tpx, CUDA or NCCL versions or
+// given another mesh. Each fails with a message naming the rank and its host.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tpx/cuda/device.hpp"
+#include "tpx/cuda/launch_options.hpp"
+#include "tpx/cuda/nccl_mesh.hpp"
+#include "tpx/cuda/spmd_nccl.hpp"
+#include "tpx/launch/launch_environment.hpp"
+#include "tpx/launch/tcp_rendezvous.hpp"
+#include "tpx/sharding/mesh.hpp"
+
+namespace tpx::cuda {
+
+// What every rank of one launch must agree on beyond the mesh: the versions it was built with.
+inline std::string build_fingerprint(const std::string& mesh) {
+  return "mesh " + mesh + ", CUDA runtime " + std::to_string(CUDART_VERSION) + ", NCCL " +
+         std::to_string(NCCL_VERSION_CODE) + ", ncclUniqueId of " +
+         std::to_string(sizeof(ncclUniqueId)) + " bytes";
+}
+
+// This process's nccl_bootstrap: rank 0 makes the id and the rendezvous hands it to the others;
+// the device is the local rank.
+inline nccl_bootstrap nccl_bootstrap_from(const launch_environment& env,
+                                          std::string_view fingerprint,
+                                          std::chrono::milliseconds timeout) {
+  const device_census devices = find_devices();
+  if (env.local_rank >= devices.count) {
+    throw cuda_error(
+        "tpx: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+        " is local rank " + std::to_string(env.local_rank) + " on " +
+        tpx::detail::rendezvous::this_host() + ", which has " + std::to_string(devices.count) +
+        " CUDA device(s)" + (devices.reason.empty() ? "" : " (" + devices.reason + ")") +
+        ": start at most one rank per GPU on each node");
+  }
+  ncclUniqueId id{};
+  if (env.rank == 0) id = nccl_unique_id();
+  const std::vector<std::byte> bytes =
+      tcp_rendezvous(env, std::as_bytes(std::span(&id, 1)), fingerprint, timeout);
+  if (bytes.size() != sizeof id) {
+    throw rendezvous_error("tpx: rank " + std::to_string(env.rank) + " received " +
+                           std::to_string(bytes.size()) + " bytes for NCCL's id, not " +
+                           std::to_string(sizeof id));
+  }
+  std::memcpy(&id, bytes.data(), sizeof id);
+  return {id, env.rank, env.local_rank};
+}
+
+// Runs this process's rank of `mesh` under the launch its environment describes (see the top).
+// options.timeout bounds the rendezvous as it bounds every collective.
+template <MeshAxis... Axes, class Fn>
+void run_launched_rank(const Mesh<Axes...>& mesh, Fn&& fn, const launch_options& options = {}) {
+  const launch_environment env = launch_environment_from();
+  if (env.world_size != mesh.rank_count()) {
+    throw std::invalid_argument("tpx: rank " + std::to_string(env.rank) + " on " +
+                                tpx::detail::rendezvous::this_host() + ": the " + env.launcher +
+                                " launch has " + std::to_string(env.world_size) +
+                                " processes but the mesh " + mesh.to_string() + " has " +
+                                std::to_string(mesh.rank_count()) + " ranks");
+  }
+  const nccl_bootstrap boot =
+      nccl_bootstrap_from(env, build_fingerprint(mesh.to_string()), options.timeout);
+  run_rank(mesh, boot, fn, options);
+}
+
+}  // namespace tpx::cuda
