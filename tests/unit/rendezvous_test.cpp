@@ -3,7 +3,7 @@
 // processes started here by hand (tests/launch/rendezvous_peer.cpp, posix_spawn with an
 // environment of our making, no MPI), gives every rank rank 0's bytes, and fails on every rank
 // with a message within its timeout when rank 0 is unreachable, a rank never comes, two ranks
-// claim one rank or the builds differ.
+// claim one rank, or the builds or world sizes differ.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -278,7 +278,9 @@ TEST_CASE("rank 0 names the ranks that never came, and tells the ones that did")
   CHECK(contains(two.err, "tpx: rank 2 of 4: the rendezvous failed at rank 0: " + missing));
 }
 
-TEST_CASE("different builds or meshes, and two processes claiming one rank, fail on every rank") {
+TEST_CASE(
+    "different builds, meshes or world sizes, and two processes claiming one rank, fail on every "
+    "rank") {
   SUBCASE("fingerprints differ") {
     const int port = free_port();
     peer rank0(torchrun(0, 2, port), "tpx 0.4 mesh 2x2", 20000);
@@ -291,6 +293,17 @@ TEST_CASE("different builds or meshes, and two processes claiming one rank, fail
     CHECK(one.exit_code == 1);
     CHECK(contains(zero.err, why));
     CHECK(contains(one.err, "tpx: rank 1 of 2: the rendezvous failed at rank 0: " + why));
+  }
+  SUBCASE("world sizes differ") {
+    const int port = free_port();
+    peer rank0(torchrun(0, 2, port), "tpx", 20000);
+    peer rank1(torchrun(1, 3, port), "tpx", 20000);
+    const finished zero = rank0.wait(), one = rank1.wait();
+    const std::string why = "rank 1 was started for a world of 3 processes, rank 0 for 2";
+    CHECK(zero.exit_code == 1);
+    CHECK(one.exit_code == 1);
+    CHECK(contains(zero.err, why));
+    CHECK(contains(one.err, "tpx: rank 1 of 3: the rendezvous failed at rank 0: " + why));
   }
   SUBCASE("two ranks 1") {
     const int port = free_port();

@@ -2,21 +2,22 @@
 // over TCP, and checks on the way that every rank runs the same build on the same mesh; the
 // bootstrap of processes started without MPI (launch/launch_environment.hpp: torchrun, srun).
 //
-// Rank 0 listens on the rendezvous port (MASTER_PORT, or the port launch_environment.hpp says).
-// Every other rank connects to MASTER_ADDR on that port, retrying
-// every 100 ms while nothing listens yet (launchers start ranks in any order), and says hello:
-// its rank and a fingerprint, the caller's string (tpx's build, the mesh). When all
-// world_size - 1 ranks have said hello, rank 0 answers each with the payload. If one never comes
-// within the timeout, two claim the same rank, or a fingerprint differs from rank 0's, rank 0
-// answers every connected rank with the reason instead, and every rank throws rendezvous_error
-// with it: no rank goes on into NCCL with a world that cannot form. A rank that cannot reach
-// rank 0 within the timeout throws naming the address, the variables it came from, its host and
-// the last socket error. Sockets are non-blocking under poll(), so no step waits past the
-// deadline; writes use MSG_NOSIGNAL, so a peer that died is an error, not SIGPIPE.
+// Rank 0 listens on the rendezvous port (MASTER_PORT, or the port launch_environment.hpp
+// says). Every other rank connects to MASTER_ADDR on that port, retrying every 100 ms while
+// nothing listens yet (launchers start ranks in any order), and says hello: its rank, the world
+// size it was started for and a fingerprint, the caller's string (tpx's build, the mesh). When
+// all world_size - 1 ranks have said hello, rank 0 answers each with the payload. If one never
+// comes within the timeout, two claim the same rank, or a world size or a fingerprint differs
+// from rank 0's, rank 0 answers every connected rank with the reason instead, and every rank
+// throws rendezvous_error with it: no rank goes on into NCCL with a world that cannot form. A
+// rank that cannot reach rank 0 within the timeout throws naming the address, the variables it
+// came from, its host and the last socket error. Sockets are non-blocking under poll(), so no
+// step waits past the deadline; writes use MSG_NOSIGNAL, so a peer that died is an error, not
+// SIGPIPE.
 //
-// Wire format, integers as 4 little-endian bytes: hello = "tpxR", version, rank, fingerprint
-// length, fingerprint; answer = status (0: payload follows, 1: the reason follows), length,
-// bytes.
+// Wire format, integers as 4 little-endian bytes: hello = "tpxR", version, rank, world size,
+// fingerprint length, fingerprint; answer = status (0: payload follows, 1: the reason follows),
+// length, bytes.
 #pragma once
 
 #include <netdb.h>
@@ -233,17 +234,25 @@ inline std::vector<std::byte> serve(const launch_environment& env,
          wait_for(listener.get(), POLLIN, deadline)) {
     socket_fd peer(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!peer.valid()) continue;
+    // A rank says hello as soon as it connects; a connection that does not within 5 s (a port
+    // scanner) must not hold up the others.
+    const auto hello_deadline = std::min(deadline, clock::now() + std::chrono::seconds(5));
     std::array<std::byte, 4> said;
-    std::uint32_t peer_version = 0, rank = 0;
+    std::uint32_t peer_version = 0, rank = 0, world = 0;
     std::vector<std::byte> peer_fingerprint;
-    if (!receive_all(peer.get(), said, deadline) || said != magic ||
-        !receive_u32(peer.get(), peer_version, deadline) || peer_version != version ||
-        !receive_u32(peer.get(), rank, deadline) ||
-        !receive_block(peer.get(), peer_fingerprint, deadline)) {
+    if (!receive_all(peer.get(), said, hello_deadline) || said != magic ||
+        !receive_u32(peer.get(), peer_version, hello_deadline) || peer_version != version ||
+        !receive_u32(peer.get(), rank, hello_deadline) ||
+        !receive_u32(peer.get(), world, hello_deadline) ||
+        !receive_block(peer.get(), peer_fingerprint, hello_deadline)) {
       continue;  // not a tpx rank of this version (a port scanner, a stale process): ignored
     }
     const std::string theirs = text_of(peer_fingerprint);
-    if (rank == 0 || rank >= static_cast<std::uint32_t>(env.world_size)) {
+    if (world != static_cast<std::uint32_t>(env.world_size)) {
+      problem = "rank " + std::to_string(rank) + " was started for a world of " +
+                std::to_string(world) + " processes, rank 0 for " + std::to_string(env.world_size);
+      others.push_back(std::move(peer));
+    } else if (rank == 0 || rank >= static_cast<std::uint32_t>(env.world_size)) {
       problem = "a process says it is rank " + std::to_string(rank) + ", outside 1.." +
                 std::to_string(env.world_size - 1) + " of a world of " +
                 std::to_string(env.world_size) + " (do the ranks agree on the world size?)";
@@ -351,6 +360,7 @@ inline std::vector<std::byte> join(const launch_environment& env, std::string_vi
   std::vector<std::byte> hello(magic.begin(), magic.end());
   append_u32(hello, version);
   append_u32(hello, static_cast<std::uint32_t>(env.rank));
+  append_u32(hello, static_cast<std::uint32_t>(env.world_size));
   append_u32(hello, static_cast<std::uint32_t>(fingerprint.size()));
   const auto fingerprint_bytes = bytes_of(fingerprint);
   hello.insert(hello.end(), fingerprint_bytes.begin(), fingerprint_bytes.end());
