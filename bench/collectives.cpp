@@ -4,11 +4,13 @@
 //   tpx-bench-collectives -g 4 -b 1K -e 256M -f 2 -n 20 -w 5 --json collectives.json
 //
 // The ranks are the threads of tpx::spmd(tpx::host, Mesh<R>{g}) and each collective runs on
-// the communicator of that mesh axis, exactly as a typed all_gather<R> would reach it. Built as
-// tpx-bench-collectives-mpi (TPX_BENCH_MPI defined, when TPX_MPI), the ranks are the processes of
-// `mpirun -np g` instead, through spmd(tpx::mpi, ...): the same sweep on MPI's collectives, for
-// comparing the two backends on one machine (bench/README.md); -g is then the job's size. Sizes,
-// counts and bandwidths follow NVIDIA/nccl-tests doc/PERFORMANCE.md: S is the size of the
+// the communicator of that mesh axis, exactly as a typed all_gather<R> would reach it. Started by
+// mpirun (tpx::started_by_mpi(); CMake builds it with MPI, TPX_BENCH_MPI, when it finds MPI),
+// the ranks are the processes of `mpirun -np g` instead, through spmd(tpx::mpi, ...): the same
+// sweep on MPI's collectives, for comparing the two backends on one machine (bench/README.md);
+// the job's size replaces -g.
+//
+// Sizes, counts and bandwidths follow NVIDIA/nccl-tests doc/PERFORMANCE.md: S is the size of the
 // whole array (for all_gather the gathered output, for reduce_scatter the input, for
 // all_to_all one rank's send buffer), algbw = S / t, busbw = algbw * factor with factor
 // 2(n-1)/n for all_reduce, (n-1)/n for reduce_scatter, all_gather and all_to_all, 1 for
@@ -35,6 +37,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <tpx/launch/started_by_mpi.hpp>
 #include <tpx/tpx.hpp>
 #include <vector>
 #ifdef TPX_BENCH_MPI
@@ -322,27 +325,17 @@ void sweep(Launcher launcher, const options& o, const std::vector<std::int64_t>&
 
 }  // namespace
 
-int main(int argc, char** argv) {
-#ifdef TPX_BENCH_MPI
-  MPI_Init(&argc, &argv);
-  struct finalize_at_exit {
-    ~finalize_at_exit() { MPI_Finalize(); }
-  } finalize;
-  int world_rank = 0, world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  if (world_rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 2;  // rank 0 reports
-  constexpr auto launcher = tpx::mpi;
-  constexpr const char* ranks_are = "processes, MPI communicator";
-#else
-  constexpr auto launcher = tpx::host;
-  constexpr const char* ranks_are = "threads, host communicator";
-#endif
+// The bench on launcher's ranks. world_size is the MPI job's size (it replaces -g), or 0 for the
+// threads of this process; only world rank 0 writes --json.
+template <class Launcher>
+int run_bench(int argc, char** argv, Launcher launcher, const char* ranks_are, int world_rank,
+              int world_size) {
   options o;
   for (const collective& c : collectives) o.ops.emplace_back(c.name);
   std::string min_text = "1K", max_text = "256M", memory_text;
   CLI::App app{"tpx-bench-collectives: nccl-tests' sweep of tpx's host collectives"};
-  app.add_option("-g,--ranks", o.ranks, "ranks (threads of this process)")
+  app.add_option("-g,--ranks", o.ranks,
+                 "ranks: threads of this process (under mpirun: the processes)")
       ->check(CLI::Range(1, 1024));
   app.add_option("-b,--minbytes", min_text, "smallest size S (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", max_text, "largest size S (lowered to fit --max-memory)");
@@ -359,10 +352,8 @@ int main(int argc, char** argv) {
                  "bytes all ranks' buffers may take (default: half of MemAvailable)");
   app.add_option("--json", o.json, "write every row to this file as JSON");
   CLI11_PARSE(app, argc, argv);
-#ifdef TPX_BENCH_MPI
-  o.ranks = world_size;
+  if (world_size > 0) o.ranks = world_size;
   if (world_rank != 0) o.json.clear();
-#endif
 
   try {
     o.min_bytes = tpx::bench::parse_bytes(min_text);
@@ -401,4 +392,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tpx-bench-collectives: %s\n", e.what());
     return 2;
   }
+}
+
+// Threads, or the processes of an MPI job when an MPI launcher started the bench (see the top).
+int main(int argc, char** argv) {
+  if (const char* variable = tpx::mpi_launcher_variable()) {
+#ifdef TPX_BENCH_MPI
+    (void)variable;
+    MPI_Init(&argc, &argv);
+    struct finalize_at_exit {
+      ~finalize_at_exit() { MPI_Finalize(); }
+    } finalize;
+    int world_rank = 0, world_size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (world_rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 2;  // rank 0 reports
+    return run_bench(argc, argv, tpx::mpi, "processes, MPI communicator", world_rank, world_size);
+#else
+    std::fprintf(stderr,
+                 "tpx-bench-collectives: started by an MPI launcher (%s is set), but built "
+                 "without MPI (TPX_MPI=OFF); start it without mpirun (-g threads)\n",
+                 variable);
+    return 2;
+#endif
+  }
+  return run_bench(argc, argv, tpx::host, "threads, host communicator", 0, 0);
 }

@@ -11,46 +11,27 @@
 // naming a rank within its timeout, where it used to spin in OpenBLAS's work-buffer allocation
 // (kernels/blas_work_buffers.hpp) or fail to start its rank threads.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "../support/run_command.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct result {
-  int status = -1;     // exit status
-  std::string output;  // stdout and stderr
-};
+using result = command_result;
 
 result run(const std::string& program, const std::string& args) {
-  const std::string command = program + " " + args + " 2>&1";
-  result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> chunk{};
-  while (std::fgets(chunk.data(), chunk.size(), pipe)) r.output += chunk.data();
-  const int raw = ::pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  return r;
+  return run_command(program + " " + args);
 }
 
-fs::path scratch(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("tpx-cli-test-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return scratch_folder("tpx-cli-test", name); }
 
 std::string read(const fs::path& path) {
   std::ifstream in(path);
