@@ -22,6 +22,9 @@
 // expect(TRANSPOSE): the dims differ or are in another order
 // expect(CHECKPOINT_PARTIAL_SUM): checkpoint: tensor \[B, F\]{U_X} is unreduced
 // expect(TENSOR_AXIS_NOT_IN_MESH): mesh axis Z is not an axis of this mesh
+// expect(RESHARD_TARGET_NOT_IN_MESH): reshard to \[I_Z, J\]: mesh axis Z is not an axis of the mesh \(X, Y\)
+// expect(MATMUL_TARGET_NOT_IN_MESH): matmul to \[I_X, K_Z\]: mesh axis Z is not an axis of the mesh \(X, Y\)
+// expect(SLICE_AXIS_NOT_IN_MESH): slice<Z, J>: mesh axis Z is not an axis of the mesh \(X, Y\)
 // expect(IMPLICIT_REDUCTION): \[I, K\].U_X. does not convert implicitly to \[I, K_X\]: reducing a partial sum over mesh axes X is a collective
 // expect(IMPLICIT_REDUCTION_ARGUMENT): \[I, K\].U_XY. does not convert implicitly to \[I, K\]: reducing a partial sum over mesh axes X, Y is a collective
 // expect(ADD_DIFFERENT_SHARDINGS): elementwise operation on \[B_X, D\] and \[B, D_X\]: the shardings differ
@@ -78,6 +81,13 @@ void body(const tpx::Rank<tpx::Mesh<X, Y>>& rank) {
   auto t = tpx::reshard<D<>, B<>>(some<Tensor<float, B<>, D<>>>());
 #elif defined(TENSOR_AXIS_NOT_IN_MESH)
   Tensor<float, B<Z>, D<>> t(rank, {B(4), D(4)});
+#elif defined(RESHARD_TARGET_NOT_IN_MESH)
+  auto t = tpx::reshard<I<Z>, J<>>(rank, some<Tensor<float, I<X>, J<>>>());
+#elif defined(MATMUL_TARGET_NOT_IN_MESH)
+  auto t = tpx::matmul<I<X>, K<Z>>(rank, some<Tensor<float, I<X>, J<>>>(),
+                                   some<Tensor<float, J<>, K<Y>>>());
+#elif defined(SLICE_AXIS_NOT_IN_MESH)
+  auto t = tpx::slice<Z, J>(rank, some<Tensor<float, I<X>, J<>>>());
 #elif defined(IMPLICIT_REDUCTION)
   Tensor<float, I<>, K<X>> t =
       tpx::matmul(some<Tensor<float, I<>, J<X>>>(), some<Tensor<float, J<X>, K<>>>());

@@ -1,8 +1,9 @@
 // The small conveniences of a tensor (issue 13, items 4, 5 and 7): a + b, a - b, a * s, s * a
 // and tpx::sub against naive loops over the global tensors; describe / operator<< and at() by
 // global coordinates against the block each rank holds; one target spelling for matmul and
-// reshard; a target over an axis the mesh lacks named at run time before any collective; rename
-// moving a block under new dim names.
+// reshard; a target over an axis the mesh lacks named at run time before any collective (the
+// rank-first forms, which reject it at compile time: tests/compile_fail); rename moving a block
+// under new dim names.
 // Meshes 1x1 and 2x2, with extents that divide and that do not.
 #include <doctest/doctest.h>
 
@@ -34,6 +35,18 @@ static_assert(std::is_same_v<decltype(tpx::matmul<I<X>, K<>>(any<L>(), any<R>())
                              Tensor<float, I<X>, K<>>>);
 static_assert(std::is_same_v<decltype(tpx::reshard<I<>, J<X>>(any<L>())),
                              decltype(tpx::reshard<Tensor<float, I<>, J<X>>>(any<L>()))>);
+
+// The rank-first forms, which check the target's axes against the mesh at compile time, return
+// what the tensor-only forms return.
+using Rank2 = tpx::Rank<tpx::Mesh<X, Y>>;
+static_assert(std::is_same_v<decltype(tpx::reshard<I<>, J<X>>(any<Rank2>(), any<L>())),
+                             decltype(tpx::reshard<I<>, J<X>>(any<L>()))>);
+static_assert(std::is_same_v<decltype(tpx::matmul<I<X>, K<>>(any<Rank2>(), any<L>(), any<R>())),
+                             decltype(tpx::matmul<I<X>, K<>>(any<L>(), any<R>()))>);
+static_assert(std::is_same_v<decltype(tpx::matmul(any<Rank2>(), any<L>(), any<R>())),
+                             decltype(tpx::matmul(any<L>(), any<R>()))>);
+static_assert(std::is_same_v<decltype(tpx::slice<Y, J>(any<Rank2>(), any<L>())),
+                             decltype(tpx::slice<Y, J>(any<L>()))>);
 
 // The operators exist for tensors only, and keep the operand's type.
 static_assert(std::is_same_v<decltype(any<L>() + any<L>()), L>);
@@ -163,6 +176,38 @@ TEST_CASE("a target over an axis the mesh lacks is named before any collective")
   INFO(what);
   CHECK(what.find("matmul to [I_Z, K]: mesh axis Z is not an axis of the mesh (X=1, Y=2)") !=
         std::string::npos);
+}
+
+TEST_CASE("the rank-first forms compute what the tensor-only forms compute") {
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [](auto& rank) {
+    auto a = tpx::randn<float, I<X>, J<>>(rank, {I(5), J(3)}, 1);
+    auto b = tpx::randn<float, J<>, K<Y>>(rank, {J(3), K(4)}, 2);
+    CHECK(tpx::to_global(tpx::reshard<I<>, J<Y>>(rank, a)) ==
+          tpx::to_global(tpx::reshard<I<>, J<Y>>(a)));
+    CHECK(tpx::to_global(tpx::matmul<I<>, K<X>>(rank, a, b)) ==
+          tpx::to_global(tpx::matmul<I<>, K<X>>(a, b)));
+    CHECK(tpx::to_global(tpx::matmul(rank, a, b)) == tpx::to_global(tpx::matmul(a, b)));
+    CHECK(tpx::to_global(tpx::slice<Y, J>(rank, a)) == tpx::to_global(a));
+  });
+}
+
+TEST_CASE("a rank-first form refuses a tensor of another rank") {
+  // Two ranks of a 2x1 mesh, made by hand: no collective runs before the check.
+  const tpx::Mesh<X, Y> mesh{2, 1};
+  auto rank_at = [&](int x) {
+    return tpx::Rank<tpx::Mesh<X, Y>>(
+        mesh, x, {{&tpx::axis_key<X>, "X", 2, x}, {&tpx::axis_key<Y>, "Y", 1, 0}}, {});
+  };
+  const auto rank_0 = rank_at(0);
+  const auto rank_1 = rank_at(1);
+  const Tensor<float, I<X>, J<>> of_rank_0(rank_0, {I(4), J(2)});
+  std::string what;
+  try {
+    (void)tpx::reshard<I<>, J<>>(rank_1, of_rank_0);
+  } catch (const std::invalid_argument& e) {
+    what = e.what();
+  }
+  CHECK(what == "tpx: reshard: tensor [I_X, J] belongs to rank 0, not to the rank passed, 1");
 }
 
 }  // namespace

@@ -82,6 +82,10 @@ struct text_piece {
   char text[N + 1]{};
   constexpr explicit text_piece(const char* from) {
     for (std::size_t i = 0; i < N; ++i) text[i] = from[i];
+    // Written although it is already zero: clang's constant evaluator grows an array's written
+    // elements by doubling, so for N a power of two the NUL would stay an unwritten "filler" and
+    // clang would see no terminator and print the piece as character codes.
+    text[N] = '\0';
   }
 };
 

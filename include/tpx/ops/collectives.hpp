@@ -7,6 +7,8 @@
 //   all_reduce_max<X>(t)        [B, D]{U_X}   -> [B, D]        the maximum over X, not the sum
 //   all_to_all<X, B, D>(t)      [B_X, D]      -> [B, D_X]
 //   slice<X, D>(t)              [B, D]        -> [B, D_X]      local: keep this rank's block
+//                                                              (slice<X, D>(rank, t): X checked
+//                                                              against the mesh at compile time)
 //   embed<X, D>(t)              [B, D_X]      -> [B, D]{U_X}   local: block into zeros
 //
 // all_reduce_max reads {U_X} as "each rank holds a partial maximum over X" (say the row maxima of
@@ -28,6 +30,7 @@
 
 #include "tpx/comm/communicator.hpp"
 #include "tpx/core/compile_error.hpp"
+#include "tpx/ops/target_axes.hpp"
 #include "tpx/sharding/sharding.hpp"
 #include "tpx/sharding/split.hpp"
 #include "tpx/sharding/transforms.hpp"
@@ -302,6 +305,18 @@ auto slice(const Tn& t) {
 template <MeshAxis A, template <class...> class D, AnyTensor Tn>
 auto slice(const Tn& t) {
   return slice<A, D<>>(t);
+}
+// The same, A checked against rank's mesh at compile time (ops/target_axes.hpp).
+template <MeshAxis A, Dim D, TypedRank R, AnyTensor Tn>
+auto slice(const R& rank, const Tn& t) {
+  static_assert(detail::check_axes_in_mesh<"slice<" + A::name + ", " + D::name + ">",
+                                           typename R::mesh_type, type_list<A>>());
+  detail::check_belongs_to(rank, t, "slice");
+  return slice<A, D>(t);
+}
+template <MeshAxis A, template <class...> class D, TypedRank R, AnyTensor Tn>
+auto slice(const R& rank, const Tn& t) {
+  return slice<A, D<>>(rank, t);
 }
 
 // [.., D_..X, ..] -> [.., D_.., ..]{U_X} without communication: this rank's block, zeros

@@ -9,9 +9,11 @@
 // the notes' four cases (ops/plan.hpp); matmul_traits<L, R>::description shows them, e.g.
 // "AllGather<Y>(lhs, D); GEMM; -> [B_X, F_Y]", and ::lhs_steps / ::rhs_steps as types.
 // matmul<Target>(a, b) states the result's sharding: it steers case 4 towards gathering the
-// side that yields Target and then reshards (a reduction, typically) to Target. Batched and
-// multi-dim contractions (attention's [B, H, T, E] *_E [B, H, S, E]) are einsum (ops/einsum.hpp);
-// contract<J...> goes there for anything but two matrices sharing one dim.
+// side that yields Target and then reshards (a reduction, typically) to Target;
+// matmul<Target>(rank, a, b) also checks Target's mesh axes at compile time
+// (ops/target_axes.hpp). Batched and multi-dim contractions (attention's [B, H, T, E] *_E
+// [B, H, S, E]) are einsum (ops/einsum.hpp); contract<J...> goes there for anything but two
+// matrices sharing one dim.
 #pragma once
 
 #include <algorithm>
@@ -219,6 +221,20 @@ auto matmul(const L& a, const R& b) {
     detail::check_target_axes<To>(a.context(), "matmul");
     return detail::contract_impl<typename shared::type, To>(a, b);
   }
+}
+
+// The same, the target's axes checked against rank's mesh at compile time:
+// matmul<I<X>, K<>>(rank, a, b).
+template <class... Target, TypedRank Rk, AnyTensor L, AnyTensor R>
+auto matmul(const Rk& rank, const L& a, const R& b) {
+  if constexpr (sizeof...(Target) > 0 && !(std::is_void_v<Target> && ...)) {
+    using To = typename detail::target_tensor<L, Target...>::type;
+    static_assert(detail::check_axes_in_mesh<"matmul to " + To::notation, typename Rk::mesh_type,
+                                               typename To::traits::axes>());
+  }
+  detail::check_belongs_to(rank, a, "matmul");
+  detail::check_belongs_to(rank, b, "matmul");
+  return matmul<Target...>(a, b);
 }
 
 // The plan of matmul(l, r), for static_asserts: ::lhs_steps, ::rhs_steps, ::result,

@@ -6,6 +6,10 @@
 //   static_assert(std::is_same_v<P::steps, tpx::type_list<tpx::AllGather<X, D<>>>>);
 //   P::description  // "AllGather<X>(D); -> [D, F_Y]"
 //
+// reshard<Target>(rank, t) is the same, with Target's mesh axes checked against the rank's mesh
+// at compile time (ops/target_axes.hpp); reshard<Target>(t), for code without the rank, checks
+// them at run time.
+//
 // Replicated -> sharded is a local slice, with no communication. Every change of sharding is
 // spelled reshard (or a typed collective); none hides behind a conversion:
 //   auto c = reshard<I<>, K<X>>(matmul(a, b));   // [I, K]{U_X} -> ReduceScatter<X>(K)
@@ -19,6 +23,7 @@
 #include "tpx/core/compile_error.hpp"
 #include "tpx/ops/collectives.hpp"
 #include "tpx/ops/plan.hpp"
+#include "tpx/ops/target_axes.hpp"
 #include "tpx/sharding/steps.hpp"
 #include "tpx/tensor/tensor.hpp"
 
@@ -102,24 +107,6 @@ struct target_tensor<Like, BasicTensor<Space, T, Spec...>> {
   using type = BasicTensor<Space, T, Spec...>;
 };
 
-// A tensor type does not know its mesh (only the rank does), so a target over an axis the mesh
-// lacks (reshard<I<Z>, J<>>(a) on Mesh<X, Y>) is found here, at run time, before any
-// communication: every rank throws the same error at the same call.
-template <AnyTensor To>
-void check_target_axes(const rank_context& ctx, const char* op) {
-  [&]<class... Axes>(type_list<Axes...>) {
-    [[maybe_unused]] auto check = [&]<class A>(A*) {
-      if (!ctx.has_axis<A>())
-        throw std::invalid_argument("tpx: " + std::string(op) + " to " +
-                                    std::string(To::notation.c_str()) + ": mesh axis " +
-                                    std::string(A::name.c_str()) +
-                                    " is not an axis of the mesh (" + ctx.mesh_string() +
-                                    ") of rank " + std::to_string(ctx.world_rank()));
-    };
-    (check(static_cast<Axes*>(nullptr)), ...);
-  }(typename To::traits::axes{});
-}
-
 }  // namespace detail
 
 template <AnyTensor From, AnyTensor To>
@@ -150,6 +137,16 @@ auto reshard(const Tn& t) {
     detail::check_target_axes<To>(t.context(), "reshard");
     return detail::apply_steps<typename traits::universe, traits::plan.steps>(t);
   }
+}
+
+// The same, Target's axes checked against rank's mesh at compile time.
+template <class... Target, TypedRank R, AnyTensor Tn>
+auto reshard(const R& rank, const Tn& t) {
+  using To = typename detail::target_tensor<Tn, Target...>::type;
+  static_assert(detail::check_axes_in_mesh<"reshard to " + To::notation, typename R::mesh_type,
+                                               typename To::traits::axes>());
+  detail::check_belongs_to(rank, t, "reshard");
+  return reshard<To>(t);
 }
 
 // The whole tensor, in global row-major order, on every rank (a collective: all ranks call it).

@@ -2,9 +2,11 @@
 // are known at compile time.
 //
 // It is a rank_context (what tensors keep) plus the mesh type, so tensor factories called with
-// it reject, at compile time, a sharding over an axis the mesh lacks.
+// it, and the rank-first forms of the operations that take a target (reshard<Target>(rank, t),
+// ops/target_axes.hpp), reject at compile time a sharding over an axis the mesh lacks.
 #pragma once
 
+#include <concepts>
 #include <utility>
 #include <vector>
 
@@ -36,5 +38,9 @@ class Rank : public rank_context {
  private:
   MeshT mesh_;
 };
+
+// A rank whose mesh is a type: Rank<Mesh<...>> and the backends' ranks derived from it.
+template <class R>
+concept TypedRank = std::derived_from<R, rank_context> && requires { typename R::mesh_type; };
 
 }  // namespace tpx
