@@ -17,7 +17,8 @@
 #     when compute-sanitizer is on PATH
 #   5 train the example trainer for 100 steps on a 2x2 simulated mesh and 50 steps over NCCL on
 #     one GPU (tpx-train-cuda --backend nccl --mesh 1x1; their losses against the host run are
-#     cuda_trainer_test's, in step 3); with nsys on PATH, a profile of 20 steps whose memory
+#     cuda_trainer_test's, in step 3), and the GPT example (tpx-gpt-cuda) for 50 steps on a 2x2
+#     simulated mesh and over NCCL on one GPU; with nsys on PATH, a profile of 20 steps whose memory
 #     copy summary shows what crossed between host and device (one upload of tokens per step,
 #     and two 4-byte reads on each reporting step)
 #   5 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
@@ -26,8 +27,9 @@
 #     or more GPUs, over NCCL on all of them. Tables go to the terminal, JSON to
 #     build/cuda/gpu-check/.
 #   6 the peers (bench/peers/compare.py --gpu): tpx-train-cuda against the same model in PyTorch,
-#     eager and torch.compile, fp32 and bf16, samples/s and their ratios from one run, when
-#     python3 can import torch
+#     eager and torch.compile, fp32 and bf16, samples/s and their ratios from one run, and
+#     (compare.py --gpt) tpx-gpt-cuda against bench/peers/torch_gpt.py, bf16, at GPT-2 124M's
+#     shape: tokens/s, MFU and the ratios; when python3 can import torch
 #
 # The exit status is 0 when every step passed (a step with nothing to do counts as skipped, not
 # failed), 1 otherwise. Without a GPU the build still runs and everything else reports skipped.
@@ -139,6 +141,7 @@ step "build (cuda preset, TPX_WERROR=$werror)" \
   bash -c "cmake --preset cuda -DTPX_WERROR=$werror >/dev/null && cmake --build --preset cuda"
 bench=build/cuda/bench/cuda/tpx-bench-cuda
 train=build/cuda/examples/tpx-train-cuda
+gpt=build/cuda/examples/tpx-gpt-cuda
 
 if ((failed == 0)); then
   step "CUDA tests" ctest --preset cuda
@@ -156,6 +159,10 @@ else
     "$train" --mesh 2x2 --steps 100 --log-every 20 --log "$out/train.jsonl"
   step "trainer over NCCL (tpx-train-cuda --backend nccl, 1x1 mesh on GPU 0)" \
     "$train" --backend nccl --mesh 1x1 --steps 50 --log-every 10
+  step "GPT (tpx-gpt-cuda, 2x2 mesh on GPU 0)" \
+    "$gpt" --mesh 2x2 --steps 50 --log-every 10 --log "$out/gpt.jsonl"
+  step "GPT over NCCL (tpx-gpt-cuda --backend nccl, 1x1 mesh on GPU 0, bf16)" \
+    "$gpt" --backend nccl --mesh 1x1 --steps 50 --log-every 10 --bf16
   if command -v nsys >/dev/null; then
     step "profile of 20 steps (nsys; memory copies in $out/profile-copies.txt)" \
       bash -o pipefail -c "nsys profile --force-overwrite true -o $out/step-profile $train --mesh 1x1 --steps 20 \
@@ -213,6 +220,8 @@ elif ((failed != 0)); then
 else
   step "peers: tpx-train-cuda vs PyTorch eager and torch.compile" \
     python3 bench/peers/compare.py --gpu --tpx-cuda "$train" --json "$out/peers.json"
+  step "peers: tpx-gpt-cuda vs PyTorch eager and torch.compile (GPT)" \
+    python3 bench/peers/compare.py --gpt --tpx-gpt-cuda "$gpt" --json "$out/peers-gpt.json"
 fi
 
 echo "=== summary ($gpus GPU(s))"

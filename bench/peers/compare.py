@@ -17,6 +17,11 @@ both. This script runs them and prints the table and the ratios:
     D=1024, F=4096, L=4, context 3) and the demo shape; samples/s and the ratios of the targets
     (bf16 >= 1.0x eager bf16 and >= 0.8x compile bf16, fp32 >= 1.0x eager fp32, demo >= 1.0x
     eager). Written without a GPU at hand: not yet run on one.
+  --gpt (issue 11): tpx-gpt-cuda --mesh 1x1 --bf16 against bench/peers/torch_gpt.py (the same
+    transformer, SDPA attention, fused AdamW, bf16 autocast) eager and torch.compile, at GPT-2
+    124M's shape (B=16, T=1024, 12 heads of 64, F=3072, L=12, V=50304) and the test size;
+    tokens/s, MFU against --peak-tflops and the ratios (target: tpx >= 1.1x torch.compile).
+    Written without a GPU at hand: not yet run on one.
 
 On a shared machine --rounds R runs every host configuration R times, alternating the order, and
 keeps each one's best round (the JSON keeps every round, with the load average before each run).
@@ -29,6 +34,7 @@ run under --python (default: this interpreter), which needs jax (host) or torch 
   python3 bench/peers/compare.py --rounds 3               # the same, best of 3 interleaved rounds
   python3 bench/peers/compare.py --tpx build/default/examples/tpx-train --json peers.json
   python3 bench/peers/compare.py --gpu                    # on a GPU machine
+  python3 bench/peers/compare.py --gpt                    # the GPT example, on a GPU machine
 """
 import argparse
 import json
@@ -79,18 +85,23 @@ def run(cmd, env=None, timeout=1800):
     return p.stdout
 
 
-def run_tpx(binary, mesh, shape, steps, warmup, workdir, extra=()):
-    log = os.path.join(workdir, f"tpx-{mesh}-{'-'.join(map(str, shape))}-{'_'.join(extra)}.jsonl")
+def tpx_step_seconds(binary, mesh, flags, steps, warmup, workdir, extra=()):
+    """The median step time of a tpx trainer run (from its --log), and its last loss."""
+    log = os.path.join(workdir, f"tpx-{mesh}-{'-'.join(flags[1::2])}-{'_'.join(extra)}.jsonl")
     run([binary, "--mesh", mesh, "--steps", str(warmup + steps), "--log", log,
-         "--log-every", "1000000", "--report-every", "1", *shape_flags(shape), *extra])
+         "--log-every", "1000000", "--report-every", "1", *flags, *extra])
     with open(log) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     timed = [r["seconds"] for r in rows if r["step"] >= warmup]
     if len(timed) != steps:
         raise RuntimeError(f"tpx log {log}: {len(timed)} timed steps, expected {steps}")
-    sec = statistics.median(timed)
+    return statistics.median(timed), rows[-1]["loss"]
+
+
+def run_tpx(binary, mesh, shape, steps, warmup, workdir, extra=()):
+    sec, loss = tpx_step_seconds(binary, mesh, shape_flags(shape), steps, warmup, workdir, extra)
     return {"ms_per_step": sec * 1e3, "samples_per_s": shape[0] / sec,
-            "gflops": flops_per_step(shape) / sec * 1e-9, "loss_last": rows[-1]["loss"]}
+            "gflops": flops_per_step(shape) / sec * 1e-9, "loss_last": loss}
 
 
 def run_peer(python, script, args, env=None):
@@ -265,14 +276,81 @@ def gpu(a):
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+GPT_SHAPES = {  # name: (batch, seq, heads, head_dim, ffn, layers, vocab)
+    "gpt2": (16, 1024, 12, 64, 3072, 12, 50304),  # GPT-2 124M, issue 11's target shape
+    "small": (16, 64, 4, 16, 256, 2, 256),         # examples/gpt's test size: launch-bound
+}
+
+
+def gpt_flags(shape):
+    b, t, h, e, f, l, v = shape
+    return ["--batch", str(b), "--seq", str(t), "--heads", str(h), "--head-dim", str(e),
+            "--ffn", str(f), "--layers", str(l), "--vocab", str(v)]
+
+
+def gpt_flops_per_token(shape):  # examples/gpt/family.hpp's and torch_gpt.py's count
+    _, t, h, e, f, l, v = shape
+    d = h * e
+    return 6.0 * (l * (4 * d * d + 2 * d * f) + d * v) + 12.0 * l * t * d
+
+
+def gpt(a):
+    tpx = find_binary(a.tpx_gpt_cuda, ["build/cuda/examples/tpx-gpt-cuda"], "tpx-gpt-cuda")
+    workdir = tempfile.mkdtemp(prefix="tpx-peers-gpt-")
+    binary = os.path.join(workdir, os.path.basename(tpx))
+    shutil.copy2(tpx, binary)
+    print(f"compare --gpt: {tpx} (run from a copy) against bench/peers/torch_gpt.py with "
+          f"{a.python}, bf16, one GPU, MFU against {a.peak_tflops} TFLOP/s")
+    results = {}
+    for name in a.gpt_shapes.split(","):
+        shape = GPT_SHAPES[name]
+        n, w = a.gpu_steps, a.gpu_warmup
+        print(f"shape {name}: B={shape[0]} T={shape[1]} {shape[2]} heads of {shape[3]} F={shape[4]} "
+              f"L={shape[5]} V={shape[6]}, {n} timed steps after {w}")
+        tokens = shape[0] * shape[1]
+        sec, loss = tpx_step_seconds(binary, "1x1", gpt_flags(shape), n, w, workdir, ("--bf16",))
+        r = {"tpx bf16": {"ms_per_step": sec * 1e3, "tokens_per_s": tokens / sec, "loss_last": loss}}
+        common = (["--device", a.torch_device, "--dtype", "bf16", "--steps", str(n), "--warmup", str(w)]
+                  + gpt_flags(shape))
+        for mode in ("eager", "compile"):
+            r[f"torch {mode} bf16"] = run_peer(a.python, "torch_gpt.py",
+                                              common + (["--compile"] if mode == "compile" else []))
+        for v in r.values():
+            v["mfu"] = gpt_flops_per_token(shape) * v["tokens_per_s"] / (a.peak_tflops * 1e12)
+        results[name] = r
+    print()
+    for name, r in results.items():
+        print(f"shape {name} {GPT_SHAPES[name]}:")
+        for k, v in r.items():
+            print(f"  {k:20s} {v['tokens_per_s']:>12,.0f} tokens/s  ({v['ms_per_step']:.2f} ms, "
+                  f"MFU {100 * v['mfu']:.1f}%)")
+        for peer, target in (("torch eager bf16", None), ("torch compile bf16", 1.1)):
+            ratio = r["tpx bf16"]["tokens_per_s"] / r[peer]["tokens_per_s"]
+            goal = f"target >= {target}" if target else "no target"
+            ok = "" if target is None else (" met" if ratio >= target else " NOT met")
+            print(f"  tpx bf16 / {peer}: {ratio:.2f}x ({goal}{ok})")
+    if a.json:
+        with open(a.json, "w") as out:
+            json.dump({"bench": "peers-gpt", "tpx": tpx, "peak_tflops": a.peak_tflops,
+                       "results": results}, out, indent=1)
+        print(f"json: {a.json}")
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpu", action="store_true", help="tpx-train-cuda against PyTorch on one GPU")
+    p.add_argument("--gpt", action="store_true",
+                   help="tpx-gpt-cuda against bench/peers/torch_gpt.py on one GPU (issue 11)")
     p.add_argument("--tpx", help="tpx-train (default build/default/examples/tpx-train, "
                                  "else build/dev/examples/tpx-train)")
     p.add_argument("--tpx-cuda", help="tpx-train-cuda (default build/cuda/examples/tpx-train-cuda, "
                                       "else build/dev-cuda/examples/tpx-train-cuda)")
+    p.add_argument("--tpx-gpt-cuda", help="tpx-gpt-cuda (default build/cuda/examples/tpx-gpt-cuda)")
+    p.add_argument("--gpt-shapes", default="gpt2,small", help="--gpt shapes: gpt2,small")
+    p.add_argument("--peak-tflops", type=float, default=989.0,
+                   help="--gpt: the GPU's dense bf16 peak for MFU (H100 SXM: 989)")
     p.add_argument("--python", default=sys.executable, help="interpreter of the peer scripts")
     p.add_argument("--shapes", default="demo,large", help="host shapes: demo,large")
     p.add_argument("--rounds", type=int, default=1,
@@ -292,7 +370,7 @@ def main():
                         "pointing at the host tpx-train); the figures then mean nothing")
     p.add_argument("--json", help="write every figure to this file")
     a = p.parse_args()
-    gpu(a) if a.gpu else host(a)
+    gpt(a) if a.gpt else gpu(a) if a.gpu else host(a)
 
 
 if __name__ == "__main__":

@@ -41,14 +41,14 @@ struct family {
   static int context(const config& c) { return static_cast<int>(c.seq); }
   static nlohmann::json shape(const config& c) {
     return {{"batch", c.batch}, {"seq", c.seq},       {"heads", c.heads}, {"head_dim", c.head_dim},
-            {"ffn", c.ffn},     {"layers", c.layers}, {"seed", c.seed}};
+            {"ffn", c.ffn},     {"layers", c.layers}, {"vocab", c.vocab}, {"seed", c.seed}};
   }
   // Every position predicts the byte after it.
   static double tokens_per_step(const config& c) { return static_cast<double>(c.batch * c.seq); }
   // The weights of the matrix products: Q, K, V, O and the MLP's two per block, and the LM head.
   static double matrix_weights(const config& c) {
     const double d = static_cast<double>(c.d_model()), f = static_cast<double>(c.ffn);
-    return c.layers * (4 * d * d + 2 * d * f) + d * static_cast<double>(config::vocab);
+    return c.layers * (4 * d * d + 2 * d * f) + d * static_cast<double>(c.vocab);
   }
   static double flops_per_step(const config& c) {
     const double attention = 12.0 * c.layers * static_cast<double>(c.seq) * c.d_model();
@@ -58,14 +58,17 @@ struct family {
     return "batch " + std::to_string(c.batch) + ", T=" + std::to_string(c.seq) +
            ", D=" + std::to_string(c.d_model()) + " (" + std::to_string(c.heads) + " heads of " +
            std::to_string(c.head_dim) + "), F=" + std::to_string(c.ffn) + ", " +
-           std::to_string(c.layers) + " layers";
+           std::to_string(c.layers) + " layers" +
+           (c.vocab == 256 ? "" : ", V=" + std::to_string(c.vocab));
   }
   static std::vector<trainer::size_flag> size_flags(config& c) {
     return {{"--seq", &c.seq, "sequence length T (bytes per row; each predicts the next)"},
             {"--heads", &c.heads, "attention heads H (split over Y)"},
             {"--head-dim", &c.head_dim, "width of a head E; the model width D is H * E"},
             {"--ffn", &c.ffn, "MLP width F"},
-            {"--layers", &c.layers, "transformer blocks L"}};
+            {"--layers", &c.layers, "transformer blocks L"},
+            {"--vocab", &c.vocab, "vocabulary V (split over Y); tokens are bytes, so at least 256",
+             256}};
   }
 };
 

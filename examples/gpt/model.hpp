@@ -64,7 +64,9 @@ struct config {
   int layers = 2;
   int checkpoint_every = 0;  // activation checkpointing: keep every C-th block input (0: all)
   std::uint64_t seed = 1;
-  static constexpr std::int64_t vocab = 256;
+  // Tokens are bytes, so only the first 256 rows of the embedding and columns of the head are
+  // ever used; a larger vocabulary (GPT-2's 50304) sizes them as a real model's, for benchmarks.
+  std::int64_t vocab = 256;
   std::int64_t d_model() const { return heads * head_dim; }
 };
 
@@ -93,10 +95,10 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
 
   // Zeros of every parameter's shape.
   model_tensors(const tpx::rank_context& rank, const config& c)
-      : token_embed(rank, {V(config::vocab), D(c.d_model())}),
+      : token_embed(rank, {V(c.vocab), D(c.d_model())}),
         position_embed(rank, {T(c.seq), D(c.d_model())}),
         final_norm(rank, {D(c.d_model())}),
-        head(rank, {D(c.d_model()), V(config::vocab)}) {
+        head(rank, {D(c.d_model()), V(c.vocab)}) {
     const std::int64_t d = c.d_model();
     for (int l = 0; l < c.layers; ++l) {
       norm1.emplace_back(rank, tpx::Shape{D(d)});
@@ -281,7 +283,7 @@ class model {
   // the tables' shards by the adjoints of their gathers.
   void embed_backward(const stream_tokens& tokens, const stream& dx, params& grads) const {
     grads.token_embed = gather_table::backward(
-        tpx::nn::embedding_gradient<V>(dx, tokens, input_byte, config::vocab));
+        tpx::nn::embedding_gradient<V>(dx, tokens, input_byte, c_.vocab));
     grads.position_embed =
         gather_positions::backward(tpx::nn::embedding_gradient<T>(dx, tokens, position, c_.seq));
   }

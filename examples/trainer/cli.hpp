@@ -82,7 +82,9 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
     std::visit(
         [&](auto* field) {
           using T = std::remove_pointer_t<decltype(field)>;
-          app.add_option(f.name, *field, f.help)->capture_default_str()->check(whole_number<T>(1));
+          app.add_option(f.name, *field, f.help)
+              ->capture_default_str()
+              ->check(whole_number<T>(static_cast<T>(f.least)));
         },
         f.field);
   app.add_option("--lr", o.lr, "AdamW learning rate")

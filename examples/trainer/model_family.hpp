@@ -2,7 +2,8 @@
 // checkpoints, cli.hpp's command line) beyond its types: the size flags a program offers for it.
 // A size flag is data (a name, the field it sets, a line of help), not a CLI11 call, so that a
 // family's header needs no command-line library and the command line checks every size alike
-// (a whole number from 1 up to the field's largest value).
+// (a whole number from `least`, 1 unless the family says otherwise, up to the field's largest
+// value).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@ struct size_flag {
   const char* name;  // "--d-model"
   std::variant<int*, std::int64_t*> field;
   const char* help;
+  int least = 1;  // the smallest value the model accepts
 };
 
 }  // namespace trainer

@@ -1,6 +1,6 @@
 // Shared by the GPT model's tests (tests/trainer/gpt_test.cpp, tests/cuda/trainer_test.cu): a
-// tiny configuration whose heads, positions and widths split unevenly on the test meshes, and a
-// run of one forward and backward pass that returns the loss and every gradient.
+// tiny configuration whose heads, positions, widths and vocabulary split unevenly on the test
+// meshes, and a run of one forward and backward pass that returns the loss and every gradient.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +24,7 @@ inline gpt::config tiny() {
   c.head_dim = 4;  // D = 12
   c.ffn = 10;
   c.layers = 2;
+  c.vocab = 259;  // split unevenly too; the byte tokens use the first 256 rows
   return c;
 }
 
