@@ -24,6 +24,7 @@
 
 #include <tpx/cuda/cuda.hpp>
 
+#include "../support/collective_table.hpp"
 #include "measure.hpp"
 
 namespace tpx::bench::cuda {
@@ -32,86 +33,11 @@ namespace {
 
 TPX_MESH_AXES(R);
 
-// Element i of rank r's input: an integer in [-16, 15].
-float value_at(int rank, std::size_t i) {
-  const std::uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull + (rank + 1ull) * 0xC2B2AE3D27D4EB4Full;
-  return static_cast<float>(static_cast<int>(h >> 59) - 16);
-}
-float sum_over_ranks(int n, std::size_t i) {
-  float s = 0;
-  for (int r = 0; r < n; ++r) s += value_at(r, i);
-  return s;
-}
+using tpx::bench::collective;
+using tpx::bench::collectives;
+using tpx::bench::layout;
+using tpx::bench::value_at;
 
-// One rank's view of one collective at one size, in floats (as in the host bench).
-struct layout {
-  std::size_t count = 0, send = 0, recv = 0, in_place_input = 0, in_place_output = 0;
-};
-
-struct collective {
-  const char* name;
-  const char* redop;
-  int root;
-  bool has_in_place;
-  double (*bus_factor)(int n);
-  layout (*shape)(std::int64_t bytes, int n, int rank);
-  void (*run)(any_communicator& comm, const layout& l, const float* in, float* out);
-  float (*expected)(const layout& l, int n, int rank, std::size_t j);
-};
-
-std::size_t per_rank(std::int64_t bytes, int n) { return static_cast<std::size_t>(bytes) / sizeof(float) / n; }
-std::vector<std::size_t> equal_counts(std::size_t entries, std::size_t count) { return std::vector<std::size_t>(entries, count); }
-
-const collective collectives[] = {
-    {"all_gather", "none", -1, true, [](int n) { return (n - 1.0) / n; },
-     [](std::int64_t bytes, int n, int rank) {
-       const std::size_t c = per_rank(bytes, n);
-       return layout{c, c, n * c, rank * c, 0};
-     },
-     [](any_communicator& comm, const layout& l, const float* in, float* out) {
-       comm.all_gather(std::span(in, l.send), std::span(out, l.recv), equal_counts(comm.size(), l.count));
-     },
-     [](const layout& l, int, int, std::size_t j) { return value_at(static_cast<int>(j / l.count), j % l.count); }},
-    {"reduce_scatter", "sum", -1, true, [](int n) { return (n - 1.0) / n; },
-     [](std::int64_t bytes, int n, int rank) {
-       const std::size_t c = per_rank(bytes, n);
-       return layout{c, n * c, c, 0, rank * c};
-     },
-     [](any_communicator& comm, const layout& l, const float* in, float* out) {
-       comm.reduce_scatter(std::span(in, l.send), std::span(out, l.recv), equal_counts(comm.size(), l.count));
-     },
-     [](const layout& l, int n, int rank, std::size_t j) { return sum_over_ranks(n, rank * l.count + j); }},
-    {"all_reduce", "sum", -1, true, [](int n) { return 2.0 * (n - 1.0) / n; },
-     [](std::int64_t bytes, int, int) {
-       const std::size_t c = static_cast<std::size_t>(bytes) / sizeof(float);
-       return layout{c, c, c, 0, 0};
-     },
-     [](any_communicator& comm, const layout& l, const float* in, float* out) {
-       comm.all_reduce(std::span(in, l.send), std::span(out, l.recv));
-     },
-     [](const layout&, int n, int, std::size_t j) { return sum_over_ranks(n, j); }},
-    {"all_to_all", "none", -1, false, [](int n) { return (n - 1.0) / n; },
-     [](std::int64_t bytes, int n, int) {
-       const std::size_t c = per_rank(bytes, n);
-       return layout{c, n * c, n * c, 0, 0};
-     },
-     [](any_communicator& comm, const layout& l, const float* in, float* out) {
-       const auto n = static_cast<std::size_t>(comm.size());
-       comm.all_to_all(std::span(in, l.send), std::span(out, l.recv), equal_counts(n * n, l.count));
-     },
-     [](const layout& l, int, int rank, std::size_t j) {
-       return value_at(static_cast<int>(j / l.count), rank * l.count + j % l.count);
-     }},
-    {"broadcast", "none", 0, true, [](int) { return 1.0; },
-     [](std::int64_t bytes, int, int) {
-       const std::size_t c = static_cast<std::size_t>(bytes) / sizeof(float);
-       return layout{c, c, c, 0, 0};
-     },
-     [](any_communicator& comm, const layout& l, const float* in, float* out) {
-       comm.broadcast(std::span(in, l.send), std::span(out, l.recv), 0);
-     },
-     [](const layout&, int, int, std::size_t j) { return value_at(0, j); }},
-};
 
 struct timing {
   double seconds = 0;
