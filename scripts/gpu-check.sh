@@ -221,7 +221,8 @@ else
   step "peers: tpx-train-cuda vs PyTorch eager and torch.compile" \
     python3 bench/peers/compare.py --gpu --tpx-cuda "$train" --json "$out/peers.json"
   step "peers: tpx-gpt-cuda vs PyTorch eager and torch.compile (GPT)" \
-    python3 bench/peers/compare.py --gpt --tpx-gpt-cuda "$gpt" --json "$out/peers-gpt.json"
+    python3 bench/peers/compare.py --gpt --gpu-steps 10 --gpu-warmup 3 --tpx-gpt-cuda "$gpt" \
+      --json "$out/peers-gpt.json"
 fi
 
 echo "=== summary ($gpus GPU(s))"

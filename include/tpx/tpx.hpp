@@ -21,6 +21,7 @@
 #include "tpx/ops/einsum.hpp"
 #include "tpx/ops/elementwise.hpp"
 #include "tpx/ops/matmul.hpp"
+#include "tpx/ops/permute.hpp"
 #include "tpx/ops/rename.hpp"
 #include "tpx/ops/reshard.hpp"
 #include "tpx/sharding/dim.hpp"

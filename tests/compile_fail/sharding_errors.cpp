@@ -25,6 +25,7 @@
 // expect(RESHARD_TARGET_NOT_IN_MESH): reshard to \[I_Z, J\]: mesh axis Z is not an axis of the mesh \(X, Y\)
 // expect(MATMUL_TARGET_NOT_IN_MESH): matmul to \[I_X, K_Z\]: mesh axis Z is not an axis of the mesh \(X, Y\)
 // expect(SLICE_AXIS_NOT_IN_MESH): slice<Z, J>: mesh axis Z is not an axis of the mesh \(X, Y\)
+// expect(PERMUTE_NOT_A_PERMUTATION): permute of \[I_X, J\]: the dims listed must be every dim of the tensor, each once
 // expect(IMPLICIT_REDUCTION): \[I, K\].U_X. does not convert implicitly to \[I, K_X\]: reducing a partial sum over mesh axes X is a collective
 // expect(IMPLICIT_REDUCTION_ARGUMENT): \[I, K\].U_XY. does not convert implicitly to \[I, K\]: reducing a partial sum over mesh axes X, Y is a collective
 // expect(ADD_DIFFERENT_SHARDINGS): elementwise operation on \[B_X, D\] and \[B, D_X\]: the shardings differ
@@ -88,6 +89,8 @@ void body(const tpx::Rank<tpx::Mesh<X, Y>>& rank) {
                                    some<Tensor<float, J<>, K<Y>>>());
 #elif defined(SLICE_AXIS_NOT_IN_MESH)
   auto t = tpx::slice<Z, J>(rank, some<Tensor<float, I<X>, J<>>>());
+#elif defined(PERMUTE_NOT_A_PERMUTATION)
+  auto t = tpx::permute<J, J>(some<Tensor<float, I<X>, J<>>>());
 #elif defined(IMPLICIT_REDUCTION)
   Tensor<float, I<>, K<X>> t =
       tpx::matmul(some<Tensor<float, I<>, J<X>>>(), some<Tensor<float, J<X>, K<>>>());

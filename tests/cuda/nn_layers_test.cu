@@ -1,12 +1,15 @@
 // The layers of tpx/nn on device tensors against the same layers on the host backend (whose own
 // test, tests/unit/nn_layers_test.cpp, checks them against naive loops): RMSNorm over D_Y,
 // vocab-parallel cross-entropy over V_Y, the embedding lookup and gradient, and causal attention
-// with batch over X and heads over Y (forward and backward; tests/unit/attention_test.cpp checks
-// the host's against finite differences), on a 2x2 mesh of
+// with batch over X and heads over Y, the reference and the fused layer (forward and backward;
+// tests/unit/attention_test.cpp checks the host's against finite differences), on a 2x2 mesh of
 // streams on one GPU (spmd(tpx::cuda_simulated, ...)) with uneven extents. Host and device run the
 // same functors (kernels/grid_terms.hpp); the device sums rows in a block tree and the embedding
 // gradient with atomics, in other orders than the host loops, so results agree to a few fp32 ulps
-// of the summed magnitudes: 1e-5 relative here. Skipped without a GPU.
+// of the summed magnitudes: 1e-5 relative here. Fused attention over sequences of several tiles
+// (T = 70) and the widest head (E = 128) in fp32 (1e-5 relative) and bf16 (outputs rounded to
+// bf16 may land one bf16 ulp apart where nvcc fused a multiply-add: 1e-2 relative). Skipped
+// without a GPU.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,6 +18,7 @@
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
+#include <tpx/nn/fused_attention.hpp>
 #include <tpx/nn/rmsnorm.hpp>
 #include <vector>
 
@@ -68,25 +72,85 @@ outputs run_layers(Launcher launcher) {
     const auto douts = tpx::from_global<float, B<X>, H<Y>, T<>, E<>>(rank, {B(rows), H(heads), T(seq), E(head_dim)}, dout);
     const auto att = tpx::nn::causal_attention_forward(qs, ks, vs);
     const auto datt = tpx::nn::causal_attention_backward(qs, ks, vs, att.probs, douts);
+    const auto fused = tpx::nn::fused_causal_attention_forward(qs, ks, vs);
+    const auto dfused = tpx::nn::fused_causal_attention_backward(qs, ks, vs, fused.out, fused.lse, douts);
     std::vector<std::vector<float>> all = {tpx::to_global(fwd.y),       tpx::to_global(fwd.rstd),
                                            tpx::to_global(bwd.dx),      tpx::to_global(bwd.dw),
                                            {tpx::scalar_on_host(ce.loss)}, tpx::to_global(ce.dlogits),
                                            tpx::to_global(emb),         tpx::to_global(demb),
                                            tpx::to_global(att.out),     tpx::to_global(datt.dq),
-                                           tpx::to_global(datt.dk),     tpx::to_global(datt.dv)};
+                                           tpx::to_global(datt.dk),     tpx::to_global(datt.dv),
+                                           tpx::to_global(fused.out),   tpx::to_global(fused.lse),
+                                           tpx::to_global(dfused.dq),   tpx::to_global(dfused.dk),
+                                           tpx::to_global(dfused.dv)};
     if (rank.world_rank() == 0) out.arrays = std::move(all);
   });
   return out;
 }
 
+// Fused attention's outputs over T = 70 (three tiles of keys) with heads of width e, in element
+// type Tc, as fp32 global arrays: out, lse, dq, dk, dv.
+template <class Tc, class Launcher>
+std::vector<std::vector<float>> run_fused_attention(Launcher launcher, std::int64_t e) {
+  const std::int64_t b = 3, h = 2, t = 70, n = b * h * t * e;
+  const auto q = values(n, 11), k = values(n, 12), v = values(n, 13), dout = values(n, 14);
+  std::vector<std::vector<float>> out;
+  tpx::spmd(launcher, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) {
+    const auto in = [&](const std::vector<float>& x) {
+      return tpx::cast<Tc>(tpx::from_global<float, B<X>, T<>, H<Y>, E<>>(rank, {B(b), T(t), H(h), E(e)}, x));
+    };
+    const auto ks = tpx::rename<T, S>(in(k));
+    const auto vs = tpx::rename<T, S>(in(v));
+    const auto qs = in(q);
+    const auto douts = tpx::cast<Tc>(tpx::from_global<float, B<X>, H<Y>, T<>, E<>>(rank, {B(b), H(h), T(t), E(e)}, dout));
+    const auto fwd = tpx::nn::fused_causal_attention_forward(qs, ks, vs);
+    const auto grad = tpx::nn::fused_causal_attention_backward(qs, ks, vs, fwd.out, fwd.lse, douts);
+    const auto global = [](const auto& x) { return tpx::to_global(tpx::cast<float>(x)); };
+    std::vector<std::vector<float>> all = {global(fwd.out), tpx::to_global(fwd.lse), global(grad.dq),
+                                           global(grad.dk), global(grad.dv)};
+    if (rank.world_rank() == 0) out = std::move(all);
+  });
+  return out;
+}
+
+// The number of elements of got farther from want than relative * max |want|.
+std::size_t beyond(const std::vector<float>& got, const std::vector<float>& want, double relative) {
+  double scale = 0;
+  for (float v : want) scale = std::max(scale, double(std::abs(v)));
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    if (!(std::abs(double(got[i]) - want[i]) <= relative * scale)) ++bad;
+  return bad;
+}
+
 }  // namespace
+
+TEST_CASE("fused attention on the device equals its host twin, over several tiles and the widest head") {
+  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+  for (std::int64_t e : {std::int64_t{8}, std::int64_t{64}, std::int64_t{tpx::kernels::fused_attention_max_head}}) {
+    CAPTURE(e);
+    const auto host = run_fused_attention<float>(tpx::host, e);
+    const auto device = run_fused_attention<float>(tpx::cuda_simulated, e);
+    const auto host_bf16 = run_fused_attention<tpx::bf16>(tpx::host, e);
+    const auto device_bf16 = run_fused_attention<tpx::bf16>(tpx::cuda_simulated, e);
+    for (std::size_t a = 0; a < host.size(); ++a) {
+      REQUIRE(device[a].size() == host[a].size());
+      INFO(names[a] << " fp32: " << beyond(device[a], host[a], 1e-5) << " elements beyond 1e-5");
+      CHECK(beyond(device[a], host[a], 1e-5) == 0);
+      INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], 1e-2) << " elements beyond 1e-2");
+      CHECK(beyond(device_bf16[a], host_bf16[a], 1e-2) == 0);
+    }
+  }
+}
 
 TEST_CASE("nn layers on device tensors equal the host layers") {
   const outputs host = run_layers(tpx::host);
   const outputs device = run_layers(tpx::cuda_simulated);
   const char* names[] = {"rmsnorm y", "rmsnorm rstd", "rmsnorm dx", "rmsnorm dw",
                          "cross-entropy loss", "cross-entropy dlogits", "embedding", "embedding gradient",
-                         "attention out",    "attention dq",         "attention dk", "attention dv"};
+                         "attention out",    "attention dq",         "attention dk", "attention dv",
+                         "fused out",        "fused lse",            "fused dq",     "fused dk",
+                         "fused dv"};
   REQUIRE(device.arrays.size() == host.arrays.size());
   for (std::size_t a = 0; a < host.arrays.size(); ++a) {
     const auto& h = host.arrays[a];

@@ -1,16 +1,22 @@
-// Causal attention (tpx/nn/attention.hpp) on sharded tensors against an independent reference:
-// the forward as naive loops over the whole tensors in double, and the gradients as central
-// finite differences of that double forward (so the backward's formulas are checked, not
-// restated). Batch and heads split over X and Y in several ways, on meshes 1x1, 2x1, 1x2, 2x2
-// and 3x2, with extents that do not divide (uneven and empty blocks), in the heads-first layout
-// [B, H, T, E] and in a projection's [B, T, H, E].
+// Causal attention on sharded tensors, the reference layer (tpx/nn/attention.hpp) and the fused
+// one (tpx/nn/fused_attention.hpp, on the host loops that are the CUDA kernels' twin), against an
+// independent reference: the forward as naive loops over the whole tensors in double, and the
+// gradients as central finite differences of that double forward (so the backward's formulas are
+// checked, not restated). Batch and heads split over X and Y in several ways, on meshes 1x1, 2x1,
+// 1x2, 2x2 and 3x2, with extents that do not divide (uneven and empty blocks), in the
+// heads-first layout [B, H, T, E] and in a projection's [B, T, H, E]. Sequences longer than the
+// fused kernels' tile (T = 70: three tiles of keys, the last partial) against the reference
+// layer, at E = 6 and at the largest E, 128.
 // Tolerances: fp32 against double, |got - want| <= 2e-5 (outputs, of magnitude ~1) and 1e-4
-// (gradients; the finite differences themselves are exact to ~1e-8).
+// (gradients; the finite differences themselves are exact to ~1e-8); fused against reference
+// layer in fp32, 2e-5 + 1e-5 |want|; fused bf16 against fp32, 2e-2 + 2e-2 |want| (bf16 keeps
+// 8 bits).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <tpx/nn/attention.hpp>
+#include <tpx/nn/fused_attention.hpp>
 #include <tpx/tpx.hpp>
 #include <tuple>
 #include <type_traits>
@@ -151,6 +157,14 @@ void check_layout() {
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dk)>, Kt>);
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dv)>, Kt>);
       check_against_reference(fwd, grad);
+      const auto fused = tpx::nn::fused_causal_attention_forward(q, k, v);
+      const auto fused_grad =
+          tpx::nn::fused_causal_attention_backward(q, k, v, fused.out, fused.lse, dout);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(fused.out)>, Qt>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(fused.lse)>,
+                                   tpx::Tensor<float, Bs, Hs, T<>>>);
+      static_assert(std::is_same_v<decltype(fused_grad), decltype(grad)>);
+      check_against_reference(fused, fused_grad);
     });
   }
 }
@@ -193,6 +207,12 @@ TEST_CASE("causal attention on the projection layout [B, T, H, E] gives heads-fi
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dk)>, KeyHeads>);
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dv)>, KeyHeads>);
       check_against_reference(fwd, grad);
+      // The fused layer reorders the projection layout itself, and gives the same types.
+      const auto fused = tpx::nn::fused_causal_attention_forward(q, k, v);
+      const auto fused_grad =
+          tpx::nn::fused_causal_attention_backward(q, k, v, fused.out, fused.lse, dout);
+      static_assert(std::is_same_v<decltype(fused_grad), decltype(grad)>);
+      check_against_reference(fused, fused_grad);
     });
   }
 }
@@ -216,5 +236,71 @@ TEST_CASE("causal attention rejects sequences of different lengths, naming both 
     CHECK_THROWS_WITH_AS(tpx::nn::causal_attention_forward(q, k, k),
                          doctest::Contains("has 4 positions and k [B, S, E] has 5"),
                          std::invalid_argument);
+  });
+}
+
+namespace {
+
+// |got - want| <= absolute + relative |want| for every element.
+void check_near(const std::vector<float>& got, const std::vector<float>& want, double absolute,
+                double relative, const char* what) {
+  REQUIRE(got.size() == want.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(double(got[i]) - want[i]) <= absolute + relative * std::abs(double(want[i]))))
+      ++bad;
+  INFO(std::string(what) << ": " << bad << " of " << got.size() << " elements beyond " << absolute
+                         << " + " << relative << " |want|");
+  CHECK(bad == 0);
+}
+
+// Fused against the reference layer over several tiles of keys, heads over Y, batch over X; in
+// bf16 against the fp32 reference.
+template <class Tc>
+void check_long_sequence(int mx, int my, std::int64_t e) {
+  CAPTURE(mx);
+  CAPTURE(my);
+  CAPTURE(e);
+  const std::int64_t b = 3, h = 2, t = 70;
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+    const auto q = tpx::randn<float, B<X>, T<>, H<Y>, E<>>(rank, {B(b), T(t), H(h), E(e)}, 11);
+    const auto k = tpx::randn<float, B<X>, S<>, H<Y>, E<>>(rank, {B(b), S(t), H(h), E(e)}, 12);
+    const auto v = tpx::randn<float, B<X>, S<>, H<Y>, E<>>(rank, {B(b), S(t), H(h), E(e)}, 13);
+    const auto dout = tpx::randn<float, B<X>, H<Y>, T<>, E<>>(rank, {B(b), H(h), T(t), E(e)}, 14);
+    const auto want = tpx::nn::causal_attention_forward(q, k, v);
+    const auto want_grad = tpx::nn::causal_attention_backward(q, k, v, want.probs, dout);
+    const auto fused = tpx::nn::fused_causal_attention_forward(tpx::cast<Tc>(q), tpx::cast<Tc>(k),
+                                                               tpx::cast<Tc>(v));
+    const auto grad = tpx::nn::fused_causal_attention_backward(tpx::cast<Tc>(q), tpx::cast<Tc>(k),
+                                                               tpx::cast<Tc>(v), fused.out,
+                                                               fused.lse, tpx::cast<Tc>(dout));
+    const double tol = std::is_same_v<Tc, float> ? 2e-5 : 2e-2;
+    const double rel = std::is_same_v<Tc, float> ? 1e-5 : 2e-2;
+    const auto global = [](const auto& x) { return tpx::to_global(tpx::cast<float>(x)); };
+    check_near(global(fused.out), tpx::to_global(want.out), tol, rel, "out");
+    check_near(global(grad.dq), tpx::to_global(want_grad.dq), tol, rel, "dq");
+    check_near(global(grad.dk), tpx::to_global(want_grad.dk), tol, rel, "dk");
+    check_near(global(grad.dv), tpx::to_global(want_grad.dv), tol, rel, "dv");
+  });
+}
+
+}  // namespace
+
+TEST_CASE("fused attention over several tiles of keys equals the reference layer") {
+  check_long_sequence<float>(1, 1, 6);
+  check_long_sequence<float>(2, 2, 6);
+  check_long_sequence<float>(3, 2, tpx::kernels::fused_attention_max_head);
+  check_long_sequence<tpx::bf16>(2, 1, 16);
+}
+
+TEST_CASE("fused attention refuses a head wider than its kernels take, naming the width") {
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
+    const std::int64_t e = tpx::kernels::fused_attention_max_head + 1;
+    const auto q = tpx::randn<float, B<>, T<>, E<>>(rank, {B(1), T(2), E(e)}, 1);
+    const auto k = tpx::randn<float, B<>, S<>, E<>>(rank, {B(1), S(2), E(e)}, 2);
+    CHECK_THROWS_WITH_AS(
+        tpx::nn::fused_causal_attention_forward(q, k, k),
+        doctest::Contains("head width E = 129 is more than the fused kernels' 128"),
+        std::invalid_argument);
   });
 }

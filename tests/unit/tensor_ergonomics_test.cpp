@@ -3,7 +3,7 @@
 // global coordinates against the block each rank holds; one target spelling for matmul and
 // reshard; a target over an axis the mesh lacks named at run time before any collective (the
 // rank-first forms, which reject it at compile time: tests/compile_fail); rename moving a block
-// under new dim names.
+// under new dim names; permute reordering dims against the naive index mapping.
 // Meshes 1x1 and 2x2, with extents that divide and that do not.
 #include <doctest/doctest.h>
 
@@ -14,6 +14,7 @@
 #include <string>
 #include <tpx/tpx.hpp>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -211,6 +212,51 @@ TEST_CASE("a rank-first form refuses a tensor of another rank") {
 }
 
 }  // namespace
+
+TEST_CASE("permute stores the dims in another order, each keeping its split, with no communication") {
+  for (const auto& [mx_, my_] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {3, 2}}) {
+    const int mx = mx_, my = my_;  // clang before 16 cannot capture bindings in lambdas
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const std::int64_t ni = 5, nj = 3, nk = 4;
+      auto a = tpx::randn<float, I<X>, J<>, K<Y>>(rank, {I(ni), J(nj), K(nk)}, 9);
+      const auto p = tpx::permute<K, I, J>(a);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(p)>,
+                                   Tensor<float, K<Y>, I<X>, J<>>>);
+      CHECK(p.local_extents() ==
+            decltype(p.local_extents()){a.local_extent(2), a.local_extent(0), a.local_extent(1)});
+      const std::vector<float> before = tpx::to_global(a), after = tpx::to_global(p);
+      std::size_t wrong = 0;
+      for (std::int64_t i = 0; i < ni; ++i)
+        for (std::int64_t j = 0; j < nj; ++j)
+          for (std::int64_t k = 0; k < nk; ++k)
+            wrong += after[(k * ni + i) * nj + j] != before[(i * nj + j) * nk + k];
+      CHECK(wrong == 0);
+    });
+  }
+}
+
+TEST_CASE("each rank's memory meter counts the bytes of its own tensors, and their peak") {
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{3, 1}, [&](auto& rank) {
+    const std::int64_t before = rank.memory().live_bytes();
+    std::int64_t held = 0;
+    {
+      const auto a = tpx::randn<float, I<X>, J<>>(rank, {I(7), J(5)}, 1);  // blocks of 3, 2, 2 rows
+      held = static_cast<std::int64_t>(a.local_extent(0) * 5 * sizeof(float));
+      CHECK(rank.memory().live_bytes() - before == held);
+      const Tensor<float, I<X>, J<>> copy = a;
+      CHECK(rank.memory().live_bytes() - before == 2 * held);
+      const auto whole = tpx::reshard<I<>, J<>>(a);  // 7 x 5 on every rank
+      CHECK(rank.memory().live_bytes() - before ==
+            2 * held + static_cast<std::int64_t>(7 * 5 * sizeof(float)));
+    }
+    CHECK(rank.memory().live_bytes() == before);
+    CHECK(rank.memory().peak_bytes() >= 2 * held + static_cast<std::int64_t>(7 * 5 * sizeof(float)));
+    rank.memory().reset_peak();
+    CHECK(rank.memory().peak_bytes() == before);
+  });
+}
 
 TEST_CASE("rename relabels a dim in place: same elements, same splits, the buffer moved") {
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [](auto& rank) {

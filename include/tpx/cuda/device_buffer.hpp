@@ -11,15 +11,19 @@
 // spans a communicator receives for a device tensor point to device memory.
 //
 // Freeing is stream-ordered too: the memory returns to the pool once the work already queued on
-// the stream (which may still read it) has finished, with no host synchronization.
+// the stream (which may still read it) has finished, with no host synchronization. A buffer
+// made with a memory_meter (device_space gives the rank's: tensor/memory_meter.hpp) counts its
+// bytes there from allocation to free; its copies count on the same meter.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "tpx/cuda/check.hpp"
+#include "tpx/tensor/memory_meter.hpp"
 
 namespace tpx::cuda {
 
@@ -27,31 +31,37 @@ template <class T>
 class device_buffer {
  public:
   device_buffer() = default;
-  // n zero elements from `pool`, ordered on `stream`.
-  device_buffer(std::size_t n, cudaMemPool_t pool, cudaStream_t stream)
-      : device_buffer(n, pool, stream, true) {}
+  // n zero elements from `pool`, ordered on `stream`, counted on `meter` if given.
+  device_buffer(std::size_t n, cudaMemPool_t pool, cudaStream_t stream, memory_meter* meter = nullptr)
+      : device_buffer(n, pool, stream, meter, true) {}
   // n elements of unspecified value, to be overwritten.
-  static device_buffer for_overwrite(std::size_t n, cudaMemPool_t pool, cudaStream_t stream) {
-    return device_buffer(n, pool, stream, false);
+  static device_buffer for_overwrite(std::size_t n, cudaMemPool_t pool, cudaStream_t stream,
+                                     memory_meter* meter = nullptr) {
+    return device_buffer(n, pool, stream, meter, false);
   }
-  device_buffer(const device_buffer& other) : size_(other.size_), pool_(other.pool_), stream_(other.stream_) {
+  device_buffer(const device_buffer& other)
+      : size_(other.size_), pool_(other.pool_), stream_(other.stream_), meter_(other.meter_) {
     if (size_ == 0) return;
     void* p = nullptr;
     TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_));
     data_ = static_cast<T*>(p);
+    if (meter_ != nullptr) meter_->add(static_cast<std::int64_t>(bytes()));
     TPX_CUDA_CHECK(cudaMemcpyAsync(data_, other.data_, bytes(), cudaMemcpyDeviceToDevice, stream_));
   }
   device_buffer(device_buffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
         pool_(other.pool_),
-        stream_(other.stream_) {}
+        stream_(other.stream_),
+        meter_(other.meter_) {}
   device_buffer& operator=(device_buffer other) noexcept {
     swap(*this, other);
     return *this;
   }
   ~device_buffer() {
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);  // a destructor cannot report failure
+    if (data_ == nullptr) return;
+    cudaFreeAsync(data_, stream_);  // a destructor cannot report failure
+    if (meter_ != nullptr) meter_->remove(static_cast<std::int64_t>(bytes()));
   }
 
   friend void swap(device_buffer& a, device_buffer& b) noexcept {
@@ -59,6 +69,7 @@ class device_buffer {
     std::swap(a.size_, b.size_);
     std::swap(a.pool_, b.pool_);
     std::swap(a.stream_, b.stream_);
+    std::swap(a.meter_, b.meter_);
   }
 
   T* data() { return data_; }
@@ -72,12 +83,13 @@ class device_buffer {
   cudaStream_t stream() const { return stream_; }
 
  private:
-  device_buffer(std::size_t n, cudaMemPool_t pool, cudaStream_t stream, bool zeroed)
-      : size_(n), pool_(pool), stream_(stream) {
+  device_buffer(std::size_t n, cudaMemPool_t pool, cudaStream_t stream, memory_meter* meter, bool zeroed)
+      : size_(n), pool_(pool), stream_(stream), meter_(meter) {
     if (n == 0) return;
     void* p = nullptr;
     TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_));
     data_ = static_cast<T*>(p);
+    if (meter_ != nullptr) meter_->add(static_cast<std::int64_t>(bytes()));
     if (zeroed) TPX_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), stream_));
   }
 
@@ -87,6 +99,7 @@ class device_buffer {
   std::size_t size_ = 0;
   cudaMemPool_t pool_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  memory_meter* meter_ = nullptr;
 };
 
 }  // namespace tpx::cuda

@@ -3,7 +3,8 @@
 // the elementwise ops, written once against that interface, run on the GPU unchanged.
 //
 //   buffer<T>                   device_buffer<T>: pool memory, stream-ordered, zeroed (not
-//                               by make_buffer_for_overwrite)
+//                               by make_buffer_for_overwrite), counted on the rank's
+//                               memory_meter
 //   copy_box                    the pack/unpack of a box (cuda/kernels/copy_box.hpp)
 //   gemm                        cuBLASLt (cuda/gemm.hpp); fp32 uses TF32 when the rank allows
 //   transform                   the elementwise kernel running a kernels/ functor
@@ -16,6 +17,8 @@
 //                               agrees with the host's double sum to n * 2^-24 relative
 //   reduce_rows, for_each_element, sum_columns, scatter_add_rows
 //                               the grid loops of the layers (cuda/kernels/grid.hpp)
+//   fused_attention_forward, fused_attention_backward
+//                               fused causal attention (cuda/kernels/fused_attention.hpp)
 //
 // host_accessible is false: a device tensor's local() does not compile (tensor.hpp), so host code
 // cannot read device memory by mistake; to_host / from_host are the named way across.
@@ -36,6 +39,7 @@
 #include "tpx/cuda/kernels/adamw.hpp"
 #include "tpx/cuda/kernels/copy_box.hpp"
 #include "tpx/cuda/kernels/elementwise.hpp"
+#include "tpx/cuda/kernels/fused_attention.hpp"
 #include "tpx/cuda/kernels/grid.hpp"
 #include "tpx/cuda/kernels/random.hpp"
 #include "tpx/cuda/kernels/reduce.hpp"
@@ -56,12 +60,12 @@ struct device_space {
   template <class T>
   static buffer<T> make_buffer(const rank_context& ctx, std::size_t n) {
     const rank_resources& r = resources_of(ctx);
-    return buffer<T>(n, r.pool(), r.stream());
+    return buffer<T>(n, r.pool(), r.stream(), &ctx.memory());
   }
   template <class T>
   static buffer<T> make_buffer_for_overwrite(const rank_context& ctx, std::size_t n) {
     const rank_resources& r = resources_of(ctx);
-    return buffer<T>::for_overwrite(n, r.pool(), r.stream());
+    return buffer<T>::for_overwrite(n, r.pool(), r.stream(), &ctx.memory());
   }
 
   template <class T, std::size_t N>
@@ -147,6 +151,19 @@ struct device_space {
   static void scatter_add_rows(const rank_context& ctx, std::int64_t rows, std::int64_t cols, const Index& index,
                                const Term& term, float* out) {
     cuda::scatter_add_rows(resources_of(ctx).stream(), rows, cols, index, term, out);
+  }
+
+  template <class T>
+  static void fused_attention_forward(const rank_context& ctx, std::int64_t sequences, std::int64_t t_len, int e,
+                                      float scale, const T* q, const T* k, const T* v, T* out, float* lse) {
+    cuda::fused_attention_forward(resources_of(ctx).stream(), sequences, t_len, e, scale, q, k, v, out, lse);
+  }
+  template <class T>
+  static void fused_attention_backward(const rank_context& ctx, std::int64_t sequences, std::int64_t t_len, int e,
+                                       float scale, const T* q, const T* k, const T* v, const T* dout,
+                                       const float* lse, const float* delta, T* dq, T* dk, T* dv) {
+    cuda::fused_attention_backward(resources_of(ctx).stream(), sequences, t_len, e, scale, q, k, v, dout, lse, delta,
+                                   dq, dk, dv);
   }
 };
 

@@ -26,7 +26,9 @@
 //
 // This is the reference formulation: it materialises the [T, S] probabilities of each head and
 // keeps them for the backward, on the host and the GPU alike (the same grid functors, einsum's
-// batched GEMMs). A fused, tiled kernel that never stores them is the GPU's job (issue 11).
+// batched GEMMs). nn/fused_attention.hpp computes the same layer tile by tile without storing
+// them (O(T) memory instead of O(T^2)); on the host the reference is the faster of the two,
+// since its products are BLAS GEMMs.
 #pragma once
 
 #include <cmath>

@@ -54,7 +54,7 @@
 #include <utility>
 
 #include "tpx/core/compile_error.hpp"
-#include "tpx/kernels/permute.hpp"
+#include "tpx/ops/permute.hpp"
 #include "tpx/ops/plan.hpp"
 #include "tpx/ops/reshard.hpp"
 #include "tpx/tensor/tensor.hpp"
@@ -424,29 +424,6 @@ template <class L, class R, class... Contracted>
 inline constexpr bool can_einsum_v = einsum_traits<L, R, unsplit_t<Contracted>...>::possible;
 
 namespace detail {
-
-// The block of `extents` (row-major) copied into the order `order` (dst dim i = src dim
-// order[i]), in a new buffer of Space.
-template <class Space, class T, std::size_t N>
-typename Space::template buffer<T> permuted_block(const rank_context& ctx, const T* src,
-                                                  const index_array<N>& extents, const int* order) {
-  static_assert(N >= 1 && N <= kernels::permute_into<T>::capacity);
-  kernels::permute_into<T> f;
-  f.src = src;
-  f.ndims = static_cast<int>(N);
-  std::int64_t stride[N]{};
-  stride[N - 1] = 1;
-  for (std::size_t d = N - 1; d > 0; --d) stride[d - 1] = stride[d] * extents[d];
-  for (std::size_t i = 0; i < N; ++i) {
-    f.extent[i] = extents[order[i]];
-    f.src_stride[i] = stride[order[i]];
-  }
-  const std::int64_t count = element_count(extents);
-  auto out = Space::template make_buffer_for_overwrite<T>(ctx, static_cast<std::size_t>(count));
-  f.dst = out.data();
-  if (count > 0) Space::for_each_element(ctx, count / f.extent[N - 1], f.extent[N - 1], f);
-  return out;
-}
 
 template <class Traits, AnyTensor L, AnyTensor R>
 auto einsum_impl(const L& a, const R& b) {

@@ -13,6 +13,7 @@
 
 #include "tpx/comm/any_communicator.hpp"
 #include "tpx/sharding/mesh_axis.hpp"
+#include "tpx/tensor/memory_meter.hpp"
 
 namespace tpx {
 
@@ -83,6 +84,9 @@ class rank_context {
     return *groups_[mask];
   }
 
+  // The tensor memory this rank holds, and the most it has held (tensor/memory_meter.hpp).
+  memory_meter& memory() const { return memory_; }
+
   // Wall time spent in the collectives of all this rank's groups so far.
   double collective_seconds() const {
     double total = 0;
@@ -105,6 +109,7 @@ class rank_context {
   std::vector<axis_place> axes_;
   std::vector<any_communicator*> groups_;
   backend_state* backend_ = nullptr;
+  mutable memory_meter memory_;  // counted by the memory spaces, whoever holds a const context
 };
 
 }  // namespace tpx

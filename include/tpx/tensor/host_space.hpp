@@ -5,7 +5,8 @@
 // so that the memory a pointer refers to is never in doubt:
 //   buffer<T>                   an owning, contiguous allocation with data() and size()
 //   make_buffer<T>(ctx, n)      n zero elements, allocated the space's way (for a GPU: on the
-//                               rank's stream, from a pool); out of memory, allocation_error
+//                               rank's stream, from a pool) and counted on the rank's
+//                               memory_meter; out of memory, allocation_error
 //   make_buffer_for_overwrite<T>(ctx, n)   the same without the zeros: n elements of unspecified
 //                               value, for outputs that are then written whole
 //   copy_box(ctx, ...)          tensor/box_copy.hpp's copy between two arrays of the space
@@ -23,6 +24,11 @@
 //                                                  no (r, c) may depend on another, as on a GPU)
 //   sum_columns(ctx, rows, cols, term, out)        out[c] += sum over r of term(r, c)
 //   scatter_add_rows(ctx, rows, cols, index, term, out)   out[index(r) * cols + c] += term(r, c)
+// and fused causal attention over [sequences, T, E] (nn/fused_attention.hpp), whose row math is
+// kernels/fused_attention.hpp's:
+//   fused_attention_forward(ctx, sequences, t_len, e, scale, q, k, v, out, lse)
+//   fused_attention_backward(ctx, sequences, t_len, e, scale, q, k, v, dout, lse, delta,
+//                            dq, dk, dv)
 // The collectives, reshard, matmul and the layers are written once against this interface; the
 // CUDA backend adds a device space with the same functions. host_accessible says that the host
 // may read the space's memory, which is what lets Tensor::local() compile (tensor.hpp).
@@ -44,6 +50,7 @@
 #include "tpx/spmd/rank_context.hpp"
 #include "tpx/tensor/allocation_error.hpp"
 #include "tpx/tensor/box_copy.hpp"
+#include "tpx/tensor/host_fused_attention.hpp"
 #include "tpx/tensor/host_buffer.hpp"
 
 namespace tpx {
@@ -56,13 +63,13 @@ struct host_space {
 
   // n zero elements; out of memory, an allocation_error saying how many bytes were asked for.
   template <class T>
-  static buffer<T> make_buffer(const rank_context&, std::size_t n) {
-    return allocate<T>(n, [n] { return buffer<T>(n, T{}); });
+  static buffer<T> make_buffer(const rank_context& ctx, std::size_t n) {
+    return allocate<T>(n, [&] { return buffer<T>(n, T{}, metered<T>(ctx)); });
   }
   // The same without the zeros.
   template <class T>
-  static buffer<T> make_buffer_for_overwrite(const rank_context&, std::size_t n) {
-    return allocate<T>(n, [n] { return buffer<T>(n); });
+  static buffer<T> make_buffer_for_overwrite(const rank_context& ctx, std::size_t n) {
+    return allocate<T>(n, [&] { return buffer<T>(n, metered<T>(ctx)); });
   }
 
   template <class T, std::size_t N>
@@ -157,7 +164,27 @@ struct host_space {
     }
   }
 
+  template <class T>
+  static void fused_attention_forward(const rank_context&, std::int64_t sequences,
+                                      std::int64_t t_len, int e, float scale, const T* q,
+                                      const T* k, const T* v, T* out, float* lse) {
+    detail::host_fused_attention_forward(sequences, t_len, e, scale, q, k, v, out, lse);
+  }
+  template <class T>
+  static void fused_attention_backward(const rank_context&, std::int64_t sequences,
+                                       std::int64_t t_len, int e, float scale, const T* q,
+                                       const T* k, const T* v, const T* dout, const float* lse,
+                                       const float* delta, T* dq, T* dk, T* dv) {
+    detail::host_fused_attention_backward(sequences, t_len, e, scale, q, k, v, dout, lse, delta,
+                                          dq, dk, dv);
+  }
+
  private:
+  // The allocator that counts on the rank's memory_meter.
+  template <class T>
+  static for_overwrite_allocator<T> metered(const rank_context& ctx) {
+    return for_overwrite_allocator<T>(&ctx.memory());
+  }
   template <class T, class Make>
   static buffer<T> allocate(std::size_t n, const Make& make) {
     try {

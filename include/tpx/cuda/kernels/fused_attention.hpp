@@ -1,0 +1,207 @@
+// Fused causal attention on the device: the kernels behind device_space::fused_attention_forward
+// and _backward (nn/fused_attention.hpp), running kernels/fused_attention.hpp's row math, the
+// very functions the host loops run (tensor/host_fused_attention.hpp), on tiles staged in
+// shared memory.
+//
+//   forward   one thread per query row, a block per tile of fused_attention_tile rows of one
+//             sequence; the block walks the key tiles its rows can see, staging K and V
+//   dq        the same over K and V, with dout, lse and delta per row
+//   dk, dv    one thread per key row; the block walks the query tiles that see its rows (t >= s),
+//             staging the scaled queries (fp32), dout, lse and delta
+// Each row's state (its scaled query and an accumulator of E floats) stays with its thread, the
+// head width E at most kernels::fused_attention_max_head, instantiated for E up to 32, 64 and
+// 128. Every output element is written by one thread, so results do not depend on scheduling.
+//
+// This is the correctness-first form of the kernel, on CUDA cores in fp32 whatever the element
+// type: one thread per row keeps the causal mask and the online softmax simple and shared with
+// the host. The tensor-core form (bf16 tiles through mma, FlashAttention-2's warp split) is to be
+// written and tuned where it can be measured, against these kernels and the host twin.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "tpx/cuda/check.hpp"
+#include "tpx/kernels/fused_attention.hpp"
+
+namespace tpx::cuda {
+
+namespace detail {
+
+constexpr int attention_rows = kernels::fused_attention_tile;  // threads, and rows of a tile
+
+__device__ inline std::int64_t least(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+
+// Rows [first, first + n) of a [rows, e] array into shared memory at pitch e, as U times factor.
+template <class U, class T>
+__device__ void stage_rows(const T* src, std::int64_t first, int n, int e, float factor, U* dst) {
+  for (int i = threadIdx.x; i < n * e; i += blockDim.x)
+    dst[i] = static_cast<U>(factor * static_cast<float>(src[first * e + i]));
+}
+
+template <int MaxE, class T>
+__global__ void __launch_bounds__(attention_rows)
+    fused_attention_forward_kernel(std::int64_t t_len, int e, float scale, const T* q, const T* k,
+                                   const T* v, T* out, float* lse) {
+  extern __shared__ unsigned char staging[];
+  T* k_tile = reinterpret_cast<T*>(staging);
+  T* v_tile = k_tile + attention_rows * e;
+  const std::int64_t base = blockIdx.y * t_len;  // this sequence's first row
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * attention_rows;
+  const std::int64_t t = first + threadIdx.x;
+  const bool active = t < t_len;
+  float qs[MaxE], acc[MaxE];
+  kernels::attention_row_state state;
+  if (active) {
+    kernels::load_row(q + (base + t) * e, e, scale, qs);
+    for (int i = 0; i < e; ++i) acc[i] = 0;
+  }
+  const std::int64_t last = least(first + attention_rows, t_len) - 1;
+  for (std::int64_t s0 = 0; s0 <= last; s0 += attention_rows) {
+    const int staged = static_cast<int>(least(attention_rows, last + 1 - s0));
+    stage_rows(k + base * e, s0, staged, e, 1.0f, k_tile);
+    stage_rows(v + base * e, s0, staged, e, 1.0f, v_tile);
+    __syncthreads();
+    if (active && s0 <= t) {
+      const int n = static_cast<int>(least(staged, t + 1 - s0));
+      kernels::attend_tile(qs, k_tile, v_tile, e, n, e, state, acc);
+    }
+    __syncthreads();
+  }
+  if (active) lse[base + t] = kernels::finish_row(state, acc, e, out + (base + t) * e);
+}
+
+template <int MaxE, class T>
+__global__ void __launch_bounds__(attention_rows)
+    fused_attention_dq_kernel(std::int64_t t_len, int e, float scale, const T* q, const T* k,
+                              const T* v, const T* dout, const float* lse, const float* delta,
+                              T* dq) {
+  extern __shared__ unsigned char staging[];
+  T* k_tile = reinterpret_cast<T*>(staging);
+  T* v_tile = k_tile + attention_rows * e;
+  const std::int64_t base = blockIdx.y * t_len;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * attention_rows;
+  const std::int64_t t = first + threadIdx.x;
+  const bool active = t < t_len;
+  float qs[MaxE], d[MaxE], grad[MaxE];
+  if (active) {
+    kernels::load_row(q + (base + t) * e, e, scale, qs);
+    kernels::load_row(dout + (base + t) * e, e, 1.0f, d);
+    for (int i = 0; i < e; ++i) grad[i] = 0;
+  }
+  const std::int64_t last = least(first + attention_rows, t_len) - 1;
+  for (std::int64_t s0 = 0; s0 <= last; s0 += attention_rows) {
+    const int staged = static_cast<int>(least(attention_rows, last + 1 - s0));
+    stage_rows(k + base * e, s0, staged, e, 1.0f, k_tile);
+    stage_rows(v + base * e, s0, staged, e, 1.0f, v_tile);
+    __syncthreads();
+    if (active && s0 <= t) {
+      const int n = static_cast<int>(least(staged, t + 1 - s0));
+      kernels::dq_tile(qs, d, lse[base + t], delta[base + t], k_tile, v_tile, e, n, e, scale, grad);
+    }
+    __syncthreads();
+  }
+  if (active)
+    for (int i = 0; i < e; ++i) dq[(base + t) * e + i] = static_cast<T>(grad[i]);
+}
+
+template <int MaxE, class T>
+__global__ void __launch_bounds__(attention_rows)
+    fused_attention_dkdv_kernel(std::int64_t t_len, int e, float scale, const T* q, const T* k,
+                                const T* v, const T* dout, const float* lse, const float* delta,
+                                T* dk, T* dv) {
+  extern __shared__ unsigned char staging[];
+  float* qs_tile = reinterpret_cast<float*>(staging);
+  float* lse_tile = qs_tile + attention_rows * e;
+  float* delta_tile = lse_tile + attention_rows;
+  T* dout_tile = reinterpret_cast<T*>(delta_tile + attention_rows);
+  const std::int64_t base = blockIdx.y * t_len;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * attention_rows;
+  const std::int64_t s = first + threadIdx.x;
+  const bool active = s < t_len;
+  float kf[MaxE], vf[MaxE], gk[MaxE], gv[MaxE];
+  if (active) {
+    kernels::load_row(k + (base + s) * e, e, 1.0f, kf);
+    kernels::load_row(v + (base + s) * e, e, 1.0f, vf);
+    for (int i = 0; i < e; ++i) gk[i] = gv[i] = 0;
+  }
+  for (std::int64_t t0 = first; t0 < t_len; t0 += attention_rows) {  // queries that see the block
+    const int staged = static_cast<int>(least(attention_rows, t_len - t0));
+    stage_rows(q + base * e, t0, staged, e, scale, qs_tile);
+    stage_rows(dout + base * e, t0, staged, e, 1.0f, dout_tile);
+    for (int j = threadIdx.x; j < staged; j += blockDim.x) {
+      lse_tile[j] = lse[base + t0 + j];
+      delta_tile[j] = delta[base + t0 + j];
+    }
+    __syncthreads();
+    if (active) {
+      const int skip = static_cast<int>(s > t0 ? s - t0 : 0);  // queries before s
+      if (skip < staged)
+        kernels::dkdv_tile(kf, vf, qs_tile + skip * e, dout_tile + skip * e, lse_tile + skip,
+                           delta_tile + skip, e, staged - skip, e, gk, gv);
+    }
+    __syncthreads();
+  }
+  if (active)
+    for (int i = 0; i < e; ++i) {
+      dk[(base + s) * e + i] = static_cast<T>(gk[i]);
+      dv[(base + s) * e + i] = static_cast<T>(gv[i]);
+    }
+}
+
+// Calls launch.template operator()<MaxE>() with the smallest instantiated MaxE >= e.
+template <class Launch>
+void with_head_capacity(int e, const Launch& launch) {
+  if (e <= 32)
+    launch.template operator()<32>();
+  else if (e <= 64)
+    launch.template operator()<64>();
+  else
+    launch.template operator()<kernels::fused_attention_max_head>();
+}
+
+inline dim3 attention_grid(std::int64_t sequences, std::int64_t t_len) {
+  if (sequences > 65535)  // gridDim.y
+    throw std::invalid_argument("tpx: fused attention over " + std::to_string(sequences) +
+                                " sequences (batch x heads) on one rank; the kernels take 65535");
+  return dim3(static_cast<unsigned>((t_len + attention_rows - 1) / attention_rows),
+              static_cast<unsigned>(sequences));
+}
+
+}  // namespace detail
+
+template <class T>
+void fused_attention_forward(cudaStream_t stream, std::int64_t sequences, std::int64_t t_len, int e,
+                             float scale, const T* q, const T* k, const T* v, T* out, float* lse) {
+  if (sequences <= 0 || t_len <= 0) return;
+  const std::size_t bytes = 2 * sizeof(T) * detail::attention_rows * e;
+  detail::with_head_capacity(e, [&]<int MaxE>() {
+    detail::fused_attention_forward_kernel<MaxE, T>
+        <<<detail::attention_grid(sequences, t_len), detail::attention_rows, bytes, stream>>>(
+            t_len, e, scale, q, k, v, out, lse);
+  });
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void fused_attention_backward(cudaStream_t stream, std::int64_t sequences, std::int64_t t_len,
+                              int e, float scale, const T* q, const T* k, const T* v, const T* dout,
+                              const float* lse, const float* delta, T* dq, T* dk, T* dv) {
+  if (sequences <= 0 || t_len <= 0) return;
+  const dim3 grid = detail::attention_grid(sequences, t_len);
+  const std::size_t dq_bytes = 2 * sizeof(T) * detail::attention_rows * e;
+  const std::size_t dkdv_bytes = (sizeof(float) * (e + 2) + sizeof(T) * e) * detail::attention_rows;
+  detail::with_head_capacity(e, [&]<int MaxE>() {
+    detail::fused_attention_dq_kernel<MaxE, T><<<grid, detail::attention_rows, dq_bytes, stream>>>(
+        t_len, e, scale, q, k, v, dout, lse, delta, dq);
+    detail::fused_attention_dkdv_kernel<MaxE, T>
+        <<<grid, detail::attention_rows, dkdv_bytes, stream>>>(t_len, e, scale, q, k, v, dout, lse,
+                                                               delta, dk, dv);
+  });
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tpx::cuda
