@@ -22,7 +22,7 @@ namespace gpt {
 
 struct family {
   using config = gpt::config;
-  using mesh = tpx::Mesh<X, Y>;
+  using mesh = gpt::mesh;  // Mesh<R, X, Y>: --mesh RxXxY, or XxY for R = 1
   template <class Space>
   using tensors = model_tensors<Space>;
   template <class Tc, class Space>

@@ -1,32 +1,37 @@
-// A GPT-style decoder-only transformer over bytes, trained with FSDP over mesh axis X and
-// Megatron tensor + sequence parallelism over Y: the flagship example's model (issue 11), written
-// with tpx's typed ops so that every collective is visible in the types.
+// A GPT-style decoder-only transformer over bytes, trained with FSDP over mesh axis X, Megatron
+// tensor + sequence parallelism over Y and, optionally, pure data parallelism over R (HSDP:
+// replicate over R, shard over X): the flagship example's model (issue 11), written with tpx's
+// typed ops so that every collective is visible in the types.
 //
-//   x[B_X, T_Y, D]  = TokE[token] + PosE[t]                        sequence-parallel residual
-//   block l:  h  = AllGather<Y, T>(RMSNorm(x))                       [B_X, T, D]
-//             q  = h *_D Wq[D, H_Y, E],  k, v likewise (T renamed S) [B_X, T, H_Y, E]
-//             o  = causal_attention(q, k, v) *_{H,E} Wo[H_Y, E, D]    [B_X, T, D]{U_Y}
-//             x += ReduceScatter<Y, T>(o)                            [B_X, T_Y, D]
+//   x[B_RX, T_Y, D] = TokE[token] + PosE[t]                        sequence-parallel residual
+//   block l:  h  = AllGather<Y, T>(RMSNorm(x))                       [B_RX, T, D]
+//             q  = h *_D Wq[D, H_Y, E],  k, v likewise (T renamed S) [B_RX, T, H_Y, E]
+//             o  = causal_attention(q, k, v) *_{H,E} Wo[H_Y, E, D]    [B_RX, T, D]{U_Y}
+//             x += ReduceScatter<Y, T>(o)                            [B_RX, T_Y, D]
 //             h  = AllGather<Y, T>(RMSNorm(x))
 //             x += ReduceScatter<Y, T>(GELU(h *_D Win[D, F_Y]) *_F Wout[F_Y, D])
-//   logits[B_X, T, V_Y] = AllGather<Y, T>(RMSNorm(x)) *_D Head[D, V_Y]
+//   logits[B_RX, T, V_Y] = AllGather<Y, T>(RMSNorm(x)) *_D Head[D, V_Y]
 //   loss = mean cross-entropy over B and T, over the vocabulary shards (nn/cross_entropy.hpp)
 //
 // Heads are split over Y, so attention itself needs no collective (nn/attention.hpp); between
 // the blocks the residual stream is split along the sequence over Y (Megatron's sequence
 // parallelism), so norms and residual adds run on 1/Y of the tokens, and the AllGather before each
 // sublayer and the ReduceScatter after it replace Megatron-TP's AllReduce. Every parameter is an
-// fp32 master sharded over both axes; before use it is cast to the compute type and all-gathered
-// (FSDP over X; the norms and embedding tables over Y too, as the residual stream needs them
-// whole), and the backward pass applies the adjoint of each gather, so every gradient arrives
-// reduce-scattered onto its parameter's sharding, as in the MLP trainer (examples/trainer). With
+// fp32 master sharded over X and Y and replicated over R; before use it is cast to the compute
+// type and all-gathered (FSDP over X; the norms and embedding tables over Y too, as the residual
+// stream needs them whole), and the backward pass applies the adjoint of each gather, so every
+// gradient arrives reduce-scattered onto its parameter's sharding, as in the MLP trainer
+// (examples/trainer). The batch is split over R and X, so that reduce-scattered gradient is still
+// a partial sum over the replicas, {U_R}, which one AllReduce over R per parameter completes
+// (HSDP; the seed notes' section 6.2). On a mesh with R = 1 that AllReduce has one member and
+// changes no bit: the model then computes exactly the two-axis FSDP + TP model. With
 // checkpoint_every = C > 0 only every C-th block input is kept and each segment runs forward again
 // during the backward pass (examples/trainer/block_stack.hpp).
 //
 // Tokens are bytes; a batch is [B, T, W] int32 with three columns per position: the input byte,
 // the target byte (the next one) and the position, which indexes PosE through the same embedding
-// lookup as the bytes. The model reads them twice: split like the residual stream, [B_X, T_Y, W],
-// for the embeddings, and with the sequence whole, [B_X, T, W], for the loss.
+// lookup as the bytes. The model reads them twice: split like the residual stream, [B_RX, T_Y, W],
+// for the embeddings, and with the sequence whole, [B_RX, T, W], for the loss.
 #pragma once
 
 #include <cmath>
@@ -48,12 +53,19 @@
 
 namespace gpt {
 
-TPX_MESH_AXES(X, Y);  // X: data parallel + FSDP, Y: tensor + sequence parallel
+// R: replicas (pure data parallel: HSDP's replicate axis), X: data parallel + FSDP, Y: tensor +
+// sequence parallel
+TPX_MESH_AXES(R, X, Y);
 // batch, query and key positions, model width, heads, head width, MLP width, vocabulary, columns
 TPX_DIMS(B, T, S, D, H, E, F, V, W);
 
 using tpx::AllGather;
 using tpx::ReduceScatter;
+
+// The model's mesh, R major: ranks that share an R coordinate are consecutive, so that with one
+// replica per node the FSDP and TP collectives (over X and Y) stay within a node and only the
+// gradients' AllReduce over R crosses nodes. Mesh{1, x, y} is the two-axis FSDP + TP layout.
+using mesh = tpx::Mesh<R, X, Y>;
 
 struct config {
   std::int64_t batch = 16;
@@ -74,7 +86,8 @@ struct config {
 enum token_column : std::int64_t { input_byte = 0, target_byte = 1, position = 2, columns = 3 };
 
 // Every parameter-shaped tensor of the model, fp32, in memory space Space: the master weights,
-// their gradients and the two Adam moments are each one of these.
+// their gradients and the two Adam moments are each one of these. None is split over R: each
+// replica holds the same shards (HSDP), written once to a checkpoint (io/checkpoint_writer.hpp).
 template <class Space>
 struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
   template <class T, class... Spec>
@@ -166,8 +179,8 @@ void initialize(model_tensors<Space>& p, const config& c) {
 // A step's batch, twice: split like the residual stream and with the sequence whole.
 template <class Space>
 struct batch {
-  tpx::BasicTensor<Space, std::int32_t, B<X>, T<Y>, W<>> stream;
-  tpx::BasicTensor<Space, std::int32_t, B<X>, T<>, W<>> whole;
+  tpx::BasicTensor<Space, std::int32_t, B<R, X>, T<Y>, W<>> stream;
+  tpx::BasicTensor<Space, std::int32_t, B<R, X>, T<>, W<>> whole;
 };
 
 // The batch of `step`: row b is a window of seq + 1 bytes of the text (trainer::text_data, made
@@ -227,7 +240,7 @@ class model {
   template <class T, class... Spec>
   using Tensor = tpx::BasicTensor<Space, T, Spec...>;
   using params = model_tensors<Space>;
-  using stream = Tensor<Tc, B<X>, T<Y>, D<>>;  // the residual stream, split along the sequence
+  using stream = Tensor<Tc, B<R, X>, T<Y>, D<>>;  // the residual stream, split along the sequence
   using scalar = Tensor<float>;
 
   // The forward pass's collectives, as types; the backward pass applies their adjoints.
@@ -241,7 +254,7 @@ class model {
   model(const tpx::rank_context& rank, const config& c) : rank_(rank), c_(c) {}
 
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
-  // parameter's gradient, reduce-scattered onto the parameter's sharding.
+  // parameter's gradient, reduce-scattered onto the parameter's sharding and summed over R.
   scalar forward_backward(const params& p, const batch<Space>& tokens, params& grads) const {
     std::optional<scalar> loss;
     const stream dx = trainer::stack_forward_backward(
@@ -269,9 +282,19 @@ class model {
       return Chain::forward(tpx::cast<Tc>(master));
   }
 
+  // A parameter's gradient from the partial sum the backward pass made of it over the rows this
+  // rank saw, {U_RX..}: the adjoint of the parameter's gather Chain reduce-scatters it onto the
+  // master's shards over X (and Y), in the compute type; what is left, {U_R}, is each replica's
+  // share of the gradient, and AllReduce<R> sums the replicas' shards (HSDP: 1/(X Y) of the
+  // parameter crosses R, not all of it). Then fp32, the masters' type.
+  template <class Chain, class Partial>
+  static auto parameter_gradient(const Partial& partial) {
+    return tpx::cast<float>(tpx::all_reduce<R>(Chain::backward(partial)));
+  }
+
   using stream_tokens = decltype(batch<Space>::stream);
 
-  // x[B_X, T_Y, D] = TokE[byte] + PosE[t]: two row lookups into the gathered tables.
+  // x[B_RX, T_Y, D] = TokE[byte] + PosE[t]: two row lookups into the gathered tables.
   stream embed_forward(const params& p, const stream_tokens& tokens) const {
     stream x(rank_, {B(c_.batch), T(c_.seq), D(c_.d_model())});
     tpx::nn::embedding_add(x, gathered<gather_table>(p.token_embed), tokens, input_byte);
@@ -279,48 +302,48 @@ class model {
     return x;
   }
 
-  // The tables' gradients: [V, D]{U_XY} and [T, D]{U_XY} (each rank saw its rows), reduced onto
-  // the tables' shards by the adjoints of their gathers.
+  // The tables' gradients: [V, D]{U_RXY} and [T, D]{U_RXY} (each rank saw its rows), reduced
+  // onto the tables' shards [V_X, D_Y] and [T_X, D_Y] and over the replicas.
   void embed_backward(const stream_tokens& tokens, const stream& dx, params& grads) const {
-    grads.token_embed = gather_table::backward(
+    grads.token_embed = parameter_gradient<gather_table>(
         tpx::nn::embedding_gradient<V>(dx, tokens, input_byte, c_.vocab));
-    grads.position_embed =
-        gather_positions::backward(tpx::nn::embedding_gradient<T>(dx, tokens, position, c_.seq));
+    grads.position_embed = parameter_gradient<gather_positions>(
+        tpx::nn::embedding_gradient<T>(dx, tokens, position, c_.seq));
   }
 
-  using whole = Tensor<Tc, B<X>, T<>, D<>>;        // a sublayer's input, sequence gathered
-  using heads = Tensor<Tc, B<X>, H<Y>, T<>, E<>>;  // attention's output
-  using keys = Tensor<Tc, B<X>, S<>, H<Y>, E<>>;   // k and v, their positions named S
-  using rstd = Tensor<float, B<X>, T<Y>>;
+  using whole = Tensor<Tc, B<R, X>, T<>, D<>>;        // a sublayer's input, sequence gathered
+  using heads = Tensor<Tc, B<R, X>, H<Y>, T<>, E<>>;  // attention's output
+  using keys = Tensor<Tc, B<R, X>, S<>, H<Y>, E<>>;   // k and v, their positions named S
+  using rstd = Tensor<float, B<R, X>, T<Y>>;
   struct block_state {
-    stream x;                                // block input
-    rstd rstd1;                              // RMSNorm statistics before attention
-    whole h1;                                // normalized input, gathered along T
-    Tensor<Tc, B<X>, T<>, H<Y>, E<>> q;      // queries
-    keys k, v;                               // keys and values
-    heads att;                               // attention output
-    Tensor<Tc, B<X>, H<Y>, T<>, S<>> probs;  // attention probabilities
-    stream mid;                              // input + attention
-    rstd rstd2;                              // RMSNorm statistics before the MLP
-    whole h2;                                // normalized mid, gathered along T
-    Tensor<Tc, B<X>, T<>, F<Y>> a;           // MLP pre-activation
-    Tensor<Tc, B<X>, T<>, F<Y>> g;           // GELU(a)
-    stream out;                              // mid + MLP
+    stream x;                                   // block input
+    rstd rstd1;                                 // RMSNorm statistics before attention
+    whole h1;                                   // normalized input, gathered along T
+    Tensor<Tc, B<R, X>, T<>, H<Y>, E<>> q;      // queries
+    keys k, v;                                  // keys and values
+    heads att;                                  // attention output
+    Tensor<Tc, B<R, X>, H<Y>, T<>, S<>> probs;  // attention probabilities
+    stream mid;                                 // input + attention
+    rstd rstd2;                                 // RMSNorm statistics before the MLP
+    whole h2;                                   // normalized mid, gathered along T
+    Tensor<Tc, B<R, X>, T<>, F<Y>> a;           // MLP pre-activation
+    Tensor<Tc, B<R, X>, T<>, F<Y>> g;           // GELU(a)
+    stream out;                                 // mid + MLP
   };
 
   block_state block_forward(const params& p, int l, const stream& x) const {
     auto n1 = tpx::nn::rmsnorm_forward(x, gathered<gather_norm>(p.norm1[l]));
     whole h1 = gather_sequence::forward(n1.y);
-    auto q = tpx::einsum<D>(h1, gathered<gather_weight>(p.wq[l]));  // [B_X, T, H_Y, E]
+    auto q = tpx::einsum<D>(h1, gathered<gather_weight>(p.wq[l]));  // [B_RX, T, H_Y, E]
     keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, gathered<gather_weight>(p.wk[l])));
     keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, gathered<gather_weight>(p.wv[l])));
     auto att = tpx::nn::causal_attention_forward(q, k, v);
-    // [B_X, H_Y, T, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
+    // [B_RX, H_Y, T, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
     stream mid = tpx::add(
         x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, gathered<gather_weight>(p.wo[l]))));
     auto n2 = tpx::nn::rmsnorm_forward(mid, gathered<gather_norm>(p.norm2[l]));
     whole h2 = gather_sequence::forward(n2.y);
-    auto a = tpx::einsum<D>(h2, gathered<gather_weight>(p.w_in[l]));  // [B_X, T, F_Y]
+    auto a = tpx::einsum<D>(h2, gathered<gather_weight>(p.w_in[l]));  // [B_RX, T, F_Y]
     auto g = tpx::map(tpx::kernels::gelu{}, a);
     stream out = tpx::add(
         mid, scatter_sequence::forward(tpx::einsum<F>(g, gathered<gather_weight>(p.w_out[l]))));
@@ -340,36 +363,36 @@ class model {
             std::move(out)};
   }
 
-  // The gradient of a gathered matrix: the contraction over the rows (B, T) that the forward
-  // pass's product summed out, a partial sum over X, reduce-scattered onto the master's shards.
-  template <class Grad>
-  static auto weight_gradient(const Grad& partial) {
-    return tpx::cast<float>(gather_weight::backward(partial));
+  // The gradient of a gathered matrix, from the contraction over the rows (B, T) that the
+  // forward pass's product summed out: a partial sum over R and X, e.g. [F_Y, D]{U_RX}.
+  template <class Partial>
+  static auto weight_gradient(const Partial& partial) {
+    return parameter_gradient<gather_weight>(partial);
   }
 
   stream block_backward(const params& p, int l, const block_state& s, const stream& dout,
                         params& grads) const {
     // MLP: out = mid + RS(GELU(h2 Win) Wout)
-    const whole do2 = scatter_sequence::backward(dout);  // [B_X, T, D]
+    const whole do2 = scatter_sequence::backward(dout);  // [B_RX, T, D]
     const auto w_out = gathered<gather_weight>(p.w_out[l]);
     grads.w_out[l] = weight_gradient(tpx::einsum<B, T>(s.g, do2));  // [F_Y, D_X]
     const auto da =
-        tpx::map(tpx::kernels::gelu_backward{}, s.a, tpx::einsum<D>(do2, w_out));  // [B_X, T, F_Y]
+        tpx::map(tpx::kernels::gelu_backward{}, s.a, tpx::einsum<D>(do2, w_out));  // [B_RX, T, F_Y]
     const auto w_in = gathered<gather_weight>(p.w_in[l]);
     grads.w_in[l] = weight_gradient(tpx::einsum<B, T>(s.h2, da));  // [D_X, F_Y]
     const stream dh2 = gather_sequence::backward(tpx::einsum<F>(da, w_in));
     const auto norm2 = gathered<gather_norm>(p.norm2[l]);
     auto dn2 = tpx::nn::rmsnorm_backward(s.mid, norm2, s.rstd2, dh2);
-    grads.norm2[l] = gather_norm::backward(dn2.dw);
+    grads.norm2[l] = parameter_gradient<gather_norm>(dn2.dw);  // [D]{U_RXY} -> [D_YX]
     const stream dmid = tpx::add(dout, dn2.dx);
 
     // Attention: mid = x + RS(attention(q, k, v) Wo)
     const whole do1 = scatter_sequence::backward(dmid);
     const auto wo = gathered<gather_weight>(p.wo[l]);
     grads.wo[l] = weight_gradient(tpx::einsum<B, T>(s.att, do1));  // [H_Y, E, D_X]
-    const auto datt = tpx::einsum<D>(do1, wo);                     // [B_X, T, H_Y, E]
+    const auto datt = tpx::einsum<D>(do1, wo);                     // [B_RX, T, H_Y, E]
     auto g = tpx::nn::causal_attention_backward(s.q, s.k, s.v, s.probs, datt);
-    const auto dk = tpx::rename<S, T>(std::move(g.dk));  // [B_X, H_Y, T, E], as dq
+    const auto dk = tpx::rename<S, T>(std::move(g.dk));  // [B_RX, H_Y, T, E], as dq
     const auto dv = tpx::rename<S, T>(std::move(g.dv));
     const auto wq = gathered<gather_weight>(p.wq[l]);
     const auto wk = gathered<gather_weight>(p.wk[l]);
@@ -383,7 +406,7 @@ class model {
                  tpx::einsum<H, E>(dv, wv)));
     const auto norm1 = gathered<gather_norm>(p.norm1[l]);
     auto dn1 = tpx::nn::rmsnorm_backward(s.x, norm1, s.rstd1, dh1);
-    grads.norm1[l] = gather_norm::backward(dn1.dw);
+    grads.norm1[l] = parameter_gradient<gather_norm>(dn1.dw);
     return tpx::add(dmid, dn1.dx);
   }
 
@@ -392,7 +415,7 @@ class model {
     stream dx;
   };
 
-  // Final norm, logits [B_X, T, V_Y] (the vocabulary stays split: nn/cross_entropy's
+  // Final norm, logits [B_RX, T, V_Y] (the vocabulary stays split: nn/cross_entropy's
   // vocab-parallel loss), mean cross-entropy over every position, and their backward pass.
   head_result head_forward_backward(const params& p, const stream& x,
                                     const decltype(batch<Space>::whole)& tokens,
@@ -401,12 +424,12 @@ class model {
     auto normed = tpx::nn::rmsnorm_forward(x, norm);
     const whole h = gather_sequence::forward(normed.y);
     const auto head = gathered<gather_weight>(p.head);  // [D, V_Y]
-    const auto logits = tpx::einsum<D>(h, head);        // [B_X, T, V_Y]
+    const auto logits = tpx::einsum<D>(h, head);        // [B_RX, T, V_Y]
     auto ce = tpx::nn::cross_entropy(logits, tokens, target_byte);
     grads.head = weight_gradient(tpx::einsum<B, T>(h, ce.dlogits));  // [D_X, V_Y]
     const stream dh = gather_sequence::backward(tpx::einsum<V>(ce.dlogits, head));
     auto dnorm = tpx::nn::rmsnorm_backward(x, norm, normed.rstd, dh);
-    grads.final_norm = gather_norm::backward(dnorm.dw);
+    grads.final_norm = parameter_gradient<gather_norm>(dnorm.dw);
     return {std::move(ce.loss), std::move(dnorm.dx)};
   }
 

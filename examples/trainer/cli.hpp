@@ -12,6 +12,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "cli_checks.hpp"
 #include "peak.hpp"
@@ -28,21 +30,29 @@
 
 namespace trainer {
 
-// "2x2" -> {2, 2}
-inline std::pair<int, int> parse_mesh(const std::string& text) {
-  const auto x = text.find('x');
+// "2x2" -> {1, 2, 2} (R, X, Y); where `replicas` allows a replica axis, also "2x2x2" -> {2, 2, 2}.
+inline std::tuple<int, int, int> parse_mesh(const std::string& text, bool replicas = false) {
+  std::vector<int> sizes;
   try {
-    if (x == std::string::npos) throw std::invalid_argument(text);
-    std::size_t used_x = 0, used_y = 0;
-    const int a = std::stoi(text.substr(0, x), &used_x);
-    const int b = std::stoi(text.substr(x + 1), &used_y);
-    if (used_x != x || used_y != text.size() - x - 1 || a < 1 || b < 1 || a > INT_MAX / b)
-      throw std::invalid_argument(text);
-    return {a, b};
+    long long product = 1;
+    for (std::size_t begin = 0; begin <= text.size();) {
+      const std::size_t end = std::min(text.find('x', begin), text.size());
+      const std::string part = text.substr(begin, end - begin);
+      std::size_t used = 0;
+      const int n = std::stoi(part, &used);
+      if (used != part.size() || n < 1 || n > INT_MAX / product) throw std::invalid_argument(text);
+      product *= n;
+      sizes.push_back(n);
+      begin = end + 1;
+    }
+    if (sizes.size() == 2) return {1, sizes[0], sizes[1]};
+    if (replicas && sizes.size() == 3) return {sizes[0], sizes[1], sizes[2]};
+    throw std::invalid_argument(text);
   } catch (const std::exception&) {
-    throw CLI::ValidationError("--mesh", "expected XxY with positive sizes whose product is at most " +
-                                             std::to_string(INT_MAX) + ", e.g. 2x2; got '" + text +
-                                             "'");
+    throw CLI::ValidationError(
+        "--mesh", std::string(replicas ? "expected XxY or RxXxY" : "expected XxY") +
+                      " with positive sizes whose product is at most " + std::to_string(INT_MAX) +
+                      ", e.g. " + (replicas ? "2x2 or 2x2x2" : "2x2") + "; got '" + text + "'");
   }
 }
 
@@ -68,9 +78,15 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
   int log_every = 10;
   double peak_gflops = 0;
   double timeout_seconds = 300;
+  constexpr bool replicas = has_replica_axis<Family>;
   CLI::App app{std::string(program) + ": " + Family::about +
-               " trained with FSDP over mesh axis X and tensor parallelism over Y, " + about};
-  app.add_option("--mesh", mesh, "mesh shape XxY (X: FSDP/data axis, Y: tensor-parallel axis)")
+               " trained with FSDP over mesh axis X and tensor parallelism over Y" +
+               (replicas ? " (optionally replicated over R: HSDP), " : ", ") + about};
+  app.add_option("--mesh", mesh,
+                 replicas ? "mesh shape XxY or RxXxY (R: replicas, each a whole FSDP x TP mesh "
+                            "that trains on its part of the batch, gradients summed over R: "
+                            "HSDP; X: FSDP/data axis; Y: tensor-parallel axis)"
+                          : "mesh shape XxY (X: FSDP/data axis, Y: tensor-parallel axis)")
       ->capture_default_str();
   app.add_option("--steps", o.steps, "training steps")
       ->capture_default_str()
@@ -145,7 +161,7 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::tie(o.mesh_x, o.mesh_y) = parse_mesh(mesh);
+    std::tie(o.mesh_r, o.mesh_x, o.mesh_y) = parse_mesh(mesh, replicas);
     o.timeout = std::chrono::milliseconds(
         static_cast<std::int64_t>(std::min(timeout_seconds, 1e9) * 1e3 + 0.5));
     std::unique_ptr<std::ofstream> log;
@@ -157,15 +173,17 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
       log = std::make_unique<std::ofstream>(log_path);
       if (!*log) throw std::runtime_error("cannot write the log " + log_path);
     }
-    std::printf("%s: mesh %dx%d (X=%d FSDP, Y=%d TP), %d steps, %s, %s\n", program, o.mesh_x,
-                o.mesh_y, o.mesh_x, o.mesh_y, o.steps, Family::describe(o.model).c_str(),
-                o.bf16 ? "bf16" : "fp32");
+    const std::string replica_axis =
+        o.mesh_r > 1 ? "R=" + std::to_string(o.mesh_r) + " replicas, " : "";
+    std::printf("%s: mesh %s (%sX=%d FSDP, Y=%d TP), %d steps, %s, %s\n", program,
+                mesh_text(o).c_str(), replica_axis.c_str(), o.mesh_x, o.mesh_y, o.steps,
+                Family::describe(o.model).c_str(), o.bf16 ? "bf16" : "fp32");
     const double flops = Family::flops_per_step(o.model);
     const double tokens = Family::tokens_per_step(o.model);
     double peak = peak_gflops * 1e9;
     const auto measure_peak = [&](auto launcher) {
       return [&, launcher] {
-        if (peak == 0) peak = measured_peak_flops(launcher, o.mesh_x * o.mesh_y, o.bf16);
+        if (peak == 0) peak = measured_peak_flops(launcher, mesh_of(o).rank_count(), o.bf16);
         std::printf("MFU against %.1f GFLOP/s (%s)\n", peak * 1e-9,
                     peak_gflops > 0 ? "--peak-gflops" : "measured: every rank's GEMM at once");
         std::fflush(stdout);

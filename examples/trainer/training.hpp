@@ -39,7 +39,9 @@ namespace trainer {
 // A model family, as training.hpp and cli.hpp use it (trainer::mlp and gpt::family are two):
 //   config                    the model's sizes and seed, with members batch, seed and
 //                             checkpoint_every
-//   mesh                      tpx::Mesh<X, Y> over the family's axes
+//   mesh                      tpx::Mesh<X, Y> over the family's axes, or Mesh<R, X, Y> with
+//                             a replica axis R first (HSDP: the batch split over R too, the
+//                             parameters replicated over it)
 //   tensors<Space>            every parameter-shaped tensor (params, grads, Adam moments)
 //   network<Tc, Space>        forward_backward(params, batch, grads) -> loss scalar
 //   initialize(tensors, c), load_batch<Space>(rank, data, c, step)
@@ -50,6 +52,7 @@ namespace trainer {
 template <class Family>
 struct run_options {
   typename Family::config model;
+  int mesh_r = 1;  // replicas: the size of axis R, for a family whose mesh has one (else 1)
   int mesh_x = 2;
   int mesh_y = 2;
   int steps = 300;
@@ -68,6 +71,31 @@ struct run_options {
 };
 
 using options = run_options<mlp>;  // tpx-train's
+
+// Whether Family's mesh has a replica axis R before X and Y: Mesh<R, X, Y>.
+template <class Family>
+inline constexpr bool has_replica_axis = Family::mesh::axis_count == 3;
+
+// The mesh of o's sizes: Mesh<X, Y>{x, y}, or Mesh<R, X, Y>{r, x, y} for a family with a replica
+// axis; a family without one takes no replicas.
+template <class Family>
+typename Family::mesh mesh_of(const run_options<Family>& o) {
+  if constexpr (has_replica_axis<Family>) {
+    return {o.mesh_r, o.mesh_x, o.mesh_y};
+  } else {
+    if (o.mesh_r != 1)
+      throw std::invalid_argument("trainer: mesh_r is " + std::to_string(o.mesh_r) +
+                                  ", but this model's mesh has no replica axis R (give 1)");
+    return {o.mesh_x, o.mesh_y};
+  }
+}
+
+// o's mesh as --mesh spells it: "2x2" (XxY), or "2x2x2" (RxXxY) with more than one replica.
+template <class Family>
+std::string mesh_text(const run_options<Family>& o) {
+  const std::string xy = std::to_string(o.mesh_x) + "x" + std::to_string(o.mesh_y);
+  return o.mesh_r == 1 ? xy : std::to_string(o.mesh_r) + "x" + xy;
+}
 
 // What rank 0 reports after every report_every-th step.
 struct step_report {
@@ -94,7 +122,7 @@ void save_checkpoint(const Rank& rank, const tpx::io::checkpoint_directory& dir,
       m, v);
   nlohmann::json state = Family::shape(o.model);
   state.update({{"data_position", step},  // batches are a function of the step (text_data.hpp)
-                {"mesh", std::to_string(o.mesh_x) + "x" + std::to_string(o.mesh_y)},
+                {"mesh", mesh_text(o)},
                 {"lr", o.lr},
                 {"bf16", o.bf16}});
   out.save(state);
@@ -231,19 +259,20 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
   }
 }
 
-// Trains on an o.mesh_x x o.mesh_y mesh of the launcher's ranks (tpx::host by default);
+// Trains on the mesh of o's sizes (mesh_of) of the launcher's ranks (tpx::host by default);
 // report(r) is called by rank 0 after every step. before_training runs once the checkpoint folder
 // and the text have been checked, just before the ranks start. Errors of any rank come back as
 // tpx::spmd_error naming the rank.
 template <class Family, class Launcher = tpx::host_backend>
 void run(const run_options<Family>& o, const std::function<void(const step_report&)>& report,
          Launcher launcher = {}, const std::function<void()>& before_training = {}) {
+  const typename Family::mesh mesh = mesh_of(o);
   const checkpointing ckpt(o);
   const text_data data(o.text, Family::context(o.model));
   if (before_training) before_training();
   typename Launcher::options launch;
   launch.timeout = o.timeout;
-  tpx::spmd(launcher, typename Family::mesh{o.mesh_x, o.mesh_y}, [&](auto& rank) {
+  tpx::spmd(launcher, mesh, [&](auto& rank) {
     if (o.bf16)
       train_rank<tpx::bf16>(rank, o, ckpt, data, report);
     else

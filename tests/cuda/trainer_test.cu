@@ -8,7 +8,8 @@
 // across meshes. The same holds through NCCL with one rank on one GPU (spmd(tpx::cuda_devices,
 // 1x1 mesh), so every NCCL call of the step runs on any single-GPU machine), and with more ranks
 // when the machine has a GPU for each. The GPT example's model: one step's loss and gradients on
-// the simulated 2x2 mesh equal the host's (tests/trainer/gpt_test.cpp checks the host's).
+// the simulated meshes 2x2 and 2x1x2 (two replicas, HSDP) equal the host's
+// (tests/trainer/gpt_test.cpp and gpt_hsdp_test.cpp check the host's).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -47,10 +48,14 @@ TEST_CASE("trainer: NCCL follows the host run, one rank per GPU") {
 
 TEST_CASE("gpt: the simulated CUDA mesh gives the host's loss and gradients") {
   // One forward and backward pass of the GPT example's model (cuBLASLt batched GEMMs, the
-  // attention and row functors on the device) against the host's on the same 2x2 mesh: 1e-5
-  // relative on the loss, 1e-4 of each gradient's largest element (other summation orders).
-  const auto host = gpt_test::gradients(2, 2);
-  const auto device = gpt_test::gradients(2, 2, tpx::cuda_simulated);
-  const auto d = gpt_test::differences(device, host, 1e-5, 1e-4);
-  CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
+  // attention and row functors on the device) against the host's on the same mesh, 2x2 and,
+  // with two replicas (HSDP), 2x1x2: 1e-5 relative on the loss, 1e-4 of each gradient's largest
+  // element (other summation orders).
+  for (const gpt::mesh& mesh : {gpt::mesh{1, 2, 2}, gpt::mesh{2, 1, 2}}) {
+    CAPTURE(mesh.to_string());
+    const auto host = gpt_test::gradients(mesh);
+    const auto device = gpt_test::gradients(mesh, tpx::cuda_simulated);
+    const auto d = gpt_test::differences(device, host, 1e-5, 1e-4);
+    CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
+  }
 }

@@ -1,6 +1,6 @@
 // The example trainers under mpirun -np 4 (issue 10): the MLP trainer (examples/trainer) on
-// meshes 2x2, 4x1 and 1x4 and the GPT example on 2x2, each rank a process, follow the thread
-// backend's losses bit for bit over 30 steps.
+// meshes 2x2, 4x1 and 1x4 and the GPT example on 2x2 and, with two replicas (HSDP), on 2x1x2,
+// each rank a process, follow the thread backend's losses bit for bit over 30 steps.
 //
 // Every process runs trainer::run with tpx::mpi; only the process of world rank 0 receives the
 // reports. It then trains the same run again as threads of itself (tpx::host), the reference:
@@ -13,7 +13,6 @@
 #include <tpx/spmd/spmd_mpi.hpp>
 #include <vector>
 
-#include "../../examples/gpt/family.hpp"
 #include "../trainer/gpt_test_support.hpp"
 #include "../trainer/trainer_test_support.hpp"
 
@@ -35,6 +34,7 @@ std::vector<float> losses_on(const trainer::run_options<Family>& o, Launcher lau
 
 template <class Family>
 void check_against_threads(const trainer::run_options<Family>& o) {
+  CAPTURE(o.mesh_r);
   CAPTURE(o.mesh_x);
   CAPTURE(o.mesh_y);
   const std::vector<float> mpi = losses_on(o, tpx::mpi);
@@ -58,12 +58,6 @@ TEST_CASE("the MLP trainer under mpirun follows the thread backend bit for bit")
 }
 
 TEST_CASE("the GPT trainer under mpirun follows the thread backend bit for bit") {
-  trainer::run_options<gpt::family> o;
-  o.model = gpt_test::tiny();
-  o.mesh_x = 2;
-  o.mesh_y = 2;
-  o.steps = 30;
-  o.lr = 1e-2f;
-  o.text = gpt_test::text;
-  check_against_threads(o);
+  check_against_threads(gpt_test::training(1, 2, 2));
+  check_against_threads(gpt_test::training(2, 1, 2));  // HSDP: replicas over R
 }

@@ -4,37 +4,40 @@
 //    unsharded 1x1 run's (relative 1e-5 for the loss, 1e-4 of the largest element for each
 //    gradient: sharded runs sum partial products in other orders); extents chosen so that heads,
 //    positions and widths split unevenly;
-//  - activation checkpointing every 1, 2 or 3 blocks gives the same loss and gradients to the bit;
+//  - activation checkpointing every 1, 2 or 3 blocks gives the same loss and gradients to the bit
+//    (on 1x1, 2x2 and, with two replicas, 2x1x2);
 //  - for every parameter tensor, <grad, v> along a random direction v matches the central
 //    difference of the loss, on 1x1 and 2x2 (directional_check.hpp: tolerances there);
 //  - 30 steps of the shared trainer (examples/trainer/training.hpp) on 2x2, 4x1 and 1x4, with
 //    and without activation checkpointing, follow the 1x1 run's losses (relative 1e-4), which
 //    fall; in bf16 they stay within 2% of fp32's.
+// gpt_hsdp_test.cpp checks the same against 1x1 on meshes with replicas (R > 1), and checkpoints
+// across R.
 #include <doctest/doctest.h>
 
-#include <cmath>
-#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "../../examples/gpt/family.hpp"
-#include "../../examples/trainer/training.hpp"
 #include "directional_check.hpp"
 #include "gpt_test_support.hpp"
 
 using gpt_test::gradients;
+using gpt_test::losses;
 using gpt_test::text;
 using gpt_test::tiny;
+using gpt_test::training;
+using gpt_test::worst_relative_difference;
 
 TEST_CASE("GPT with FSDP over X and tensor + sequence parallelism over Y follows the 1x1 run") {
-  const gpt_test::run_result want = gradients(1, 1);
+  const gpt_test::run_result want = gradients({1, 1, 1});
   REQUIRE(want.grads.size() == 2 + 8 * 2 + 2);
   for (const auto& [mx_, my_] :
        std::vector<std::pair<int, int>>{{2, 1}, {1, 2}, {2, 2}, {4, 1}, {1, 4}, {3, 2}}) {
     const int mx = mx_, my = my_;  // clang before 16 cannot capture bindings in lambdas
     CAPTURE(mx);
     CAPTURE(my);
-    const auto d = gpt_test::differences(gradients(mx, my), want, 1e-5, 1e-4);
+    const auto d = gpt_test::differences(gradients({1, mx, my}), want, 1e-5, 1e-4);
     CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
   }
 }
@@ -47,7 +50,7 @@ TEST_CASE("GPT's sharded backward pass is the gradient of its loss") {
     CAPTURE(mx);
     CAPTURE(my);
     trainer_test::directional_check check;
-    tpx::spmd(tpx::host, tpx::Mesh<gpt::X, gpt::Y>{mx, my}, [&](auto& rank) {
+    tpx::spmd(tpx::host, gpt::mesh{1, mx, my}, [&](auto& rank) {
       gpt::model_tensors params(rank, c), grads(rank, c), scratch(rank, c);
       gpt::initialize(params, c);
       const gpt::model<float> net(rank, c);
@@ -64,52 +67,21 @@ TEST_CASE("GPT's sharded backward pass is the gradient of its loss") {
 TEST_CASE("GPT activation checkpointing does not change a single bit") {
   gpt::config c = tiny();
   c.layers = 3;  // segments of 1, 2 and 3 blocks, one of them short
-  for (const auto& [mx_, my_] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}}) {
-    const int mx = mx_, my = my_;
-    CAPTURE(mx);
-    CAPTURE(my);
+  for (const gpt::mesh& mesh : {gpt::mesh{1, 1, 1}, gpt::mesh{1, 2, 2}, gpt::mesh{2, 1, 2}}) {
+    CAPTURE(mesh.to_string());
     c.checkpoint_every = 0;
-    const gpt_test::run_result plain = gradients(mx, my, tpx::host, c);
+    const gpt_test::run_result plain = gradients(mesh, tpx::host, c);
     for (int every : {1, 2, 3}) {
       CAPTURE(every);
       c.checkpoint_every = every;
-      const auto d = gpt_test::differences(gradients(mx, my, tpx::host, c), plain, 0.0, 0.0);
+      const auto d = gpt_test::differences(gradients(mesh, tpx::host, c), plain, 0.0, 0.0);
       CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
     }
   }
 }
 
-namespace {
-
-// The losses of 30 steps of the shared trainer (examples/trainer/training.hpp: AdamW, clipping at
-// norm 1) on the GPT model, on a mesh.
-std::vector<float> trained_losses(int mx, int my, bool bf16 = false, int checkpoint_every = 0) {
-  trainer::run_options<gpt::family> o;
-  o.model = tiny();
-  o.model.checkpoint_every = checkpoint_every;
-  o.mesh_x = mx;
-  o.mesh_y = my;
-  o.steps = 30;
-  o.lr = 1e-2f;
-  o.bf16 = bf16;
-  o.text = text;
-  std::vector<float> out;
-  trainer::run(o, [&](const trainer::step_report& r) { out.push_back(r.loss); });
-  return out;
-}
-
-float worst_relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
-  REQUIRE(got.size() == want.size());
-  float worst = 0;
-  for (std::size_t s = 0; s < got.size(); ++s)
-    worst = std::max(worst, std::abs(got[s] - want[s]) / want[s]);
-  return worst;
-}
-
-}  // namespace
-
 TEST_CASE("GPT training on 2x2, 4x1 and 1x4 follows the 1x1 losses, which fall") {
-  const std::vector<float> want = trained_losses(1, 1);
+  const std::vector<float> want = losses(training(1, 1, 1));
   REQUIRE(want.size() == 30);
   CHECK(want.back() < want.front() - 0.5f);
   for (int every : {0, 1}) {
@@ -118,7 +90,7 @@ TEST_CASE("GPT training on 2x2, 4x1 and 1x4 follows the 1x1 losses, which fall")
       CAPTURE(mx);
       CAPTURE(my);
       CAPTURE(every);
-      const float worst = worst_relative_difference(trained_losses(mx, my, false, every), want);
+      const float worst = worst_relative_difference(losses(training(1, mx, my, every)), want);
       INFO("worst relative loss difference " << worst);
       CHECK(worst <= 1e-4f);
     }
@@ -128,8 +100,10 @@ TEST_CASE("GPT training on 2x2, 4x1 and 1x4 follows the 1x1 losses, which fall")
 TEST_CASE("GPT training in bf16 follows the fp32 losses") {
   // bf16 keeps 8 bits of mantissa: the losses drift from fp32's by rounding, not by a different
   // computation, so they stay within 2% over 30 steps.
-  const std::vector<float> fp32 = trained_losses(2, 2);
-  const std::vector<float> bf16 = trained_losses(2, 2, true);
+  trainer::run_options<gpt::family> o = training(1, 2, 2);
+  const std::vector<float> fp32 = losses(o);
+  o.bf16 = true;
+  const std::vector<float> bf16 = losses(o);
   const float worst = worst_relative_difference(bf16, fp32);
   INFO("worst relative difference " << worst);
   CHECK(worst <= 0.02f);

@@ -1,16 +1,19 @@
-// Shared by the GPT model's tests (tests/trainer/gpt_test.cpp, tests/cuda/trainer_test.cu): a
-// tiny configuration whose heads, positions, widths and vocabulary split unevenly on the test
-// meshes, and a run of one forward and backward pass that returns the loss and every gradient.
+// Shared by the GPT model's tests (tests/trainer/gpt_test.cpp and gpt_hsdp_test.cpp,
+// tests/cuda/trainer_test.cu, tests/mpi/mpi_trainer_test.cpp): a tiny configuration whose heads,
+// positions, widths and vocabulary split unevenly on the test meshes, a run of one forward and
+// backward pass that returns the loss and every gradient, and 30 steps of the shared trainer on it.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "../../examples/gpt/model.hpp"
+#include "../../examples/gpt/family.hpp"
+#include "../../examples/trainer/training.hpp"
 
 namespace gpt_test {
 
@@ -28,7 +31,8 @@ inline gpt::config tiny() {
   return c;
 }
 
-// The loss and every gradient, as global arrays in parameter order, from rank 0 of a mesh.
+// The loss and every gradient, as global arrays in parameter order, from rank 0 of a mesh
+// (gpt::mesh{R, X, Y}).
 struct run_result {
   float loss = 0;
   std::vector<std::string> names;
@@ -36,11 +40,11 @@ struct run_result {
 };
 
 template <class Launcher = tpx::host_backend>
-run_result gradients(int mx, int my, Launcher launcher = {}, const gpt::config& c = tiny()) {
+run_result gradients(const gpt::mesh& mesh, Launcher launcher = {}, const gpt::config& c = tiny()) {
   const trainer::text_data data(text, static_cast<int>(c.seq));
   run_result out;
   std::mutex m;
-  tpx::spmd(launcher, tpx::Mesh<gpt::X, gpt::Y>{mx, my}, [&](auto& rank) {
+  tpx::spmd(launcher, mesh, [&](auto& rank) {
     using Space = tpx::space_of_t<std::remove_cvref_t<decltype(rank)>>;
     gpt::model_tensors params(rank, c), grads(rank, c);
     gpt::initialize(params, c);
@@ -91,6 +95,41 @@ inline std::string joined(const std::vector<std::string>& lines) {
   std::string text;
   for (const std::string& line : lines) text += line + "\n";
   return text;
+}
+
+// 30 steps of the shared trainer (examples/trainer/training.hpp: AdamW at lr 1e-2, clipping at
+// norm 1) on the tiny model, on mesh r x x x y (R, X, Y).
+inline trainer::run_options<gpt::family> training(int r, int x, int y, int checkpoint_every = 0) {
+  trainer::run_options<gpt::family> o;
+  o.model = tiny();
+  o.model.checkpoint_every = checkpoint_every;
+  o.mesh_r = r;
+  o.mesh_x = x;
+  o.mesh_y = y;
+  o.steps = 30;
+  o.lr = 1e-2f;
+  o.text = text;
+  return o;
+}
+
+// The loss of every step of run o (on the thread backend).
+inline std::vector<float> losses(const trainer::run_options<gpt::family>& o) {
+  std::vector<float> out;
+  trainer::run(o, [&](const trainer::step_report& r) { out.push_back(r.loss); });
+  return out;
+}
+
+// The largest |got - want| / want over the steps: NaN if any step's is, infinity when the runs
+// differ in length.
+inline float worst_relative_difference(const std::vector<float>& got,
+                                       const std::vector<float>& want) {
+  if (got.size() != want.size()) return std::numeric_limits<float>::infinity();
+  float worst = 0;
+  for (std::size_t s = 0; s < got.size(); ++s) {
+    const float d = std::abs(got[s] - want[s]) / want[s];
+    if (!(d <= worst)) worst = d;
+  }
+  return worst;
 }
 
 }  // namespace gpt_test
