@@ -42,6 +42,24 @@ __device__ void stage_rows(const T* src, std::int64_t first, int n, int e, float
     dst[i] = static_cast<U>(factor * static_cast<float>(src[first * e + i]));
 }
 
+// The key tiles that query rows [first, first + attention_rows) of a sequence see, each staged
+// into k_tile and v_tile by the whole block; visit(n) runs on each thread whose row (first +
+// threadIdx.x) sees n > 0 keys of the tile, k and v pointing at the sequence's first row.
+template <class T, class Visit>
+__device__ void over_key_tiles(const T* k, const T* v, std::int64_t first, std::int64_t t_len,
+                               int e, T* k_tile, T* v_tile, const Visit& visit) {
+  const std::int64_t t = first + threadIdx.x;
+  const std::int64_t last = least(first + attention_rows, t_len) - 1;
+  for (std::int64_t s0 = 0; s0 <= last; s0 += attention_rows) {
+    const int staged = static_cast<int>(least(attention_rows, last + 1 - s0));
+    stage_rows(k, s0, staged, e, 1.0f, k_tile);
+    stage_rows(v, s0, staged, e, 1.0f, v_tile);
+    __syncthreads();
+    if (t < t_len && s0 <= t) visit(static_cast<int>(least(staged, t + 1 - s0)));
+    __syncthreads();
+  }
+}
+
 template <int MaxE, class T>
 __global__ void __launch_bounds__(attention_rows)
     fused_attention_forward_kernel(std::int64_t t_len, int e, float scale, const T* q, const T* k,
@@ -59,18 +77,8 @@ __global__ void __launch_bounds__(attention_rows)
     kernels::load_row(q + (base + t) * e, e, scale, qs);
     for (int i = 0; i < e; ++i) acc[i] = 0;
   }
-  const std::int64_t last = least(first + attention_rows, t_len) - 1;
-  for (std::int64_t s0 = 0; s0 <= last; s0 += attention_rows) {
-    const int staged = static_cast<int>(least(attention_rows, last + 1 - s0));
-    stage_rows(k + base * e, s0, staged, e, 1.0f, k_tile);
-    stage_rows(v + base * e, s0, staged, e, 1.0f, v_tile);
-    __syncthreads();
-    if (active && s0 <= t) {
-      const int n = static_cast<int>(least(staged, t + 1 - s0));
-      kernels::attend_tile(qs, k_tile, v_tile, e, n, e, state, acc);
-    }
-    __syncthreads();
-  }
+  over_key_tiles(k + base * e, v + base * e, first, t_len, e, k_tile, v_tile,
+                 [&](int n) { kernels::attend_tile(qs, k_tile, v_tile, e, n, e, state, acc); });
   if (active) lse[base + t] = kernels::finish_row(state, acc, e, out + (base + t) * e);
 }
 
@@ -92,18 +100,9 @@ __global__ void __launch_bounds__(attention_rows)
     kernels::load_row(dout + (base + t) * e, e, 1.0f, d);
     for (int i = 0; i < e; ++i) grad[i] = 0;
   }
-  const std::int64_t last = least(first + attention_rows, t_len) - 1;
-  for (std::int64_t s0 = 0; s0 <= last; s0 += attention_rows) {
-    const int staged = static_cast<int>(least(attention_rows, last + 1 - s0));
-    stage_rows(k + base * e, s0, staged, e, 1.0f, k_tile);
-    stage_rows(v + base * e, s0, staged, e, 1.0f, v_tile);
-    __syncthreads();
-    if (active && s0 <= t) {
-      const int n = static_cast<int>(least(staged, t + 1 - s0));
-      kernels::dq_tile(qs, d, lse[base + t], delta[base + t], k_tile, v_tile, e, n, e, scale, grad);
-    }
-    __syncthreads();
-  }
+  over_key_tiles(k + base * e, v + base * e, first, t_len, e, k_tile, v_tile, [&](int n) {
+    kernels::dq_tile(qs, d, lse[base + t], delta[base + t], k_tile, v_tile, e, n, e, scale, grad);
+  });
   if (active)
     for (int i = 0; i < e; ++i) dq[(base + t) * e + i] = static_cast<T>(grad[i]);
 }
