@@ -61,6 +61,11 @@ struct family {
            std::to_string(c.layers) + " layers" +
            (c.vocab == 256 ? "" : ", V=" + std::to_string(c.vocab));
   }
+  static std::vector<trainer::switch_flag> switch_flags(config& c) {
+    return {{"--fused-attention", &c.fused_attention,
+             "attention by the fused kernels (tile by tile, O(T) memory; nn/fused_attention.hpp) "
+             "instead of the reference that stores the [T, T] probabilities"}};
+  }
   static std::vector<trainer::size_flag> size_flags(config& c) {
     return {{"--seq", &c.seq, "sequence length T (bytes per row; each predicts the next)"},
             {"--heads", &c.heads, "attention heads H (split over Y)"},

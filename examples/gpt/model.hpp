@@ -13,7 +13,8 @@
 //   logits[B_RX, T, V_Y] = AllGather<Y, T>(RMSNorm(x)) *_D Head[D, V_Y]
 //   loss = mean cross-entropy over B and T, over the vocabulary shards (nn/cross_entropy.hpp)
 //
-// Heads are split over Y, so attention itself needs no collective (nn/attention.hpp); between
+// Heads are split over Y, so attention itself needs no collective (nn/attention.hpp, or with
+// config::fused_attention the fused kernels of nn/fused_attention.hpp); between
 // the blocks the residual stream is split along the sequence over Y (Megatron's sequence
 // parallelism), so norms and residual adds run on 1/Y of the tokens, and the AllGather before each
 // sublayer and the ReduceScatter after it replace Megatron-TP's AllReduce. Every parameter is an
@@ -41,6 +42,7 @@
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
+#include <tpx/nn/fused_attention.hpp>
 #include <tpx/nn/rmsnorm.hpp>
 #include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
@@ -79,6 +81,10 @@ struct config {
   // Tokens are bytes, so only the first 256 rows of the embedding and columns of the head are
   // ever used; a larger vocabulary (GPT-2's 50304) sizes them as a real model's, for benchmarks.
   std::int64_t vocab = 256;
+  // Attention by the fused kernels (nn/fused_attention.hpp: O(T) memory, the probabilities
+  // recomputed in the backward pass) rather than the reference (nn/attention.hpp), which keeps
+  // the [T, T] probabilities and is the faster of the two on the host (BLAS GEMMs).
+  bool fused_attention = false;
   std::int64_t d_model() const { return heads * head_dim; }
 };
 
@@ -315,14 +321,31 @@ class model {
   using heads = Tensor<Tc, B<R, X>, H<Y>, T<>, E<>>;  // attention's output
   using keys = Tensor<Tc, B<R, X>, S<>, H<Y>, E<>>;   // k and v, their positions named S
   using rstd = Tensor<float, B<R, X>, T<Y>>;
+  // Attention's output and what its backward pass needs: the reference's probabilities, or the
+  // fused kernels' log-sum-exp of each query row (config::fused_attention).
+  struct attention_result {
+    heads out;
+    std::optional<Tensor<Tc, B<R, X>, H<Y>, T<>, S<>>> probs;
+    std::optional<Tensor<float, B<R, X>, H<Y>, T<>>> lse;
+  };
+
+  attention_result attend(const Tensor<Tc, B<R, X>, T<>, H<Y>, E<>>& q, const keys& k,
+                          const keys& v) const {
+    if (c_.fused_attention) {
+      auto f = tpx::nn::fused_causal_attention_forward(q, k, v);
+      return {std::move(f.out), std::nullopt, std::move(f.lse)};
+    }
+    auto f = tpx::nn::causal_attention_forward(q, k, v);
+    return {std::move(f.out), std::move(f.probs), std::nullopt};
+  }
+
   struct block_state {
     stream x;                                   // block input
     rstd rstd1;                                 // RMSNorm statistics before attention
     whole h1;                                   // normalized input, gathered along T
     Tensor<Tc, B<R, X>, T<>, H<Y>, E<>> q;      // queries
     keys k, v;                                  // keys and values
-    heads att;                                  // attention output
-    Tensor<Tc, B<R, X>, H<Y>, T<>, S<>> probs;  // attention probabilities
+    attention_result att;                       // attention output and what its backward needs
     stream mid;                                 // input + attention
     rstd rstd2;                                 // RMSNorm statistics before the MLP
     whole h2;                                   // normalized mid, gathered along T
@@ -337,7 +360,7 @@ class model {
     auto q = tpx::einsum<D>(h1, gathered<gather_weight>(p.wq[l]));  // [B_RX, T, H_Y, E]
     keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, gathered<gather_weight>(p.wk[l])));
     keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, gathered<gather_weight>(p.wv[l])));
-    auto att = tpx::nn::causal_attention_forward(q, k, v);
+    attention_result att = attend(q, k, v);
     // [B_RX, H_Y, T, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
     stream mid = tpx::add(
         x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, gathered<gather_weight>(p.wo[l]))));
@@ -353,8 +376,7 @@ class model {
             std::move(q),
             std::move(k),
             std::move(v),
-            std::move(att.out),
-            std::move(att.probs),
+            std::move(att),
             std::move(mid),
             std::move(n2.rstd),
             std::move(h2),
@@ -389,9 +411,11 @@ class model {
     // Attention: mid = x + RS(attention(q, k, v) Wo)
     const whole do1 = scatter_sequence::backward(dmid);
     const auto wo = gathered<gather_weight>(p.wo[l]);
-    grads.wo[l] = weight_gradient(tpx::einsum<B, T>(s.att, do1));  // [H_Y, E, D_X]
-    const auto datt = tpx::einsum<D>(do1, wo);                     // [B_RX, T, H_Y, E]
-    auto g = tpx::nn::causal_attention_backward(s.q, s.k, s.v, s.probs, datt);
+    grads.wo[l] = weight_gradient(tpx::einsum<B, T>(s.att.out, do1));  // [H_Y, E, D_X]
+    const auto datt = tpx::einsum<D>(do1, wo);                         // [B_RX, T, H_Y, E]
+    auto g = s.att.lse ? tpx::nn::fused_causal_attention_backward(
+                             s.q, s.k, s.v, s.att.out, *s.att.lse, tpx::permute<B, H, T, E>(datt))
+                       : tpx::nn::causal_attention_backward(s.q, s.k, s.v, *s.att.probs, datt);
     const auto dk = tpx::rename<S, T>(std::move(g.dk));  // [B_RX, H_Y, T, E], as dq
     const auto dv = tpx::rename<S, T>(std::move(g.dv));
     const auto wq = gathered<gather_weight>(p.wq[l]);

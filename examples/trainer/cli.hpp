@@ -103,6 +103,8 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
               ->check(whole_number<T>(static_cast<T>(f.least)));
         },
         f.field);
+  if constexpr (requires { Family::switch_flags(o.model); })
+    for (const switch_flag& f : Family::switch_flags(o.model)) app.add_flag(f.name, *f.field, f.help);
   app.add_option("--lr", o.lr, "AdamW learning rate")
       ->capture_default_str()
       ->check(finite_number(0, bound::open));

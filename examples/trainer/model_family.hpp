@@ -1,9 +1,9 @@
 // What a model family tells the example trainers' shared code (training.hpp's loop and
-// checkpoints, cli.hpp's command line) beyond its types: the size flags a program offers for it.
-// A size flag is data (a name, the field it sets, a line of help), not a CLI11 call, so that a
-// family's header needs no command-line library and the command line checks every size alike
-// (a whole number from `least`, 1 unless the family says otherwise, up to the field's largest
-// value).
+// checkpoints, cli.hpp's command line) beyond its types: the size flags a program offers for it,
+// and its switches (optional: Family::switch_flags). A flag is data (a name, the field it sets, a
+// line of help), not a CLI11 call, so that a family's header needs no command-line library and
+// the command line checks every size alike (a whole number from `least`, 1 unless the family
+// says otherwise, up to the field's largest value).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,13 @@ struct size_flag {
   std::variant<int*, std::int64_t*> field;
   const char* help;
   int least = 1;  // the smallest value the model accepts
+};
+
+// A flag without a value that sets a bool of the model's config ("--fused-attention").
+struct switch_flag {
+  const char* name;
+  bool* field;
+  const char* help;
 };
 
 }  // namespace trainer
