@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
@@ -54,6 +55,13 @@ inline std::tuple<int, int, int> parse_mesh(const std::string& text, bool replic
                       " with positive sizes whose product is at most " + std::to_string(INT_MAX) +
                       ", e.g. " + (replicas ? "2x2 or 2x2x2" : "2x2") + "; got '" + text + "'");
   }
+}
+
+// The √L policy of activation checkpointing (seed 000): keep every C-th of L block inputs with
+// C = sqrt(L) rounded (at least 1), so that the kept inputs (L / C) and one segment's states (C)
+// together hold about 2 sqrt(L) blocks' activations instead of L.
+inline int sqrt_policy(int layers) {
+  return std::max(1, static_cast<int>(std::lround(std::sqrt(static_cast<double>(layers)))));
 }
 
 // A launcher the command line offers as --backend NAME.
@@ -119,10 +127,13 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
       ->check(whole_number<std::uint64_t>(0));
   app.add_flag("--bf16", o.bf16,
                "compute (and communicate) in bf16; masters and moments stay fp32");
-  app.add_option("--checkpoint-every", o.model.checkpoint_every,
-                 "activation checkpointing: keep every C-th block input, recompute the rest")
+  std::string checkpoint_every = "0";
+  app.add_option("--checkpoint-every", checkpoint_every,
+                 "activation checkpointing: keep every C-th block input, recompute the rest (0: "
+                 "keep everything; sqrt: C = sqrt(layers) rounded, the least memory for one "
+                 "extra forward pass)")
       ->capture_default_str()
-      ->check(whole_number(0));
+      ->check(whole_number_or(0, {"sqrt"}));
   app.add_option("--ckpt-dir", o.ckpt_dir, "write sharded checkpoints (safetensors) here");
   app.add_option("--save-every", o.save_every, "save every N steps (the last step always)")
       ->capture_default_str()
@@ -164,6 +175,8 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
 
   try {
     std::tie(o.mesh_r, o.mesh_x, o.mesh_y) = parse_mesh(mesh, replicas);
+    o.model.checkpoint_every = checkpoint_every == "sqrt" ? sqrt_policy(o.model.layers)
+                                                          : std::stoi(checkpoint_every);
     o.timeout = std::chrono::milliseconds(
         static_cast<std::int64_t>(std::min(timeout_seconds, 1e9) * 1e3 + 0.5));
     std::unique_ptr<std::ofstream> log;
@@ -177,9 +190,15 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
     }
     const std::string replica_axis =
         o.mesh_r > 1 ? "R=" + std::to_string(o.mesh_r) + " replicas, " : "";
-    std::printf("%s: mesh %s (%sX=%d FSDP, Y=%d TP), %d steps, %s, %s\n", program,
+    const std::string checkpointing =
+        o.model.checkpoint_every > 0
+            ? ", activation checkpointing every " + std::to_string(o.model.checkpoint_every) +
+                  " block(s)"
+            : "";
+    std::printf("%s: mesh %s (%sX=%d FSDP, Y=%d TP), %d steps, %s, %s%s\n", program,
                 mesh_text(o).c_str(), replica_axis.c_str(), o.mesh_x, o.mesh_y, o.steps,
-                Family::describe(o.model).c_str(), o.bf16 ? "bf16" : "fp32");
+                Family::describe(o.model).c_str(), o.bf16 ? "bf16" : "fp32",
+                checkpointing.c_str());
     const double flops = Family::flops_per_step(o.model);
     const double tokens = Family::tokens_per_step(o.model);
     double peak = peak_gflops * 1e9;
@@ -199,15 +218,17 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
       if (r.step % log_every < o.report_every || r.step + 1 == o.steps) {
         std::printf(
             "step %5d | loss %.4f | grad norm %.3f | %8.0f tokens/s | %7.2f GFLOP/s | MFU "
-            "%5.1f%% | collectives %3.0f%%\n",
-            r.step, r.loss, r.grad_norm, tokens_per_s, gflops, 100 * mfu, 100 * comm);
+            "%5.1f%% | collectives %3.0f%% | peak mem %.1f MiB\n",
+            r.step, r.loss, r.grad_norm, tokens_per_s, gflops, 100 * mfu, 100 * comm,
+            static_cast<double>(r.peak_bytes) / (1 << 20));
         std::fflush(stdout);  // progress shows at once through a pipe or a file too
       }
       if (log)
         *log << "{\"step\": " << r.step << ", \"loss\": " << r.loss
              << ", \"grad_norm\": " << r.grad_norm << ", \"seconds\": " << r.seconds
              << ", \"tokens_per_s\": " << tokens_per_s << ", \"gflops\": " << gflops
-             << ", \"mfu\": " << mfu << ", \"collective_share\": " << comm << "}\n"
+             << ", \"mfu\": " << mfu << ", \"collective_share\": " << comm
+             << ", \"peak_bytes\": " << r.peak_bytes << "}\n"
              << std::flush;  // whole lines, for whoever tails the log
     };
     ((backend_name == backends.name

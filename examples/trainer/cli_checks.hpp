@@ -13,6 +13,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace trainer {
 
@@ -30,6 +31,23 @@ CLI::Validator whole_number(T min) {
         return "expected a whole number from " + range + ", got '" + text + "'";
       },
       "INT in " + range);
+}
+
+// A whole number of type T from `min`, or one of the words `words` ("sqrt").
+template <class T>
+CLI::Validator whole_number_or(T min, const std::vector<std::string>& words) {
+  const CLI::Validator number = whole_number(min);
+  std::string alternatives;
+  for (const std::string& w : words) alternatives += " or " + w;
+  return CLI::Validator(
+      [number, words, alternatives](std::string& text) -> std::string {
+        for (const std::string& w : words)
+          if (text == w) return {};
+        std::string message = number(text);
+        if (message.empty()) return {};
+        return message.insert(message.find(", got"), alternatives);
+      },
+      number.get_description() + alternatives);
 }
 
 enum class bound { closed, open };  // whether `min` itself is allowed

@@ -104,6 +104,7 @@ struct step_report {
   float grad_norm;
   double seconds;             // wall time per step since the last report
   double collective_seconds;  // of which inside collectives (rank 0), per step
+  std::int64_t peak_bytes;    // the most tensor memory rank 0 has held so far (memory_meter)
 };
 
 // The checkpoint of the training state after `step` steps: every rank's shards of the
@@ -250,7 +251,7 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
       const double steps = step - last_report;
       if (rank.world_rank() == 0)
         report({step, loss, norm, std::chrono::duration<double>(now - since).count() / steps,
-                (rank.collective_seconds() - comm_since) / steps});
+                (rank.collective_seconds() - comm_since) / steps, rank.memory().peak_bytes()});
       since = now;
       comm_since = rank.collective_seconds();
       last_report = step;

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../support/run_command.hpp"
@@ -96,6 +97,10 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
       {train, "--context 2147483647 --steps 1",
        "a context of 2147483647 needs at least 2147483649"},
       {train, "--timeout 0", "--timeout: expected a finite number > 0, got '0'"},
+      {gpt, "--checkpoint-every -1",
+       "--checkpoint-every: expected a whole number from 0 to 2147483647 or sqrt, got '-1'"},
+      {train, "--checkpoint-every root",
+       "--checkpoint-every: expected a whole number from 0 to 2147483647 or sqrt, got 'root'"},
       {gpt, "--timeout nan", "--timeout: expected a finite number > 0, got 'nan'"},
       {plan, "-d nan", "--d-model: expected a finite number > 0, got 'nan'"},
       {plan, "--flops 0", "--flops: expected a finite number > 0, got '0'"},
@@ -103,6 +108,17 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
       {plan, "--mesh 0,2", "--mesh: expected a whole number from 1"},
   };
   for (const bad_input& c : cases) check_refused(c);
+}
+
+TEST_CASE("--checkpoint-every sqrt keeps every round(sqrt(L))-th block input") {
+  for (const auto& [layers, every] : std::vector<std::pair<int, int>>{{9, 3}, {2, 1}, {12, 3}}) {
+    const result r = run(TPX_GPT, "--mesh 1x1 --steps 1 --batch 2 --seq 8 --layers " +
+                                      std::to_string(layers) + " --checkpoint-every sqrt");
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find("activation checkpointing every " + std::to_string(every) + " block(s)") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("a --log that is the training text is refused before the text is touched") {

@@ -12,10 +12,13 @@
 //  - 30 steps of the shared trainer (examples/trainer/training.hpp) on 2x2, 4x1 and 1x4, with
 //    and without activation checkpointing, follow the 1x1 run's losses (relative 1e-4), which
 //    fall; in bf16 they stay within 2% of fp32's.
+//  - the trainer's peak memory of rank 0 (its memory meter) holds at least the model state on
+//    1x1, counted from the config, and less on 2x2.
 // gpt_hsdp_test.cpp checks the same against 1x1 on meshes with replicas (R > 1), and checkpoints
 // across R.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,3 +124,28 @@ TEST_CASE("GPT training in bf16 follows the fp32 losses") {
   CHECK(worst <= 0.02f);
   CHECK(bf16 != fp32);  // it did compute in bf16
 }
+
+TEST_CASE("the trainer reports rank 0's peak memory: at least its share of the model state") {
+  // Parameters, counted from the config (not from the model's tensors): the two tables, per
+  // block two norms, Q, K, V, O and the MLP's two matrices, the final norm and the head.
+  const gpt::config c = tiny();
+  const std::int64_t d = c.d_model();
+  const std::int64_t n = c.vocab * d + c.seq * d + c.layers * (2 * d + 4 * d * d + 2 * d * c.ffn) +
+                         d + d * c.vocab;
+  const std::int64_t state = 4 * n * static_cast<std::int64_t>(sizeof(float));  // w, g, m, v
+  const auto peak = [](trainer::run_options<gpt::family> o) {
+    o.steps = 2;
+    std::int64_t bytes = 0;
+    trainer::run(o, [&](const trainer::step_report& r) { bytes = r.peak_bytes; });
+    return bytes;
+  };
+  const std::int64_t whole = peak(training(1, 1, 1)), sharded = peak(training(1, 2, 2));
+  CAPTURE(state);
+  CAPTURE(whole);
+  CAPTURE(sharded);
+  CHECK(whole >= state);      // one rank holds the whole model state, and activations beside it
+  CHECK(whole < 4 * state);   // the tiny model's activations are smaller than its state
+  CHECK(sharded >= state / 8);  // FSDP over X and TP over Y: about a quarter of it, unevenly
+  CHECK(sharded < whole);
+}
+
