@@ -3,7 +3,8 @@
 // zeros, against naive loops, all_reduce both as a sum and as a maximum (with NaN and -inf
 // among the inputs); sub-groups of a 2x2 world used at once; and the failure paths: abort
 // propagation, a collective that a returned rank never joined (at once, whatever the timeout),
-// timeout and mismatched collectives (a sum against a maximum included), each of which must
+// timeout and mismatched collectives (a sum against a maximum included; the ranks that deviated
+// from the call most ranks made, or every call when they tie), each of which must
 // throw comm_error with a message naming the culprit and the collective's number on its group,
 // within bounded time, on every rank. Last, the typed all_reduce_max<X> (ops/collectives.hpp) on a
 // host mesh, through any_communicator: the row maxima of logits whose vocabulary is split over a
@@ -621,25 +622,29 @@ TEST_CASE("mismatched collectives throw on every rank, naming both calls and the
     std::vector<bf16> data(4, bf16(1.0f));
     c.all_reduce(std::span<const bf16>(data), std::span<bf16>(data));
   };
+  // Two ranks that disagree are tied: the message lists both calls in group-rank order.
+  const std::string tied = "the calls are tied, none made by more ranks than the others: ";
   const std::vector<Case> cases = {
       {all_gather({2, 2}), all_reduce(4),
-       "rank 0 (world 0) called all_gather<float> of 4 elements but rank 1 (world 1) called "
-       "all_reduce<float> of 4 elements"},
+       tied + "world rank 0 called all_gather<float> of 4 elements, world rank 1 called "
+              "all_reduce<float> of 4 elements"},
       {all_reduce(4), all_reduce(3),
-       "called all_reduce<float> of 4 elements but rank 1 (world 1) called all_reduce<float> of "
-       "3 elements"},
+       tied + "world rank 0 called all_reduce<float> of 4 elements, world rank 1 called "
+              "all_reduce<float> of 3 elements"},
       {all_reduce(4), all_reduce_bf16,
-       "but rank 1 (world 1) called all_reduce<bf16> of 4 elements"},
+       tied + "world rank 0 called all_reduce<float> of 4 elements, world rank 1 called "
+              "all_reduce<bf16> of 4 elements"},
       {all_reduce(4), all_reduce_max(4),
-       "rank 0 (world 0) called all_reduce<float> of 4 elements but rank 1 (world 1) called "
-       "all_reduce(max)<float> of 4 elements"},
+       tied + "world rank 0 called all_reduce<float> of 4 elements, world rank 1 called "
+              "all_reduce(max)<float> of 4 elements"},
       {all_reduce_max(4), all_reduce(4),
-       "rank 0 (world 0) called all_reduce(max)<float> of 4 elements but rank 1 (world 1) called "
-       "all_reduce<float> of 4 elements"},
+       tied + "world rank 0 called all_reduce(max)<float> of 4 elements, world rank 1 called "
+              "all_reduce<float> of 4 elements"},
       {all_gather({1, 2}), all_gather({2, 1}),
-       "called all_gather<float> of 3 elements with different per-rank counts"},
+       tied + "world rank 0 called all_gather<float> of 3 elements, world rank 1 called "
+              "all_gather<float> of 3 elements with different per-rank counts"},
       {[](HostCommunicator& c) { c.barrier(); }, all_reduce(2),
-       "rank 0 (world 0) called barrier but rank 1 (world 1) called all_reduce<float> of 2"},
+       tied + "world rank 0 called barrier, world rank 1 called all_reduce<float> of 2 elements"},
       {[&](HostCommunicator& c) {
          all_reduce(4)(c);
          all_reduce(4)(c);
@@ -648,8 +653,8 @@ TEST_CASE("mismatched collectives throw on every rank, naming both calls and the
          all_reduce(4)(c);
          all_gather({2, 2})(c);
        },
-       "rank 0 (world 0) called all_reduce<float> of 4 elements but rank 1 (world 1) called "
-       "all_gather<float> of 4 elements",
+       tied + "world rank 0 called all_reduce<float> of 4 elements, world rank 1 called "
+              "all_gather<float> of 4 elements",
        2},
   };
   for (const Case& c : cases) {
@@ -661,9 +666,62 @@ TEST_CASE("mismatched collectives throw on every rank, naming both calls and the
     });
     for (int r = 0; r < 2; ++r) {
       CAPTURE(errors[r]);
-      CHECK(contains(errors[r], "tpx: mismatched collectives on group {0,1} at collective #" +
-                                    std::to_string(c.sequence) + ": "));
-      CHECK(contains(errors[r], c.expected));
+      CHECK(errors[r] == "tpx: mismatched collectives on group {0,1} at collective #" +
+                             std::to_string(c.sequence) + ": " + c.expected);
+    }
+  }
+}
+
+TEST_CASE("a mismatch names the ranks that deviated from the call most ranks made") {
+  // A group of 4 listed out of world order, {3,1,0,2}: the ranks are named in world numbering,
+  // each list in group-rank order. Each case says what every world rank calls (a, b or c) and
+  // the whole message every rank must throw.
+  const std::vector<float> twelve(12, 1.0f);
+  const Counts threes = {3, 3, 3, 3};
+  const std::function<void(HostCommunicator&)> gather = [&](HostCommunicator& c) {
+    std::vector<float> out(12);
+    c.all_gather(std::span<const float>(twelve.data(), 3), std::span<float>(out),
+                 std::span(threes));
+  };
+  const std::function<void(HostCommunicator&)> scatter = [&](HostCommunicator& c) {
+    std::vector<float> out(3);
+    c.reduce_scatter(std::span<const float>(twelve), std::span<float>(out), std::span(threes));
+  };
+  const std::function<void(HostCommunicator&)> barrier = [](HostCommunicator& c) { c.barrier(); };
+  struct Case {
+    std::vector<const std::function<void(HostCommunicator&)>*> call_of_world_rank;
+    std::string expected;
+  };
+  const std::string prefix =
+      "tpx: mismatched collectives on group {3,1,0,2} (mesh axis X) at collective #1: ";
+  const std::vector<Case> cases = {
+      {{&scatter, &scatter, &gather, &scatter},
+       "world rank 2 called all_gather<float> of 12 elements where ranks {3,1,0} called "
+       "reduce_scatter<float> of 12 elements"},
+      {{&gather, &scatter, &scatter, &scatter},
+       "world rank 0 called all_gather<float> of 12 elements where ranks {3,1,2} called "
+       "reduce_scatter<float> of 12 elements"},
+      {{&scatter, &scatter, &scatter, &gather},
+       "world rank 3 called all_gather<float> of 12 elements where ranks {1,0,2} called "
+       "reduce_scatter<float> of 12 elements"},
+      {{&barrier, &gather, &scatter, &scatter},
+       "world rank 1 called all_gather<float> of 12 elements and world rank 0 called barrier "
+       "where ranks {3,2} called reduce_scatter<float> of 12 elements"},
+      {{&barrier, &gather, &barrier, &gather},
+       "the calls are tied, none made by more ranks than the others: world ranks {3,1} called "
+       "all_gather<float> of 12 elements, world ranks {0,2} called barrier"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.expected);
+    HostWorld world(4, kPatient);
+    const int set = world.add_groups({{3, 1, 0, 2}}, "mesh axis X");
+    const auto errors = run_ranks(world, [&](int r) {
+      HostCommunicator comm(world, set, r);
+      (*c.call_of_world_rank[r])(comm);
+    });
+    for (int r = 0; r < 4; ++r) {
+      CAPTURE(r);
+      CHECK(errors[r] == prefix + c.expected);
     }
   }
 }

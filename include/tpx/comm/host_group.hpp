@@ -4,7 +4,8 @@
 // Each rank publishes a Publication (which collective it calls, where its input and, for
 // all_reduce, its output lie) through exchange(), which waits for the whole group and then
 // checks that every rank called the same collective; a mismatch throws comm_error on every
-// rank, naming both calls and the collective's number on the group (#1 is the group's first),
+// rank, naming the collective's number on the group (#1 is the group's first) and the ranks that
+// deviated from the call most ranks made (or, with no such call, every call and its ranks),
 // before anyone reads a peer's buffer. Ranks meet by arrival order, so every rank at a meeting
 // is at the same number. That first meeting of a collective is the only one that can fail, and
 // it fails for everyone, with one message naming the collective by number, group and call:
@@ -96,8 +97,7 @@ class HostGroup {
   // that all made the same call. Returns every rank's publication, in group-rank order, valid
   // until this rank's next exchange.
   std::span<const Publication> exchange(int rank, const CollectiveDescriptor& call,
-                                        const void* input = nullptr,
-                                        void* output = nullptr) {
+                                        const void* input = nullptr, void* output = nullptr) {
     const std::uint64_t sequence = ++sequences_[rank];
     std::vector<Publication>& slot = publications_[sequence % 2];
     slot[rank] = Publication{call, input, output};
@@ -238,18 +238,66 @@ class HostGroup {
     return found;
   }
 
+  // Throws, on every rank alike, if the ranks of the group made different calls: the message
+  // names the ranks that deviated from the call most of them made, or, when no call has more
+  // ranks than every other, says so and lists every call with its ranks.
   void check_same_call(std::span<const Publication> calls, std::uint64_t sequence) const {
-    for (int r = 1; r < size(); ++r) {
-      if (calls[r].call == calls[0].call) continue;
-      const std::string first = describe(calls[0].call);
-      const std::string other = describe(calls[r].call);
-      throw comm_error("tpx: mismatched collectives on " + name_ + " at collective #" +
-                       std::to_string(sequence) + ": rank 0 (world " +
-                       std::to_string(world_ranks_[0]) + ") called " + first + " but rank " +
-                       std::to_string(r) + " (world " + std::to_string(world_ranks_[r]) +
-                       ") called " + other +
-                       (first == other ? " with different per-rank counts" : ""));
+    if (std::ranges::all_of(calls, [&](const Publication& p) { return p.call == calls[0].call; }))
+      return;
+    struct Caller {  // one distinct call and the ranks (world numbering) that made it
+      CollectiveDescriptor call;
+      std::vector<int> ranks;
+    };
+    std::vector<Caller> callers;  // in the order of their first caller's group rank
+    for (int r = 0; r < size(); ++r) {
+      auto same =
+          std::ranges::find_if(callers, [&](const Caller& c) { return c.call == calls[r].call; });
+      if (same == callers.end()) same = callers.insert(callers.end(), Caller{calls[r].call, {}});
+      same->ranks.push_back(world_ranks_[r]);
     }
+    const auto most = std::ranges::max_element(
+        callers, [](const Caller& a, const Caller& b) { return a.ranks.size() < b.ranks.size(); });
+    const bool tie = std::ranges::count_if(callers, [&](const Caller& c) {
+                       return c.ranks.size() == most->ranks.size();
+                     }) > 1;
+    const Caller& reference = tie ? callers.front() : *most;
+    // "world rank 2 called barrier", with " with different per-rank counts" where it reads as
+    // the reference call.
+    const auto called = [&](const Caller& c) {
+      // Appended piece by piece: `"..." + std::to_string(...)` trips GCC 12's -Wrestrict at -O3.
+      std::string text = c.ranks.size() == 1 ? "world rank " : "world ranks ";
+      text += c.ranks.size() == 1 ? std::to_string(c.ranks[0]) : bracketed(c.ranks);
+      text += " called ";
+      text += describe(c.call);
+      if (&c != &reference && describe(c.call) == describe(reference.call))
+        text += " with different per-rank counts";
+      return text;
+    };
+    std::string what = "tpx: mismatched collectives on ";
+    what += name_;
+    what += " at collective #";
+    what += std::to_string(sequence);
+    what += ": ";
+    if (tie) {
+      what += "the calls are tied, none made by more ranks than the others: ";
+      for (const Caller& c : callers) {
+        if (&c != &callers.front()) what += ", ";
+        what += called(c);
+      }
+    } else {
+      bool first = true;
+      for (const Caller& c : callers) {
+        if (&c == &*most) continue;
+        if (!first) what += " and ";
+        what += called(c);
+        first = false;
+      }
+      what += " where ranks ";
+      what += bracketed(most->ranks);
+      what += " called ";
+      what += describe(most->call);
+    }
+    throw comm_error(what);
   }
 
   const std::vector<int> world_ranks_;
