@@ -29,9 +29,9 @@
 namespace tpx {
 
 // Thrown by every collective of a group in which some rank failed, that a returned rank never
-// joined, or that timed out. The message names the failing rank (in world numbering) and what it
-// reported, the ranks that returned without joining, or the ranks that never arrived, so a user
-// never faces a silent hang.
+// joined, that is deadlocked (host backend), or that timed out. The message names the failing
+// rank (in world numbering) and what it reported, the ranks that returned without joining, who
+// waits where, or the ranks that never arrived, so a user never faces a silent hang.
 class comm_error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

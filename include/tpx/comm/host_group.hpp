@@ -13,6 +13,10 @@
 //   - at once, when a member that has not come has returned (HostWorld::finish,
 //     host_returns.hpp) and so never will: the message lists who joined, who returned and who
 //     had not come yet, and asks about rank-dependent control flow, the usual cause;
+//   - at once, when every rank of the world that has not returned waits at such a first meeting
+//     and so none can complete (a cycle across groups, a collective skipped or added while no
+//     rank has returned): every waiting rank throws the same wait-for picture, who waits in
+//     which collective of which group and who never came (host_waits.hpp);
 //   - after the world's timeout, naming the ranks that never arrived.
 // The group is then unusable: any later collective on it throws, quoting why. The meetings
 // inside a collective (wait_for_all) cannot fail: once every rank has passed exchange(), each
@@ -20,8 +24,10 @@
 // failing rank from freeing a buffer that a peer still reads.
 //
 // The meeting is a generation-counted barrier on a mutex and condition variable; a waiting rank
-// sleeps until the last arrival, a wake_all() (the world failed, or a rank returned) or the
-// timeout, and checks the world's state under the mutex before each sleep. Its lock orders
+// sleeps until the last arrival, a wake_all() (the world failed or is deadlocked, or a rank
+// returned) or the timeout, and checks the world's state under the mutex before each sleep; at
+// the first meeting it also records itself as waiting in the world's HostWaits before it sleeps,
+// and the last to arrive erases those records of the ranks it releases before they wake. Its lock orders
 // each rank's writes before arriving against every peer's reads after leaving, which is what
 // makes the published pointers and the buffers behind them safe to read (and clean under TSan).
 // A rank that arrives early first watches the generation (an atomic, advanced under the lock by
@@ -30,7 +36,9 @@
 // state and sleeps as above: between the collectives of a small training step the peers are a
 // few microseconds away, and putting every waiter to sleep and waking it again cost more than
 // the step's arithmetic (the 2x1 mesh ran the demo step 1.5x slower than 1x1). A failure or a
-// return is so noticed at most spin_before_sleep later.
+// return is so noticed at most spin_before_sleep later, and a rank counts as waiting for the
+// deadlock check only once it has spun in vain: meetings that end within the spin never touch
+// the world's record.
 // Publications alternate between two slots by number, so a rank that has left one collective
 // may publish its next while a slow peer still checks the previous one.
 #pragma once
@@ -54,18 +62,9 @@
 #include "tpx/comm/communicator.hpp"
 #include "tpx/comm/host_failure.hpp"
 #include "tpx/comm/host_returns.hpp"
+#include "tpx/comm/host_waits.hpp"
 
 namespace tpx::detail {
-
-// "{0,2,5}"
-inline std::string bracketed(std::span<const int> ranks) {
-  std::string text = "{";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (i != 0) text += ',';
-    text += std::to_string(ranks[i]);  // appended, not `"," + ...`: GCC 12 -O3 -Wrestrict
-  }
-  return text + "}";
-}
 
 class HostGroup {
  public:
@@ -77,18 +76,20 @@ class HostGroup {
   };
 
   // `world_ranks` lists the members in group-rank order; `label` says what the group is, for
-  // messages ("mesh axis X"; may be empty); `failure` and `returns` are the world's.
+  // messages ("mesh axis X"; may be empty); `failure`, `returns` and `waits` are the world's.
   HostGroup(std::vector<int> world_ranks, std::string label, std::chrono::milliseconds timeout,
-            const HostFailure& failure, const HostReturns& returns)
+            const HostFailure& failure, const HostReturns& returns, HostWaits& waits)
       : world_ranks_(std::move(world_ranks)),
         name_("group " + bracketed(world_ranks_) + (label.empty() ? "" : " (" + label + ")")),
         timeout_(timeout),
         failure_(&failure),
         returns_(&returns),
+        waits_(&waits),
         publications_{std::vector<Publication>(world_ranks_.size()),
                       std::vector<Publication>(world_ranks_.size())},
         sequences_(world_ranks_.size(), 0),
-        present_(world_ranks_.size(), false) {}
+        present_(world_ranks_.size(), false),
+        waiting_(world_ranks_.size(), false) {}
 
   int size() const noexcept { return static_cast<int>(world_ranks_.size()); }
   std::span<const int> world_ranks() const noexcept { return world_ranks_; }
@@ -142,6 +143,9 @@ class HostGroup {
     if (++arrived_ < size()) return false;
     arrived_ = 0;
     std::fill(present_.begin(), present_.end(), false);
+    // The ranks recorded as waiting are released now, before they wake (host_waits.hpp).
+    if (waiting_count_ > 0)
+      for (int r = 0; r < size(); ++r) stop_waiting(r);
     // Release: a rank spinning in ended_while_spinning reads it without the lock.
     generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     return true;
@@ -162,7 +166,7 @@ class HostGroup {
   }
 
   // The first meeting of collective #sequence: throws comm_error if the group is broken, the
-  // world failed, a member returned without joining, or the timeout passes first.
+  // world failed or is deadlocked, a member returned without joining, or the timeout passes.
   void meet_or_fail(int rank, const CollectiveDescriptor& call, std::uint64_t sequence) {
     std::unique_lock lock(mutex_);
     throw_if_unusable(call, sequence);
@@ -174,21 +178,55 @@ class HostGroup {
     }
     if (ended_while_spinning(lock, generation)) return;
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    while (generation_ == generation) {
-      throw_if_unusable(call, sequence);
-      throw_if_deserted(call, sequence);
-      if (everyone_arrived_.wait_until(lock, deadline) == std::cv_status::timeout &&
-          generation_ == generation && !broken_) {
-        const std::string what = where(call, sequence) + " timed out after " +
-                                 std::to_string(timeout_.count()) + " ms: world ranks " +
-                                 bracketed(members_if([&](int r) { return !present_[r]; })) +
-                                 " never arrived";
-        broken_ = Breakdown{sequence, call, what};
-        lock.unlock();
-        everyone_arrived_.notify_all();
-        throw comm_error("tpx: " + what);
+    try {
+      while (generation_ == generation) {
+        // Once the world is deadlocked, the failures reported are that deadlock, thrown by
+        // faster ranks: every waiting rank reports the picture, or the desertion of its meeting.
+        throw_if_broken(call, sequence);
+        if (!waits_->deadlocked()) throw_if_failed(call, sequence);
+        throw_if_deserted(call, sequence);
+        if (waits_->deadlocked()) throw comm_error("tpx: " + waits_->picture());
+        if (!waiting_[rank] && start_waiting(lock, rank, call, sequence)) continue;
+        if (everyone_arrived_.wait_until(lock, deadline) == std::cv_status::timeout &&
+            generation_ == generation && !broken_) {
+          const std::string what = where(call, sequence) + " timed out after " +
+                                   std::to_string(timeout_.count()) + " ms: world ranks " +
+                                   bracketed(members_if([&](int r) { return !present_[r]; })) +
+                                   " never arrived";
+          broken_ = Breakdown{sequence, call, what};
+          everyone_arrived_.notify_all();
+          throw comm_error("tpx: " + what);
+        }
       }
+    } catch (...) {
+      if (!lock.owns_lock()) lock.lock();
+      stop_waiting(rank);
+      throw;
     }
+  }
+
+  // Records that `rank` sleeps at the current meeting (`lock` holds mutex_; host_waits.hpp).
+  // Returns true if that left the world deadlocked: it has then woken every waiting rank, itself
+  // holding no lock meanwhile, so that all throw the same picture.
+  bool start_waiting(std::unique_lock<std::mutex>& lock, int rank, const CollectiveDescriptor& call,
+                     std::uint64_t sequence) {
+    waiting_[rank] = true;
+    ++waiting_count_;
+    const std::vector<HostGroup*> stuck = waits_->start_waiting(
+        world_ranks_[rank], HostWaits::Wait{this, world_ranks_, name_, sequence, call});
+    if (stuck.empty()) return false;
+    lock.unlock();  // a group's mutex is never held while taking another's
+    for (HostGroup* group : stuck) group->wake_all();
+    lock.lock();
+    return true;
+  }
+
+  // Erases the record of `rank` waiting at the current meeting, if any (mutex_ held).
+  void stop_waiting(int rank) {
+    if (!waiting_[rank]) return;
+    waiting_[rank] = false;
+    --waiting_count_;
+    waits_->stop_waiting(world_ranks_[rank]);
   }
 
   // "collective #3 on group {0,1} (mesh axis X), all_gather<float> of 12 elements,"
@@ -196,17 +234,28 @@ class HostGroup {
     return "collective #" + std::to_string(sequence) + " on " + name_ + ", " + describe(call) + ",";
   }
 
-  // Throws if the group broke (every rank of the collective that broke it gets the same message,
-  // any later call says it was aborted by it) or the world failed. mutex_ held.
+  // Throws if the group broke, the world is deadlocked or failed (mutex_ held): the check of a
+  // collective's start. A deadlock is named before a failure, which is then its report.
   void throw_if_unusable(const CollectiveDescriptor& call, std::uint64_t sequence) const {
-    if (broken_) {
-      if (broken_->sequence == sequence && broken_->call == call)
-        throw comm_error("tpx: " + broken_->what);
-      throw comm_error("tpx: " + where(call, sequence) + " aborted: " + broken_->what);
-    }
-    if (failure_->happened()) {
+    throw_if_broken(call, sequence);
+    if (waits_->deadlocked())
+      throw comm_error("tpx: " + where(call, sequence) + " aborted: " + waits_->picture());
+    throw_if_failed(call, sequence);
+  }
+
+  // Throws if the group broke: every rank of the collective that broke it gets the same
+  // message, any later call says it was aborted by it. mutex_ held.
+  void throw_if_broken(const CollectiveDescriptor& call, std::uint64_t sequence) const {
+    if (!broken_) return;
+    if (broken_->sequence == sequence && broken_->call == call)
+      throw comm_error("tpx: " + broken_->what);
+    throw comm_error("tpx: " + where(call, sequence) + " aborted: " + broken_->what);
+  }
+
+  // Throws if a rank of the world failed (HostWorld::abort).
+  void throw_if_failed(const CollectiveDescriptor& call, std::uint64_t sequence) const {
+    if (failure_->happened())
       throw comm_error("tpx: " + where(call, sequence) + " aborted: " + failure_->reason());
-    }
   }
 
   // Breaks the group if a member that has not come to this meeting has returned: it never will.
@@ -305,6 +354,7 @@ class HostGroup {
   const std::chrono::milliseconds timeout_;
   const HostFailure* failure_;
   const HostReturns* returns_;
+  HostWaits* waits_;
   std::array<std::vector<Publication>, 2> publications_;  // [sequence % 2][rank]
   std::vector<std::uint64_t> sequences_;  // [rank]: its collectives so far; touched by it only
 
@@ -316,6 +366,8 @@ class HostGroup {
   std::atomic<std::uint64_t> generation_{0};
   int arrived_ = 0;
   std::vector<bool> present_;        // [rank]: arrived at the current meeting
+  std::vector<bool> waiting_;        // [rank]: recorded in waits_ as sleeping at it
+  int waiting_count_ = 0;            // how many are
   std::optional<Breakdown> broken_;  // set once, never cleared
 };
 

@@ -13,7 +13,10 @@
 // comm_error naming that rank and its message. When a rank thread returns, the launcher calls
 // finish(rank): a collective of one of its groups that it did not join, waiting or to come,
 // then throws comm_error at once naming it (the collective sits in rank-dependent control flow).
-// A rank that waits longer than options.timeout at the start of a collective throws comm_error
+// When every rank that has not returned waits in a collective that can never complete (ranks in
+// a cycle across groups, or one that skipped or added a collective while the others wait), each
+// throws comm_error at once with the same picture of who waits in which collective of which
+// group and who never came to it (host_waits.hpp). A rank that waits longer than options.timeout at the start of a collective throws comm_error
 // naming the ranks (in world numbering) that never arrived, and its group throws for everyone
 // from then on. No mistake ends in a silent hang.
 #pragma once
@@ -31,6 +34,7 @@
 #include "tpx/comm/host_failure.hpp"
 #include "tpx/comm/host_group.hpp"
 #include "tpx/comm/host_returns.hpp"
+#include "tpx/comm/host_waits.hpp"
 
 namespace tpx {
 
@@ -45,7 +49,7 @@ class HostWorld {
   static constexpr int whole_world = 0;
 
   explicit HostWorld(int size, HostWorldOptions options = {})
-      : size_(valid_size(size)), options_(options), returns_(size_) {
+      : size_(valid_size(size)), options_(options), returns_(size_), waits_(size_, returns_) {
     std::vector<int> everyone(static_cast<std::size_t>(size));
     std::iota(everyone.begin(), everyone.end(), 0);
     add_groups({everyone});
@@ -66,7 +70,7 @@ class HostWorld {
     for (const std::vector<int>& members : groups) {
       if (members.empty()) throw std::invalid_argument("tpx: add_groups was given an empty group");
       made.push_back(std::make_unique<detail::HostGroup>(members, label, options_.timeout, failure_,
-                                                         returns_));
+                                                         returns_, waits_));
       for (int rank : members) {
         if (rank < 0 || rank >= size_) {
           throw std::invalid_argument("tpx: add_groups: rank " + std::to_string(rank) +
@@ -114,6 +118,7 @@ class HostWorld {
                                   " is outside the world of " + std::to_string(size_));
     }
     returns_.record(world_rank);
+    waits_.rank_returned();  // if that deadlocked the world, the waiting ranks throw once woken
     wake_all();
   }
 
@@ -139,6 +144,7 @@ class HostWorld {
   const HostWorldOptions options_;
   detail::HostFailure failure_;
   detail::HostReturns returns_;
+  detail::HostWaits waits_;
   std::mutex mutex_;  // guards groups_ and sets_
   std::vector<std::unique_ptr<detail::HostGroup>> groups_;
   std::vector<std::vector<detail::HostGroup*>> sets_;  // [set][world rank] -> its group or null

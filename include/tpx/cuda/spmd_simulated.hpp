@@ -9,7 +9,8 @@
 // (rank_resources: device, stream, pool, cuBLASLt) and one SimulatedCommunicator per set of mesh
 // axes, registered in a HostWorld of its own; a failure, and a rank's return, are reported to
 // that world too, so the other ranks' collectives fail at once instead of waiting for the
-// timeout, as on the host (a collective that a returned rank never joined is named). fn receives a
+// timeout, as on the host (a collective that a returned rank never joined is named, and ranks
+// that all wait in collectives that can never complete fail with who waits where). fn receives a
 // DeviceRank, so tensors made for it live on the GPU; when fn returns, the launcher waits for
 // the rank's stream, so device faults are reported as that rank's failure.
 #pragma once

@@ -17,8 +17,11 @@
 // collective it never joined can never complete: the ranks waiting in it, or coming to it later,
 // fail at once, naming the collective (its number on its group, the mesh axes, the call), who
 // joined it and who returned, rather than after the timeout: the usual cause is a collective
-// inside `if (rank.world_rank() == 0)`. A rank that waits longer than options.timeout for its
-// group fails the same way, naming who never arrived.
+// inside `if (rank.world_rank() == 0)`. When no rank returns but every one waits in a
+// collective that can never complete (a cycle: rank 0 in its row's collective, the others in the
+// mesh's; or one rank calls a collective more while the others go on to the next), they fail at
+// once, each naming every wait: which collective of which group and who never came. A rank that
+// waits longer than options.timeout for its group fails the same way, naming who never arrived.
 //
 // Running out of resources is such a failure too. A rank that runs out of memory fails with
 // "rank 2 (X=1, Y=0) failed: out of memory: cannot allocate 4.00 GiB (...) for a tensor in host
