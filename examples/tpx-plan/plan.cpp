@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   app.add_option("--mesh", mesh_sizes, "devices along X,Y")
       ->delimiter(',')
       ->expected(2)
-      ->check(trainer::whole_number(1));
+      ->transform(trainer::whole_number(1));
   app.add_option("--links", links, "physical links carrying X,Y")
       ->delimiter(',')
       ->expected(2)

@@ -33,48 +33,11 @@
 #include <vector>
 
 #include "mlp_family.hpp"
+#include "run_options.hpp"
 
 namespace trainer {
 
-// A model family, as training.hpp and cli.hpp use it (trainer::mlp and gpt::family are two):
-//   config                    the model's sizes and seed, with members batch, seed and
-//                             checkpoint_every
-//   mesh                      tpx::Mesh<X, Y> over the family's axes, or Mesh<R, X, Y> with
-//                             a replica axis R first (HSDP: the batch split over R too, the
-//                             parameters replicated over it)
-//   tensors<Space>            every parameter-shaped tensor (params, grads, Adam moments)
-//   network<Tc, Space>        forward_backward(params, batch, grads) -> loss scalar
-//   initialize(tensors, c), load_batch<Space>(rank, data, c, step)
-//   context(c)                bytes of text one row of a batch reads, minus one
-//   shape(c)                  the sizes a checkpoint must match to be resumed, as JSON
-//   tokens_per_step(c), flops_per_step(c)   for the progress line (model FLOPs: fwd + bwd)
-//   describe(c)               the sizes, for the first line of a run
-template <class Family>
-struct run_options {
-  typename Family::config model;
-  int mesh_r = 1;  // replicas: the size of axis R, for a family whose mesh has one (else 1)
-  int mesh_x = 2;
-  int mesh_y = 2;
-  int steps = 300;
-  float lr = 3e-3f;
-  float weight_decay = 0.0f;
-  float clip = 1.0f;
-  bool bf16 = false;
-  std::string text = "/usr/share/common-licenses/GPL-3";
-  std::string ckpt_dir;  // where checkpoints go; empty: none
-  int save_every = 0;    // also save every N steps (the last step is always saved)
-  bool resume = false;   // continue from ckpt_dir's newest valid checkpoint, on any mesh
-  int keep = 3;          // checkpoints kept in ckpt_dir, the newest; 0: all
-  int report_every = 1;  // read the loss back and report every N steps (and the last)
-  // How long a rank waits in a collective for the others before the run fails naming them.
-  std::chrono::milliseconds timeout = std::chrono::minutes(5);
-};
-
 using options = run_options<mlp>;  // tpx-train's
-
-// Whether Family's mesh has a replica axis R before X and Y: Mesh<R, X, Y>.
-template <class Family>
-inline constexpr bool has_replica_axis = Family::mesh::axis_count == 3;
 
 // The mesh of o's sizes: Mesh<X, Y>{x, y}, or Mesh<R, X, Y>{r, x, y} for a family with a replica
 // axis; a family without one takes no replicas.

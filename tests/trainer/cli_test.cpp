@@ -3,6 +3,8 @@
 // (tpx-train, tpx-gpt or tpx-plan, paths from CMake) in a child process and checks both. The table
 // in docs/bad-input.md lists the same cases with the messages they get.
 //
+// Whole numbers with leading zeros are read as decimal, as their checks read them (010 was 8), and
+// a --timeout under half a millisecond is 1 ms, not 0 (parsed in this process, command_line.hpp).
 // Beyond parsing: a --log that is the training text is refused before it is opened (it would be
 // truncated), --resume with --steps not beyond the checkpoint's step is refused, and a run whose
 // loss turns non-finite stops with exit status 1 before the step is saved or logged, so the JSONL
@@ -13,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "../../examples/trainer/command_line.hpp"
+#include "../../examples/trainer/mlp_family.hpp"
 #include "../support/run_command.hpp"
 
 namespace {
@@ -94,6 +99,8 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
       {train, "--frobnicate", "not expected: --frobnicate"},
       {train, "--text /nonexistent/tpx.txt", "--text: File does not exist"},
       {train, "--resume", "--resume requires --ckpt-dir"},
+      {train, "--ckpt-dir '' --resume", "--ckpt-dir: expected the path of a folder, got ''"},
+      {gpt, "--log ''", "--log: expected the path of a file, got ''"},
       {train, "--context 2147483647 --steps 1",
        "a context of 2147483647 needs at least 2147483649"},
       {train, "--timeout 0", "--timeout: expected a finite number > 0, got '0'"},
@@ -111,13 +118,44 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
 }
 
 TEST_CASE("--checkpoint-every sqrt keeps every round(sqrt(L))-th block input") {
-  for (const auto& [layers, every] : std::vector<std::pair<int, int>>{{9, 3}, {2, 1}, {12, 3}}) {
-    const result r = run(TPX_GPT, "--mesh 1x1 --steps 1 --batch 2 --seq 8 --layers " +
-                                      std::to_string(layers) + " --checkpoint-every sqrt");
-    INFO(r.output);
-    CHECK(r.status == 0);
-    CHECK(r.output.find("activation checkpointing every " + std::to_string(every) + " block(s)") !=
-          std::string::npos);
+  // Parsed in this process as tpx-train parses it (command_line.hpp), without training.
+  for (const auto& [layers, every] : std::vector<std::pair<const char*, int>>{
+           {"9", 3}, {"2", 1}, {"12", 3}, {"1", 1}}) {
+    CAPTURE(layers);
+    const std::vector<const char*> argv = {"tpx-train", "--layers", layers, "--checkpoint-every",
+                                           "sqrt"};
+    const auto parsed = trainer::parse_command_line<trainer::mlp>(
+        static_cast<int>(argv.size()), argv.data(), "tpx-train", "", {"threads"});
+    REQUIRE(parsed.options);
+    CHECK(parsed.options->training.model.checkpoint_every == every);
+  }
+}
+
+TEST_CASE("whole numbers with leading zeros are decimal, as the checks read them") {
+  // CLI11 reads integers with strtoll's base 0: `--steps 010` trained 8 steps and `--batch 08`
+  // failed as "Could not convert", while the checks read decimal (found by
+  // tests/fuzz/trainer_cli_fuzz.cpp). The first line of a run says the steps and the batch; the
+  // context check then stops it before any step.
+  const result train = run(TPX_TRAIN, "--steps 010 --batch 08 --context 2147483647");
+  INFO(train.output);
+  CHECK(train.output.find(", 10 steps, batch 8, ") != std::string::npos);
+  const result plan = run(TPX_PLAN, "--mesh 010,08");
+  INFO(plan.output);
+  CHECK(plan.status == 0);
+  CHECK(plan.output.find("mesh X=10 Y=8 ") != std::string::npos);
+}
+
+TEST_CASE("a timeout under half a millisecond is 1 ms, not 0 (which fails every wait)") {
+  // Parsed in this process as tpx-train parses it (command_line.hpp), without training.
+  const std::vector<std::pair<const char*, std::int64_t>> cases = {
+      {"0.0001", 1}, {"0.0004", 1}, {"0.0016", 2}, {"2.5", 2500}, {"1e12", 1'000'000'000'000}};
+  for (const auto& [seconds, milliseconds] : cases) {
+    CAPTURE(seconds);
+    const std::vector<const char*> argv = {"tpx-train", "--timeout", seconds};
+    const auto parsed = trainer::parse_command_line<trainer::mlp>(
+        static_cast<int>(argv.size()), argv.data(), "tpx-train", "", {"threads"});
+    REQUIRE(parsed.options);
+    CHECK(parsed.options->training.timeout.count() == milliseconds);
   }
 }
 
