@@ -175,7 +175,7 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
       ->check(finite_number(0, bound::closed));
   app.add_option("--timeout", timeout_seconds,
                  "seconds a rank waits in a collective for the others before the run fails, "
-                 "naming the ranks that never came")
+                 "naming the collective (and, with threads, the ranks that never came)")
       ->capture_default_str()
       ->check(finite_number(0, bound::open));
   if (backends.size() > 1)

@@ -6,7 +6,7 @@
 // Every host collective therefore publishes one of these beside its buffers, and the group
 // compares them before anyone reads a peer's data: operation, element type, element count, root,
 // the reduction of an all_reduce (sum or max) and a digest of the per-rank counts. describe()
-// turns one into the words of the error message, bracketed() a list of ranks.
+// turns one into the words of the error message (comm/group_name.hpp names ranks and groups).
 #pragma once
 
 #include <cstddef>
@@ -107,16 +107,6 @@ inline std::string describe(const CollectiveDescriptor& call) {
     text += std::to_string(call.root);
   }
   return text;
-}
-
-// "{0,2,5}": ranks as the messages list them.
-inline std::string bracketed(std::span<const int> ranks) {
-  std::string text = "{";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (i != 0) text += ',';
-    text += std::to_string(ranks[i]);  // appended, not `"," + ...`: GCC 12 -O3 -Wrestrict
-  }
-  return text + "}";
 }
 
 }  // namespace tpx::detail

@@ -31,6 +31,7 @@
 
 #include "tpx/comm/collective_arguments.hpp"
 #include "tpx/comm/collective_descriptor.hpp"
+#include "tpx/comm/group_name.hpp"
 #include "tpx/comm/communicator.hpp"
 #include "tpx/comm/host_group.hpp"
 #include "tpx/comm/host_world.hpp"

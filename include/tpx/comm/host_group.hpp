@@ -60,6 +60,7 @@
 
 #include "tpx/comm/collective_descriptor.hpp"
 #include "tpx/comm/communicator.hpp"
+#include "tpx/comm/group_name.hpp"
 #include "tpx/comm/host_failure.hpp"
 #include "tpx/comm/host_returns.hpp"
 #include "tpx/comm/host_waits.hpp"
@@ -80,7 +81,7 @@ class HostGroup {
   HostGroup(std::vector<int> world_ranks, std::string label, std::chrono::milliseconds timeout,
             const HostFailure& failure, const HostReturns& returns, HostWaits& waits)
       : world_ranks_(std::move(world_ranks)),
-        name_("group " + bracketed(world_ranks_) + (label.empty() ? "" : " (" + label + ")")),
+        name_(group_name(world_ranks_, label)),
         timeout_(timeout),
         failure_(&failure),
         returns_(&returns),

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "tpx/comm/collective_descriptor.hpp"
+#include "tpx/comm/group_name.hpp"
 #include "tpx/comm/host_returns.hpp"
 
 namespace tpx::detail {

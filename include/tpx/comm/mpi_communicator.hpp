@@ -13,6 +13,20 @@
 // all-reduce). So every result, sums and maxima, fp32 and bf16, NaN included, is bit for bit the
 // thread backend's on the same group. bf16 travels as MPI_UINT16_T: MPI only copies it.
 //
+// Before any of that, every collective runs a signature exchange: each rank contributes a record
+// of the call it makes (kind, element type, counts and their digest, root, reduction:
+// comm/mpi_call_record.hpp) to an MPI_Iallgather on the group, which the rank polls
+// (comm/mpi_watchdog.hpp) until it completes or spmd_options::timeout passes. MPI matches a
+// communicator's collectives by order, so a rank that skipped a collective meets its peers'
+// exchange with its next call's record, and one that added or changed a call with that call's:
+// every rank then has the same differing records and throws the same comm_error, naming the
+// collective's number on the group, who called what and on which host, before any data moves. A
+// rank whose SPMD function returned contributes a "returned" record instead (spmd_mpi.hpp), so
+// peers waiting in a collective it never joined fail at once. On timeout the exchange throws
+// naming the collective, the group and this rank; a failed exchange leaves the group unusable
+// (later collectives on it throw). The exchange is the whole of barrier(). It costs one small
+// MPI_Iallgather per collective (bench/README.md measures it); groups of one rank skip it.
+//
 // MPI counts are ints: a collective of more than INT_MAX elements throws std::invalid_argument,
 // as do buffers that disagree with the counts (collective_arguments.hpp), before calling MPI.
 // MPI failures throw comm_error naming the MPI call, the collective, the group, the rank and its
@@ -25,19 +39,23 @@
 #include <climits>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "tpx/comm/collective_arguments.hpp"
 #include "tpx/comm/collective_descriptor.hpp"
 #include "tpx/comm/communicator.hpp"
-#include "tpx/comm/host_group.hpp"
+#include "tpx/comm/group_name.hpp"
+#include "tpx/comm/mpi_call_record.hpp"
 #include "tpx/comm/mpi_errors.hpp"
+#include "tpx/comm/mpi_watchdog.hpp"
 #include "tpx/comm/rank_fold.hpp"
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/kernels/reduction.hpp"
@@ -50,24 +68,36 @@ concept MpiElement = std::same_as<T, float> || std::same_as<T, bf16>;
 class MpiCommunicator {
  public:
   // Takes ownership of `comm` and sets MPI_ERRORS_RETURN on it; `label` says what the group is,
-  // for messages ("mesh axis X"; may be empty).
-  MpiCommunicator(MPI_Comm comm, const std::string& label)
+  // for messages ("mesh axis X"; may be empty). `watchdog` (which must outlive the communicator)
+  // times and watches its waits; `group_id` is the group's id there (its mesh axis set).
+  MpiCommunicator(MPI_Comm comm, const std::string& label, detail::MpiWatchdog& watchdog,
+                  unsigned group_id)
       : comm_(comm),
         world_ranks_(world_ranks_of(comm)),
         rank_(rank_of(comm)),
-        caller_("group " + detail::bracketed(world_ranks_) +
-                (label.empty() ? "" : " (" + label + ")") + ", rank " + std::to_string(rank_) +
-                " (world " + std::to_string(world_ranks_[rank_]) + ") on host " +
-                detail::mpi_host_name()),
-        arguments_(caller_) {
+        name_(detail::group_name(world_ranks_, label)),
+        caller_(name_ + ", rank " + std::to_string(rank_) + " (world " +
+                std::to_string(world_ranks_[rank_]) + ") on host " +
+                std::string(watchdog.hosts()[world_ranks_[rank_]])),
+        arguments_(caller_),
+        watchdog_(&watchdog),
+        group_id_(group_id),
+        records_(world_ranks_.size()) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
   MpiCommunicator(MpiCommunicator&& other) noexcept
       : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
         world_ranks_(std::move(other.world_ranks_)),
         rank_(other.rank_),
+        name_(std::move(other.name_)),
         caller_(std::move(other.caller_)),
         arguments_(std::move(other.arguments_)),
+        watchdog_(other.watchdog_),
+        group_id_(other.group_id_),
+        sequence_(other.sequence_),
+        mine_(other.mine_),
+        records_(std::move(other.records_)),
+        broken_(std::move(other.broken_)),
         scratch_(std::move(other.scratch_)),
         scratch_bytes_(std::exchange(other.scratch_bytes_, 0)) {}
   MpiCommunicator(const MpiCommunicator&) = delete;
@@ -82,7 +112,8 @@ class MpiCommunicator {
   // The members in MPI_COMM_WORLD numbering, in group-rank order.
   std::span<const int> world_ranks() const noexcept { return world_ranks_; }
 
-  void barrier() { check(MPI_Barrier(comm_), "MPI_Barrier", detail::CollectiveDescriptor{}); }
+  // The signature exchange is the barrier: it completes only once every rank has joined it.
+  void barrier() { agree(detail::CollectiveDescriptor{}); }
 
   // out = every rank's in, rank after rank; in may be this rank's block of out (in place).
   template <MpiElement T>
@@ -90,7 +121,9 @@ class MpiCommunicator {
     const std::size_t total = arguments_.sum_of_counts(Op::all_gather, counts, size());
     arguments_.expect_size(Op::all_gather, "in", in.size(), counts[rank_]);
     arguments_.expect_size(Op::all_gather, "out", out.size(), total);
-    gather_blocks(in, out, counts, detail::collective_call<T>(Op::all_gather, total, counts));
+    const auto call = detail::collective_call<T>(Op::all_gather, total, counts);
+    agree(call);
+    gather_blocks(in, out, counts, call);
   }
 
   // out = this rank's block (counts[rank()] elements) of the sum over ranks of in.
@@ -100,8 +133,9 @@ class MpiCommunicator {
     const std::size_t total = arguments_.sum_of_counts(Op::reduce_scatter, counts, size());
     arguments_.expect_size(Op::reduce_scatter, "in", in.size(), total);
     arguments_.expect_size(Op::reduce_scatter, "out", out.size(), counts[rank_]);
-    fold_blocks<kernels::sum_reducer<compute_t<T>>>(
-        in, out, counts, detail::collective_call<T>(Op::reduce_scatter, total, counts));
+    const auto call = detail::collective_call<T>(Op::reduce_scatter, total, counts);
+    agree(call);
+    fold_blocks<kernels::sum_reducer<compute_t<T>>>(in, out, counts, call);
   }
 
   // out = the sum (or, with reduction::max, the maximum) over ranks of in; in and out may be the
@@ -110,6 +144,7 @@ class MpiCommunicator {
   void all_reduce(std::span<const T> in, std::span<T> out, reduction op = reduction::sum) {
     arguments_.expect_size(Op::all_reduce, "out", out.size(), in.size());
     const auto call = detail::collective_call<T>(Op::all_reduce, in.size(), {}, -1, op);
+    agree(call);
     std::vector<std::size_t> chunks(static_cast<std::size_t>(size()));
     for (int s = 0; s < size(); ++s)
       chunks[s] = in.size() * (s + 1) / size() - in.size() * s / size();
@@ -137,6 +172,7 @@ class MpiCommunicator {
     }
     arguments_.expect_size(Op::all_to_all, "in", in.size(), sum(sent));
     arguments_.expect_size(Op::all_to_all, "out", out.size(), sum(received));
+    agree(call);
     exchange_blocks(in.data(), sent, out.data(), received, call);
   }
 
@@ -147,18 +183,77 @@ class MpiCommunicator {
       arguments_.invalid(Op::broadcast,
                          "root " + std::to_string(root) + " is not a rank of the group");
     }
-    if (rank_ == root) {
-      arguments_.expect_size(Op::broadcast, "in", in.size(), out.size());
-      if (!in.empty() && in.data() != out.data())
-        std::memcpy(out.data(), in.data(), in.size_bytes());
-    }
+    if (rank_ == root) arguments_.expect_size(Op::broadcast, "in", in.size(), out.size());
     const auto call = detail::collective_call<T>(Op::broadcast, out.size(), {}, root);
+    agree(call);
+    if (rank_ == root && !in.empty() && in.data() != out.data())
+      std::memcpy(out.data(), in.data(), in.size_bytes());
     check(MPI_Bcast(out.data(), mpi_count(out.size(), call), datatype<T>(), root, comm_),
           "MPI_Bcast", call);
   }
 
+  // When the SPMD function has returned (spmd_mpi.hpp): posts this rank's "returned" record as
+  // the group's next exchange and gives the request to wait for (MPI_REQUEST_NULL on a group of
+  // one rank: nobody to tell). Once it completes, check_return throws comm_error if a peer called
+  // a collective instead.
+  MPI_Request post_return() {
+    const std::uint64_t sequence = next_exchange(detail::returned_record());
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (size() == 1) return request;
+    detail::check_mpi(
+        MPI_Iallgather(&mine_, detail::call_record_words, MPI_UINT64_T, records_.data(),
+                       detail::call_record_words, MPI_UINT64_T, comm_, &request),
+        "MPI_Iallgather",
+        "returning from collective #" + std::to_string(sequence) + " on " + caller_);
+    return request;
+  }
+  void check_return() const {
+    detail::check_same_records(records_, name_, world_ranks_, watchdog_->hosts(), sequence_);
+  }
+  // "group {0,1} (mesh axis Y), collective #3": where post_return's exchange is, for a message.
+  std::string exchange_name() const { return name_ + ", collective #" + std::to_string(sequence_); }
+
  private:
   using Op = detail::CollectiveOp;
+
+  // Numbers this rank's next exchange on the group, which will carry `record`, and tells the
+  // watchdog. Throws comm_error if an earlier exchange of the group failed.
+  std::uint64_t next_exchange(const detail::CallRecord& record) {
+    if (!broken_.empty()) {
+      throw comm_error("tpx: " + name_ + " cannot be used after its collective failed: " + broken_);
+    }
+    watchdog_->posted(group_id_, ++sequence_);
+    mine_ = record;
+    return sequence_;
+  }
+
+  // The signature exchange before every collective (see the top of the file): returns once every
+  // rank of the group called `call`, else throws comm_error on every rank saying who called what,
+  // who returned instead, or, after the timeout, what this rank waited for. A failed exchange
+  // breaks the group: later collectives on it throw.
+  void agree(const detail::CollectiveDescriptor& call) {
+    const std::uint64_t sequence = next_exchange(detail::record_of(call));
+    if (size() == 1) return;
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallgather(&mine_, detail::call_record_words, MPI_UINT64_T, records_.data(),
+                         detail::call_record_words, MPI_UINT64_T, comm_, &request),
+          "MPI_Iallgather", call);
+    try {
+      if (!watchdog_->wait(std::span(&request, 1), {group_id_, sequence, mine_},
+                           [](std::size_t) {})) {
+        throw comm_error("tpx: collective #" + std::to_string(sequence) + " on " + name_ + ", " +
+                         describe(call) + ", timed out after " +
+                         std::to_string(watchdog_->timeout().count()) + " ms on " +
+                         watchdog_->me() + ": not every rank of the group called it." +
+                         watchdog_->last_heard());
+      }
+      detail::check_same_records(records_, name_, world_ranks_, watchdog_->hosts(), sequence);
+    } catch (const comm_error& e) {
+      const std::string_view what = e.what();
+      broken_ = what.starts_with("tpx: ") ? what.substr(5) : what;
+      throw;
+    }
+  }
 
   template <MpiElement T>
   static MPI_Datatype datatype() {
@@ -214,8 +309,9 @@ class MpiCommunicator {
     mpi_count(offset, call);
   }
 
+  // The message is built only on failure: this runs for every MPI call.
   void check(int code, std::string_view mpi_call, const detail::CollectiveDescriptor& call) const {
-    detail::check_mpi(code, mpi_call, describe(call) + " on " + caller_);
+    if (code != MPI_SUCCESS) detail::check_mpi(code, mpi_call, describe(call) + " on " + caller_);
   }
 
   // out = every rank's in, block after block (MPI_Allgatherv).
@@ -275,9 +371,16 @@ class MpiCommunicator {
   MPI_Comm comm_;
   std::vector<int> world_ranks_;
   int rank_;
+  std::string name_;    // "group {0,2} (mesh axis X)"
   std::string caller_;  // "group {0,2} (mesh axis X), rank 1 (world 2) on host node3"
   detail::CollectiveArguments arguments_;
-  std::unique_ptr<std::byte[]> scratch_;  // reductions' exchanged blocks (scratch())
+  detail::MpiWatchdog* watchdog_;
+  unsigned group_id_;
+  std::uint64_t sequence_ = 0;               // exchanges posted on the group
+  detail::CallRecord mine_;                  // this rank's record in the current exchange
+  std::vector<detail::CallRecord> records_;  // [group rank]: every rank's record in it
+  std::string broken_;                       // why the group failed, if it did
+  std::unique_ptr<std::byte[]> scratch_;     // reductions' exchanged blocks (scratch())
   std::size_t scratch_bytes_ = 0;
 };
 

@@ -20,21 +20,26 @@
 
 namespace tpx::detail {
 
+// The text an MPI query writes into a buffer of `room` characters, giving its length
+// (query(buffer, &length)), or `otherwise` when the query fails.
+template <int room, class Query>
+std::string mpi_text(Query query, std::string otherwise) {
+  char text[room];
+  int length = 0;
+  if (query(text, &length) != MPI_SUCCESS) return otherwise;
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
 // This process's host, as MPI names it (MPI_Get_processor_name).
 inline std::string mpi_host_name() {
-  char name[MPI_MAX_PROCESSOR_NAME];
-  int length = 0;
-  if (MPI_Get_processor_name(name, &length) != MPI_SUCCESS) return "an unknown host";
-  return std::string(name, static_cast<std::size_t>(length));
+  return mpi_text<MPI_MAX_PROCESSOR_NAME>(MPI_Get_processor_name, "an unknown host");
 }
 
 // MPI's words for an error code.
 inline std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
-    return "MPI error " + std::to_string(code);
-  return std::string(text, static_cast<std::size_t>(length));
+  return mpi_text<MPI_MAX_ERROR_STRING>(
+      [code](char* text, int* length) { return MPI_Error_string(code, text, length); },
+      "MPI error " + std::to_string(code));
 }
 
 // Throws comm_error "tpx: <call> failed in <what>: <MPI's words>" unless code is MPI_SUCCESS;

@@ -26,17 +26,22 @@
 #include "tpx/cuda/launch_options.hpp"
 #include "tpx/cuda/nccl_mesh.hpp"
 #include "tpx/cuda/spmd_nccl.hpp"
+#include "tpx/launch/build_fingerprint.hpp"
 #include "tpx/launch/launch_environment.hpp"
 #include "tpx/launch/tcp_rendezvous.hpp"
 #include "tpx/sharding/mesh.hpp"
 
 namespace tpx::cuda {
 
-// What every rank of one launch must agree on beyond the mesh: the versions it was built with.
-inline std::string build_fingerprint(const std::string& mesh) {
-  return "mesh " + mesh + ", CUDA runtime " + std::to_string(CUDART_VERSION) + ", NCCL " +
-         std::to_string(NCCL_VERSION_CODE) + ", ncclUniqueId of " +
-         std::to_string(sizeof(ncclUniqueId)) + " bytes";
+// What every rank of one launch must agree on: the fields every launcher compares
+// (launch/build_fingerprint.hpp: the mesh, the compiler, build options, type sizes) and the CUDA
+// and NCCL versions it was built with, as one line for the rendezvous.
+inline std::string launch_fingerprint(const std::string& mesh) {
+  std::vector<fingerprint_field> fields = build_fingerprint(mesh);
+  fields.push_back({"CUDA runtime", std::to_string(CUDART_VERSION)});
+  fields.push_back({"NCCL", std::to_string(NCCL_VERSION_CODE)});
+  fields.push_back({"ncclUniqueId bytes", std::to_string(sizeof(ncclUniqueId))});
+  return fingerprint_text(fields);
 }
 
 // This process's nccl_bootstrap: rank 0 makes the id and the rendezvous hands it to the others;
@@ -79,7 +84,7 @@ void run_launched_rank(const Mesh<Axes...>& mesh, Fn&& fn, const launch_options&
                                 std::to_string(mesh.rank_count()) + " ranks");
   }
   const nccl_bootstrap boot =
-      nccl_bootstrap_from(env, build_fingerprint(mesh.to_string()), options.timeout);
+      nccl_bootstrap_from(env, launch_fingerprint(mesh.to_string()), options.timeout);
   run_rank(mesh, boot, fn, options);
 }
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "tpx/comm/collective_descriptor.hpp"
+#include "tpx/comm/group_name.hpp"
 #include "tpx/comm/communicator.hpp"
 #include "tpx/comm/host_world.hpp"
 #include "tpx/core/bfloat16.hpp"

@@ -55,8 +55,8 @@
 namespace tpx {
 
 struct spmd_options {
-  // How long a rank waits for its group in a collective before failing. Host backend only:
-  // MPI's blocking collectives have no timeout (spmd_mpi.hpp says what to use instead).
+  // How long a rank waits for its group in a collective before failing, on the host and MPI
+  // backends (under MPI also how long a returned rank waits for the others to return).
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
   // Threads each BLAS call may use; 0: the hardware threads divided among the ranks (under MPI,
   // among the ranks on this node).

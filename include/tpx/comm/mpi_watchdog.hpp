@@ -1,0 +1,409 @@
+// MpiWatchdog: how a rank of the MPI backend waits for its peers, how long, and what it tells the
+// others while it waits, so that a job whose ranks can no longer meet ends with a message instead
+// of hanging.
+//
+// Every wait for peers goes through wait(): the signature exchange before each collective
+// (mpi_communicator.hpp) and a returning rank's last exchanges (spmd_mpi.hpp). It polls the
+// exchange's nonblocking requests until they complete: spinning for the first millisecond, as
+// MPI's own blocking calls do (yielding the core at every poll cost 5-50 us per collective on a
+// loaded machine, more than the exchange itself), then yielding between polls up to 50 ms, then
+// sleeping 1 ms between polls. When spmd_options::timeout passes first it returns false and the
+// caller throws comm_error naming the collective and the group.
+//
+// The heartbeat makes the usual cause of a hang, ranks waiting in different collectives (one in
+// a collective of group Y, its peer in one of group X: a cycle), fail within about a second
+// instead of at the timeout. A rank that has waited heartbeat_after (1 s, or half the timeout if
+// that is shorter) tells world rank 0 where it waits: the group and number of the exchange and
+// the call, or that it has returned, with how many exchanges it has posted on each of its
+// groups; when the wait ends, that it runs again. Words go by MPI_Issend on a duplicate of
+// MPI_COMM_WORLD kept for this, one at most in flight from each rank (a newer word waits until
+// rank 0 has received the older, and replaces any not yet sent), so that rank 0 never holds more
+// words than there are ranks. Nothing at all is sent or read while the ranks keep pace: rank 0
+// reads words only while it has itself waited heartbeat_after (probing for them at every
+// collective cost more than the collective) and at the end.
+//
+// Rank 0 keeps the latest word of every rank and, while it waits, judges the picture: when every
+// rank waits or has returned, and each exchange waited in has a member whose posted count on
+// that group is below the exchange's number, no exchange can ever complete, and rank 0 throws
+// comm_error with the picture (who waits in which collective of which group, which rank has not
+// called it, who returned). The verdict holds although words may be stale when rank 0 reads
+// them: suppose a rank did leave the wait rank 0 saw it in, and take the first rank to do so. Its
+// exchange completed, so every member had posted it, and a member rank 0 saw with a lower count
+// must have posted more after that word, so left the wait it was seen in earlier still: a
+// contradiction (counts only grow, so no word shows a count too high). In a deadlock every rank
+// waits for good, so rank 0 reads every word and the picture is complete about a second after
+// it forms. Rank 0 judges only after words changed and at most every 200 ms, as a judgement reads
+// every rank's word. When the timeout passes instead, rank 0's message adds what it last heard:
+// which ranks wait where and which are in no collective (busy, stuck or dead).
+//
+// finish(), after every exchange of the SPMD function has completed, makes sure that the last
+// word sent to rank 0 has been received (then an MPI_Ibarrier on the heartbeat's communicator,
+// which rank 0 polls while still reading words), so that no message is left in flight when the
+// communicator is freed and MPI finalized.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tpx/comm/communicator.hpp"
+#include "tpx/comm/group_name.hpp"
+#include "tpx/comm/mpi_call_record.hpp"
+#include "tpx/comm/mpi_errors.hpp"
+
+namespace tpx::detail {
+
+// Which groups of the world exist, for rank 0's picture: group ids 1..ids-1 (the launcher uses
+// the mesh's axis sets as bit masks), a label per id ("mesh axis X") and a color per id and world
+// rank, equal exactly for the ranks of one group of that id.
+struct MpiGroupLayout {
+  unsigned ids = 1;
+  std::vector<std::string> labels;          // [id]
+  std::function<int(unsigned, int)> color;  // (id, world rank)
+};
+
+class MpiWatchdog {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  // Where a rank waits: exchange #sequence of its group `group`, for `call`; group 0: it has
+  // returned and waits for its last exchanges.
+  struct Waiting {
+    unsigned group = 0;
+    std::uint64_t sequence = 0;
+    CallRecord call;
+  };
+
+  // Duplicates MPI_COMM_WORLD for the heartbeat (collective: every process constructs one).
+  MpiWatchdog(std::vector<std::string> hosts, std::chrono::milliseconds timeout,
+              MpiGroupLayout layout)
+      : hosts_(std::move(hosts)),
+        timeout_(timeout),
+        heartbeat_after_(std::min<clock::duration>(std::chrono::seconds(1), timeout / 2)),
+        layout_(std::move(layout)),
+        posted_(layout_.ids, 0) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &heartbeat_), "MPI_Comm_dup", "the heartbeat's start");
+    MPI_Comm_set_errhandler(heartbeat_, MPI_ERRORS_RETURN);
+    if (rank_ == 0) heard_.resize(hosts_.size());
+  }
+  MpiWatchdog(const MpiWatchdog&) = delete;
+  MpiWatchdog& operator=(const MpiWatchdog&) = delete;
+  ~MpiWatchdog() { MPI_Comm_free(&heartbeat_); }
+
+  std::span<const std::string> hosts() const noexcept { return hosts_; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  // "world rank 2 (host node1)"
+  std::string me() const {
+    return "world rank " + std::to_string(rank_) + " (host " + hosts_[rank_] + ")";
+  }
+
+  // Records that this rank has posted exchange #sequence on group `group`.
+  void posted(unsigned group, std::uint64_t sequence) { posted_[group] = sequence; }
+
+  // Polls `requests` until all have completed, calling done(i) as request i completes (it may
+  // throw); false if the timeout passes first. Throws comm_error on rank 0 when the heartbeat
+  // shows that no rank can go on (see the top of the file).
+  template <class Done>
+  bool wait(std::span<MPI_Request> requests, const Waiting& waiting, Done&& done) {
+    if (requests.empty()) return true;
+    completed_.resize(requests.size());
+    std::size_t left = requests.size();
+    bool announced = false;
+    const bool met = poll(timeout_, [&](clock::duration waited) {
+      int count = 0;
+      check(MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count,
+                         completed_.data(), MPI_STATUSES_IGNORE),
+            "MPI_Testsome", "a signature exchange");
+      for (int i = 0; i < count; ++i, --left) done(static_cast<std::size_t>(completed_[i]));
+      if (left == 0) return true;
+      if (waited >= heartbeat_after_) {
+        if (!announced) tell_rank_0(word_of(waiting));
+        announced = true;
+        if (rank_ == 0) {
+          hear();
+          judge(waited);
+        } else {
+          send_if_free();
+        }
+      }
+      return false;
+    });
+    if (met && announced) tell_rank_0(word_of(std::nullopt));
+    return met;
+  }
+
+  // "World rank 0 last heard: ..." on rank 0 (what it knows of the others, for a timeout's
+  // message); empty on the other ranks.
+  std::string last_heard() const {
+    if (rank_ != 0) return "";
+    std::vector<int> idle;
+    std::vector<std::string> lines;
+    std::vector<int> returned;
+    for (const Stuck& s : exchanges_waited_in()) lines.push_back(line(s, false));
+    for (int r = 1; r < static_cast<int>(heard_.size()); ++r) {
+      if (!heard_[r] || heard_[r]->state == Word::running) idle.push_back(r);
+      if (heard_[r] && heard_[r]->state == Word::returned) returned.push_back(r);
+    }
+    if (!idle.empty())
+      lines.insert(lines.begin(), ranks_on_hosts(idle, hosts_) + " not waiting in any collective");
+    if (!returned.empty()) lines.push_back(ranks_on_hosts(returned, hosts_) + " returned");
+    std::string text = " World rank 0 last heard:";
+    for (std::size_t i = 0; i < lines.size(); ++i) text += (i ? "; " : " ") + lines[i];
+    return text + ".";
+  }
+
+  // After this rank's last exchange: waits until every word sent to rank 0 has been received
+  // (see the top of the file).
+  void finish() {
+    unsent_.reset();  // what this rank did last matters no more
+    const auto words_received = [&] {
+      if (rank_ == 0) hear();
+      int received = 0;
+      check(MPI_Test(&in_flight_, &received, MPI_STATUS_IGNORE), "MPI_Test", "the heartbeat");
+      return received != 0;
+    };
+    bool ended = poll(timeout_, [&](clock::duration) { return words_received(); });
+    if (ended) {
+      MPI_Request everyone = MPI_REQUEST_NULL;
+      check(MPI_Ibarrier(heartbeat_, &everyone), "MPI_Ibarrier", "the heartbeat's end");
+      ended = poll(timeout_, [&](clock::duration) {
+        words_received();
+        int met = 0;
+        check(MPI_Test(&everyone, &met, MPI_STATUS_IGNORE), "MPI_Test", "the heartbeat's end");
+        return met != 0;
+      });
+    }
+    if (!ended) {
+      throw comm_error("tpx: " + me() + " returned, but the heartbeat did not end within " +
+                       std::to_string(timeout_.count()) + " ms: some rank did not return");
+    }
+  }
+
+ private:
+  // What a rank last told rank 0; on the wire as words_per_word() MPI_UINT64_T: state, group,
+  // sequence, the call record, the posted count of each group id.
+  struct Word {
+    enum State : std::uint64_t { running = 0, waits = 1, returned = 2 };
+    std::uint64_t state = running;
+    unsigned group = 0;
+    std::uint64_t sequence = 0;
+    CallRecord call;
+    std::vector<std::uint64_t> posted;  // [group id]
+  };
+  static constexpr int word_tag = 1;
+  static constexpr auto spin_for = std::chrono::milliseconds(1);
+  static constexpr auto yield_for = std::chrono::milliseconds(50);
+  static constexpr auto pause_after_yield = std::chrono::milliseconds(1);
+  static constexpr auto judge_every = std::chrono::milliseconds(200);
+
+  int words_per_word() const { return 3 + call_record_words + static_cast<int>(layout_.ids); }
+
+  std::vector<std::uint64_t> encode(const Word& w) const {
+    std::vector<std::uint64_t> wire{w.state, w.group, w.sequence};
+    const auto call = std::bit_cast<std::array<std::uint64_t, call_record_words>>(w.call);
+    wire.insert(wire.end(), call.begin(), call.end());
+    wire.insert(wire.end(), w.posted.begin(), w.posted.end());
+    return wire;
+  }
+
+  Word decode(std::span<const std::uint64_t> wire) const {
+    Word w;
+    w.state = wire[0];
+    w.group = static_cast<unsigned>(wire[1]);
+    w.sequence = wire[2];
+    std::array<std::uint64_t, call_record_words> call;
+    std::copy_n(wire.begin() + 3, call_record_words, call.begin());
+    w.call = std::bit_cast<CallRecord>(call);
+    w.posted.assign(wire.begin() + 3 + call_record_words, wire.end());
+    return w;
+  }
+
+  // This rank's word: waiting as `waiting` says, or (nullopt) running again.
+  Word word_of(const std::optional<Waiting>& waiting) const {
+    Word w;
+    w.posted = posted_;
+    if (!waiting) return w;
+    w.state = waiting->group == 0 ? Word::returned : Word::waits;
+    w.group = waiting->group;
+    w.sequence = waiting->sequence;
+    w.call = waiting->call;
+    return w;
+  }
+
+  // Calls ready(time waited) until it returns true (the pause between calls as at the top of the
+  // file); false if `limit` passes first.
+  template <class Ready>
+  static bool poll(std::chrono::milliseconds limit, Ready&& ready) {
+    const auto start = clock::now();
+    for (;;) {
+      const auto waited = clock::now() - start;
+      if (ready(waited)) return true;
+      if (waited >= limit) return false;
+      if (waited >= yield_for)
+        std::this_thread::sleep_for(pause_after_yield);
+      else if (waited >= spin_for)
+        std::this_thread::yield();
+    }
+  }
+
+  // Makes `word` the one rank 0 should hear next (rank 0 tells itself: its own word joins the
+  // picture at once).
+  void tell_rank_0(const Word& word) {
+    if (rank_ == 0) {
+      heard_[0] = word;
+      heard_new_ = true;
+      return;
+    }
+    unsent_ = word;
+    send_if_free();
+  }
+
+  // Sends the newest untold word once rank 0 has received the previous one: one word at most is
+  // in flight from each rank, so the words waiting at rank 0 are never more than the ranks.
+  void send_if_free() {
+    int received = 0;
+    check(MPI_Test(&in_flight_, &received, MPI_STATUS_IGNORE), "MPI_Test", "the heartbeat");
+    if (!received || !unsent_) return;
+    in_flight_wire_ = encode(*unsent_);
+    unsent_.reset();
+    check(MPI_Issend(in_flight_wire_.data(), words_per_word(), MPI_UINT64_T, 0, word_tag,
+                     heartbeat_, &in_flight_),
+          "MPI_Issend", "the heartbeat");
+  }
+
+  // Rank 0: reads every word that has arrived.
+  void hear() {
+    for (;;) {
+      int arrived = 0;
+      MPI_Status status;
+      check(MPI_Iprobe(MPI_ANY_SOURCE, word_tag, heartbeat_, &arrived, &status), "MPI_Iprobe",
+            "the heartbeat");
+      if (!arrived) return;
+      std::vector<std::uint64_t> wire(static_cast<std::size_t>(words_per_word()));
+      check(MPI_Recv(wire.data(), words_per_word(), MPI_UINT64_T, status.MPI_SOURCE, word_tag,
+                     heartbeat_, MPI_STATUS_IGNORE),
+            "MPI_Recv", "the heartbeat");
+      heard_[status.MPI_SOURCE] = decode(wire);
+      heard_new_ = true;
+    }
+  }
+
+  // An exchange that ranks wait in: exchange #sequence of the group of id `group` and color
+  // `color`, the ranks waiting in it and, of its members, those that have not posted it.
+  struct Stuck {
+    unsigned group = 0;
+    int color = 0;
+    std::uint64_t sequence = 0;
+    CallRecord call;
+    std::vector<int> waiting, missing;
+  };
+
+  // The exchanges that ranks wait in, by what they last told rank 0; the missing members are
+  // those rank 0 heard from.
+  std::vector<Stuck> exchanges_waited_in() const {
+    std::vector<Stuck> stuck;
+    for (int r = 0; r < static_cast<int>(heard_.size()); ++r) {
+      if (!heard_[r] || heard_[r]->state != Word::waits) continue;
+      const Word& w = *heard_[r];
+      const int color = layout_.color(w.group, r);
+      auto s = std::find_if(stuck.begin(), stuck.end(), [&](const Stuck& e) {
+        return e.group == w.group && e.color == color && e.sequence == w.sequence;
+      });
+      if (s == stuck.end()) {
+        s = stuck.insert(stuck.end(), Stuck{w.group, color, w.sequence, w.call, {}, {}});
+        for (int m = 0; m < static_cast<int>(heard_.size()); ++m) {
+          if (layout_.color(w.group, m) != color) continue;
+          if (heard_[m] && heard_[m]->posted[w.group] < w.sequence) s->missing.push_back(m);
+        }
+      }
+      s->waiting.push_back(r);
+    }
+    return stuck;
+  }
+
+  std::vector<int> members(unsigned group, int color) const {
+    std::vector<int> found;
+    for (int m = 0; m < static_cast<int>(hosts_.size()); ++m)
+      if (layout_.color(group, m) == color) found.push_back(m);
+    return found;
+  }
+
+  // "world ranks {1,2,3} wait in collective #1 on group {0,1,2,3} (mesh axes X, Y),
+  //  all_reduce<float> of 8 elements[, which world rank 0 (host node0) has not called]"
+  std::string line(const Stuck& s, bool with_missing) const {
+    std::string text = ranks_plainly(s.waiting) + (s.waiting.size() == 1 ? " waits" : " wait") +
+                       " in collective #" + std::to_string(s.sequence) + " on " +
+                       group_name(members(s.group, s.color), layout_.labels[s.group]) + ", " +
+                       describe(s.call);
+    if (with_missing)
+      text += ", which " + ranks_on_hosts(s.missing, hosts_) + " ha" +
+              (s.missing.size() == 1 ? "s" : "ve") + " not called";
+    return text;
+  }
+
+  // Rank 0, after waiting `waited`: throws comm_error when no rank can go on (see the top of the
+  // file).
+  void judge(clock::duration waited) {
+    const auto now = clock::now();
+    if (!heard_new_ || now - judged_ < judge_every) return;
+    heard_new_ = false;
+    judged_ = now;
+    if (std::any_of(heard_.begin(), heard_.end(),
+                    [](const auto& w) { return !w || w->state == Word::running; }))
+      return;
+    const std::vector<Stuck> stuck = exchanges_waited_in();
+    if (stuck.empty() ||
+        std::any_of(stuck.begin(), stuck.end(), [](const Stuck& s) { return s.missing.empty(); }))
+      return;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+    std::string what = "tpx: the collectives are deadlocked, every rank waiting for another, as " +
+                       me() + " found after waiting " + std::to_string(ms) + " ms: ";
+    for (std::size_t i = 0; i < stuck.size() && i < 16; ++i)
+      what += (i ? "; " : "") + line(stuck[i], true);
+    if (stuck.size() > 16)
+      what += "; and " + std::to_string(stuck.size() - 16) + " more collectives";
+    std::vector<int> returned;
+    for (int r = 0; r < static_cast<int>(heard_.size()); ++r)
+      if (heard_[r]->state == Word::returned) returned.push_back(r);
+    if (!returned.empty()) what += "; " + ranks_on_hosts(returned, hosts_) + " returned";
+    throw comm_error(what +
+                     ". Is a collective inside rank-dependent control flow, e.g. "
+                     "`if (rank.world_rank() == 0)`?");
+  }
+
+  // check_mpi's comm_error, "<call> failed in <doing> on world rank r (host h): ...", built only on
+  // failure (the polls run it often).
+  void check(int code, const char* call, const char* doing) const {
+    if (code != MPI_SUCCESS) check_mpi(code, call, std::string(doing) + " on " + me());
+  }
+
+  std::vector<std::string> hosts_;  // [world rank]
+  std::chrono::milliseconds timeout_;
+  clock::duration heartbeat_after_;
+  MpiGroupLayout layout_;
+  std::vector<std::uint64_t> posted_;  // [group id]: exchanges this rank has posted on it
+  int rank_ = 0;
+  MPI_Comm heartbeat_ = MPI_COMM_NULL;
+  std::vector<int> completed_;                 // wait()'s MPI_Testsome indices, kept between calls
+  std::optional<Word> unsent_;                 // the newest word rank 0 has not been sent yet
+  std::vector<std::uint64_t> in_flight_wire_;  // the word on its way to rank 0 (MPI reads it)
+  MPI_Request in_flight_ = MPI_REQUEST_NULL;   // its synchronous send
+  std::vector<std::optional<Word>> heard_;     // rank 0: [world rank] the latest word
+  bool heard_new_ = false;                     // rank 0: words arrived since the last judgement
+  clock::time_point judged_{};                 // rank 0: the last judgement
+};
+
+}  // namespace tpx::detail
