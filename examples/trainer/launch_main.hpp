@@ -7,49 +7,26 @@
 // (TPX_MPI=OFF; CMake defines TPX_EXAMPLES_MPI when it found MPI) refuses to run under mpirun
 // rather than train X*Y separate copies of the model.
 //
-// Checkpoints are not offered under MPI yet: every process would take the folder's lock (one
-// writer per folder, io/directory_lock.hpp), so --ckpt-dir and --resume are refused there.
+// Checkpoints work under MPI as on threads: world rank 0 locks and tidies --ckpt-dir and picks
+// the checkpoint --resume continues from, then tells every process (training.hpp's checkpointing,
+// through processes_of(tpx::mpi): launch/mpi_processes.hpp); each rank writes its own rank file,
+// so the folder must be on a filesystem every process sees.
 #pragma once
 
 #include <cstdio>
-#include <cstring>
 #include <tpx/launch/started_by_mpi.hpp>
 
 // Before cli.hpp: its calls tpx::spmd(launcher, ...) are qualified, so they see only the
 // overloads declared before them.
 #ifdef TPX_EXAMPLES_MPI
-#include <mpi.h>
-
+#include <tpx/launch/mpi_processes.hpp>
 #include <tpx/spmd/spmd_mpi.hpp>
 #endif
 
 #include "cli.hpp"
+#include "process_main.hpp"
 
 namespace trainer {
-
-#ifdef TPX_EXAMPLES_MPI
-// This process's rank of an MPI job.
-template <class Family>
-int mpi_main(int argc, char** argv, const char* program) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--ckpt-dir", 10) == 0 || std::strcmp(argv[i], "--resume") == 0) {
-      std::fprintf(stderr,
-                   "%s: %s: checkpoints under MPI are not supported yet (every process would "
-                   "lock the folder); run it without mpirun for checkpointed runs\n",
-                   program, argv[i]);
-      return 2;
-    }
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
-  const int status =
-      train_main<Family>(argc, argv, program, "one MPI process per rank", backend{"mpi", tpx::mpi});
-  MPI_Finalize();
-  return status;
-}
-#endif
 
 // Threads, or MPI processes when an MPI launcher started the program (see the top).
 template <class Family>
@@ -57,7 +34,10 @@ int launch_main(int argc, char** argv, const char* program) {
   if (const char* variable = tpx::mpi_launcher_variable()) {
 #ifdef TPX_EXAMPLES_MPI
     (void)variable;
-    return mpi_main<Family>(argc, argv, program);
+    return as_mpi_process(argc, argv, [&](int) {
+      return train_main<Family>(argc, argv, program, "one MPI process per rank",
+                                backend{"mpi", tpx::mpi});
+    });
 #else
     std::fprintf(stderr,
                  "%s: started by an MPI launcher (%s is set), but built without MPI (TPX_MPI=OFF): "

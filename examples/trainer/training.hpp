@@ -14,9 +14,11 @@
 // (io/checkpoint.hpp) hold every rank's shards of the parameters and Adam moments; --resume loads
 // the newest valid one onto whatever mesh this run has, and since a batch is a function of the
 // step number, the step is the whole data position. The checkpoint folder is created, locked and
-// tidied before any training work, so that an unusable or busy folder fails at once. The launcher
-// is a parameter: tpx::host (a thread per rank) for tpx-train, tpx::cuda_simulated (a thread and a
-// stream per rank on one GPU) for tpx-train-cuda; the tensors follow the rank's memory space.
+// tidied before any training work, so that an unusable or busy folder fails at once, by one
+// process for all (world rank 0 under mpirun: checkpointing below). The launcher is a parameter:
+// tpx::host (a thread per rank) or tpx::mpi (a process per rank) for tpx-train,
+// tpx::cuda_simulated (a thread and a stream per rank on one GPU) and the NCCL launchers for
+// tpx-train-cuda; the tensors follow the rank's memory space.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <tpx/io/checkpoint.hpp>
+#include <tpx/launch/process_group.hpp>
 #include <vector>
 
 #include "mlp_family.hpp"
@@ -154,26 +157,52 @@ step_result<Space> train_step(const tpx::rank_context& rank, Network& net,
   return {std::move(loss), std::move(*norm2)};
 }
 
-// Where a run's checkpoints go (none without --ckpt-dir) and the step it resumes from. Made
-// before any training work: creates, locks and tidies o.ckpt_dir and, for --resume, finds the
-// newest valid checkpoint in it (warning on stderr about each damaged one skipped) and continues
-// its run.
+// Where a run's checkpoints go (none without --ckpt-dir) and the step it resumes from, made once
+// per process before any training work. The launch's first process (the only one of the thread
+// backend; world rank 0 under mpirun) creates, locks and tidies o.ckpt_dir and, for --resume,
+// finds the newest valid checkpoint in it (warning on stderr about each damaged one skipped) and
+// continues its run; then it tells every other process the run id and the step, or its error,
+// which they then fail with too (tpx::first_process_decides). Only then do the others join the
+// folder (held_elsewhere): none touches it before it is locked and tidied, and all resume from
+// the one checkpoint the first picked. A launcher whose processes have no way to agree (no
+// tpx::processes_of for it) gets no checkpoints rather than a folder every process would lock.
 struct checkpointing {
-  template <class Family>
-  explicit checkpointing(const run_options<Family>& o) {
+  template <class Family, class Launcher>
+  checkpointing(const run_options<Family>& o, const Launcher& launcher) {
     if (o.ckpt_dir.empty()) return;
-    dir.emplace(o.ckpt_dir, tpx::io::checkpoint_directory_options{.keep = o.keep});
-    if (!o.resume) return;
-    const auto in = tpx::io::checkpoint_reader::open_newest_valid(o.ckpt_dir, std::cerr);
-    first_step = resume_step(in, o.ckpt_dir);
-    if (first_step >= o.steps)
-      throw std::runtime_error("trainer: --resume: the newest valid checkpoint in " + o.ckpt_dir +
-                               " is of step " + std::to_string(first_step) + "; --steps " +
-                               std::to_string(o.steps) + " leaves nothing to train (give more)");
-    dir->continue_run(in.run_id());
+    if constexpr (requires { processes_of(launcher); }) {  // found by argument-dependent lookup
+      const nlohmann::json decided = nlohmann::json::parse(
+          tpx::first_process_decides(processes_of(launcher), [&] { return hold(o).dump(); }));
+      if (dir) return;
+      dir.emplace(o.ckpt_dir, tpx::io::held_elsewhere{decided.at("run_id").get<std::string>()});
+      first_step = decided.at("first_step").get<int>();
+    } else {
+      throw std::invalid_argument(
+          "trainer: --ckpt-dir: checkpoints need the processes of this launch to agree on one "
+          "holder of the folder's lock, one run id and one step to resume from before training, "
+          "and its launcher gives them no way to (processes started by torchrun or srun have "
+          "none yet): start the job with mpirun, in a build with MPI, or run without --ckpt-dir");
+    }
   }
   std::optional<tpx::io::checkpoint_directory> dir;
   int first_step = 0;
+
+ private:
+  // The first process's part: holds the folder, picks the checkpoint to resume.
+  template <class Family>
+  nlohmann::json hold(const run_options<Family>& o) {
+    dir.emplace(o.ckpt_dir, tpx::io::checkpoint_directory_options{.keep = o.keep});
+    if (o.resume) {
+      const auto in = tpx::io::checkpoint_reader::open_newest_valid(o.ckpt_dir, std::cerr);
+      first_step = resume_step(in, o.ckpt_dir);
+      if (first_step >= o.steps)
+        throw std::runtime_error("trainer: --resume: the newest valid checkpoint in " + o.ckpt_dir +
+                                 " is of step " + std::to_string(first_step) + "; --steps " +
+                                 std::to_string(o.steps) + " leaves nothing to train (give more)");
+      dir->continue_run(in.run_id());
+    }
+    return {{"run_id", dir->run_id()}, {"first_step", first_step}};
+  }
 };
 
 // The error that stops a run whose loss or gradient norm is not finite (a learning rate too
@@ -231,7 +260,7 @@ template <class Family, class Launcher = tpx::host_backend>
 void run(const run_options<Family>& o, const std::function<void(const step_report&)>& report,
          Launcher launcher = {}, const std::function<void()>& before_training = {}) {
   const typename Family::mesh mesh = mesh_of(o);
-  const checkpointing ckpt(o);
+  const checkpointing ckpt(o, launcher);
   const text_data data(o.text, Family::context(o.model));
   if (before_training) before_training();
   typename Launcher::options launch;

@@ -8,46 +8,22 @@
 
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "trainer_test_support.hpp"
+#include "trainer_checkpoints.hpp"
 
 namespace {
 
 using namespace trainer;
+using trainer_test::load_global;
 
 std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("tpx-trainer-test-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return dir;
-}
-
-// Every tensor of a checkpoint as global arrays, loaded on a mesh_x x mesh_y mesh.
-std::map<std::string, std::vector<float>> load_global(const options& o, int mesh_x, int mesh_y,
-                                                      std::int64_t step) {
-  std::map<std::string, std::vector<float>> out;
-  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mesh_x, mesh_y}, [&](auto& rank) {
-    model_tensors p(rank, o.model), m(rank, o.model), v(rank, o.model);
-    tpx::io::checkpoint_reader in(o.ckpt_dir, step);
-    p.for_each(
-        [&](const std::string& name, auto& pt, auto& mt, auto& vt) {
-          in.load("param." + name, pt);
-          in.load("adam.m." + name, mt);
-          in.load("adam.v." + name, vt);
-          auto gp = tpx::to_global(pt), gm = tpx::to_global(mt), gv = tpx::to_global(vt);
-          if (rank.world_rank() == 0) {
-            out["param." + name] = std::move(gp);
-            out["adam.m." + name] = std::move(gm);
-            out["adam.v." + name] = std::move(gv);
-          }
-        },
-        m, v);
-  });
-  return out;
 }
 
 std::vector<float> tail(const std::vector<float>& v, std::size_t from) {

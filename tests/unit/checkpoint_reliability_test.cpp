@@ -4,7 +4,8 @@
 // blocks' places, its run and its step); a damaged newest checkpoint gives way to the newest
 // valid one, with its weights bit for bit and a warning naming what was wrong; temporaries of
 // killed writers are removed when the next writer takes the folder; only the newest K complete
-// checkpoints are kept.
+// checkpoints are kept; a process joining a folder another process of its job holds takes no
+// lock, removes nothing and cannot apply retention.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -67,6 +68,25 @@ TEST_CASE("a second writer of a folder is refused, naming the folder and the hol
     CHECK(contains(error, "would mix their checkpoints"));
   }
   CHECK(error_of([&] { io::checkpoint_directory again(dir.path); }).empty());  // released
+}
+
+TEST_CASE("a process joining a folder held elsewhere neither locks, tidies nor retains it") {
+  // The other processes of an MPI job (examples/trainer/training.hpp): world rank 0 holds the
+  // folder, the others write their rank files into it under the holder's run id.
+  scratch_folder dir("held-elsewhere");
+  const io::checkpoint_directory holder(dir.path, {.keep = 1});
+  write_file(dir.path / "latest.tmp.4242.0", bytes_of("step-"));
+  const std::string error = error_of([&] {
+    // The holder's lock does not refuse it: it takes none.
+    const io::checkpoint_directory joined(dir.path, io::held_elsewhere{holder.run_id()});
+    CHECK(joined.run_id() == holder.run_id());
+    CHECK(joined.path() == dir.path);
+    CHECK(fs::exists(dir.path / "latest.tmp.4242.0"));  // the holder's to remove, not its
+    joined.retain(5);
+  });
+  CHECK(contains(error, dir.path.string() + ": retention is the work of the process that holds "
+                                            "the folder's lock (world rank 0)"));
+  CHECK(error_of([&] { holder.retain(5); }).empty());
 }
 
 TEST_CASE("a folder that cannot be created is refused when the directory is opened") {

@@ -29,6 +29,7 @@
 #include "tpx/cuda/nccl_communicator.hpp"
 #include "tpx/cuda/nccl_mesh.hpp"
 #include "tpx/cuda/rank_resources.hpp"
+#include "tpx/launch/process_group.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/spmd.hpp"
 
@@ -66,6 +67,8 @@ struct cuda_devices_backend {
   using options = cuda::launch_options;
 };
 inline constexpr cuda_devices_backend cuda_devices{};
+// Its ranks are threads of this process (launch/process_group.hpp).
+inline this_process_only processes_of(const cuda_devices_backend&) { return {}; }
 
 template <MeshAxis... Axes, class Fn>
 void spmd(cuda_devices_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::launch_options options = {}) {

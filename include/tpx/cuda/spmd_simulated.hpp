@@ -28,6 +28,7 @@
 #include "tpx/cuda/launch_options.hpp"
 #include "tpx/cuda/rank_resources.hpp"
 #include "tpx/cuda/simulated_communicator.hpp"
+#include "tpx/launch/process_group.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/spmd.hpp"
 
@@ -38,6 +39,8 @@ struct cuda_simulated_backend {
   using options = cuda::launch_options;
 };
 inline constexpr cuda_simulated_backend cuda_simulated{};
+// Its ranks are threads of this process (launch/process_group.hpp).
+inline this_process_only processes_of(const cuda_simulated_backend&) { return {}; }
 
 template <MeshAxis... Axes, class Fn>
 void spmd(cuda_simulated_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::launch_options options = {}) {

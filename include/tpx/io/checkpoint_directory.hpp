@@ -11,6 +11,13 @@
 // that resumes keeps its id (continue_run). After each complete save, retain() deletes all but
 // the newest `keep` complete checkpoints (0 keeps all), only once latest points at the newest.
 // One object serves every rank of the process (the thread backend's ranks share it).
+//
+// A job of many processes (mpirun) has one holder: its first process constructs the directory as
+// above, and every other process, once the first has locked and tidied the folder and told it the
+// run id (launch/process_group.hpp's first_process_decides; examples/trainer/training.hpp),
+// constructs it with held_elsewhere{run_id}: no lock, no clean-up, the holder's run id. Its ranks
+// write their own rank files into the folder, which must therefore be on a filesystem every
+// process sees; publishing (checkpoint_writer: world rank 0) and retain() are the holder's.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +25,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -36,16 +44,26 @@ struct checkpoint_directory_options {
   std::ostream* notices = &std::cerr;  // where the cleanup of temporaries is reported
 };
 
+// The folder is held by another process of this job, whose run id this is (see the top).
+struct held_elsewhere {
+  std::string run_id;
+};
+
 class checkpoint_directory {
  public:
   explicit checkpoint_directory(std::filesystem::path dir,
                                 checkpoint_directory_options options = {})
-      : path_(std::move(dir)), lock_(path_), keep_(options.keep), run_id_(new_run_id()) {
+      : path_(std::move(dir)),
+        lock_(std::in_place, path_),
+        keep_(options.keep),
+        run_id_(new_run_id()) {
     if (keep_ < 0)
       throw std::invalid_argument("tpx: " + path_.string() + ": cannot keep " +
                                   std::to_string(keep_) + " checkpoints");
     remove_temporaries(*options.notices);
   }
+  checkpoint_directory(std::filesystem::path dir, held_elsewhere holder)
+      : path_(std::move(dir)), keep_(0), run_id_(std::move(holder.run_id)) {}
 
   const std::filesystem::path& path() const { return path_; }
   const std::string& run_id() const { return run_id_; }
@@ -56,6 +74,10 @@ class checkpoint_directory {
   // names) that are not among the newest `keep` complete ones up to it (incomplete ones of killed
   // saves included). Newer folders, left by a run this one resumed before, are not touched.
   void retain(std::int64_t published) const {
+    if (!lock_)
+      throw std::logic_error("tpx: " + path_.string() +
+                             ": retention is the work of the process that holds the folder's "
+                             "lock (world rank 0), not of this one");
     if (keep_ == 0) return;
     std::vector<std::int64_t> complete = complete_steps(path_);
     std::erase_if(complete, [&](std::int64_t step) { return step > published; });
@@ -90,7 +112,7 @@ class checkpoint_directory {
   }
 
   std::filesystem::path path_;
-  directory_lock lock_;
+  std::optional<directory_lock> lock_;  // none when held_elsewhere
   int keep_;
   std::string run_id_;
 };

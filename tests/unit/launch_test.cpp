@@ -1,0 +1,80 @@
+// How one process of a launch decides for all (issue 10, "one program, any launch"):
+//  - first_process_decides, on a group whose processes are played in turn by this thread, runs
+//    the decision on the first process only and gives every process its answer, whatever bytes it
+//    holds; when the decision throws, the first process rethrows its own exception and every
+//    other one throws with its message, so none is left waiting; this_process_only is the group
+//    of one every thread launcher has.
+// The MPI group (launch/mpi_processes.hpp) is tested under mpirun by tests/mpi.
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+#include <tpx/launch/process_group.hpp>
+#include <utility>
+
+#include "../support/message_of.hpp"
+
+namespace {
+
+// Process `process` of `processes`, played in turn by this thread: the first's broadcast goes
+// onto the wire, the others' returns what is there.
+struct played_process {
+  int process;
+  int processes;
+  std::string* wire;
+  int rank() const { return process; }
+  int size() const { return processes; }
+  std::string broadcast_from_first(std::string text) const {
+    if (process == 0) *wire = std::move(text);
+    return *wire;
+  }
+};
+static_assert(tpx::ProcessGroup<played_process>);
+static_assert(tpx::ProcessGroup<tpx::this_process_only>);
+
+}  // namespace
+
+TEST_CASE("first_process_decides: the first process decides, every process gets the answer") {
+  std::string wire;
+  int decisions = 0;
+  const auto decide = [&] {
+    ++decisions;
+    return std::string("{\"run_id\": \"00ff\", \"first_step\": 20}");
+  };
+  CHECK(tpx::first_process_decides(played_process{0, 3, &wire}, decide) ==
+        "{\"run_id\": \"00ff\", \"first_step\": 20}");
+  for (const int rank : {1, 2})
+    CHECK(tpx::first_process_decides(played_process{rank, 3, &wire}, decide) ==
+          "{\"run_id\": \"00ff\", \"first_step\": 20}");
+  CHECK(decisions == 1);
+
+  // An answer is carried as it is, whatever its first byte or its length.
+  for (const std::string& answer :
+       {std::string("!not an error"), std::string(), std::string(1, '\0')}) {
+    CHECK(tpx::first_process_decides(played_process{0, 2, &wire}, [&] { return answer; }) ==
+          answer);
+    CHECK(tpx::first_process_decides(played_process{1, 2, &wire}, decide) == answer);
+  }
+  CHECK(decisions == 1);
+  CHECK(tpx::first_process_decides(tpx::this_process_only{}, decide) ==
+        "{\"run_id\": \"00ff\", \"first_step\": 20}");
+  CHECK(decisions == 2);
+}
+
+TEST_CASE("first_process_decides: a failed decision fails every process with its message") {
+  std::string wire;
+  const std::string message = "tpx: /ckpt: checkpoint folder is in use by another writer (pid 42)";
+  bool own_exception = false;
+  try {
+    tpx::first_process_decides(played_process{0, 4, &wire},
+                               [&]() -> std::string { throw std::out_of_range(message); });
+  } catch (const std::out_of_range& e) {
+    own_exception = e.what() == message;
+  }
+  CHECK(own_exception);  // the first process rethrows its own exception, type and all
+  for (const int rank : {1, 2, 3})
+    CHECK(message_of([&] {
+            tpx::first_process_decides(played_process{rank, 4, &wire},
+                                       []() -> std::string { return "never asked"; });
+          }) == message);
+}
