@@ -18,9 +18,12 @@
 #   5 train the example trainer for 100 steps on a 2x2 simulated mesh and 50 steps over NCCL on
 #     one GPU (tpx-train-cuda --backend nccl --mesh 1x1; their losses against the host run are
 #     cuda_trainer_test's, in step 3), and the GPT example (tpx-gpt-cuda) for 50 steps on a 2x2
-#     simulated mesh and over NCCL on one GPU; with nsys on PATH, a profile of 20 steps whose memory
-#     copy summary shows what crossed between host and device (one upload of tokens per step,
-#     and two 4-byte reads on each reporting step)
+#     simulated mesh and over NCCL on one GPU; tpx-train-cuda as one process of a torchrun-style
+#     launch of world size 1 (RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 and a free
+#     MASTER_PORT: NCCL's id through the TCP rendezvous; NCCL refuses two ranks on one GPU, so
+#     launches of more processes need more GPUs); with nsys on PATH, a profile of 20 steps whose
+#     memory copy summary shows what crossed between host and device (one upload of tokens per
+#     step, and two 4-byte reads on each reporting step)
 #   5 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
 #     >= 0.95), kernel bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), and
 #     the collectives in nccl-tests format on the simulated mesh (4 ranks on GPU 0) and, with 2
@@ -59,6 +62,13 @@ step() {  # step NAME COMMAND...: runs it, records passed/FAILED with its time
   fi
 }
 skip() { summary+=("skipped  $1: $2"); }
+free_port() {  # a TCP port nothing on this machine listens on, for the rendezvous
+  local port
+  for port in $(seq 29517 29617); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
+  done
+  echo 29517
+}
 
 echo "=== GPUs"
 gpus=0
@@ -159,6 +169,9 @@ else
     "$train" --mesh 2x2 --steps 100 --log-every 20 --log "$out/train.jsonl"
   step "trainer over NCCL (tpx-train-cuda --backend nccl, 1x1 mesh on GPU 0)" \
     "$train" --backend nccl --mesh 1x1 --steps 50 --log-every 10
+  step "trainer as a launched process (tpx-train-cuda under torchrun's variables, world size 1)" \
+    env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" \
+    "$train" --mesh 1x1 --steps 50 --log-every 10
   step "GPT (tpx-gpt-cuda, 2x2 mesh on GPU 0)" \
     "$gpt" --mesh 2x2 --steps 50 --log-every 10 --log "$out/gpt.jsonl"
   step "GPT over NCCL (tpx-gpt-cuda --backend nccl, 1x1 mesh on GPU 0, bf16)" \

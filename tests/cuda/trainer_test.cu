@@ -6,15 +6,18 @@
 // differences forward; fp32 GEMMs do not use TF32 (rank_options::tf32 is off by default). The
 // host side of this comparison is tests/trainer/mesh_equivalence_test.cpp's 1e-5 agreement
 // across meshes. The same holds through NCCL with one rank on one GPU (spmd(tpx::cuda_devices,
-// 1x1 mesh), so every NCCL call of the step runs on any single-GPU machine), and with more ranks
-// when the machine has a GPU for each. The GPT example's model: one step's loss and gradients on
+// 1x1 mesh), so every NCCL call of the step runs on any single-GPU machine), with more ranks
+// when the machine has a GPU for each, and as the one process of a torchrun launch
+// (spmd(tpx::cuda_launched, ...)). The GPT example's model: one step's loss and gradients on
 // the simulated meshes 2x2 and 2x1x2 (two replicas, HSDP) equal the host's
 // (tests/trainer/gpt_test.cpp and gpt_hsdp_test.cpp check the host's).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <tpx/cuda/cuda.hpp>
+#include <utility>
 #include <vector>
 
 #include "../trainer/gpt_test_support.hpp"
@@ -44,6 +47,20 @@ TEST_CASE("trainer: NCCL follows the host run, one rank per GPU") {
   check_follows_host(1, 1, tpx::cuda_devices);
   if (tpx::cuda::device_count() >= 2) check_follows_host(2, 1, tpx::cuda_devices);
   if (tpx::cuda::device_count() >= 4) check_follows_host(2, 2, tpx::cuda_devices);
+}
+
+TEST_CASE("trainer: a process of a torchrun launch follows the host run") {
+  // spmd(tpx::cuda_launched, ...), as tpx-train-cuda runs under torchrun: this process is the one
+  // rank of a launch of world size 1, NCCL's id through the TCP rendezvous.
+  const std::vector<std::pair<const char*, const char*>> torchrun{
+      {"RANK", "0"},
+      {"WORLD_SIZE", "1"},
+      {"LOCAL_RANK", "0"},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", "29533"}};  // cuda_nccl_launch_test, which may run beside it, has 29531
+  for (const auto& [name, value] : torchrun) ::setenv(name, value, 1);
+  check_follows_host(1, 1, tpx::cuda_launched);
+  for (const auto& [name, value] : torchrun) ::unsetenv(name);
 }
 
 TEST_CASE("gpt: the simulated CUDA mesh gives the host's loss and gradients") {

@@ -1,4 +1,7 @@
-// How one process of a launch decides for all (issue 10, "one program, any launch"):
+// How a program learns how it was started, and how one of its processes decides for all
+// (issue 10, "one program, any launch"):
+//  - process_launcher_from names the launcher from fake environments: an MPI launcher's
+//    variables win over srun's (srun --mpi=pmix sets both), torchrun's over srun's, none: alone;
 //  - first_process_decides, on a group whose processes are played in turn by this thread, runs
 //    the decision on the first process only and gives every process its answer, whatever bytes it
 //    holds; when the decision throws, the first process rethrows its own exception and every
@@ -10,11 +13,17 @@
 #include <stdexcept>
 #include <string>
 #include <tpx/launch/process_group.hpp>
+#include <tpx/launch/process_launcher.hpp>
 #include <utility>
 
+#include "../support/environment_table.hpp"
 #include "../support/message_of.hpp"
 
 namespace {
+
+tpx::process_launcher launcher_in(const environment_table& env) {
+  return tpx::process_launcher_from(lookup_in(env));
+}
 
 // Process `process` of `processes`, played in turn by this thread: the first's broadcast goes
 // onto the wire, the others' returns what is there.
@@ -33,6 +42,23 @@ static_assert(tpx::ProcessGroup<played_process>);
 static_assert(tpx::ProcessGroup<tpx::this_process_only>);
 
 }  // namespace
+
+TEST_CASE("process_launcher_from names the launcher that started the process") {
+  CHECK(launcher_in({}).kind == tpx::process_launcher::alone);
+  CHECK(launcher_in({}).describe() == "no launcher");
+  const tpx::process_launcher open_mpi = launcher_in({{"OMPI_COMM_WORLD_SIZE", "4"}});
+  CHECK(open_mpi.kind == tpx::process_launcher::mpi);
+  CHECK(open_mpi.describe() == "an MPI launcher (OMPI_COMM_WORLD_SIZE is set)");
+  const tpx::process_launcher pmix = launcher_in({{"PMIX_RANK", "1"}, {"SLURM_PROCID", "1"}});
+  CHECK(pmix.kind == tpx::process_launcher::mpi);  // srun --mpi=pmix: an MPI job
+  CHECK(pmix.describe() == "an MPI launcher (PMIX_RANK is set)");
+  const tpx::process_launcher torchrun = launcher_in({{"RANK", "0"}, {"SLURM_PROCID", "3"}});
+  CHECK(torchrun.kind == tpx::process_launcher::torchrun);  // torchrun inside an allocation
+  CHECK(torchrun.describe() == "torchrun (RANK is set)");
+  const tpx::process_launcher srun = launcher_in({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}});
+  CHECK(srun.kind == tpx::process_launcher::srun);
+  CHECK(srun.describe() == "srun (SLURM_PROCID is set)");
+}
 
 TEST_CASE("first_process_decides: the first process decides, every process gets the answer") {
   std::string wire;

@@ -27,12 +27,13 @@
 #include <utility>
 #include <vector>
 
+#include "../support/environment_table.hpp"
 #include "../support/message_of.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-using variables = std::map<std::string, std::string>;
+using variables = environment_table;
 using clock_type = std::chrono::steady_clock;
 
 // A TCP socket bound to a port the kernel picks (port 0), on every interface, and that port.
@@ -138,10 +139,7 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 tpx::launch_environment from(const variables& env) {
-  return tpx::launch_environment_from([&](const char* name) -> const char* {
-    const auto found = env.find(name);
-    return found == env.end() ? nullptr : found->second.c_str();
-  });
+  return tpx::launch_environment_from(lookup_in(env));
 }
 
 }  // namespace

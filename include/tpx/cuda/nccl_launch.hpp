@@ -4,11 +4,20 @@
 //
 //   cuda::nccl_bootstrap_from(env, fingerprint, timeout)   the id, world rank and device
 //   cuda::run_launched_rank(mesh, fn, options)              that, then cuda::run_rank
+//   spmd(tpx::cuda_launched, mesh, fn, options)             the same as an SPMD launcher
 //
 // Before any NCCL call every rank checks what would otherwise hang or fail deep inside NCCL: a
 // launch whose world size is not the mesh's rank count, a node with more ranks than GPUs, and
 // (through the rendezvous fingerprint) ranks built from other tpx, CUDA or NCCL versions or
 // given another mesh. Each fails with a message naming the rank and its host.
+//
+// spmd(tpx::cuda_launched, ...) lets code written against a launcher (the example trainers)
+// run as one launched process: it is run_launched_rank, with a failure of fn reported as
+// spmd_error "tpx: rank 2 (X=1, Y=0) on host node3 failed: ...". The other processes learn of it
+// when their NCCL calls time out (launch_options::timeout), unless the launcher ends them first
+// (torchrun does; srun with --kill-on-bad-exit=1). Its processes have no channel besides NCCL,
+// so it has no process group (launch/process_group.hpp): decisions one process takes for all
+// before the ranks start, such as a checkpoint folder's lock, need spmd(tpx::cuda_mpi, ...).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,6 +25,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -30,6 +40,7 @@
 #include "tpx/launch/launch_environment.hpp"
 #include "tpx/launch/tcp_rendezvous.hpp"
 #include "tpx/sharding/mesh.hpp"
+#include "tpx/spmd/spmd.hpp"
 
 namespace tpx::cuda {
 
@@ -89,3 +100,31 @@ void run_launched_rank(const Mesh<Axes...>& mesh, Fn&& fn, const launch_options&
 }
 
 }  // namespace tpx::cuda
+
+namespace tpx {
+
+// Selects this process's one rank of a launch started by torchrun or srun (see the top).
+struct cuda_launched_backend {
+  using options = cuda::launch_options;
+};
+inline constexpr cuda_launched_backend cuda_launched{};
+
+template <MeshAxis... Axes, class Fn>
+void spmd(cuda_launched_backend, const Mesh<Axes...>& mesh, Fn&& fn,
+          cuda::launch_options options = {}) {
+  cuda::run_launched_rank(
+      mesh,
+      [&](auto& rank) {
+        try {
+          fn(rank);
+        } catch (const std::exception& e) {
+          std::throw_with_nested(
+              spmd_error(rank.world_rank(), "tpx: " + detail::rank_label(mesh, rank.world_rank()) +
+                                                " on host " + detail::rendezvous::this_host() +
+                                                " failed: " + e.what()));
+        }
+      },
+      options);
+}
+
+}  // namespace tpx
