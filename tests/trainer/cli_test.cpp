@@ -217,7 +217,7 @@ TEST_CASE("under ulimit -v the trainer fails with a message naming a rank, withi
     const result r = run("ulimit -v 700000; exec timeout -s KILL 30 " + std::string(TPX_TRAIN),
                          std::string("--mesh ") + mesh + " --steps 3 --timeout 5");
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    INFO("mesh ", mesh, ", ", took.count(), " s:\n", r.output);
+    INFO("mesh ", std::string(mesh), ", ", took.count(), " s:\n", r.output);
     CHECK(r.status != 0);
     CHECK(r.status < 128);  // an exit with a message, not a signal (nor timeout's KILL)
     CHECK(took.count() < 5 + 5);

@@ -11,17 +11,21 @@
 //
 // blas_entry is held around every call into BLAS (kernels/gemm_host.hpp). It counts the threads
 // inside, and when the buffers they need rise above the most ever needed, it first maps and
-// unmaps a region of one buffer's size; if the kernel refuses, the call throws
+// unmaps a region of one buffer's size and a margin; if the kernel refuses, the call throws
 // blas_buffer_error (a std::bad_alloc, so spmd reports the rank as out of memory) instead of
-// entering OpenBLAS. The check cannot see memory that another thread takes between it and
-// OpenBLAS's own allocation, so it turns the hang into an error in all but that race. Other
-// builds of OpenBLAS use other sizes (32 to 256 MiB); a smaller one is only checked generously.
+// entering OpenBLAS. A thread that raises the most ever needed holds one lock from its check to
+// the end of its BLAS call, in which OpenBLAS allocates the new buffer: two threads can no
+// longer both find room for one buffer and both take it (one of them then spun forever, about
+// one run in twelve of tpx-train --mesh 3x3 under ulimit -v 700000). The margin covers what
+// other ranks allocate meanwhile (a tensor, not 128 MiB). Other builds of OpenBLAS use other
+// sizes (32 to 256 MiB); a smaller one is only checked generously.
 #pragma once
 
 #include <sys/mman.h>
 
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -53,12 +57,19 @@ inline std::atomic<int>& most_buffers() {
   static std::atomic<int> count{0};
   return count;
 }
-// Whether the kernel would give this process one more buffer's worth of address space now.
+// Held from the check of a new buffer to the end of the BLAS call that allocates it.
+inline std::mutex& rising() {
+  static std::mutex m;
+  return m;
+}
+// Whether the kernel would give this process one more buffer's worth of address space now, and
+// a margin for what other threads allocate before OpenBLAS takes it.
 inline bool buffer_fits() {
-  void* region = ::mmap(nullptr, openblas_buffer_bytes, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  constexpr std::size_t bytes = openblas_buffer_bytes + (std::size_t{16} << 20);
+  void* region =
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (region == MAP_FAILED) return false;
-  ::munmap(region, openblas_buffer_bytes);
+  ::munmap(region, bytes);
   return true;
 }
 }  // namespace blas_detail
@@ -69,18 +80,22 @@ class blas_entry {
   blas_entry() {
     const int inside = ++blas_detail::threads_inside();
     const int needed = inside + blas_threads() - 1;  // the callers, and OpenBLAS's own workers
-    int most = blas_detail::most_buffers().load();
-    while (needed > most) {
-      if (!blas_detail::buffer_fits()) {
-        --blas_detail::threads_inside();
-        throw blas_buffer_error(needed);
-      }
-      if (blas_detail::most_buffers().compare_exchange_weak(most, needed)) break;
+    if (needed <= blas_detail::most_buffers().load()) return;
+    std::unique_lock rise(blas_detail::rising());
+    if (needed <= blas_detail::most_buffers().load()) return;  // raised while this one waited
+    if (!blas_detail::buffer_fits()) {
+      --blas_detail::threads_inside();
+      throw blas_buffer_error(needed);
     }
+    blas_detail::most_buffers().store(needed);
+    rise_ = std::move(rise);  // until OpenBLAS has allocated the buffer, in this call
   }
   ~blas_entry() { --blas_detail::threads_inside(); }
   blas_entry(const blas_entry&) = delete;
   blas_entry& operator=(const blas_entry&) = delete;
+
+ private:
+  std::unique_lock<std::mutex> rise_;  // held by a call that raised the most buffers needed
 };
 
 }  // namespace tpx::kernels
