@@ -103,8 +103,8 @@ void spmd(cuda_mpi_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::launch_opt
                             std::to_string(mesh.rank_count()));
   const std::string failed = "tpx: " + detail::rank_label(mesh, r) + " on host " + host + " failed";
   try {
-    const cuda::nccl_bootstrap boot =
-        cuda::detail::nccl_bootstrap_from_mpi(processes, cuda::build_fingerprint(mesh.to_string()));
+    const cuda::nccl_bootstrap boot = cuda::detail::nccl_bootstrap_from_mpi(
+        processes, cuda::launch_fingerprint(mesh.to_string()));
     cuda::run_rank(mesh, boot, fn, options);
   } catch (const std::exception& e) {
     detail::abort_mpi_job(failed + ": " + e.what());
