@@ -29,6 +29,24 @@
 // checkpoint_every = C > 0 only every C-th block input is kept and each segment runs forward again
 // during the backward pass (examples/trainer/block_stack.hpp).
 //
+// Communication can overlap computation (config::overlap; tpx-gpt --overlap on): a
+// block's weights are gathered together, on the rank's communication thread (tpx::in_background),
+// one block visit ahead in the block loop's order (trainer::block_visits: the forward pass, the
+// recomputation of checkpointed segments, the backward pass), so block l + 1's all-gathers run
+// while block l computes (the final norm's and the head's during the last block's forward pass).
+// A block's gradients are reduce-scattered together, started as its backward pass ends, while
+// the next block's runs, as FSDP reduce-scatters per unit; all are done before forward_backward
+// returns (so before the optimizer step). A block visited twice in a row (the last one, forward
+// then backward) is gathered twice, as every visit is: keeping it would be FSDP2's
+// reshard_after_forward=False. What stays on the rank's own thread is what the computation needs
+// at once: the sequence-parallel gathers and scatters over Y, the loss's reductions and the
+// embedding tables' gathers. With overlap off the same tasks run at once on the rank's thread:
+// the same operations on the same data, so the same bits (tests/trainer/gpt_test.cpp checks it).
+// Memory: two blocks' gathered weights at a time (the one computing, the next), as in FSDP2's
+// default, and a block's partial gradients until its reduce-scatters have run. Off by default:
+// on the 2-core machine it was measured on, the communication threads take cores from the
+// computation and cost 14-23% of the throughput (examples/gpt/README.md).
+//
 // Tokens are bytes; a batch is [B, T, W] int32 with three columns per position: the input byte,
 // the target byte (the next one) and the position, which indexes PosE through the same embedding
 // lookup as the bytes. The model reads them twice: split like the residual stream, [B_RX, T_Y, W],
@@ -37,13 +55,17 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
 #include <tpx/nn/fused_attention.hpp>
 #include <tpx/nn/rmsnorm.hpp>
+#include <tpx/spmd/background.hpp>
 #include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
 #include <type_traits>
@@ -77,6 +99,7 @@ struct config {
   std::int64_t ffn = 256;
   int layers = 2;
   int checkpoint_every = 0;  // activation checkpointing: keep every C-th block input (0: all)
+  bool overlap = false;      // gathers and gradient reduce-scatters on the communication thread
   std::uint64_t seed = 1;
   // Tokens are bytes, so only the first 256 rows of the embedding and columns of the head are
   // ever used; a larger vocabulary (GPT-2's 50304) sizes them as a real model's, for benchmarks.
@@ -262,23 +285,37 @@ class model {
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
   // parameter's gradient, reduce-scattered onto the parameter's sharding and summed over R.
   scalar forward_backward(const params& p, const batch<Space>& tokens, params& grads) const {
+    const int layers = static_cast<int>(p.norm1.size());
+    block_weight_stream weights(*this, p, trainer::block_visits(layers, c_.checkpoint_every));
+    std::optional<tpx::pending<head_weights>> head;
+    gradient_reductions reductions(*this);
     std::optional<scalar> loss;
     const stream dx = trainer::stack_forward_backward(
-        static_cast<int>(p.norm1.size()), c_.checkpoint_every, embed_forward(p, tokens.stream),
-        [&](int l, const stream& x) { return block_forward(p, l, x); },
+        layers, c_.checkpoint_every, embed_forward(p, tokens.stream),
+        [&](int l, const stream& x) {
+          if (l + 1 == layers && !head) head = start([this, &p] { return gather_head(p); });
+          return block_forward(weights.take(l), x);
+        },
         [&](const stream& x) {
-          head_result head = head_forward_backward(p, x, tokens.whole, grads);
-          loss = std::move(head.loss);
-          return std::move(head.dx);
+          head_result h = head_forward_backward(head->get(), x, tokens.whole, grads, reductions);
+          loss = std::move(h.loss);
+          return std::move(h.dx);
         },
         [&](int l, const block_state& s, const stream& dout) {
-          return block_backward(p, l, s, dout, grads);
+          return block_backward(weights.take(l), l, s, dout, grads, reductions);
         });
-    embed_backward(tokens.stream, dx, grads);
+    embed_backward(tokens.stream, dx, grads, reductions);
+    reductions.wait();
     return std::move(*loss);
   }
 
  private:
+  // fn(), on the rank's communication thread while this thread goes on (c_.overlap), or now.
+  template <class Fn>
+  auto start(Fn fn) const {
+    return c_.overlap ? tpx::in_background(rank_, std::move(fn)) : tpx::at_once(std::move(fn));
+  }
+
   // The parameter cast to the compute type (in fp32: as it is), then all-gathered by Chain.
   template <class Chain, class P>
   auto gathered(const P& master) const {
@@ -308,14 +345,104 @@ class model {
     return x;
   }
 
+  // The gradients' reduce-scatters: added as the backward pass computes each partial gradient,
+  // started together (model::start) when it is done with a block (the head, the tables), as FSDP
+  // reduce-scatters per unit, and all done by wait(). One task per block keeps the tasks, and
+  // the communication thread's wake-ups, few; each partial gradient lives until its task ends.
+  class gradient_reductions {
+   public:
+    explicit gradient_reductions(const model& m) : m_(m) {}
+
+    // grad = partial, the partial gradient of a parameter that Chain gathers, reduce-scattered
+    // onto the parameter's shards by Chain's adjoint and summed over the replicas
+    // (parameter_gradient), in fp32 like the master.
+    template <class Chain, class Grad, class Partial>
+    void add(Chain, Grad& grad, Partial partial) {
+      batch_.push_back([&grad, partial = std::make_shared<const Partial>(std::move(partial))] {
+        grad = parameter_gradient<Chain>(*partial);
+      });
+    }
+
+    // Starts the reductions added since the last start as one task.
+    void start() {
+      started_.push_back(m_.start([batch = std::move(batch_)] {
+        for (const std::function<void()>& reduce : batch) reduce();
+      }));
+      batch_.clear();
+    }
+
+    void wait() {
+      for (tpx::pending<void>& task : started_) task.get();
+    }
+
+   private:
+    const model& m_;
+    std::vector<std::function<void()>> batch_;
+    std::vector<tpx::pending<void>> started_;
+  };
+
   // The tables' gradients: [V, D]{U_RXY} and [T, D]{U_RXY} (each rank saw its rows), reduced
   // onto the tables' shards [V_X, D_Y] and [T_X, D_Y] and over the replicas.
-  void embed_backward(const stream_tokens& tokens, const stream& dx, params& grads) const {
-    grads.token_embed = parameter_gradient<gather_table>(
-        tpx::nn::embedding_gradient<V>(dx, tokens, input_byte, c_.vocab));
-    grads.position_embed = parameter_gradient<gather_positions>(
-        tpx::nn::embedding_gradient<T>(dx, tokens, position, c_.seq));
+  void embed_backward(const stream_tokens& tokens, const stream& dx, params& grads,
+                      gradient_reductions& reductions) const {
+    reductions.add(gather_table{}, grads.token_embed,
+                   tpx::nn::embedding_gradient<V>(dx, tokens, input_byte, c_.vocab));
+    reductions.add(gather_positions{}, grads.position_embed,
+                   tpx::nn::embedding_gradient<T>(dx, tokens, position, c_.seq));
+    reductions.start();
   }
+
+  // A block's parameters cast to the compute type and all-gathered: what its forward and
+  // backward passes multiply by. Gathered in this order, norm1 first.
+  struct block_weights {
+    Tensor<Tc, D<>> norm1;
+    Tensor<Tc, D<>, H<Y>, E<>> wq, wk, wv;
+    Tensor<Tc, H<Y>, E<>, D<>> wo;
+    Tensor<Tc, D<>> norm2;
+    Tensor<Tc, D<>, F<Y>> w_in;
+    Tensor<Tc, F<Y>, D<>> w_out;
+  };
+
+  block_weights gather_block(const params& p, int l) const {
+    return {gathered<gather_norm>(p.norm1[l]),  gathered<gather_weight>(p.wq[l]),
+            gathered<gather_weight>(p.wk[l]),   gathered<gather_weight>(p.wv[l]),
+            gathered<gather_weight>(p.wo[l]),   gathered<gather_norm>(p.norm2[l]),
+            gathered<gather_weight>(p.w_in[l]), gathered<gather_weight>(p.w_out[l])};
+  }
+
+  // Every block's gathered weights in the order the block loop visits the blocks, each started
+  // (see start) one visit ahead: while the block before it computes.
+  class block_weight_stream {
+   public:
+    block_weight_stream(const model& m, const params& p, std::vector<int> visits)
+        : m_(m), p_(p), visits_(std::move(visits)) {
+      fetch_next();
+    }
+
+    // Block l's weights, l being the next visit's block; starts gathering the visit's after.
+    block_weights take(int l) {
+      if (next_ >= visits_.size() || visits_[next_] != l)
+        throw std::logic_error("gpt: block " + std::to_string(l) +
+                               " was visited out of trainer::block_visits' order");
+      block_weights w = ahead_->get();
+      ++next_;
+      fetch_next();
+      return w;
+    }
+
+   private:
+    void fetch_next() {
+      ahead_.reset();
+      if (next_ < visits_.size())
+        ahead_ = m_.start([&m = m_, &p = p_, l = visits_[next_]] { return m.gather_block(p, l); });
+    }
+
+    const model& m_;
+    const params& p_;
+    const std::vector<int> visits_;
+    std::size_t next_ = 0;
+    std::optional<tpx::pending<block_weights>> ahead_;
+  };
 
   using whole = Tensor<Tc, B<R, X>, T<>, D<>>;        // a sublayer's input, sequence gathered
   using heads = Tensor<Tc, B<R, X>, H<Y>, T<>, E<>>;  // attention's output
@@ -354,22 +481,20 @@ class model {
     stream out;                                 // mid + MLP
   };
 
-  block_state block_forward(const params& p, int l, const stream& x) const {
-    auto n1 = tpx::nn::rmsnorm_forward(x, gathered<gather_norm>(p.norm1[l]));
+  block_state block_forward(const block_weights& w, const stream& x) const {
+    auto n1 = tpx::nn::rmsnorm_forward(x, w.norm1);
     whole h1 = gather_sequence::forward(n1.y);
-    auto q = tpx::einsum<D>(h1, gathered<gather_weight>(p.wq[l]));  // [B_RX, T, H_Y, E]
-    keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, gathered<gather_weight>(p.wk[l])));
-    keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, gathered<gather_weight>(p.wv[l])));
+    auto q = tpx::einsum<D>(h1, w.wq);  // [B_RX, T, H_Y, E]
+    keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk));
+    keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv));
     attention_result att = attend(q, k, v);
     // [B_RX, H_Y, T, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
-    stream mid = tpx::add(
-        x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, gathered<gather_weight>(p.wo[l]))));
-    auto n2 = tpx::nn::rmsnorm_forward(mid, gathered<gather_norm>(p.norm2[l]));
+    stream mid = tpx::add(x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, w.wo)));
+    auto n2 = tpx::nn::rmsnorm_forward(mid, w.norm2);
     whole h2 = gather_sequence::forward(n2.y);
-    auto a = tpx::einsum<D>(h2, gathered<gather_weight>(p.w_in[l]));  // [B_RX, T, F_Y]
+    auto a = tpx::einsum<D>(h2, w.w_in);  // [B_RX, T, F_Y]
     auto g = tpx::map(tpx::kernels::gelu{}, a);
-    stream out = tpx::add(
-        mid, scatter_sequence::forward(tpx::einsum<F>(g, gathered<gather_weight>(p.w_out[l]))));
+    stream out = tpx::add(mid, scatter_sequence::forward(tpx::einsum<F>(g, w.w_out)));
     return {x,
             std::move(n1.rstd),
             std::move(h1),
@@ -385,52 +510,41 @@ class model {
             std::move(out)};
   }
 
-  // The gradient of a gathered matrix, from the contraction over the rows (B, T) that the
-  // forward pass's product summed out: a partial sum over R and X, e.g. [F_Y, D]{U_RX}.
-  template <class Partial>
-  static auto weight_gradient(const Partial& partial) {
-    return parameter_gradient<gather_weight>(partial);
-  }
-
-  stream block_backward(const params& p, int l, const block_state& s, const stream& dout,
-                        params& grads) const {
+  // A weight's partial gradient is the contraction over the rows (B, T) that the forward pass's
+  // product summed out, a partial sum over R and X, e.g. [F_Y, D]{U_RX} (reduced onto the
+  // master's shards and over the replicas).
+  stream block_backward(const block_weights& w, int l, const block_state& s, const stream& dout,
+                        params& grads, gradient_reductions& reductions) const {
     // MLP: out = mid + RS(GELU(h2 Win) Wout)
     const whole do2 = scatter_sequence::backward(dout);  // [B_RX, T, D]
-    const auto w_out = gathered<gather_weight>(p.w_out[l]);
-    grads.w_out[l] = weight_gradient(tpx::einsum<B, T>(s.g, do2));  // [F_Y, D_X]
-    const auto da =
-        tpx::map(tpx::kernels::gelu_backward{}, s.a, tpx::einsum<D>(do2, w_out));  // [B_RX, T, F_Y]
-    const auto w_in = gathered<gather_weight>(p.w_in[l]);
-    grads.w_in[l] = weight_gradient(tpx::einsum<B, T>(s.h2, da));  // [D_X, F_Y]
-    const stream dh2 = gather_sequence::backward(tpx::einsum<F>(da, w_in));
-    const auto norm2 = gathered<gather_norm>(p.norm2[l]);
-    auto dn2 = tpx::nn::rmsnorm_backward(s.mid, norm2, s.rstd2, dh2);
-    grads.norm2[l] = parameter_gradient<gather_norm>(dn2.dw);  // [D]{U_RXY} -> [D_YX]
+    reductions.add(gather_weight{}, grads.w_out[l], tpx::einsum<B, T>(s.g, do2));  // [F_Y, D_X]
+    const auto da = tpx::map(tpx::kernels::gelu_backward{}, s.a,
+                             tpx::einsum<D>(do2, w.w_out));  // [B_RX, T, F_Y]
+    reductions.add(gather_weight{}, grads.w_in[l], tpx::einsum<B, T>(s.h2, da));  // [D_X, F_Y]
+    const stream dh2 = gather_sequence::backward(tpx::einsum<F>(da, w.w_in));
+    auto dn2 = tpx::nn::rmsnorm_backward(s.mid, w.norm2, s.rstd2, dh2);
+    reductions.add(gather_norm{}, grads.norm2[l], std::move(dn2.dw));
     const stream dmid = tpx::add(dout, dn2.dx);
 
     // Attention: mid = x + RS(attention(q, k, v) Wo)
     const whole do1 = scatter_sequence::backward(dmid);
-    const auto wo = gathered<gather_weight>(p.wo[l]);
-    grads.wo[l] = weight_gradient(tpx::einsum<B, T>(s.att.out, do1));  // [H_Y, E, D_X]
-    const auto datt = tpx::einsum<D>(do1, wo);                         // [B_RX, T, H_Y, E]
+    reductions.add(gather_weight{}, grads.wo[l], tpx::einsum<B, T>(s.att.out, do1));  // [H_Y, E, D_X]
+    const auto datt = tpx::einsum<D>(do1, w.wo);  // [B_RX, T, H_Y, E]
     auto g = s.att.lse ? tpx::nn::fused_causal_attention_backward(
                              s.q, s.k, s.v, s.att.out, *s.att.lse, tpx::permute<B, H, T, E>(datt))
                        : tpx::nn::causal_attention_backward(s.q, s.k, s.v, *s.att.probs, datt);
     const auto dk = tpx::rename<S, T>(std::move(g.dk));  // [B_RX, H_Y, T, E], as dq
     const auto dv = tpx::rename<S, T>(std::move(g.dv));
-    const auto wq = gathered<gather_weight>(p.wq[l]);
-    const auto wk = gathered<gather_weight>(p.wk[l]);
-    const auto wv = gathered<gather_weight>(p.wv[l]);
-    grads.wq[l] = weight_gradient(tpx::einsum<B, T>(s.h1, g.dq));  // [D_X, H_Y, E]
-    grads.wk[l] = weight_gradient(tpx::einsum<B, T>(s.h1, dk));
-    grads.wv[l] = weight_gradient(tpx::einsum<B, T>(s.h1, dv));
+    reductions.add(gather_weight{}, grads.wq[l], tpx::einsum<B, T>(s.h1, g.dq));  // [D_X, H_Y, E]
+    reductions.add(gather_weight{}, grads.wk[l], tpx::einsum<B, T>(s.h1, dk));
+    reductions.add(gather_weight{}, grads.wv[l], tpx::einsum<B, T>(s.h1, dv));
     // dh1 = sum over q, k, v of d(proj) *_{H, E} W: partial sums over Y, added, then scattered.
     const stream dh1 = gather_sequence::backward(
-        tpx::add(tpx::add(tpx::einsum<H, E>(g.dq, wq), tpx::einsum<H, E>(dk, wk)),
-                 tpx::einsum<H, E>(dv, wv)));
-    const auto norm1 = gathered<gather_norm>(p.norm1[l]);
-    auto dn1 = tpx::nn::rmsnorm_backward(s.x, norm1, s.rstd1, dh1);
-    grads.norm1[l] = parameter_gradient<gather_norm>(dn1.dw);
+        tpx::add(tpx::add(tpx::einsum<H, E>(g.dq, w.wq), tpx::einsum<H, E>(dk, w.wk)),
+                 tpx::einsum<H, E>(dv, w.wv)));
+    auto dn1 = tpx::nn::rmsnorm_backward(s.x, w.norm1, s.rstd1, dh1);
+    reductions.add(gather_norm{}, grads.norm1[l], std::move(dn1.dw));
+    reductions.start();
     return tpx::add(dmid, dn1.dx);
   }
 
@@ -439,21 +553,29 @@ class model {
     stream dx;
   };
 
+  // The final norm and the LM head, gathered.
+  struct head_weights {
+    Tensor<Tc, D<>> norm;
+    Tensor<Tc, D<>, V<Y>> head;
+  };
+  head_weights gather_head(const params& p) const {
+    return {gathered<gather_norm>(p.final_norm), gathered<gather_weight>(p.head)};
+  }
+
   // Final norm, logits [B_RX, T, V_Y] (the vocabulary stays split: nn/cross_entropy's
   // vocab-parallel loss), mean cross-entropy over every position, and their backward pass.
-  head_result head_forward_backward(const params& p, const stream& x,
-                                    const decltype(batch<Space>::whole)& tokens,
-                                    params& grads) const {
-    const auto norm = gathered<gather_norm>(p.final_norm);
-    auto normed = tpx::nn::rmsnorm_forward(x, norm);
+  head_result head_forward_backward(const head_weights& w, const stream& x,
+                                    const decltype(batch<Space>::whole)& tokens, params& grads,
+                                    gradient_reductions& reductions) const {
+    auto normed = tpx::nn::rmsnorm_forward(x, w.norm);
     const whole h = gather_sequence::forward(normed.y);
-    const auto head = gathered<gather_weight>(p.head);  // [D, V_Y]
-    const auto logits = tpx::einsum<D>(h, head);        // [B_RX, T, V_Y]
+    const auto logits = tpx::einsum<D>(h, w.head);  // [B_RX, T, V_Y]
     auto ce = tpx::nn::cross_entropy(logits, tokens, target_byte);
-    grads.head = weight_gradient(tpx::einsum<B, T>(h, ce.dlogits));  // [D_X, V_Y]
-    const stream dh = gather_sequence::backward(tpx::einsum<V>(ce.dlogits, head));
-    auto dnorm = tpx::nn::rmsnorm_backward(x, norm, normed.rstd, dh);
-    grads.final_norm = parameter_gradient<gather_norm>(dnorm.dw);
+    reductions.add(gather_weight{}, grads.head, tpx::einsum<B, T>(h, ce.dlogits));  // [D_X, V_Y]
+    const stream dh = gather_sequence::backward(tpx::einsum<V>(ce.dlogits, w.head));
+    auto dnorm = tpx::nn::rmsnorm_backward(x, w.norm, normed.rstd, dh);
+    reductions.add(gather_norm{}, grads.final_norm, std::move(dnorm.dw));
+    reductions.start();
     return {std::move(ce.loss), std::move(dnorm.dx)};
   }
 

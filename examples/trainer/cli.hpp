@@ -88,12 +88,13 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
       const double gflops = flops / r.seconds * 1e-9;
       const double mfu = flops / r.seconds / peak;
       const double comm = r.collective_seconds / r.seconds;
+      const double exposed = r.exposed_collective_seconds / r.seconds;
       if (r.step % log_every < o.report_every || r.step + 1 == o.steps) {
         std::printf(
             "step %5d | loss %.4f | grad norm %.3f | %8.0f tokens/s | %7.2f GFLOP/s | MFU "
-            "%5.1f%% | collectives %3.0f%% | peak mem %.1f MiB\n",
+            "%5.1f%% | collectives %3.0f%%, exposed %3.0f%% | peak mem %.1f MiB\n",
             r.step, r.loss, r.grad_norm, tokens_per_s, gflops, 100 * mfu, 100 * comm,
-            static_cast<double>(r.peak_bytes) / (1 << 20));
+            100 * exposed, static_cast<double>(r.peak_bytes) / (1 << 20));
         std::fflush(stdout);  // progress shows at once through a pipe or a file too
       }
       if (log)
@@ -101,6 +102,7 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
              << ", \"grad_norm\": " << r.grad_norm << ", \"seconds\": " << r.seconds
              << ", \"tokens_per_s\": " << tokens_per_s << ", \"gflops\": " << gflops
              << ", \"mfu\": " << mfu << ", \"collective_share\": " << comm
+             << ", \"exposed_collective_share\": " << exposed
              << ", \"peak_bytes\": " << r.peak_bytes << "}\n"
              << std::flush;  // whole lines, for whoever tails the log
     };

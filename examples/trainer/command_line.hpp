@@ -136,6 +136,16 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
       ->transform(whole_number<std::uint64_t>(0));
   app.add_flag("--bf16", o.bf16,
                "compute (and communicate) in bf16; masters and moments stay fp32");
+  std::string overlap;
+  if constexpr (requires { o.model.overlap; }) {
+    overlap = o.model.overlap ? "on" : "off";
+    app.add_option("--overlap", overlap,
+                   "on: all-gather each block's weights one block ahead and reduce-scatter "
+                   "gradients on each rank's communication thread while it computes; off: on "
+                   "the rank's own thread (the same results, bit for bit)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
+  }
   std::string checkpoint_every = "0";
   app.add_option("--checkpoint-every", checkpoint_every,
                  "activation checkpointing: keep every C-th block input, recompute the rest (0: "
@@ -198,6 +208,7 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
     result.error = std::string(program) + ": " + e.what() + "\n";
     return result;
   }
+  if constexpr (requires { o.model.overlap; }) o.model.overlap = overlap == "on";
   o.model.checkpoint_every = checkpoint_every == "sqrt" ? sqrt_policy(o.model.layers)
                                                         : std::stoi(checkpoint_every);
   // To the nearest millisecond, at least 1: a timeout under half a millisecond was 0 ms, which

@@ -33,6 +33,7 @@
 #include <string>
 #include <tpx/io/checkpoint.hpp>
 #include <tpx/launch/process_group.hpp>
+#include <tpx/spmd/background.hpp>
 #include <vector>
 
 #include "mlp_family.hpp"
@@ -63,14 +64,18 @@ std::string mesh_text(const run_options<Family>& o) {
   return o.mesh_r == 1 ? xy : std::to_string(o.mesh_r) + "x" + xy;
 }
 
-// What rank 0 reports after every report_every-th step.
+// What rank 0 reports after every report_every-th step. Communication is rank 0's
+// (tpx::communication_time): all of it, on the rank's own thread and in the background (which
+// overlaps the step, so shares of the step add up to more than 1), and the part the rank waited
+// for, which is all of it when nothing runs in the background.
 struct step_report {
   int step;
   float loss;
   float grad_norm;
-  double seconds;             // wall time per step since the last report
-  double collective_seconds;  // of which inside collectives (rank 0), per step
-  std::int64_t peak_bytes;    // the most tensor memory rank 0 has held so far (memory_meter)
+  double seconds;                     // wall time per step since the last report
+  double collective_seconds;          // communication, per step
+  double exposed_collective_seconds;  // of which not hidden behind computation, per step
+  std::int64_t peak_bytes;            // the most tensor memory rank 0 has held so far (memory_meter)
 };
 
 // The checkpoint of the training state after `step` steps: every rank's shards of the
@@ -227,7 +232,7 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
   if (o.resume) load_checkpoint(o, first, params, m, v);
   typename Family::template network<Tc, Space> net(rank, o.model);
   auto since = std::chrono::steady_clock::now();
-  double comm_since = rank.collective_seconds();
+  tpx::communication_seconds comm_since = tpx::communication_time(rank);
   int last_report = first - 1;
   for (int step = first; step < o.steps; ++step) {
     const auto result = train_step(rank, net, o, data, step, params, grads, m, v);
@@ -241,11 +246,13 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
       if (!std::isfinite(loss) || !std::isfinite(norm)) throw non_finite_step(step, loss, norm);
       const auto now = std::chrono::steady_clock::now();
       const double steps = step - last_report;
+      const tpx::communication_seconds comm = tpx::communication_time(rank);
       if (rank.world_rank() == 0)
         report({step, loss, norm, std::chrono::duration<double>(now - since).count() / steps,
-                (rank.collective_seconds() - comm_since) / steps, rank.memory().peak_bytes()});
+                (comm.total - comm_since.total) / steps,
+                (comm.exposed - comm_since.exposed) / steps, rank.memory().peak_bytes()});
       since = now;
-      comm_since = rank.collective_seconds();
+      comm_since = comm;
       last_report = step;
     }
     if (save) save_checkpoint(rank, *ckpt.dir, o, step + 1, params, m, v);

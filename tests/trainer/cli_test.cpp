@@ -109,6 +109,7 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
       {train, "--checkpoint-every root",
        "--checkpoint-every: expected a whole number from 0 to 2147483647 or sqrt, got 'root'"},
       {gpt, "--timeout nan", "--timeout: expected a finite number > 0, got 'nan'"},
+      {gpt, "--overlap maybe", "--overlap: maybe not in {on,off}"},
       {plan, "-d nan", "--d-model: expected a finite number > 0, got 'nan'"},
       {plan, "--flops 0", "--flops: expected a finite number > 0, got '0'"},
       {plan, "--mesh 99999,99999", "--mesh 99999,99999: more devices than an int counts"},
@@ -206,6 +207,38 @@ TEST_CASE("a non-finite loss stops the run before the step is saved or logged") 
     for (const auto& entry : fs::directory_iterator(dir / "ckpt"))
       saved += entry.is_directory() && entry.path().filename().string().starts_with("step-");
     CHECK(saved == std::min<std::size_t>(logged, 3));  // --keep 3
+  }
+}
+
+TEST_CASE("tpx-gpt's log gives the exposed communication share, at most the total share") {
+  // Each line's "exposed_collective_share" <= its "collective_share" (equal with --overlap off),
+  // beside the fields scripts/plot-loss.sh reads.
+  const fs::path dir = scratch("exposed-share");
+  for (const std::string overlap : {"on", "off"}) {
+    const std::string log = (dir / ("log-" + overlap + ".jsonl")).string();
+    const result r = run(TPX_GPT, "--mesh 2x1 --steps 4 --batch 4 --seq 8 --heads 2 --head-dim 4 "
+                                  "--ffn 8 --layers 2 --peak-gflops 10 --overlap " +
+                                      overlap + " --log " + log);
+    INFO(overlap, "\n", r.output);
+    REQUIRE(r.status == 0);
+    std::istringstream lines(read(log));
+    int checked = 0;
+    for (std::string line; std::getline(lines, line); ++checked) {
+      INFO(line);
+      const auto field = [&](const std::string& name) {
+        const std::size_t at = line.find("\"" + name + "\": ");
+        REQUIRE(at != std::string::npos);
+        return std::stod(line.substr(at + name.size() + 4));
+      };
+      CHECK(line.starts_with("{\"step\": " + std::to_string(checked) + ", \"loss\": "));
+      const double total = field("collective_share"), exposed = field("exposed_collective_share");
+      CHECK(total > 0);
+      if (overlap == "on")
+        CHECK(exposed <= total);
+      else
+        CHECK(exposed == total);
+    }
+    CHECK(checked == 4);
   }
 }
 

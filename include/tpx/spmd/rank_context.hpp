@@ -5,6 +5,14 @@
 // it (all_gather<X>(t), matmul(a, b)) find the ranks along X without the user passing them.
 // Axes are looked up by type at run time through a per-type key; the typed Rank<Mesh> in
 // rank.hpp performs the same lookups at compile time where it can.
+//
+// A rank may also have a communication thread (spmd/communication_thread.hpp, the host
+// launcher's), which runs collectives in the background while the rank's own thread computes.
+// It has communicators of its own, one per set of axes like the rank's: host groups match calls
+// by their order, so collectives issued from two threads of a rank must never share a group.
+// group<Axes...>() therefore answers by the calling thread: on the rank's communication thread
+// it is that thread's communicator, elsewhere the rank's. Every typed op (all_gather, reshard,
+// the adjoint steps) so runs unchanged on either thread.
 #pragma once
 
 #include <stdexcept>
@@ -16,6 +24,14 @@
 #include "tpx/tensor/memory_meter.hpp"
 
 namespace tpx {
+
+class rank_context;
+class communication_thread;
+
+namespace detail {
+// The rank whose communication thread is the calling thread, or null on any other thread.
+inline thread_local const rank_context* communication_thread_of = nullptr;
+}  // namespace detail
 
 // A distinct address per axis type: its identity at run time.
 template <class Axis>
@@ -77,17 +93,29 @@ class rank_context {
     return axes_[axis_index<A>()];
   }
 
-  // The communicator of the ranks that differ from this one only along Axes.
+  // The communicator of the ranks that differ from this one only along Axes: the communication
+  // thread's own when called on this rank's communication thread.
   template <MeshAxis... Axes>
   any_communicator& group() const {
     const unsigned mask = ((1u << axis_index<Axes>()) | ...);
-    return *groups_[mask];
+    return detail::communication_thread_of == this ? *background_groups_[mask] : *groups_[mask];
   }
 
   // The tensor memory this rank holds, and the most it has held (tensor/memory_meter.hpp).
   memory_meter& memory() const { return memory_; }
 
-  // Wall time spent in the collectives of all this rank's groups so far.
+  // The rank's communication thread and its communicators (indexed like groups), set by a
+  // launcher that gives its ranks one (the host's), which keeps both alive while the rank runs.
+  void set_communication_thread(communication_thread* thread,
+                                std::vector<any_communicator*> groups) {
+    communication_thread_ = thread;
+    background_groups_ = std::move(groups);
+  }
+  // Null where the launcher gives none: tpx::in_background then runs its task at once.
+  communication_thread* communication() const { return communication_thread_; }
+
+  // Wall time this rank's own thread has spent in collectives so far (the communication
+  // thread's: communication_thread::busy_seconds).
   double collective_seconds() const {
     double total = 0;
     for (const any_communicator* g : groups_)
@@ -108,6 +136,8 @@ class rank_context {
   int world_size_;
   std::vector<axis_place> axes_;
   std::vector<any_communicator*> groups_;
+  std::vector<any_communicator*> background_groups_;
+  communication_thread* communication_thread_ = nullptr;
   backend_state* backend_ = nullptr;
   mutable memory_meter memory_;  // counted by the memory spaces, whoever holds a const context
 };

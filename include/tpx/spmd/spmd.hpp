@@ -23,6 +23,14 @@
 // once, each naming every wait: which collective of which group and who never came. A rank that
 // waits longer than options.timeout for its group fails the same way, naming who never arrived.
 //
+// Each rank also gets a communication thread (spmd/communication_thread.hpp), started by its
+// first background task (tpx::in_background, spmd/background.hpp), with communicators of its own:
+// every group set is registered twice, once for the ranks' own threads and once for their
+// communication threads ("mesh axis X, communication thread" in messages), so the collectives of
+// the two threads of a rank never meet in one group's order. A failed background task aborts the
+// world like a rank that throws, and a rank's communication thread is joined before the rank
+// counts as returned.
+//
 // Running out of resources is such a failure too. A rank that runs out of memory fails with
 // "rank 2 (X=1, Y=0) failed: out of memory: cannot allocate 4.00 GiB (...) for a tensor in host
 // memory" (allocation_error, tensor/allocation_error.hpp; "std::bad_alloc" where the allocation
@@ -41,6 +49,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -50,6 +59,7 @@
 #include "tpx/comm/host_world.hpp"
 #include "tpx/kernels/blas_threads.hpp"
 #include "tpx/sharding/mesh.hpp"
+#include "tpx/spmd/communication_thread.hpp"
 #include "tpx/spmd/rank.hpp"
 
 namespace tpx {
@@ -160,10 +170,15 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
   constexpr unsigned masks = 1u << MeshT::axis_count;
   const int ranks = mesh.rank_count();
   HostWorld world(ranks, HostWorldOptions{options.timeout});
+  // [mask]: the group set of the ranks' own threads, and that of their communication threads.
   std::vector<int> set_of_mask(masks, HostWorld::whole_world);
-  for (unsigned mask = 1; mask < masks; ++mask)
-    set_of_mask[mask] =
-        world.add_groups(detail::groups_of_axes(mesh, mask), detail::axes_label<MeshT>(mask));
+  std::vector<int> background_set_of_mask(masks, HostWorld::whole_world);
+  for (unsigned mask = 1; mask < masks; ++mask) {
+    const auto groups = detail::groups_of_axes(mesh, mask);
+    const std::string label = detail::axes_label<MeshT>(mask);
+    set_of_mask[mask] = world.add_groups(groups, label);
+    background_set_of_mask[mask] = world.add_groups(groups, label + ", communication thread");
+  }
 
   kernels::set_blas_threads(detail::blas_threads_per_rank(options.blas_threads, ranks));
 
@@ -171,14 +186,22 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
   auto run_rank = [&](int r) {
     try {
       std::vector<std::unique_ptr<communicator_model<HostCommunicator>>> comms;
-      std::vector<any_communicator*> groups(masks, nullptr);
-      for (unsigned mask = 1; mask < masks; ++mask) {
-        comms.push_back(std::make_unique<communicator_model<HostCommunicator>>(
-            HostCommunicator(world, set_of_mask[mask], r)));
-        groups[mask] = comms.back().get();
-      }
-      Rank<MeshT> rank(mesh, r, detail::axis_places(mesh, r), std::move(groups));
+      const auto communicators = [&](const std::vector<int>& set_of) {
+        std::vector<any_communicator*> groups(masks, nullptr);
+        for (unsigned mask = 1; mask < masks; ++mask) {
+          comms.push_back(std::make_unique<communicator_model<HostCommunicator>>(
+              HostCommunicator(world, set_of[mask], r)));
+          groups[mask] = comms.back().get();
+        }
+        return groups;
+      };
+      Rank<MeshT> rank(mesh, r, detail::axis_places(mesh, r), communicators(set_of_mask));
+      // Declared after the rank and the communicators it uses, so destroyed (joined) first.
+      communication_thread background(rank,
+                                      [&world, r](std::string_view what) { world.abort(r, what); });
+      rank.set_communication_thread(&background, communicators(background_set_of_mask));
       fn(rank);
+      background.finish();
       world.finish(r);
     } catch (const std::exception& e) {
       failures[r] = std::current_exception();

@@ -1,0 +1,259 @@
+// tpx::in_background on the host launcher (spmd/background.hpp, spmd/communication_thread.hpp):
+//  - typed collectives run on a rank's communication thread give the same bits as the same
+//    collectives on the rank's own thread, which runs its own at the same time, and equal the
+//    unsharded reference (gathers exactly, a reduce-scatter within 1e-5);
+//  - every failure reaches every rank within seconds, not at the time-out, naming the rank and,
+//    where a collective failed, the collective and the thread: a task that throws, mismatched
+//    background collectives, a rank that throws while its background gather waits for a peer
+//    that waits for it, a background collective that a returned rank never started, and a task
+//    whose result was dropped unread;
+//  - destroying a pending result waits for its task; a task started on the communication
+//    thread, or on a rank without one, runs at once on the calling thread;
+//  - the time a rank waits counts as exposed only while a task runs, so exposed <= total.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tpx/spmd/background.hpp>
+#include <tpx/tpx.hpp>
+#include <utility>
+#include <vector>
+
+#include "../support/message_of.hpp"
+
+namespace {
+TPX_MESH_AXES(X, Y);
+TPX_DIMS(I, J, K);
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+template <class T>
+bool same_block(const T& a, const T& b) {
+  const auto x = a.local();
+  const auto y = b.local();
+  return std::equal(x.begin(), x.end(), y.begin(), y.end());
+}
+}  // namespace
+
+TEST_CASE("background collectives equal the rank's own, bit for bit, and the unsharded result") {
+  // Per round, each rank queues a gather over X, a gather over Y and a reduce-scatter over X on
+  // its communication thread, then runs the same three on its own thread while those run: had the
+  // two threads shared a group's order, calls would pair across threads and mismatch or hang.
+  std::mutex m;
+  std::vector<std::string> wrong;
+  const auto note = [&](const std::string& what) {
+    std::lock_guard lock(m);
+    wrong.push_back(what);
+  };
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) {
+    const auto main_thread = std::this_thread::get_id();
+    for (std::uint64_t round = 0; round < 5; ++round) {
+      const auto a = tpx::randn<float, I<>, J<X>>(rank, {I(6), J(10)}, 10 + round);
+      const auto b = tpx::randn<float, J<X>, K<>>(rank, {J(10), K(7)}, 20 + round);
+      const auto c = tpx::randn<float, I<Y>, K<>>(rank, {I(6), K(7)}, 30 + round);
+      const auto partial = tpx::matmul(a, b);  // [I, K]{U_X}
+      std::atomic<bool> elsewhere{true};
+      const auto here = [&] { elsewhere = elsewhere && std::this_thread::get_id() != main_thread; };
+      auto a_bg = tpx::in_background(rank, [&] {
+        here();
+        return tpx::all_gather<X>(a);
+      });
+      auto c_bg = tpx::in_background(rank, [&] {
+        here();
+        return tpx::all_gather<Y>(c);
+      });
+      auto rs_bg = tpx::in_background(rank, [&] {
+        here();
+        return tpx::reduce_scatter<X, K>(partial);
+      });
+      const auto a_fg = tpx::all_gather<X>(a);
+      const auto c_fg = tpx::all_gather<Y>(c);
+      const auto rs_fg = tpx::reduce_scatter<X, K>(partial);
+      if (!same_block(a_bg.get(), a_fg)) note("gather over X differs");
+      if (!same_block(c_bg.get(), c_fg)) note("gather over Y differs");
+      if (!same_block(rs_bg.get(), rs_fg)) note("reduce-scatter over X differs");
+      if (!elsewhere) note("a task ran on the rank's own thread");
+
+      // The unsharded references: random tensors are functions of their global index.
+      if (!same_block(a_fg, tpx::randn<float, I<>, J<>>(rank, {I(6), J(10)}, 10 + round)) ||
+          !same_block(c_fg, tpx::randn<float, I<>, K<>>(rank, {I(6), K(7)}, 30 + round)))
+        note("a gather differs from the unsharded tensor");
+      const auto ga = tpx::to_global(a), gb = tpx::to_global(b), rs = tpx::to_global(rs_fg);
+      for (int i = 0; i < 6; ++i)
+        for (int k = 0; k < 7; ++k) {
+          double sum = 0;
+          for (int j = 0; j < 10; ++j) sum += double(ga[i * 10 + j]) * double(gb[j * 7 + k]);
+          if (std::abs(rs[i * 7 + k] - sum) > 1e-5 * (1 + std::abs(sum)))
+            note("reduce-scatter differs from the unsharded product");
+        }
+    }
+  });
+  for (const std::string& w : wrong) FAIL_CHECK(w);
+}
+
+TEST_CASE("a background task that throws fails every rank at once, naming the rank") {
+  std::string rank0_saw;
+  const auto start = clock_type::now();
+  const std::string what = message_of([&] {
+    tpx::spmd(tpx::host, tpx::Mesh<X>{2},
+              [&](auto& rank) {
+                const auto t = tpx::randn<float, I<X>>(rank, {I(8)}, 1);
+                auto gathered = tpx::in_background(rank, [&] {
+                  if (rank.world_rank() == 1) throw std::runtime_error("shard 1 is corrupt");
+                  return tpx::all_gather<X>(t);
+                });
+                try {
+                  (void)gathered.get();
+                } catch (const std::exception& e) {
+                  if (rank.world_rank() == 0) rank0_saw = e.what();
+                  throw;
+                }
+              },
+              {.timeout = std::chrono::seconds(60)});
+  });
+  CHECK(clock_type::now() - start < 10s);
+  CHECK(what == "tpx: rank 1 (X=1) failed: shard 1 is corrupt");
+  CHECK(rank0_saw ==
+        "tpx: collective #1 on group {0,1} (mesh axis X, communication thread), all_gather<float> "
+        "of 8 elements, aborted: rank 1 failed: shard 1 is corrupt");
+}
+
+TEST_CASE("mismatched background collectives fail on every rank, naming the collective") {
+  const auto start = clock_type::now();
+  const std::string what = message_of([&] {
+    tpx::spmd(tpx::host, tpx::Mesh<X>{2},
+              [&](auto& rank) {
+                const auto t =
+                    tpx::randn<float, I<X>>(rank, {I(rank.world_rank() == 0 ? 8 : 6)}, 1);
+                (void)tpx::in_background(rank, [&] { return tpx::all_gather<X>(t); }).get();
+              },
+              {.timeout = std::chrono::seconds(60)});
+  });
+  INFO(what);
+  CHECK(clock_type::now() - start < 10s);
+  CHECK(
+      what.starts_with("tpx: rank 0 (X=0) failed: tpx: mismatched collectives on group {0,1} "
+                       "(mesh axis X, communication thread) at collective #1"));
+}
+
+TEST_CASE("a rank that throws while its background gather waits releases every rank at once") {
+  // Rank 0 starts a gather in the background and throws. Rank 1 is waiting in a collective of
+  // its own thread, which rank 0 never joins, and would start the gather only after it: unless
+  // rank 0, leaving its gather unfinished, aborts the world, rank 0 waits for rank 1's gather and
+  // rank 1 for rank 0 until the time-out.
+  const auto start = clock_type::now();
+  const std::string what = message_of([&] {
+    tpx::spmd(tpx::host, tpx::Mesh<X>{2},
+              [&](auto& rank) {
+                const auto t = tpx::randn<float, I<X>>(rank, {I(8)}, 1);
+                if (rank.world_rank() == 0) {
+                  auto gathered = tpx::in_background(rank, [&] { return tpx::all_gather<X>(t); });
+                  throw std::runtime_error("bad batch");
+                }
+                (void)tpx::all_gather<X>(t);
+                (void)tpx::in_background(rank, [&] { return tpx::all_gather<X>(t); }).get();
+              },
+              {.timeout = std::chrono::seconds(60)});
+  });
+  CHECK(clock_type::now() - start < 10s);
+  CHECK(what == "tpx: rank 0 (X=0) failed: bad batch");
+}
+
+TEST_CASE("a background collective that a returned rank never started fails at once") {
+  const auto start = clock_type::now();
+  const std::string what = message_of([&] {
+    tpx::spmd(tpx::host, tpx::Mesh<X>{2}, [&](auto& rank) {  // the default time-out: 5 minutes
+      const auto t = tpx::randn<float, I<X>>(rank, {I(8)}, 1);
+      if (rank.world_rank() == 0)
+        (void)tpx::in_background(rank, [&] { return tpx::all_gather<X>(t); }).get();
+    });
+  });
+  INFO(what);
+  CHECK(clock_type::now() - start < 10s);
+  CHECK(
+      what.starts_with("tpx: rank 0 (X=0) failed: tpx: collective #1 on group {0,1} (mesh axis "
+                       "X, communication thread), all_gather<float> of 8 elements, can never "
+                       "complete"));
+  CHECK(what.find("{1} returned without joining it") != std::string::npos);
+}
+
+TEST_CASE("a pending result destroyed unread waits for its task, whose failure fails the rank") {
+  std::atomic<bool> finished{false};
+  bool finished_when_dropped = false;
+  const std::string what = message_of([&] {
+    tpx::spmd(tpx::host, tpx::Mesh<X>{1}, [&](auto& rank) {
+      {
+        auto slow = tpx::in_background(rank, [&] {
+          std::this_thread::sleep_for(50ms);
+          finished = true;
+        });
+      }
+      finished_when_dropped = finished;
+      auto failing = tpx::in_background(rank, [] { throw std::runtime_error("dropped"); });
+    });
+  });
+  CHECK(finished_when_dropped);
+  CHECK(what == "tpx: rank 0 (X=0) failed: dropped");
+}
+
+TEST_CASE("without a communication thread, and on it, in_background runs its task at once") {
+  const auto caller = std::this_thread::get_id();
+  const tpx::rank_context alone(0, 1, {}, {});  // as a launcher without one makes it
+  std::thread::id ran_on;
+  auto seven = tpx::in_background(alone, [&] {
+    ran_on = std::this_thread::get_id();
+    return 7;
+  });
+  CHECK(ran_on == caller);
+  CHECK(seven.get() == 7);
+  CHECK_FALSE(seven.valid());
+  CHECK_THROWS_AS((void)seven.get(), std::logic_error);
+  CHECK_THROWS_WITH_AS(
+      (void)tpx::in_background(alone, []() -> int { throw std::runtime_error("now"); }), "now",
+      std::runtime_error);
+
+  bool nested_on_same_thread = false;
+  tpx::spmd(tpx::host, tpx::Mesh<X>{2}, [&](auto& rank) {
+    const auto t = tpx::randn<float, I<X>>(rank, {I(8)}, 1);
+    auto outer = tpx::in_background(rank, [&] {
+      const auto here = std::this_thread::get_id();
+      auto inner = tpx::in_background(rank, [&] {
+        return std::pair(std::this_thread::get_id() == here, tpx::all_gather<X>(t));
+      });
+      return inner.get().first;
+    });
+    const bool same = outer.get();
+    if (rank.world_rank() == 0) nested_on_same_thread = same;
+  });
+  CHECK(nested_on_same_thread);
+}
+
+TEST_CASE("a wait counts as exposed only the background time it waited through") {
+  tpx::communication_seconds before, waited, hidden;
+  tpx::spmd(tpx::host, tpx::Mesh<X>{1}, [&](auto& rank) {
+    before = tpx::communication_time(rank);
+    tpx::in_background(rank, [] { std::this_thread::sleep_for(100ms); }).get();
+    waited = tpx::communication_time(rank);
+    auto overlapped = tpx::in_background(rank, [] { std::this_thread::sleep_for(100ms); });
+    std::this_thread::sleep_for(400ms);  // computing, as far as the task can tell
+    overlapped.get();
+    hidden = tpx::communication_time(rank);
+  });
+  CHECK(before.total == 0);
+  CHECK(before.exposed == 0);
+  const double busy_waited = waited.total - before.total;
+  const double busy_hidden = hidden.total - waited.total;
+  CHECK(busy_waited >= 0.1);
+  CHECK(busy_hidden >= 0.1);
+  CHECK(waited.exposed - before.exposed >= 0.5 * busy_waited);
+  CHECK(hidden.exposed - waited.exposed <= 0.5 * busy_hidden);
+  CHECK(waited.exposed <= waited.total);
+  CHECK(hidden.exposed <= hidden.total);
+}
