@@ -32,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <tpx/io/checkpoint.hpp>
+#include <tpx/io/json_integer.hpp>
 #include <tpx/launch/process_group.hpp>
 #include <tpx/spmd/background.hpp>
 #include <vector>
@@ -103,7 +104,8 @@ void save_checkpoint(const Rank& rank, const tpx::io::checkpoint_directory& dir,
 // The step to resume from: that of the checkpoint in, whose data position must be that step
 // (batches are a function of the step) and a step this trainer counts to.
 inline int resume_step(const tpx::io::checkpoint_reader& in, const std::string& dir) {
-  const std::int64_t position = in.state().at("data_position").get<std::int64_t>();
+  const std::int64_t position = tpx::io::json_integer<std::int64_t>(
+      in.state().at("data_position"), "the state's data_position", dir);
   if (position < 0 || position != in.step() || position > std::numeric_limits<int>::max())
     throw std::runtime_error("trainer: --resume: the checkpoint of step " +
                              std::to_string(in.step()) + " in " + dir + " has data_position " +

@@ -139,6 +139,37 @@ TEST_CASE("a hand-edited manifest is refused: swapped block files or offsets, an
     CHECK(contains(load_error(dir.path, 4), "manifest.json: block {\"extents\":"));
     CHECK(contains(load_error(dir.path, 4), "lies outside its tensor or names no file"));
   }
+  SUBCASE(
+      "numbers that are not whole or do not fit, re-sealed (found by checkpoint_manifest_fuzz)") {
+    SUBCASE("a file index of 1e300") {
+      blocks[0]["file"] = 1e300;
+      manifest.write(true);
+      CHECK(contains(load_error(dir.path, 4),
+                     "manifest.json: a block's file is 1e+300, not a whole "
+                     "number between -2147483648 and 2147483647"));
+    }
+    SUBCASE("a file index beyond int") {
+      blocks[0]["file"] = std::int64_t{1} << 40;
+      manifest.write(true);
+      CHECK(contains(load_error(dir.path, 4), "a block's file is 1099511627776, not a whole"));
+    }
+    SUBCASE("an extent of 2.5") {
+      blocks[0]["extents"][1] = 2.5;
+      manifest.write(true);
+      CHECK(contains(load_error(dir.path, 4), "a block's extents element is 2.5, not a whole"));
+    }
+    SUBCASE("a negative file size") {
+      manifest.json["files"][0]["bytes"] = -1;
+      manifest.write(true);
+      CHECK(
+          contains(load_error(dir.path, 4), "a file's bytes is -1, not a whole number between 0"));
+    }
+    SUBCASE("a global shape that is not an array") {
+      manifest.json["tensors"]["w_in"]["global_shape"] = "8x6";
+      manifest.write(true);
+      CHECK(contains(load_error(dir.path, 4), "global_shape is \"8x6\", not an array"));
+    }
+  }
   SUBCASE("the checksum removed") {
     manifest.json.erase(io::manifest_checksum_key);
     manifest.write(false);
@@ -207,7 +238,7 @@ TEST_CASE("a damaged newest checkpoint gives way to the newest valid one, with a
   CHECK(contains(warnings.str(), "tpx: warning: skipping the checkpoint of step 20: "));
   CHECK(contains(warnings.str(), "step-00000020/manifest.json: manifest checksum mismatch"));
   CHECK(!contains(warnings.str(), ": tpx: "));  // one prefix per line
-  CHECK(io::latest_step(dir.path) == 30);  // reading changes nothing on disk
+  CHECK(io::latest_step(dir.path) == 30);       // reading changes nothing on disk
 
   std::atomic<int> wrong{0};
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 2}, [&](auto& rank) {

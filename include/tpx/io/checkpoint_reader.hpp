@@ -31,16 +31,16 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "tpx/io/atomic_file.hpp"
 #include "tpx/io/checkpoint_layout.hpp"
 #include "tpx/io/io_error.hpp"
+#include "tpx/io/json_integer.hpp"
 #include "tpx/io/safetensors.hpp"
 #include "tpx/tensor/box_copy.hpp"
 #include "tpx/tensor/tensor.hpp"
@@ -118,7 +118,7 @@ class checkpoint_reader {
           throw io_error("tpx: " + path.string() + ": file name \"" + name +
                          "\" is not a name inside the checkpoint's folder");
         files_.push_back({name,
-                          {f.at("bytes").get<std::uint64_t>(),
+                          {json_integer<std::uint64_t>(f.at("bytes"), "a file's bytes", path),
                            parse_hex(f.at("xxh64").get<std::string>(), path)},
                           std::nullopt});
       }
@@ -218,16 +218,17 @@ class checkpoint_reader {
                      {"notation", t.at("notation")},
                      {"global_shape", t.at("global_shape")}},
                     {}};
-    const auto global = t.at("global_shape").get<std::vector<std::int64_t>>();
+    const auto global = json_integers<std::int64_t>(t.at("global_shape"), "global_shape", path);
     for (const nlohmann::json& b : t.at("blocks")) {
-      stored_block block{b.at("file").get<int>(), b.at("offsets").get<std::vector<std::int64_t>>(),
-                         b.at("extents").get<std::vector<std::int64_t>>()};
+      stored_block block{json_integer<int>(b.at("file"), "a block's file", path),
+                         json_integers<std::int64_t>(b.at("offsets"), "a block's offsets", path),
+                         json_integers<std::int64_t>(b.at("extents"), "a block's extents", path)};
       bool inside = block.file >= 0 && block.file < static_cast<int>(files_.size()) &&
                     block.offsets.size() == global.size() && block.extents.size() == global.size();
       // offsets + extents <= global, written so that no sum can overflow.
       for (std::size_t d = 0; inside && d < global.size(); ++d)
-        inside = block.offsets[d] >= 0 && block.extents[d] >= 0 &&
-                 block.extents[d] <= global[d] && block.offsets[d] <= global[d] - block.extents[d];
+        inside = block.offsets[d] >= 0 && block.extents[d] >= 0 && block.extents[d] <= global[d] &&
+                 block.offsets[d] <= global[d] - block.extents[d];
       if (!inside)
         throw io_error("tpx: " + path.string() + ": block " + b.dump() +
                        " lies outside its tensor or names no file");
