@@ -11,7 +11,11 @@
 // a rank that throws stops the others at once, a collective only rank 0 calls fails as soon as
 // the others return (not at the timeout), and ranks calling different collectives (a sum
 // against a maximum included) are told so. Over NCCL also point-to-point send and recv, on 2 up
-// to 8 ranks (as many as there are GPUs). The cases named "torchrun" (cuda_nccl_launch_test, one
+// to 8 ranks (as many as there are GPUs), and checked collectives (launch_options::
+// check_collectives, TPX_CHECK_COLLECTIVES=1): ranks calling different collectives, or one that
+// returns while its peer waits in a collective, fail every rank at once with a sentence naming
+// the world ranks, the calls and the collective's number (written out from each test's program);
+// unchecked, the timeout's message says how to turn the check on. The cases named "torchrun" (cuda_nccl_launch_test, one
 // GPU) join NCCL as a process of a torchrun launch of world size 1 (cuda/nccl_launch.hpp; with
 // one process the TCP rendezvous has nobody to hand the id to: tests/unit/rendezvous_test.cpp
 // exercises it between processes) and check a world size that is not the mesh's.
@@ -166,6 +170,127 @@ TEST_CASE("NCCL: send and recv move a buffer between two ranks") {
 TEST_CASE("NCCL: the typed program equals the host launcher's") {
   t::check_typed_program(tpx::cuda_devices, 2, 1);
   if (tpx::cuda::device_count() >= 4) t::check_typed_program(tpx::cuda_devices, 2, 2);
+}
+
+namespace {
+using namespace std::chrono_literals;
+
+// How spmd(tpx::cuda_devices, Mesh<R>{2}, fn, options) failed: what each rank's fn threw ("" if
+// it returned), what spmd threw (it must throw spmd_error), and how long the run took.
+struct nccl_failures {
+  std::vector<std::string> thrown = std::vector<std::string>(2);
+  std::string spmd;
+  std::chrono::steady_clock::duration took{};
+};
+template <class Fn>
+nccl_failures run_failing_nccl(Fn fn, const tpx::cuda::launch_options& options) {
+  nccl_failures failures;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    tpx::spmd(
+        tpx::cuda_devices, tpx::Mesh<t::R>{2},
+        [&](auto& rank) {
+          try {
+            fn(rank);
+          } catch (const std::exception& e) {
+            failures.thrown[static_cast<std::size_t>(rank.world_rank())] = e.what();
+            throw;
+          }
+        },
+        options);
+    FAIL("spmd returned");
+  } catch (const tpx::spmd_error& e) {
+    failures.spmd = e.what();
+  }
+  failures.took = std::chrono::steady_clock::now() - start;
+  return failures;
+}
+
+// Both ranks all-reduce 4 floats on the world (collective #1), then call `second(world rank,
+// world, 8 floats)`.
+template <class Rank, class Second>
+void agree_then(Rank& rank, Second second) {
+  tpx::any_communicator& world = rank.template group<t::R>();
+  auto buffer = tpx::cuda::device_space::make_buffer<float>(rank, 8);
+  const std::span<float> four(buffer.data(), 4);
+  world.all_reduce(std::span<const float>(four), four);
+  second(rank.world_rank(), world, std::span<float>(buffer.data(), buffer.size()));
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("NCCL: checked, ranks calling different collectives all fail at once, naming both calls") {
+  // Collective #2: rank 0 all-reduces 4 floats, rank 1 gathers 4 from each rank.
+  const auto failures = run_failing_nccl(
+      [](auto& rank) {
+        agree_then(rank, [](int r, tpx::any_communicator& world, std::span<float> data) {
+          const std::vector<std::size_t> counts{4, 4};
+          if (r == 0)
+            world.all_reduce(std::span<const float>(data.first(4)), data.first(4));
+          else
+            world.all_gather(std::span<const float>(data.first(4)), data, counts);
+        });
+      },
+      {.timeout = 60s, .check_collectives = true});
+  const std::string mismatch =
+      "tpx: mismatched collectives on group {0,1} (mesh axis R) at collective #2: world rank 0 called "
+      "all_reduce<float> of 4 elements but world rank 1 called all_gather<float> of 8 elements";
+  for (const std::string& what : failures.thrown) CHECK_MESSAGE(contains(what, mismatch), what);
+  CHECK_MESSAGE(contains(failures.spmd, mismatch), failures.spmd);
+  CHECK(failures.took < 10s);
+}
+
+TEST_CASE("NCCL: checked, a rank that returns fails its peer's collective at once, naming both") {
+  // Collective #2: rank 0 all-reduces 4 floats; rank 1 has returned (and fails after its fn).
+  const auto failures = run_failing_nccl(
+      [](auto& rank) {
+        agree_then(rank, [](int r, tpx::any_communicator& world, std::span<float> data) {
+          if (r == 0) world.all_reduce(std::span<const float>(data.first(4)), data.first(4));
+        });
+      },
+      {.timeout = 60s, .check_collectives = true});
+  const std::string never =
+      "tpx: collective #2 on group {0,1} (mesh axis R), all_reduce<float> of 4 elements, can never complete: "
+      "world rank 0 joined it but world rank 1 returned without joining it. Is a collective inside "
+      "rank-dependent control flow, e.g. `if (rank.world_rank() == 0)`?";
+  CHECK_MESSAGE(contains(failures.thrown[0], never), failures.thrown[0]);
+  CHECK_MESSAGE(contains(failures.spmd, never), failures.spmd);
+  CHECK(failures.took < 10s);
+}
+
+TEST_CASE("NCCL: TPX_CHECK_COLLECTIVES=1 checks collectives; unchecked, the timeout says to set it") {
+  // Collective #2: rank 0 broadcasts 8 floats, rank 1 all-reduces them; checked by the
+  // environment alone.
+  ::setenv("TPX_CHECK_COLLECTIVES", "1", 1);
+  const auto checked = run_failing_nccl(
+      [](auto& rank) {
+        agree_then(rank, [](int r, tpx::any_communicator& world, std::span<float> data) {
+          if (r == 0)
+            world.broadcast(std::span<const float>(data), data, 0);
+          else
+            world.all_reduce(std::span<const float>(data), data);
+        });
+      },
+      {.timeout = 60s});
+  ::unsetenv("TPX_CHECK_COLLECTIVES");
+  for (const std::string& what : checked.thrown)
+    CHECK_MESSAGE(contains(what, "at collective #2: world rank 0 called broadcast<float> of 8 elements from rank 0 "
+                                 "but world rank 1 called all_reduce<float> of 8 elements"),
+                  what);
+  // Unchecked, rank 0's all_reduce waits for a peer that has returned, until the timeout.
+  const auto unchecked = run_failing_nccl(
+      [](auto& rank) {
+        agree_then(rank, [](int r, tpx::any_communicator& world, std::span<float> data) {
+          if (r != 0) return;
+          world.all_reduce(std::span<const float>(data), data);
+          tpx::cuda::nccl_of(world).wait_all();
+        });
+      },
+      {.timeout = 1s});
+  CHECK_MESSAGE(contains(unchecked.thrown[0], "did not complete within 1000 ms; set TPX_CHECK_COLLECTIVES=1 to "
+                                              "find the rank that called a different collective or none"),
+                unchecked.thrown[0]);
 }
 
 namespace {

@@ -72,18 +72,25 @@ inline std::uint64_t counts_digest(std::span<const std::size_t> counts) {
   return hash;
 }
 
-// The descriptor of a collective on elements of type T; counts (per rank, may be empty) enter
-// as their digest.
-template <class T>
-CollectiveDescriptor collective_call(CollectiveOp op, std::size_t elements,
-                                     std::span<const std::size_t> counts, int root = -1,
-                                     reduction reduce = reduction::sum) {
+// The descriptor of a collective on elements named `element`; counts (per rank, may be empty)
+// enter as their digest.
+inline CollectiveDescriptor collective_call(CollectiveOp op, std::string_view element,
+                                            std::size_t elements,
+                                            std::span<const std::size_t> counts, int root = -1,
+                                            reduction reduce = reduction::sum) {
   return {.op = op,
-          .element = element_name<T>,
+          .element = element,
           .elements = elements,
           .counts_digest = counts.empty() ? 0 : counts_digest(counts),
           .root = root,
           .reduce = reduce};
+}
+// ... on elements of type T (float or bf16).
+template <class T>
+CollectiveDescriptor collective_call(CollectiveOp op, std::size_t elements,
+                                     std::span<const std::size_t> counts, int root = -1,
+                                     reduction reduce = reduction::sum) {
+  return collective_call(op, element_name<T>, elements, counts, root, reduce);
 }
 
 // "barrier", "all_gather<float> of 12 elements", "broadcast<bf16> of 5 elements from rank 1",

@@ -15,7 +15,7 @@
 //
 // Before any of that, every collective runs a signature exchange: each rank contributes a record
 // of the call it makes (kind, element type, counts and their digest, root, reduction:
-// comm/mpi_call_record.hpp) to an MPI_Iallgather on the group, which the rank polls
+// comm/call_record.hpp) to an MPI_Iallgather on the group, which the rank polls
 // (comm/mpi_watchdog.hpp) until it completes or spmd_options::timeout passes. MPI matches a
 // communicator's collectives by order, so a rank that skipped a collective meets its peers'
 // exchange with its next call's record, and one that added or changed a call with that call's:
@@ -53,7 +53,7 @@
 #include "tpx/comm/collective_descriptor.hpp"
 #include "tpx/comm/communicator.hpp"
 #include "tpx/comm/group_name.hpp"
-#include "tpx/comm/mpi_call_record.hpp"
+#include "tpx/comm/call_record.hpp"
 #include "tpx/comm/mpi_errors.hpp"
 #include "tpx/comm/mpi_watchdog.hpp"
 #include "tpx/comm/rank_fold.hpp"

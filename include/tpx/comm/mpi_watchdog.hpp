@@ -60,7 +60,7 @@
 
 #include "tpx/comm/communicator.hpp"
 #include "tpx/comm/group_name.hpp"
-#include "tpx/comm/mpi_call_record.hpp"
+#include "tpx/comm/call_record.hpp"
 #include "tpx/comm/mpi_errors.hpp"
 
 namespace tpx::detail {

@@ -7,7 +7,7 @@
 // for an event recorded on the rank's compute stream, so it sees the inputs the rank's kernels
 // produced, and the compute stream waits for an event recorded after it, so later kernels see
 // the outputs. Work queued before the collective on other streams overlaps it; the host never
-// blocks except in barrier() and wait_all().
+// blocks except in barrier() and wait_all() (and in the checks below, when asked for).
 // Counts. all_gather with equal counts is ncclAllGather, reduce_scatter with equal counts
 // ncclReduceScatter; uneven counts (extents that do not divide) take grouped send/recv for the
 // gather, and an all-reduce into a temporary for the scatter. all_to_all is grouped send/recv.
@@ -22,19 +22,37 @@
 // new call, barrier() and wait_all() poll them, and ncclCommGetAsyncError, and when a
 // collective has not completed within the timeout, NCCL reports an asynchronous error, or
 // another rank of this process has failed (`failure`, set by the launcher), the communicator
-// is aborted (ncclCommAbort) and comm_error says which collective it was. A collective that a
-// peer skips (rank-dependent control flow) is seen only through that timeout: NCCL matches calls
-// by order and tells no rank that a peer has returned, where the host and simulated meshes fail
-// it at once. Every collective is an NVTX range.
+// is aborted (ncclCommAbort) and comm_error says which collective it was. Every collective is
+// an NVTX range.
+// Checked collectives. NCCL matches calls by order and tells no rank that a peer has returned,
+// so ranks whose control flow diverged (one calls all_reduce where a peer calls all_gather,
+// skips a collective or returns early) hang until the timeout, or pair mismatched calls into
+// garbage. With nccl_watch::check_collectives (launch_options::check_collectives, or
+// TPX_CHECK_COLLECTIVES=1 in the environment of every rank) each collective first exchanges a
+// record of the call with its group, as the MPI backend always does (comm/call_record.hpp): six
+// 64-bit words per rank, ncclAllGather on the communicator's stream, copied to pinned host memory
+// and polled (never waited for beyond the timeout). If any rank's record differs, every rank of
+// the group throws the same comm_error naming the world ranks, both calls and the collective's
+// number on the group, before any data moves; a rank whose function has returned posts a
+// "returned" record on each of its communicators (spmd_nccl.hpp), so peers waiting in a
+// collective it never joins fail at once. The price is a small all-gather and a host wait per
+// collective, which serializes the host with the GPU: a debugging mode, off by default (as
+// PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL), and the timeout's message says how to turn it on.
+// send and recv, between two ranks, are not checked.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <array>
+#include <bit>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -43,7 +61,10 @@
 #include <vector>
 
 #include "tpx/comm/any_communicator.hpp"
+#include "tpx/comm/call_record.hpp"
+#include "tpx/comm/collective_descriptor.hpp"
 #include "tpx/comm/communicator.hpp"
+#include "tpx/comm/group_name.hpp"
 #include "tpx/comm/host_failure.hpp"
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/collective_checks.hpp"
@@ -58,32 +79,55 @@ namespace tpx::cuda {
 struct nccl_watch {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective, and per blocking wait
   const tpx::detail::HostFailure* failure = nullptr;             // another rank's failure, or none
+  bool check_collectives = false;  // exchange a record of each call first (see the top of the file)
 };
 
 class NcclCommunicator {
  public:
-  // Takes ownership of `comm` (nonblocking, ready for use); orders itself with the stream of
-  // `resources`.
-  NcclCommunicator(ncclComm_t comm, rank_resources& resources, nccl_watch watch)
-      : comm_(comm), resources_(&resources), watch_(watch), checks_("NCCL group", 0) {
+  // Takes ownership of `comm` (nonblocking, ready for use), whose members are `world_ranks` in
+  // group-rank order and which `label` describes for messages ("mesh axis X"; may be empty);
+  // orders itself with the stream of `resources`.
+  NcclCommunicator(ncclComm_t comm, std::vector<int> world_ranks, const std::string& label,
+                   rank_resources& resources, nccl_watch watch)
+      : comm_(comm),
+        resources_(&resources),
+        watch_(watch),
+        world_ranks_(std::move(world_ranks)),
+        name_(tpx::detail::group_name(world_ranks_, label)),
+        checks_("NCCL " + name_, 0) {
     int rank = 0, size = 0;
     check(ncclCommUserRank(comm_, &rank), "ncclCommUserRank", __FILE__, __LINE__);
     check(ncclCommCount(comm_, &size), "ncclCommCount", __FILE__, __LINE__);
     rank_ = rank;
     size_ = size;
-    checks_ = detail::collective_checks("NCCL group of " + std::to_string(size), rank);
+    checks_ = detail::collective_checks("NCCL " + name_, rank);
+    if (checking()) {
+      void* words = nullptr;
+      TPX_CUDA_CHECK(cudaMallocHost(&words, exchange_words() * sizeof(std::uint64_t)));
+      exchange_host_.reset(static_cast<std::uint64_t*>(words));
+      exchange_device_ = device_buffer<std::uint64_t>(exchange_words(), resources.pool(), stream_.get());
+    }
   }
   NcclCommunicator(NcclCommunicator&& other) noexcept
       : comm_(std::exchange(other.comm_, nullptr)),
         resources_(other.resources_),
         watch_(other.watch_),
+        world_ranks_(std::move(other.world_ranks_)),
+        name_(std::move(other.name_)),
         checks_(std::move(other.checks_)),
         rank_(other.rank_),
         size_(other.size_),
         stream_(std::move(other.stream_)),
         ready_(std::move(other.ready_)),
         pending_(std::move(other.pending_)),
-        spare_(std::move(other.spare_)) {}
+        spare_(std::move(other.spare_)),
+        sequence_(other.sequence_),
+        exchange_host_(std::move(other.exchange_host_)),
+        exchange_device_(std::move(other.exchange_device_)),
+        exchanged_(std::move(other.exchanged_)),
+        exchange_started_(other.exchange_started_),
+        exchange_what_(std::move(other.exchange_what_)),
+        returning_(other.returning_) {}
   NcclCommunicator& operator=(NcclCommunicator&&) = delete;
   // Waits (up to the timeout) for the queued collectives, then destroys the communicator; while
   // an exception unwinds, or after a failure, aborts it instead (peers may never arrive).
@@ -107,6 +151,7 @@ class NcclCommunicator {
 
   // Returns once every rank's earlier collectives on this communicator have completed.
   void barrier() {
+    agree(tpx::detail::CollectiveDescriptor{});
     device_buffer<float> token(1, resources_->pool(), resources_->stream());
     run("barrier", [&] {
       check(ncclAllReduce(token.data(), token.data(), 1, ncclFloat32, ncclSum, comm_, stream_.get()), "ncclAllReduce",
@@ -128,6 +173,7 @@ class NcclCommunicator {
     const std::size_t total = checks_.sum_of_counts("all_gather", counts, size_);
     checks_.expect_size("all_gather", "in", in.size(), counts[rank_]);
     checks_.expect_size("all_gather", "out", out.size(), total);
+    agree_on<T>(Op::all_gather, total, counts);
     run(label<T>("all_gather", total), [&] {
       if (equal(counts)) {
         check(ncclAllGather(in.data(), out.data(), counts[0], nccl_type<T>, comm_, stream_.get()), "ncclAllGather",
@@ -151,6 +197,7 @@ class NcclCommunicator {
     const std::size_t total = checks_.sum_of_counts("reduce_scatter", counts, size_);
     checks_.expect_size("reduce_scatter", "in", in.size(), total);
     checks_.expect_size("reduce_scatter", "out", out.size(), counts[rank_]);
+    agree_on<T>(Op::reduce_scatter, total, counts);
     run(label<T>("reduce_scatter", total), [&] {
       if (equal(counts)) {
         check(ncclReduceScatter(in.data(), out.data(), counts[0], nccl_type<T>, ncclSum, comm_, stream_.get()),
@@ -168,6 +215,7 @@ class NcclCommunicator {
   void all_reduce(std::span<const T> in, std::span<T> out, reduction op = reduction::sum) {
     checks_.expect_size("all_reduce", "out", out.size(), in.size());
     const ncclRedOp_t nccl_op = op == reduction::max ? ncclMax : ncclSum;
+    agree_on<T>(Op::all_reduce, in.size(), {}, -1, op);
     run(label<T>(op == reduction::max ? "all_reduce(max)" : "all_reduce", in.size()), [&] {
       check(ncclAllReduce(in.data(), out.data(), in.size(), nccl_type<T>, nccl_op, comm_, stream_.get()),
             "ncclAllReduce", __FILE__, __LINE__);
@@ -186,6 +234,7 @@ class NcclCommunicator {
     }
     checks_.expect_size("all_to_all", "in", in.size(), send_at[n]);
     checks_.expect_size("all_to_all", "out", out.size(), receive_at[n]);
+    agree_on<T>(Op::all_to_all, total, counts);
     run(label<T>("all_to_all", total), [&] {
       copy_local(out.data() + receive_at[rank_], in.data() + send_at[rank_], count(rank_, rank_));
       grouped([&] {
@@ -202,6 +251,7 @@ class NcclCommunicator {
   void broadcast(std::span<const T> in, std::span<T> out, int root) {
     checks_.expect_rank("broadcast", "root", root, size_);
     if (rank_ == root) checks_.expect_size("broadcast", "in", in.size(), out.size());
+    agree_on<T>(Op::broadcast, out.size(), {}, root);
     run(label<T>("broadcast", out.size()), [&] {
       const T* from = rank_ == root ? in.data() : out.data();  // ignored off the root
       check(ncclBroadcast(from, out.data(), out.size(), nccl_type<T>, root, comm_, stream_.get()), "ncclBroadcast",
@@ -221,8 +271,32 @@ class NcclCommunicator {
     run(label<T>("recv", out.size()), [&] { grouped([&] { receive_from(out.data(), out.size(), peer); }); });
   }
 
+  // When the SPMD function has returned on this rank and collectives are checked (spmd_nccl.hpp):
+  // posts the "returned" record as the group's next exchange. return_checked() then polls it:
+  // true once every peer's record has arrived and each returned too; comm_error on every rank
+  // of the group if a peer called a collective instead, or after the timeout.
+  void post_return() {
+    if (!checking()) return;
+    const auto words = std::bit_cast<std::array<std::uint64_t, call_record_words>>(tpx::detail::returned_record());
+    post_exchange(words, "collective #" + std::to_string(++sequence_) + " on " + name_ + ", where this rank returned,");
+    returning_ = true;
+  }
+  bool return_checked() {
+    if (!returning_) return true;
+    if (!exchange_arrived()) return false;
+    returning_ = false;
+    tpx::detail::check_gathered_records(gathered_words(), name_, world_ranks_, {}, sequence_);
+    return true;
+  }
+
  private:
   using clock = std::chrono::steady_clock;
+  using Op = tpx::detail::CollectiveOp;
+  static constexpr std::size_t call_record_words = tpx::detail::call_record_words;
+
+  struct pinned_free {
+    void operator()(std::uint64_t* words) const noexcept { cudaFreeHost(words); }
+  };
 
   struct pending_call {
     event completed;
@@ -258,7 +332,66 @@ class NcclCommunicator {
             ncclGetLastError(comm_) + ")");
     if (watch_.failure != nullptr && watch_.failure->happened()) abort(watch_.failure->reason());
     if (!pending_.empty() && clock::now() - pending_.front().started > watch_.timeout)
-      abort(pending_.front().what + " did not complete within " + std::to_string(watch_.timeout.count()) + " ms");
+      abort(pending_.front().what + " did not complete within " + std::to_string(watch_.timeout.count()) + " ms" +
+            (watch_.check_collectives ? ""
+                                      : "; set TPX_CHECK_COLLECTIVES=1 to find the rank that called a different "
+                                        "collective or none"));
+  }
+
+  // The signature exchange (see the top of the file) for a collective on elements of type T.
+  template <class T>
+  void agree_on(Op op, std::size_t elements, std::span<const std::size_t> counts, int root = -1,
+                reduction reduce = reduction::sum) {
+    if (checking()) agree(tpx::detail::collective_call(op, nccl_type_name<T>, elements, counts, root, reduce));
+  }
+  // Returns once every rank of the group called `call`, else throws comm_error on every rank
+  // saying who called what (or returned), or, after the timeout, which collective was not joined.
+  void agree(const tpx::detail::CollectiveDescriptor& call) {
+    if (!checking()) return;
+    const std::uint64_t sequence = ++sequence_;
+    tpx::detail::exchange_records(
+        tpx::detail::record_of(call), sequence, name_, world_ranks_, {},
+        [&](std::span<const std::uint64_t> mine, std::span<std::uint64_t> all) {
+          post_exchange(mine, "collective #" + std::to_string(sequence) + " on " + name_ + ", " + describe(call) + ",");
+          while (!exchange_arrived()) std::this_thread::yield();
+          const std::span<const std::uint64_t> gathered = gathered_words();
+          std::copy(gathered.begin(), gathered.end(), all.begin());
+        });
+  }
+
+  bool checking() const { return watch_.check_collectives && size_ > 1; }
+  // The exchange's words: this rank's record, then every rank's in group-rank order.
+  std::size_t exchange_words() const { return call_record_words * (1 + static_cast<std::size_t>(size_)); }
+  std::span<const std::uint64_t> gathered_words() const {
+    return {exchange_host_.get() + call_record_words, call_record_words * static_cast<std::size_t>(size_)};
+  }
+
+  // Queues the exchange of `mine` on the communicator's stream: up to the device, ncclAllGather,
+  // back to pinned host memory. `what` names it in the timeout's message.
+  void post_exchange(std::span<const std::uint64_t> mine, std::string what) {
+    std::copy(mine.begin(), mine.end(), exchange_host_.get());
+    exchange_started_ = clock::now();
+    exchange_what_ = std::move(what);
+    std::uint64_t* const device = exchange_device_.data();
+    TPX_CUDA_CHECK(cudaMemcpyAsync(device, exchange_host_.get(), mine.size_bytes(), cudaMemcpyHostToDevice,
+                                   stream_.get()));
+    check(ncclAllGather(device, device + call_record_words, call_record_words, ncclUint64, comm_, stream_.get()),
+          "ncclAllGather", __FILE__, __LINE__);
+    TPX_CUDA_CHECK(cudaMemcpyAsync(exchange_host_.get() + call_record_words, device + call_record_words,
+                                   gathered_words().size_bytes(), cudaMemcpyDeviceToHost, stream_.get()));
+    exchanged_.record(stream_.get());
+  }
+
+  // Whether the posted exchange's words are on the host (never blocks); aborts as poll() does, or
+  // when not every rank of the group has joined the exchange within the timeout.
+  bool exchange_arrived() {
+    poll();
+    if (exchanged_.done()) return true;
+    if (clock::now() - exchange_started_ > watch_.timeout)
+      abort(exchange_what_ + " was not joined by every rank of the group within " +
+            std::to_string(watch_.timeout.count()) +
+            " ms: a rank still computes, waits in a collective of another group, or has stopped");
+    return false;
   }
 
   // Checks one NCCL call on this communicator, waiting out ncclInProgress (nonblocking mode).
@@ -327,12 +460,22 @@ class NcclCommunicator {
   ncclComm_t comm_;
   rank_resources* resources_;
   nccl_watch watch_;
+  std::vector<int> world_ranks_;
+  std::string name_;  // "group {0,2} (mesh axis X)"
   detail::collective_checks checks_;
   int rank_ = 0, size_ = 1;
   cuda::stream stream_;
   event ready_;
   std::deque<pending_call> pending_;
   std::vector<event> spare_;
+  // The signature exchange, when collectives are checked (after stream_: freed on it).
+  std::uint64_t sequence_ = 0;                                   // exchanges posted on the group
+  std::unique_ptr<std::uint64_t[], pinned_free> exchange_host_;  // exchange_words(), pinned
+  device_buffer<std::uint64_t> exchange_device_;                 // the same words on the device
+  event exchanged_;                                              // the words are back on the host
+  clock::time_point exchange_started_;
+  std::string exchange_what_;  // "collective #3 on group {0,1} (mesh axis X), barrier,"
+  bool returning_ = false;     // post_return's exchange is not yet checked
 };
 
 // The NcclCommunicator behind one of a DeviceRank's groups (for send, recv and wait_all, which

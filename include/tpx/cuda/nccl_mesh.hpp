@@ -7,6 +7,9 @@
 // each creation is polled with ncclCommGetAsyncError until it is ready, and one that is not
 // ready within the timeout (a rank that never joined) is aborted with an error naming it.
 // All ranks must build their nccl_mesh with the same mesh and unique id, at the same time.
+// Each communicator knows its members' world ranks and mesh axes, to name its group in messages
+// ("group {0,2} (mesh axis X)", as the host and MPI backends do). When the rank's function has
+// returned, return_from_groups() tells every group at once (with collectives checked).
 #pragma once
 
 #include <nccl.h>
@@ -24,6 +27,7 @@
 #include "tpx/cuda/nccl_communicator.hpp"
 #include "tpx/cuda/rank_resources.hpp"
 #include "tpx/sharding/mesh.hpp"
+#include "tpx/spmd/spmd.hpp"
 
 namespace tpx::cuda {
 
@@ -87,16 +91,20 @@ class nccl_mesh {
       throw nccl_error(detail::nccl_message(started, "ncclCommInitRankConfig", __FILE__, __LINE__));
     detail::await_ready(world, "ncclCommInitRankConfig (world)", watch);
     // Owned at once, so that a failure below aborts it (NcclCommunicator's destructor).
-    auto world_comm = std::make_unique<model>(NcclCommunicator(world, resources, watch));
+    auto world_comm = std::make_unique<model>(
+        NcclCommunicator(world, members(mesh, boot.world_rank, masks - 1), tpx::detail::axes_label<MeshT>(masks - 1),
+                         resources, watch));
     for (unsigned mask = 1; mask + 1 < masks; ++mask) {
       ncclConfig_t split_config = detail::nonblocking_config();
       ncclComm_t part = nullptr;
       const ncclResult_t status =
-          ncclCommSplit(world, color(mesh, boot.world_rank, mask), boot.world_rank, &part, &split_config);
+          ncclCommSplit(world, tpx::detail::coords_off_axes(mesh, boot.world_rank, mask), boot.world_rank, &part,
+                        &split_config);
       if (status != ncclSuccess && status != ncclInProgress)
         throw nccl_error(detail::nccl_message(status, "ncclCommSplit", __FILE__, __LINE__));
       detail::await_ready(part, "ncclCommSplit", watch);
-      comms_.push_back(std::make_unique<model>(NcclCommunicator(part, resources, watch)));
+      comms_.push_back(std::make_unique<model>(NcclCommunicator(
+          part, members(mesh, boot.world_rank, mask), tpx::detail::axes_label<MeshT>(mask), resources, watch)));
     }
     comms_.push_back(std::move(world_comm));
     groups_.assign(masks, nullptr);
@@ -109,13 +117,27 @@ class nccl_mesh {
   // recv, wait_all).
   NcclCommunicator& nccl(unsigned mask) { return comms_[mask - 1]->impl(); }
 
+  // When the rank's function has returned: posts the "returned" record on every communicator at
+  // once, then polls them all until each has every peer's (NcclCommunicator::post_return), so
+  // that a peer waiting in a collective of any of the rank's groups fails at once. Does nothing
+  // unless collectives are checked.
+  void return_from_groups() {
+    for (auto& comm : comms_) comm->impl().post_return();
+    for (bool all_checked = false; !all_checked; std::this_thread::yield()) {
+      all_checked = true;
+      for (auto& comm : comms_) all_checked = comm->impl().return_checked() && all_checked;
+    }
+  }
+
  private:
-  // Ranks with equal coordinates on every axis outside mask share a color.
-  static int color(const MeshT& mesh, int rank, unsigned mask) {
-    int key = 0;
-    for (int a = 0; a < MeshT::axis_count; ++a)
-      if (!(mask & (1u << a))) key = key * mesh.size(a) + mesh.coord(rank, a);
-    return key;
+  // The world ranks of `rank`'s group of the axes in mask, in group-rank order (the split's key
+  // is the world rank): ranks with equal coordinates on every axis outside mask.
+  static std::vector<int> members(const MeshT& mesh, int rank, unsigned mask) {
+    std::vector<int> ranks;
+    for (int r = 0; r < mesh.rank_count(); ++r)
+      if (tpx::detail::coords_off_axes(mesh, r, mask) == tpx::detail::coords_off_axes(mesh, rank, mask))
+        ranks.push_back(r);
+    return ranks;
   }
 
   using model = communicator_model<NcclCommunicator>;

@@ -9,7 +9,10 @@
 // rank 0 with nccl_unique_id() and handed out by whatever starts the processes: under torchrun
 // or srun, nccl_launch.hpp's run_launched_rank does it), and its own rank and GPU. It makes the rank's CUDA resources and its NCCL
 // communicators (nccl_mesh.hpp), calls fn with a DeviceRank, then waits for the rank's
-// collectives and stream, so that errors surface as this rank's.
+// collectives and stream, so that errors surface as this rank's. With checked collectives
+// (launch_options::check_collectives or TPX_CHECK_COLLECTIVES=1: nccl_communicator.hpp), a rank
+// whose fn has returned first tells each of its groups, so that a peer still waiting in a
+// collective the rank never joins fails at once, naming it, instead of at the timeout.
 //
 // spmd(tpx::cuda_devices, ...) runs all ranks in one process, one thread per GPU, on top of the
 // host launcher (which reports "tpx: rank 2 (X=1, Y=0) failed: ..."); when a rank fails, the
@@ -43,12 +46,14 @@ void run_rank_watched(const Mesh<Axes...>& mesh, const nccl_bootstrap& boot, Fn&
                       const tpx::detail::HostFailure* failure) {
   using MeshT = Mesh<Axes...>;
   rank_resources resources(boot.device, options.rank);
-  nccl_mesh<MeshT> comms(mesh, boot, resources, nccl_watch{options.timeout, failure});
+  const bool check_collectives = options.check_collectives || collectives_checked_by_environment();
+  nccl_mesh<MeshT> comms(mesh, boot, resources, nccl_watch{options.timeout, failure, check_collectives});
   std::vector<axis_place> axes;
   int a = 0;
   ((axes.push_back({&axis_key<Axes>, Axes::name.c_str(), mesh.size(a), mesh.coord(boot.world_rank, a)}), ++a), ...);
   DeviceRank<MeshT> rank(mesh, boot.world_rank, std::move(axes), comms.groups(), resources);
   fn(rank);
+  comms.return_from_groups();
   for (unsigned mask = 1; mask < nccl_mesh<MeshT>::masks; ++mask) comms.nccl(mask).wait_all();
   resources.synchronize();
 }

@@ -1,5 +1,5 @@
-// The MPI backend's signature records and the sentence that names who differs
-// (comm/mpi_call_record.hpp), without MPI: the cases the MPI tests (tests/mpi/mpi_desync_test.cpp)
+// The signature records of the MPI and NCCL backends and the sentence that names who differs
+// (comm/call_record.hpp), without MPI: the cases the MPI tests (tests/mpi/mpi_desync_test.cpp)
 // cannot reach with four processes of one program, each checked against a sentence written out
 // by hand from the rules at the top of that header:
 //   - a record carries everything describe() says of a call (every op, both element types, the
@@ -7,11 +7,12 @@
 //   - equal records (every rank calls the same, or every rank returned) pass;
 //   - the ranks that agree most are named first, plainly; every other rank with its host, up to 8;
 //   - a rank that added a collective at the end meets the others' "returned" records;
-//   - calls that differ only in per-rank counts say so.
+//   - calls that differ only in per-rank counts say so;
+//   - without hosts (NCCL knows none), ranks are named by world rank alone.
 #include <doctest/doctest.h>
 
 #include <string>
-#include <tpx/comm/mpi_call_record.hpp>
+#include <tpx/comm/call_record.hpp>
 #include <vector>
 
 namespace {
@@ -118,4 +119,17 @@ TEST_CASE("many returned ranks: the first 8 are named, then how many more") {
         "node4), 5 (host node5), 6 (host node6), 7 (host node7), 8 (host node8), 9 (host node9) "
         "and 2 more returned without joining it. Is a collective inside rank-dependent control "
         "flow, e.g. `if (rank.world_rank() == 0)`?");
+}
+
+TEST_CASE("without hosts, the ranks that differ are named by world rank alone") {
+  try {
+    const std::vector<CallRecord> records{all_reduce_of(8), all_reduce_of(8), all_reduce_of(4)};
+    tpx::detail::check_same_records(records, "group G", std::vector<int>{1, 3, 5}, {}, 2);
+    FAIL("records that differ passed");
+  } catch (const tpx::comm_error& e) {
+    CHECK(std::string(e.what()) ==
+          "tpx: mismatched collectives on group G at collective #2: world ranks {1,3} called "
+          "all_reduce<float> of 8 elements but world rank 5 called all_reduce<float> of 4 "
+          "elements");
+  }
 }

@@ -1,30 +1,36 @@
-// CallRecord: what one rank of an MPI communicator says, in the signature exchange before each
-// collective, about the collective it is about to run, or that it has returned from the SPMD
-// function and will run none; and the sentence naming who differs when a group's records disagree.
+// CallRecord: what one rank of a group says, in the signature exchange before each collective,
+// about the collective it is about to run, or that it has returned from the SPMD function and
+// will run none; the sentence naming who differs when a group's records disagree; and the
+// exchange itself over any transport that can all-gather a few 64-bit words.
 //
-// MPI matches the collectives of a communicator by order alone, so ranks whose control flow went
-// different ways would otherwise pair one rank's all_gather with another's all_reduce, or wait
-// for a collective a peer never calls. The MPI communicator therefore gathers one record from
-// every rank of the group before the data moves (mpi_communicator.hpp) and calls
-// check_same_records, which throws comm_error on every rank, with the same words everywhere
-// (each has the same records), unless all are equal:
+// MPI and NCCL match the collectives of a communicator by order alone, so ranks whose control
+// flow went different ways would otherwise pair one rank's all_gather with another's all_reduce,
+// or wait for a collective a peer never calls. Their communicators therefore gather one record
+// from every rank of the group before the data moves (mpi_communicator.hpp always; the NCCL
+// communicator when asked: cuda/nccl_communicator.hpp) and call check_same_records, which throws
+// comm_error on every rank, with the same words everywhere (each has the same records), unless
+// all are equal:
 //   "tpx: mismatched collectives on group {0,1,2,3} (mesh axes X, Y) at collective #2: world
 //    ranks {0,2,3} called all_reduce<float> of 8 elements but world rank 1 (host node1) called
 //    all_gather<float> of 16 elements"
 //   "tpx: collective #2 on group {0,1,2,3} (mesh axes X, Y), all_reduce<float> of 8 elements,
 //    can never complete: world ranks {0,1,2} joined it but world rank 3 (host node1) returned
 //    without joining it. Is a collective inside rank-dependent control flow, ...?"
-// (the thread backend's words, host_group.hpp, with the hosts a cluster user needs). The ranks
-// that agree most are named first; the others, each with its host, after.
+// (the thread backend's words, host_group.hpp, with the hosts a cluster user needs where the
+// transport knows them: MPI does, NCCL names world ranks only). The ranks that agree most are
+// named first; the others, each with its host, after.
 //
-// A record is six 64-bit integers (MPI_UINT64_T on the wire): the CollectiveDescriptor's fields,
-// the element type's name packed into one of them. It carries no sequence number: each rank
-// counts the exchanges of a communicator, and MPI's in-order matching makes the n-th exchange of
-// every rank the same one, so the numbers could never differ; the count names the collective in
-// messages and in the heartbeat (mpi_watchdog.hpp) instead.
+// A record is six 64-bit integers (MPI_UINT64_T, ncclUint64 on the wire): the
+// CollectiveDescriptor's fields, the element type's name packed into one of them. It carries no
+// sequence number: each rank counts the exchanges of a communicator, and in-order matching makes
+// the n-th exchange of every rank the same one, so the numbers could never differ; the count
+// names the collective in messages (and, on MPI, in the heartbeat: mpi_watchdog.hpp) instead.
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -51,7 +57,7 @@ struct CallRecord {
 };
 inline constexpr int call_record_words = 6;
 static_assert(sizeof(CallRecord) == call_record_words * sizeof(std::uint64_t),
-              "a CallRecord travels as six MPI_UINT64_T");
+              "a CallRecord travels as six 64-bit words");
 
 inline CallRecord record_of(const CollectiveDescriptor& call) {
   CallRecord record;
@@ -84,13 +90,15 @@ inline std::string describe(const CallRecord& record) {
 }
 
 // "world rank 3 (host node1)", "world ranks 1 (host node0), 3 (host node1)": ranks a user must
-// find, with their hosts (the first 8, then how many more).
+// find, with their hosts if known (`hosts` empty: "world ranks 1, 3"; the first 8, then how many
+// more).
 inline std::string ranks_on_hosts(std::span<const int> world_ranks,
                                   std::span<const std::string> hosts) {
   std::string text = world_ranks.size() == 1 ? "world rank " : "world ranks ";
   for (std::size_t i = 0; i < world_ranks.size() && i < 8; ++i) {
     if (i != 0) text += ", ";
     text += std::to_string(world_ranks[i]);
+    if (hosts.empty()) continue;
     text += " (host ";
     text += hosts[static_cast<std::size_t>(world_ranks[i])];
     text += ')';
@@ -107,7 +115,8 @@ inline std::string ranks_plainly(std::span<const int> world_ranks) {
 
 // Throws comm_error, worded as at the top of the file, unless every rank's record (`records`, in
 // group-rank order) is the same. `group` names the group ("group {0,1} (mesh axis Y)"),
-// `world_ranks` its members, `hosts` every world rank's host; `sequence` numbers the collective.
+// `world_ranks` its members, `hosts` every world rank's host (or none: ranks are named without);
+// `sequence` numbers the collective.
 inline void check_same_records(std::span<const CallRecord> records, const std::string& group,
                                std::span<const int> world_ranks, std::span<const std::string> hosts,
                                std::uint64_t sequence) {
@@ -156,6 +165,37 @@ inline void check_same_records(std::span<const CallRecord> records, const std::s
     }
   }
   throw comm_error("tpx: " + what);
+}
+
+// check_same_records over the words an all-gather of every rank's record left, in group-rank
+// order (call_record_words per rank).
+inline void check_gathered_records(std::span<const std::uint64_t> words, const std::string& group,
+                                   std::span<const int> world_ranks,
+                                   std::span<const std::string> hosts, std::uint64_t sequence) {
+  std::vector<CallRecord> records(words.size() / call_record_words);
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    std::array<std::uint64_t, call_record_words> record;
+    std::copy_n(words.begin() + static_cast<std::ptrdiff_t>(r * call_record_words),
+                call_record_words, record.begin());
+    records[r] = std::bit_cast<CallRecord>(record);
+  }
+  check_same_records(records, group, world_ranks, hosts, sequence);
+}
+
+// The signature exchange, whatever carries it: `all_gather_words(mine, all)` must return once
+// `all` holds every rank's call_record_words words, in group-rank order (mine among them), or
+// throw. Returns when every rank of the group sent `mine`, else throws check_same_records's
+// comm_error, on every rank alike. `sequence` numbers the exchange on the group (1, 2, ...).
+template <class AllGatherWords>
+  requires std::invocable<AllGatherWords&, std::span<const std::uint64_t>,
+                          std::span<std::uint64_t>>
+void exchange_records(const CallRecord& mine, std::uint64_t sequence, const std::string& group,
+                      std::span<const int> world_ranks, std::span<const std::string> hosts,
+                      AllGatherWords&& all_gather_words) {
+  const auto words = std::bit_cast<std::array<std::uint64_t, call_record_words>>(mine);
+  std::vector<std::uint64_t> all(world_ranks.size() * call_record_words);
+  all_gather_words(std::span<const std::uint64_t>(words), std::span<std::uint64_t>(all));
+  check_gathered_records(all, group, world_ranks, hosts, sequence);
 }
 
 }  // namespace tpx::detail
