@@ -37,9 +37,10 @@ inline std::tuple<int, int, int> parse_mesh(const std::string& text, bool replic
     for (std::size_t begin = 0; begin <= text.size();) {
       const std::size_t end = std::min(text.find('x', begin), text.size());
       const std::string part = text.substr(begin, end - begin);
-      std::size_t used = 0;
-      const int n = std::stoi(part, &used);
-      if (used != part.size() || n < 1 || n > INT_MAX / product) throw std::invalid_argument(text);
+      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos)
+        throw std::invalid_argument(text);  // stoi would take " 2" and "+2"
+      const int n = std::stoi(part);
+      if (n < 1 || n > INT_MAX / product) throw std::invalid_argument(text);
       product *= n;
       sizes.push_back(n);
       begin = end + 1;

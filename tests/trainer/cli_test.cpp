@@ -92,6 +92,7 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
       {train, "--mesh 4x1073741825", "--mesh: expected XxY with positive sizes whose product"},
       {train, "--mesh 2x", "--mesh: expected XxY"},
       {train, "--mesh 0x2", "--mesh: expected XxY"},
+      {train, "--mesh \" 2x+3\"", "--mesh: expected XxY"},  // digits only: no sign, no blank
       {train, "--mesh 2x2x2", "--mesh: expected XxY with positive sizes"},  // no replica axis
       {gpt, "--mesh 2x2x2x2", "--mesh: expected XxY or RxXxY with positive sizes whose product"},
       {gpt, "--mesh 2x0x2", "--mesh: expected XxY or RxXxY"},
