@@ -184,6 +184,66 @@ TEST_CASE("a background collective that a returned rank never started fails at o
   CHECK(what.find("{1} returned without joining it") != std::string::npos);
 }
 
+TEST_CASE("a rank whose communication thread is busy is not taken for deadlocked") {
+  // Rank 0's own thread waits in an all-reduce that rank 1's own thread joins only once its
+  // background gather completes, which waits for rank 0's communication thread, busy for 300 ms
+  // before it gathers. Every rank has a thread waiting in a collective meanwhile, but rank 0's
+  // communication thread can still come: the program completes, with the right sums.
+  std::vector<float> reduced(2, 0.0f);
+  tpx::spmd(tpx::host, tpx::Mesh<X>{2}, [&](auto& rank) {
+    const int r = rank.world_rank();
+    const auto t = tpx::randn<float, I<X>>(rank, {I(8)}, 1);
+    tpx::Tensor<float, I<>, tpx::Unreduced<X>> ones(rank, {I(4)});  // each rank's part: 1
+    for (float& x : ones.local()) x = 1.0f;
+    auto gathered = tpx::in_background(rank, [&] {
+      if (r == 0) std::this_thread::sleep_for(300ms);
+      return tpx::all_gather<X>(t);
+    });
+    const auto sum = [&] { return tpx::all_reduce<X>(ones); };
+    if (r == 0) {
+      reduced[r] = sum().local()[0];
+      (void)gathered.get();
+    } else {
+      (void)gathered.get();
+      reduced[r] = sum().local()[0];
+    }
+  });
+  CHECK(reduced == std::vector<float>{2.0f, 2.0f});
+}
+
+TEST_CASE("ranks whose threads wait for each other in a cycle fail at once with the picture") {
+  // Rank 0's own thread waits in an all-reduce and starts its background gather only after it;
+  // rank 1 starts the gather first and waits for it, so its own thread never reaches the
+  // all-reduce: rank 0's communication thread is idle, rank 1's waits for it.
+  const auto start = clock_type::now();
+  const std::string what = message_of([&] {
+    tpx::spmd(tpx::host, tpx::Mesh<X>{2},
+              [&](auto& rank) {
+                const auto t = tpx::randn<float, I<X>>(rank, {I(8)}, 1);
+                const tpx::Tensor<float, I<>, tpx::Unreduced<X>> ones(rank, {I(4)});
+                const auto gather = [&] { return tpx::all_gather<X>(t); };
+                if (rank.world_rank() == 0) {
+                  (void)tpx::all_reduce<X>(ones);
+                  (void)tpx::in_background(rank, gather).get();
+                } else {
+                  (void)tpx::in_background(rank, gather).get();
+                  (void)tpx::all_reduce<X>(ones);
+                }
+              },
+              {.timeout = std::chrono::seconds(60)});
+  });
+  INFO(what);
+  CHECK(clock_type::now() - start < 10s);
+  CHECK(what.find("deadlock: no collective can complete") != std::string::npos);
+  CHECK(what.find("world rank 0 waits in collective #1 on group {0,1} (mesh axis X), "
+                  "all_reduce<float> of 4 elements, where {1} never came") != std::string::npos);
+  CHECK(what.find("world rank 1 waits in collective #1 on group {0,1} (mesh axis X, "
+                  "communication thread), all_gather<float> of 8 elements, where {0} never "
+                  "came") != std::string::npos);
+  CHECK(what.find("world rank 1 waits for a background task of its communication thread") !=
+        std::string::npos);
+}
+
 TEST_CASE("a pending result destroyed unread waits for its task, whose failure fails the rank") {
   std::atomic<bool> finished{false};
   bool finished_when_dropped = false;

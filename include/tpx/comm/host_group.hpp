@@ -27,8 +27,8 @@
 // sleeps until the last arrival, a wake_all() (the world failed or is deadlocked, or a rank
 // returned) or the timeout, and checks the world's state under the mutex before each sleep; at
 // the first meeting it also records itself as waiting in the world's HostWaits before it sleeps,
-// and the last to arrive erases those records of the ranks it releases before they wake. Its lock orders
-// each rank's writes before arriving against every peer's reads after leaving, which is what
+// and the last to arrive erases those records of the ranks it releases before they wake. Its lock
+// orders each rank's writes before arriving against every peer's reads after leaving, which is what
 // makes the published pointers and the buffers behind them safe to read (and clean under TSan).
 // A rank that arrives early first watches the generation (an atomic, advanced under the lock by
 // the last to arrive, read with acquire: the same ordering) for up to spin_before_sleep without
@@ -77,11 +77,14 @@ class HostGroup {
   };
 
   // `world_ranks` lists the members in group-rank order; `label` says what the group is, for
-  // messages ("mesh axis X"; may be empty); `failure`, `returns` and `waits` are the world's.
-  HostGroup(std::vector<int> world_ranks, std::string label, std::chrono::milliseconds timeout,
-            const HostFailure& failure, const HostReturns& returns, HostWaits& waits)
+  // messages ("mesh axis X"; may be empty); `thread`, which of its members' threads use it;
+  // `failure`, `returns` and `waits` are the world's.
+  HostGroup(std::vector<int> world_ranks, std::string label, RankThread thread,
+            std::chrono::milliseconds timeout, const HostFailure& failure,
+            const HostReturns& returns, HostWaits& waits)
       : world_ranks_(std::move(world_ranks)),
         name_(group_name(world_ranks_, label)),
+        thread_(thread),
         timeout_(timeout),
         failure_(&failure),
         returns_(&returns),
@@ -214,7 +217,7 @@ class HostGroup {
     waiting_[rank] = true;
     ++waiting_count_;
     const std::vector<HostGroup*> stuck = waits_->start_waiting(
-        world_ranks_[rank], HostWaits::Wait{this, world_ranks_, name_, sequence, call});
+        world_ranks_[rank], thread_, HostWaits::Wait{this, world_ranks_, name_, sequence, call});
     if (stuck.empty()) return false;
     lock.unlock();  // a group's mutex is never held while taking another's
     for (HostGroup* group : stuck) group->wake_all();
@@ -227,7 +230,7 @@ class HostGroup {
     if (!waiting_[rank]) return;
     waiting_[rank] = false;
     --waiting_count_;
-    waits_->stop_waiting(world_ranks_[rank]);
+    waits_->stop_waiting(world_ranks_[rank], thread_);
   }
 
   // "collective #3 on group {0,1} (mesh axis X), all_gather<float> of 12 elements,"
@@ -352,6 +355,7 @@ class HostGroup {
 
   const std::vector<int> world_ranks_;
   const std::string name_;  // "group {0,2} (mesh axis X)"
+  const RankThread thread_;
   const std::chrono::milliseconds timeout_;
   const HostFailure* failure_;
   const HostReturns* returns_;

@@ -21,6 +21,16 @@
 // while some rank could still come. Only ranks that go to sleep touch this record (one lock
 // each time), so collectives whose ranks meet within the spin never see it.
 //
+// A rank has two threads (spmd/communication_thread.hpp): its own, and a communication thread
+// that runs its background collectives on groups of their own. Each has its record here, and a
+// rank is stuck only when both are: each waits at a first meeting, or is idle, waiting for
+// nothing but the other thread (the own thread for a background task to finish, the
+// communication thread for a task to run: it is idle until its first). A communication thread
+// that runs a task, or an own thread that computes, can still come to a meeting, so it holds
+// the verdict back like any rank that is not waiting. The threads report idleness under the
+// communication thread's lock, a task's end waking its waiter before the thread goes idle, so
+// that two threads of one rank are never both seen idle while one of them has work.
+//
 // Lock order: a group's mutex, then this record's; never the other way.
 #pragma once
 
@@ -43,6 +53,9 @@ namespace tpx::detail {
 
 class HostGroup;
 
+// Which of a rank's threads a record is about.
+enum class RankThread { own, communication };
+
 class HostWaits {
  public:
   // Where a rank waits: the first meeting of collective #sequence on a group.
@@ -55,28 +68,39 @@ class HostWaits {
   };
 
   HostWaits(int world_size, const HostReturns& returns)
-      : returns_(&returns), waits_(static_cast<std::size_t>(world_size)) {}
-
-  // Records that `world_rank` waits as `where` says (its group's mutex held). If now every rank
-  // that has not returned waits, the world is deadlocked: returns the groups whose ranks must be
-  // woken to throw (the caller wakes them once it holds no group's mutex); else nothing.
-  std::vector<HostGroup*> start_waiting(int world_rank, const Wait& where) {
-    std::lock_guard lock(mutex_);
-    waits_[world_rank] = where;
-    ++waiting_;
-    if (!stuck()) return {};
-    std::vector<HostGroup*> groups;
-    for (const std::optional<Wait>& w : waits_)
-      if (w && std::ranges::find(groups, w->group) == groups.end()) groups.push_back(w->group);
-    return groups;
+      : returns_(&returns),
+        world_size_(world_size),
+        waits_(2 * static_cast<std::size_t>(world_size)),
+        idle_(2 * static_cast<std::size_t>(world_size), false) {
+    for (int r = 0; r < world_size; ++r) idle_[slot(r, RankThread::communication)] = true;
   }
 
-  // Erases the record of `world_rank`, if any (its group's mutex held).
-  void stop_waiting(int world_rank) {
+  // Records that `thread` of `world_rank` waits as `where` says (its group's mutex held). If now
+  // no rank that has not returned can go on, the world is deadlocked: returns the groups whose
+  // ranks must be woken to throw (the caller wakes them once it holds no group's mutex); else
+  // nothing.
+  std::vector<HostGroup*> start_waiting(int world_rank, RankThread thread, const Wait& where) {
     std::lock_guard lock(mutex_);
-    if (!waits_[world_rank]) return;
-    waits_[world_rank].reset();
+    waits_[slot(world_rank, thread)] = where;
+    ++waiting_;
+    return groups_to_wake();
+  }
+
+  // Erases the record of `thread` of `world_rank`, if any (its group's mutex held).
+  void stop_waiting(int world_rank, RankThread thread) {
+    std::lock_guard lock(mutex_);
+    std::optional<Wait>& wait = waits_[slot(world_rank, thread)];
+    if (!wait) return;
+    wait.reset();
     --waiting_;
+  }
+
+  // Records that `thread` of `world_rank` is idle, waiting only for the rank's other thread, or
+  // no longer (see the top of the file). Returns the groups to wake, as start_waiting does.
+  std::vector<HostGroup*> set_idle(int world_rank, RankThread thread, bool idle) {
+    std::lock_guard lock(mutex_);
+    idle_[slot(world_rank, thread)] = idle;
+    return idle ? groups_to_wake() : std::vector<HostGroup*>{};
   }
 
   // Called once a rank has returned (recorded in HostReturns first): that may leave the world
@@ -92,12 +116,31 @@ class HostWaits {
   const std::string& picture() const noexcept { return picture_; }
 
  private:
-  // Whether some rank waits and every rank that has not returned does (mutex_ held); if so, the
-  // first time, writes the picture and sets the flag.
+  std::size_t slot(int world_rank, RankThread thread) const {
+    return static_cast<std::size_t>(world_rank +
+                                    (thread == RankThread::communication ? world_size_ : 0));
+  }
+
+  // The groups of every waiting thread if the world just became deadlocked, else none (mutex_
+  // held).
+  std::vector<HostGroup*> groups_to_wake() {
+    if (!stuck()) return {};
+    std::vector<HostGroup*> groups;
+    for (const std::optional<Wait>& w : waits_)
+      if (w && std::ranges::find(groups, w->group) == groups.end()) groups.push_back(w->group);
+    return groups;
+  }
+
+  // Whether some thread waits at a meeting and every rank that has not returned is stuck, both
+  // its threads waiting or idle (mutex_ held); if so, the first time, writes the picture and sets
+  // the flag.
   bool stuck() {
     if (waiting_ == 0 || deadlocked_) return false;
-    for (std::size_t r = 0; r < waits_.size(); ++r)
-      if (!waits_[r] && !returns_->returned(static_cast<int>(r))) return false;
+    for (int r = 0; r < world_size_; ++r) {
+      if (returns_->returned(r)) continue;
+      for (const RankThread thread : {RankThread::own, RankThread::communication})
+        if (!waits_[slot(r, thread)] && !idle_[slot(r, thread)]) return false;
+    }
     picture_ = describe_waits();
     deadlocked_.store(true, std::memory_order_release);
     return true;
@@ -111,20 +154,23 @@ class HostWaits {
         "deadlock: no collective can complete, every rank that has not returned waits in one: ";
     std::vector<bool> told(waits_.size(), false);
     bool first = true;
-    for (std::size_t r = 0; r < waits_.size(); ++r) {
-      if (!waits_[r] || told[r]) continue;
-      const Wait& wait = *waits_[r];
-      std::vector<int> alike;  // the ranks waiting as r does
-      for (std::size_t s = r; s < waits_.size(); ++s) {
+    for (std::size_t w = 0; w < waits_.size(); ++w) {
+      if (!waits_[w] || told[w]) continue;
+      const Wait& wait = *waits_[w];
+      const RankThread thread =
+          w < static_cast<std::size_t>(world_size_) ? RankThread::own : RankThread::communication;
+      std::vector<int> alike;  // the ranks whose same thread waits as w does
+      for (std::size_t s = w; s < waits_.size(); ++s) {
         if (waits_[s] && waits_[s]->group == wait.group && waits_[s]->sequence == wait.sequence &&
             waits_[s]->call == wait.call) {
-          alike.push_back(static_cast<int>(s));
+          alike.push_back(static_cast<int>(s) % world_size_);
           told[s] = true;
         }
       }
       std::vector<int> absent, returned;  // members waiting in no collective of this group
       for (int m : wait.members) {
-        if (waits_[m] && waits_[m]->group == wait.group) continue;
+        const std::optional<Wait>& theirs = waits_[slot(m, thread)];
+        if (theirs && theirs->group == wait.group) continue;
         (returns_->returned(m) ? returned : absent).push_back(m);
       }
       if (!first) text += "; ";
@@ -150,6 +196,18 @@ class HostWaits {
         text += " returned";
       }
     }
+    std::vector<int> waiting_for_tasks;  // own threads idle until a background task ends
+    for (int r = 0; r < world_size_; ++r)
+      if (idle_[slot(r, RankThread::own)] && !returns_->returned(r)) waiting_for_tasks.push_back(r);
+    if (!waiting_for_tasks.empty()) {
+      text += "; world rank";
+      text += waiting_for_tasks.size() == 1 ? " " : "s ";
+      text += waiting_for_tasks.size() == 1 ? std::to_string(waiting_for_tasks[0])
+                                            : bracketed(waiting_for_tasks);
+      text += waiting_for_tasks.size() == 1
+                  ? " waits for a background task of its communication thread"
+                  : " wait for background tasks of their communication threads";
+    }
     text +=
         ". Is a collective inside rank-dependent control flow, or do ranks call the collectives "
         "of different groups in different orders?";
@@ -157,9 +215,11 @@ class HostWaits {
   }
 
   const HostReturns* returns_;
+  const int world_size_;
   std::mutex mutex_;  // guards everything below but deadlocked_ and, once it is set, picture_
-  std::vector<std::optional<Wait>> waits_;  // [world rank]: where it waits, if it does
-  int waiting_ = 0;                         // ranks with a record
+  std::vector<std::optional<Wait>> waits_;  // [slot(rank, thread)]: where it waits, if it does
+  std::vector<bool> idle_;                  // [slot(rank, thread)]: idle (see the top)
+  int waiting_ = 0;                         // threads with a wait recorded
   std::atomic<bool> deadlocked_{false};
   std::string picture_;
 };

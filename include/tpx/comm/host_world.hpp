@@ -16,9 +16,9 @@
 // When every rank that has not returned waits in a collective that can never complete (ranks in
 // a cycle across groups, or one that skipped or added a collective while the others wait), each
 // throws comm_error at once with the same picture of who waits in which collective of which
-// group and who never came to it (host_waits.hpp). A rank that waits longer than options.timeout at the start of a collective throws comm_error
-// naming the ranks (in world numbering) that never arrived, and its group throws for everyone
-// from then on. No mistake ends in a silent hang.
+// group and who never came to it (host_waits.hpp). A rank that waits longer than options.timeout at
+// the start of a collective throws comm_error naming the ranks (in world numbering) that never
+// arrived, and its group throws for everyone from then on. No mistake ends in a silent hang.
 #pragma once
 
 #include <chrono>
@@ -63,14 +63,16 @@ class HostWorld {
 
   // Registers disjoint groups of world ranks, each in group-rank order (they need not cover
   // the world), and returns the id of the set. `label` names the set in error messages
-  // ("mesh axis X"). Safe to call from any thread.
-  int add_groups(const std::vector<std::vector<int>>& groups, const std::string& label = {}) {
+  // ("mesh axis X"); `thread` says which thread of each rank uses it: its own, or its
+  // communication thread (spmd/communication_thread.hpp). Safe to call from any thread.
+  int add_groups(const std::vector<std::vector<int>>& groups, const std::string& label = {},
+                 detail::RankThread thread = detail::RankThread::own) {
     std::vector<detail::HostGroup*> group_of_rank(static_cast<std::size_t>(size_), nullptr);
     std::vector<std::unique_ptr<detail::HostGroup>> made;
     for (const std::vector<int>& members : groups) {
       if (members.empty()) throw std::invalid_argument("tpx: add_groups was given an empty group");
-      made.push_back(std::make_unique<detail::HostGroup>(members, label, options_.timeout, failure_,
-                                                         returns_, waits_));
+      made.push_back(std::make_unique<detail::HostGroup>(members, label, thread, options_.timeout,
+                                                         failure_, returns_, waits_));
       for (int rank : members) {
         if (rank < 0 || rank >= size_) {
           throw std::invalid_argument("tpx: add_groups: rank " + std::to_string(rank) +
@@ -120,6 +122,14 @@ class HostWorld {
     returns_.record(world_rank);
     waits_.rank_returned();  // if that deadlocked the world, the waiting ranks throw once woken
     wake_all();
+  }
+
+  // Reports that `thread` of `world_rank` is idle, waiting only for the rank's other thread, or
+  // no longer (spmd/communication_thread.hpp): a world whose every rank is stuck, each thread
+  // waiting in a collective or idle, is deadlocked (host_waits.hpp). Safe to call from any
+  // thread holding no group's lock.
+  void set_idle(int world_rank, detail::RankThread thread, bool idle) {
+    for (detail::HostGroup* group : waits_.set_idle(world_rank, thread, idle)) group->wake_all();
   }
 
   // "rank 2 failed: <what>" once some rank was reported through abort().

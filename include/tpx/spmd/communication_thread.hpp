@@ -22,6 +22,12 @@
 //     join only after this rank's own thread, now unwinding, would have met them in another.
 //   - The launcher joins the thread before the rank counts as returned (HostWorld::finish), so a
 //     background collective that a returned rank never joined fails at once as well.
+//   - Ranks whose threads wait for each other in a cycle (rank 0's own thread in a collective
+//     that rank 1's own thread would join once its background gather completes, which waits for
+//     rank 0's communication thread, idle until rank 0 starts that gather after its collective)
+//     fail at once with the wait-for picture: the thread tells the launcher when the rank's own
+//     thread waits for a task and when the communication thread has none (idle_report), so that
+//     its deadlock check (comm/host_waits.hpp) sees both threads of every rank.
 //
 // Time: busy_seconds() is the time the thread has spent running tasks (the casts before the
 // gathers and the collectives): all of the rank's background communication. exposed_seconds()
@@ -44,6 +50,7 @@
 #include <thread>
 #include <utility>
 
+#include "tpx/comm/host_waits.hpp"
 #include "tpx/spmd/rank_context.hpp"
 
 namespace tpx {
@@ -68,9 +75,13 @@ class communication_thread {
   // Called on the communication thread with the error of a task that threw; never throws (the
   // host launcher's aborts its HostWorld).
   using failure_report = std::function<void(std::string_view what)>;
+  // Called with the communication thread's lock held when one of the rank's threads becomes
+  // idle, waiting only for the other, or stops being idle; the communication thread is idle
+  // until its first task (the host launcher's records it in its HostWorld).
+  using idle_report = std::function<void(detail::RankThread, bool idle)>;
 
-  communication_thread(const rank_context& rank, failure_report report)
-      : rank_(rank), report_(std::move(report)) {}
+  communication_thread(const rank_context& rank, failure_report report, idle_report idle)
+      : rank_(rank), report_(std::move(report)), report_idle_(std::move(idle)) {}
   communication_thread(const communication_thread&) = delete;
   communication_thread& operator=(const communication_thread&) = delete;
 
@@ -100,6 +111,7 @@ class communication_thread {
       }
     }
     queue_.push_back(std::move(task));
+    set_idle(detail::RankThread::communication, false);
     work_.notify_one();
   }
 
@@ -152,6 +164,7 @@ class communication_thread {
     detail::communication_thread_of = &rank_;
     std::unique_lock lock(mutex_);
     for (;;) {
+      if (queue_.empty()) set_idle(detail::RankThread::communication, true);
       work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
       const std::shared_ptr<detail::background_task> task = std::move(queue_.front());
@@ -174,6 +187,7 @@ class communication_thread {
       running_ = false;
       task->failure_ = failure;
       task->done_ = true;
+      if (awaited_ == task.get()) set_idle(detail::RankThread::own, false);  // before going idle
       finished_.notify_all();
     }
   }
@@ -196,12 +210,24 @@ class communication_thread {
   void wait_locked(std::unique_lock<std::mutex>& lock, const detail::background_task& task) {
     if (task.done_) return;
     const seconds busy_before = busy_at(clock::now());
+    awaited_ = &task;
+    set_idle(detail::RankThread::own, true);
     finished_.wait(lock, [&] { return task.done_; });
+    awaited_ = nullptr;
     exposed_ += busy_at(clock::now()) - busy_before;
+  }
+
+  // Reports a change of idleness (see idle_report). mutex_ held.
+  void set_idle(detail::RankThread thread, bool idle) {
+    bool& now = thread == detail::RankThread::own ? own_idle_ : communication_idle_;
+    if (now == idle) return;
+    now = idle;
+    report_idle_(thread, idle);
   }
 
   const rank_context& rank_;
   const failure_report report_;
+  const idle_report report_idle_;
   std::thread thread_;
 
   mutable std::mutex mutex_;          // guards everything below and every queued task's outcome
@@ -210,6 +236,9 @@ class communication_thread {
   std::deque<std::shared_ptr<detail::background_task>> queue_;
   bool stopping_ = false;
   bool running_ = false;
+  const detail::background_task* awaited_ = nullptr;  // the task the rank's own thread waits for
+  bool own_idle_ = false;
+  bool communication_idle_ = true;  // as reported: idle until the first task
   clock::time_point running_since_;
   seconds busy_{0};
   seconds exposed_{0};

@@ -177,7 +177,8 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
     const auto groups = detail::groups_of_axes(mesh, mask);
     const std::string label = detail::axes_label<MeshT>(mask);
     set_of_mask[mask] = world.add_groups(groups, label);
-    background_set_of_mask[mask] = world.add_groups(groups, label + ", communication thread");
+    background_set_of_mask[mask] = world.add_groups(groups, label + ", communication thread",
+                                                    detail::RankThread::communication);
   }
 
   kernels::set_blas_threads(detail::blas_threads_per_rank(options.blas_threads, ranks));
@@ -197,8 +198,9 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
       };
       Rank<MeshT> rank(mesh, r, detail::axis_places(mesh, r), communicators(set_of_mask));
       // Declared after the rank and the communicators it uses, so destroyed (joined) first.
-      communication_thread background(rank,
-                                      [&world, r](std::string_view what) { world.abort(r, what); });
+      communication_thread background(
+          rank, [&world, r](std::string_view what) { world.abort(r, what); },
+          [&world, r](detail::RankThread thread, bool idle) { world.set_idle(r, thread, idle); });
       rank.set_communication_thread(&background, communicators(background_set_of_mask));
       fn(rank);
       background.finish();
