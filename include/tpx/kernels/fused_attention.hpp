@@ -1,6 +1,8 @@
 // The math of fused causal attention (nn/fused_attention.hpp), one query or key row against a
-// tile of rows of the other side, shared by the host loops (host_space::fused_attention_*) and
-// the CUDA kernels (cuda/kernels/fused_attention.hpp), which stage the tiles in shared memory.
+// tile of rows of the other side, run by the CUDA kernels (cuda/kernels/fused_attention.hpp),
+// which stage the tiles in shared memory; the host loops (tensor/host_fused_attention.hpp) share
+// the online softmax's steps (raise_maximum, finish_row) and score_gradient, with the products
+// arranged for vector units instead of one thread per row.
 //
 // Attention that never stores the [T, S] probabilities (FlashAttention, Dao et al. 2022; the
 // backward as in FlashAttention-2, 2023). For query row t of one sequence, with scale =
@@ -56,6 +58,22 @@ struct attention_row_state {
   float l = 0;          // sum of exp(score - m)
 };
 
+// Raises a query row's running maximum to cover a tile whose largest score is tile_max, and
+// scales the running sum l by exp(m_old - m_new); returns that factor, by which the caller
+// scales acc too (0 on the first tile, when acc and l are still 0).
+TPX_HOST_DEVICE inline float raise_maximum(attention_row_state& state, float tile_max) {
+  const float m = fmaxf(state.m, tile_max);
+  const float rescale = expf(state.m - m);
+  state.m = m;
+  state.l *= rescale;
+  return rescale;
+}
+
+// The gradient of score x_ts from its probability p_ts and dp_ts = dout_t . v_s.
+TPX_HOST_DEVICE inline float score_gradient(float p, float dp, float delta) {
+  return p * (dp - delta);
+}
+
 // One query row (qs = scale q, fp32) against n <= fused_attention_tile visible keys: rows j of k
 // and v at k + j * ld, v + j * ld. Updates the state and acc[e] (sum of exp(x - m) v).
 template <class T>
@@ -67,17 +85,14 @@ TPX_HOST_DEVICE void attend_tile(const float* qs, const T* k, const T* v, std::i
     x[j] = dot(qs, k + j * ld, e);
     tile_max = fmaxf(tile_max, x[j]);
   }
-  const float m = fmaxf(state.m, tile_max);
-  const float rescale = expf(state.m - m);  // 0 for the first tile: acc and l are still 0
-  state.l *= rescale;
+  const float rescale = raise_maximum(state, tile_max);
   for (int i = 0; i < e; ++i) acc[i] *= rescale;
   for (int j = 0; j < n; ++j) {
-    const float p = expf(x[j] - m);
+    const float p = expf(x[j] - state.m);
     state.l += p;
     const T* vj = v + j * ld;
     for (int i = 0; i < e; ++i) acc[i] += p * static_cast<float>(vj[i]);
   }
-  state.m = m;
 }
 
 // The end of a query row: out = acc / l, and the log of the softmax denominator.
@@ -95,7 +110,7 @@ TPX_HOST_DEVICE void dq_tile(const float* qs, const float* dout, float lse, floa
   for (int j = 0; j < n; ++j) {
     const T* kj = k + j * ld;
     const float p = expf(dot(qs, kj, e) - lse);
-    const float ds = p * (dot(dout, v + j * ld, e) - delta);
+    const float ds = score_gradient(p, dot(dout, v + j * ld, e), delta);
     for (int i = 0; i < e; ++i) dq[i] += scale * ds * static_cast<float>(kj[i]);
   }
 }
@@ -111,7 +126,7 @@ TPX_HOST_DEVICE void dkdv_tile(const float* k, const float* v, const float* qs, 
     const float* qj = qs + j * ld;
     const T* dj = dout + j * ld;
     const float p = expf(dot(qj, k, e) - lse[j]);
-    const float ds = p * (dot(dj, v, e) - delta[j]);
+    const float ds = score_gradient(p, dot(dj, v, e), delta[j]);
     for (int i = 0; i < e; ++i) {
       dv[i] += p * static_cast<float>(dj[i]);
       dk[i] += ds * qj[i];

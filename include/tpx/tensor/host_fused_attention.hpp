@@ -1,40 +1,226 @@
 // The host loops of fused causal attention (host_space::fused_attention_forward / _backward):
-// every row of every sequence through the tile functions of kernels/fused_attention.hpp, in
-// tiles of fused_attention_tile rows read in place, as the CUDA kernels run them on tiles staged
-// in shared memory. They are the device kernels' twin, which the CUDA tests compare against,
-// and the fused path of the host backend.
+// the fused path of the host backend, and the twin the CUDA kernels are compared against.
+//
+// The math is the kernels' (kernels/fused_attention.hpp: the online softmax over tiles of
+// fused_attention_tile keys, probabilities recomputed from lse in the backward pass, dq per query
+// row, dk and dv per key row, every sum in fp32), arranged for vector units instead of one thread
+// per row. A thread of the GPU computes one row's score against a key as a dot product; here that
+// dot product would be one chain of dependent additions, which neither vectorizes nor pipelines.
+// So each sequence's rows are staged once as fp32 columns as well as rows: the scores of a row
+// against a whole tile, x_j = sum_i a_i col_i[s0 + j], are tile-wide vector operations, one per
+// element i of the row, and the sums over a tile's rows (acc += p_j v_j, dq += ds_j k_j, ...) are
+// vector operations along the row. Every loop has a constant trip count (a tile, or 16 elements
+// of a row padded with zeros to a multiple of 16), which GCC vectorizes at -O2, and the whole
+// pass is compiled a second time for AVX2 + FMA and picked at run time (kernels/host_loop.hpp).
+// The exponentials are vectorizable_expf's. A score is the same sum of the same products, in the
+// same order, in the forward pass and in both backward passes (q k and k q alike), so the
+// recomputed probabilities are the forward's. Masked entries (keys after the query, rows past
+// the sequence) get the score -inf or an lse of +inf, so their probability is exactly 0.
 //
 // Layout (nn/fused_attention.hpp arranges it): q, k, v, out, dout [sequences, t_len, e]
-// row-major, lse and delta [sequences, t_len]; query t sees keys s <= t.
+// row-major, lse and delta [sequences, t_len]; query t sees keys s <= t. Staging holds one
+// sequence at a time: 4 (forward) or 8 (backward) arrays of about t_len x e floats.
 #pragma once
 
+#include <math.h>  // INFINITY, logf
+
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "tpx/kernels/fused_attention.hpp"
+#include "tpx/kernels/host_loop.hpp"
+#include "tpx/kernels/vectorizable_expf.hpp"
 
 namespace tpx::detail {
 
+namespace fused_host {
+
+constexpr int tile = kernels::fused_attention_tile;
+constexpr int block = 16;  // the row padding: every vector width up to AVX-512 divides it
+
+// One sequence's [t_len, e] rows as fp32 times a factor, twice: as rows at a pitch of e rounded
+// up to `block`, and as columns, col(i)[t] = row t's element i, with room for a tile past the
+// last row, so that a tile of columns starting at any row can be read whole. Padding is zero.
+struct staged_rows {
+  std::int64_t t_len = 0, pitch = 0, column_pitch = 0;
+  std::vector<float> rows, columns;
+
+  staged_rows(std::int64_t t, int e)
+      : t_len(t),
+        pitch((e + block - 1) / block * block),
+        column_pitch(t + tile),
+        rows(static_cast<std::size_t>(t * pitch), 0.0f),
+        columns(static_cast<std::size_t>(pitch * column_pitch), 0.0f) {}
+
+  template <class T>
+  void load(const T* src, int e, float factor) {
+    for (std::int64_t t = 0; t < t_len; ++t)
+      for (int i = 0; i < e; ++i) {
+        const float x = factor * static_cast<float>(src[t * e + i]);
+        rows[static_cast<std::size_t>(t * pitch + i)] = x;
+        columns[static_cast<std::size_t>(i * column_pitch + t)] = x;
+      }
+  }
+  const float* row(std::int64_t t) const { return rows.data() + t * pitch; }
+  const float* column_tile(std::int64_t first) const { return columns.data() + first; }
+};
+
+// x[j] = sum_i a[i] col_i[j] for the tile of columns at `columns` (pitch column_pitch).
+[[gnu::always_inline]] inline void tile_scores(const float* a, const float* columns,
+                                               std::int64_t column_pitch, int e, float* x) {
+  for (int j = 0; j < tile; ++j) x[j] = 0.0f;
+  for (int i = 0; i < e; ++i) {
+    const float ai = a[i];
+    const float* col = columns + i * column_pitch;
+    TPX_INDEPENDENT_ITERATIONS
+    for (int j = 0; j < tile; ++j) x[j] += ai * col[j];
+  }
+}
+
+// out[i] += w * row[i] over a padded row of `pitch` elements.
+[[gnu::always_inline]] inline void add_scaled_row(float w, const float* row, std::int64_t pitch,
+                                                  float* out) {
+  for (std::int64_t first = 0; first < pitch; first += block) {
+    TPX_INDEPENDENT_ITERATIONS
+    for (std::int64_t i = first; i < first + block; ++i) out[i] += w * row[i];
+  }
+}
+
+[[gnu::always_inline]] inline void scale_row(float w, std::int64_t pitch, float* out) {
+  for (std::int64_t first = 0; first < pitch; first += block) {
+    TPX_INDEPENDENT_ITERATIONS
+    for (std::int64_t i = first; i < first + block; ++i) out[i] *= w;
+  }
+}
+
+// p[j] = exp(x[j] - shift[j]), j over a tile.
+[[gnu::always_inline]] inline void tile_exp(const float* x, const float* shift, float* p) {
+  TPX_INDEPENDENT_ITERATIONS
+  for (int j = 0; j < tile; ++j) p[j] = kernels::vectorizable_expf(x[j] - shift[j]);
+}
+
 template <class T>
-void host_fused_attention_forward(std::int64_t sequences, std::int64_t t_len, int e, float scale,
-                                  const T* q, const T* k, const T* v, T* out, float* lse) {
-  constexpr int tile = kernels::fused_attention_tile;
-  std::vector<float> qs(static_cast<std::size_t>(e)), acc(static_cast<std::size_t>(e));
+[[gnu::always_inline]] inline void forward_pass(std::int64_t sequences, std::int64_t t_len, int e,
+                                                float scale, const T* q, const T* k, const T* v,
+                                                T* out, float* lse) {
+  staged_rows qs(t_len, e), ks(t_len, e), vs(t_len, e);
+  std::vector<float> acc(static_cast<std::size_t>(qs.pitch));
+  alignas(64) float x[tile], p[tile], m[tile];
   for (std::int64_t b = 0; b < sequences; ++b) {
     const std::int64_t base = b * t_len;
+    qs.load(q + base * e, e, scale);
+    ks.load(k + base * e, e, 1.0f);
+    vs.load(v + base * e, e, 1.0f);
     for (std::int64_t t = 0; t < t_len; ++t) {
-      kernels::load_row(q + (base + t) * e, e, scale, qs.data());
       std::fill(acc.begin(), acc.end(), 0.0f);
       kernels::attention_row_state state;
       for (std::int64_t s0 = 0; s0 <= t; s0 += tile) {
         const int n = static_cast<int>(std::min<std::int64_t>(tile, t + 1 - s0));
-        kernels::attend_tile(qs.data(), k + (base + s0) * e, v + (base + s0) * e, e, n, e, state,
-                             acc.data());
+        tile_scores(qs.row(t), ks.column_tile(s0), ks.column_pitch, e, x);
+        float tile_max = -INFINITY;
+        for (int j = 0; j < tile; ++j) {
+          if (j >= n) x[j] = -INFINITY;  // keys after t
+          tile_max = std::max(tile_max, x[j]);
+        }
+        scale_row(kernels::raise_maximum(state, tile_max), qs.pitch, acc.data());
+        std::fill_n(m, tile, state.m);
+        tile_exp(x, m, p);
+        for (int j = 0; j < n; ++j) {
+          state.l += p[j];
+          add_scaled_row(p[j], vs.row(s0 + j), vs.pitch, acc.data());
+        }
       }
       lse[base + t] = kernels::finish_row(state, acc.data(), e, out + (base + t) * e);
     }
   }
+}
+
+template <class T>
+[[gnu::always_inline]] inline void backward_pass(std::int64_t sequences, std::int64_t t_len, int e,
+                                                 float scale, const T* q, const T* k, const T* v,
+                                                 const T* dout, const float* lse,
+                                                 const float* delta, T* dq, T* dk, T* dv) {
+  staged_rows qs(t_len, e), ks(t_len, e), vs(t_len, e), ds_out(t_len, e);
+  // lse and delta of a sequence with a tile of padding: +inf and 0, so rows past the end get
+  // probability 0.
+  std::vector<float> lse_pad(static_cast<std::size_t>(t_len + tile), INFINITY),
+      delta_pad(static_cast<std::size_t>(t_len + tile), 0.0f), grad(2 * qs.pitch);
+  alignas(64) float x[tile], p[tile], dp[tile], shift[tile];
+  for (std::int64_t b = 0; b < sequences; ++b) {
+    const std::int64_t base = b * t_len;
+    qs.load(q + base * e, e, scale);
+    ks.load(k + base * e, e, 1.0f);
+    vs.load(v + base * e, e, 1.0f);
+    ds_out.load(dout + base * e, e, 1.0f);
+    std::copy_n(lse + base, t_len, lse_pad.begin());
+    std::copy_n(delta + base, t_len, delta_pad.begin());
+    // dq, a query row at a time, over its keys.
+    for (std::int64_t t = 0; t < t_len; ++t) {
+      std::fill(grad.begin(), grad.end(), 0.0f);
+      std::fill_n(shift, tile, lse_pad[t]);
+      for (std::int64_t s0 = 0; s0 <= t; s0 += tile) {
+        const int n = static_cast<int>(std::min<std::int64_t>(tile, t + 1 - s0));
+        tile_scores(qs.row(t), ks.column_tile(s0), ks.column_pitch, e, x);
+        tile_scores(ds_out.row(t), vs.column_tile(s0), vs.column_pitch, e, dp);
+        tile_exp(x, shift, p);
+        for (int j = 0; j < n; ++j)
+          add_scaled_row(scale * kernels::score_gradient(p[j], dp[j], delta_pad[t]), ks.row(s0 + j),
+                         ks.pitch, grad.data());
+      }
+      for (int i = 0; i < e; ++i) dq[(base + t) * e + i] = static_cast<T>(grad[i]);
+    }
+    // dk and dv, a key row at a time, over the queries that see it (t >= s).
+    for (std::int64_t s = 0; s < t_len; ++s) {
+      std::fill(grad.begin(), grad.end(), 0.0f);
+      float* dk_row = grad.data();
+      float* dv_row = grad.data() + qs.pitch;
+      for (std::int64_t t0 = s; t0 < t_len; t0 += tile) {
+        const int n = static_cast<int>(std::min<std::int64_t>(tile, t_len - t0));
+        tile_scores(ks.row(s), qs.column_tile(t0), qs.column_pitch, e, x);
+        tile_scores(vs.row(s), ds_out.column_tile(t0), ds_out.column_pitch, e, dp);
+        tile_exp(x, lse_pad.data() + t0, p);
+        for (int j = 0; j < n; ++j) {
+          add_scaled_row(p[j], ds_out.row(t0 + j), qs.pitch, dv_row);
+          add_scaled_row(kernels::score_gradient(p[j], dp[j], delta_pad[t0 + j]), qs.row(t0 + j),
+                         qs.pitch, dk_row);
+        }
+      }
+      for (int i = 0; i < e; ++i) {
+        dk[(base + s) * e + i] = static_cast<T>(dk_row[i]);
+        dv[(base + s) * e + i] = static_cast<T>(dv_row[i]);
+      }
+    }
+  }
+}
+
+#if TPX_HOST_LOOP_AVX2
+template <class T>
+__attribute__((target("avx2,fma"))) void forward_pass_avx2(std::int64_t sequences,
+                                                           std::int64_t t_len, int e, float scale,
+                                                           const T* q, const T* k, const T* v,
+                                                           T* out, float* lse) {
+  forward_pass(sequences, t_len, e, scale, q, k, v, out, lse);
+}
+template <class T>
+__attribute__((target("avx2,fma"))) void backward_pass_avx2(
+    std::int64_t sequences, std::int64_t t_len, int e, float scale, const T* q, const T* k,
+    const T* v, const T* dout, const float* lse, const float* delta, T* dq, T* dk, T* dv) {
+  backward_pass(sequences, t_len, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
+}
+#endif
+
+}  // namespace fused_host
+
+template <class T>
+void host_fused_attention_forward(std::int64_t sequences, std::int64_t t_len, int e, float scale,
+                                  const T* q, const T* k, const T* v, T* out, float* lse) {
+#if TPX_HOST_LOOP_AVX2
+  if (kernels::host_loop_detail::cpu_has_avx2_fma())
+    return fused_host::forward_pass_avx2(sequences, t_len, e, scale, q, k, v, out, lse);
+#endif
+  fused_host::forward_pass(sequences, t_len, e, scale, q, k, v, out, lse);
 }
 
 // dq, dk, dv (overwritten) from dout and the forward's lse; delta[t] = dout_t . out_t.
@@ -42,42 +228,12 @@ template <class T>
 void host_fused_attention_backward(std::int64_t sequences, std::int64_t t_len, int e, float scale,
                                    const T* q, const T* k, const T* v, const T* dout,
                                    const float* lse, const float* delta, T* dq, T* dk, T* dv) {
-  constexpr int tile = kernels::fused_attention_tile;
-  const auto row = static_cast<std::size_t>(e);
-  std::vector<float> qs(static_cast<std::size_t>(t_len) * row), dout_row(row), kv(2 * row),
-      grad(2 * row);
-  for (std::int64_t b = 0; b < sequences; ++b) {
-    const std::int64_t base = b * t_len;
-    for (std::int64_t t = 0; t < t_len; ++t)
-      kernels::load_row(q + (base + t) * e, e, scale, qs.data() + t * e);
-    // dq, a query row at a time, over its keys.
-    for (std::int64_t t = 0; t < t_len; ++t) {
-      kernels::load_row(dout + (base + t) * e, e, 1.0f, dout_row.data());
-      std::fill(grad.begin(), grad.begin() + e, 0.0f);
-      for (std::int64_t s0 = 0; s0 <= t; s0 += tile) {
-        const int n = static_cast<int>(std::min<std::int64_t>(tile, t + 1 - s0));
-        kernels::dq_tile(qs.data() + t * e, dout_row.data(), lse[base + t], delta[base + t],
-                         k + (base + s0) * e, v + (base + s0) * e, e, n, e, scale, grad.data());
-      }
-      for (int i = 0; i < e; ++i) dq[(base + t) * e + i] = static_cast<T>(grad[i]);
-    }
-    // dk and dv, a key row at a time, over the queries that see it.
-    for (std::int64_t s = 0; s < t_len; ++s) {
-      kernels::load_row(k + (base + s) * e, e, 1.0f, kv.data());
-      kernels::load_row(v + (base + s) * e, e, 1.0f, kv.data() + e);
-      std::fill(grad.begin(), grad.end(), 0.0f);
-      for (std::int64_t t0 = s; t0 < t_len; t0 += tile) {
-        const int n = static_cast<int>(std::min<std::int64_t>(tile, t_len - t0));
-        kernels::dkdv_tile(kv.data(), kv.data() + e, qs.data() + t0 * e, dout + (base + t0) * e,
-                           lse + base + t0, delta + base + t0, e, n, e, grad.data(),
-                           grad.data() + e);
-      }
-      for (int i = 0; i < e; ++i) {
-        dk[(base + s) * e + i] = static_cast<T>(grad[i]);
-        dv[(base + s) * e + i] = static_cast<T>(grad[e + i]);
-      }
-    }
-  }
+#if TPX_HOST_LOOP_AVX2
+  if (kernels::host_loop_detail::cpu_has_avx2_fma())
+    return fused_host::backward_pass_avx2(sequences, t_len, e, scale, q, k, v, dout, lse, delta, dq,
+                                          dk, dv);
+#endif
+  fused_host::backward_pass(sequences, t_len, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
 }
 
 }  // namespace tpx::detail
