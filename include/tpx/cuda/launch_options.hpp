@@ -36,4 +36,10 @@ inline bool collectives_checked_by_environment() {
   return value != nullptr && std::string_view(value) == "1";
 }
 
+// Whether a rank launched with `options` checks its collectives, asked for either way. Part of
+// the launch fingerprint (nccl_launch.hpp), so that ranks that disagree are refused at start.
+inline bool collectives_checked(const launch_options& options) {
+  return options.check_collectives || collectives_checked_by_environment();
+}
+
 }  // namespace tpx::cuda

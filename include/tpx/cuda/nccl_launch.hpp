@@ -45,10 +45,14 @@
 namespace tpx::cuda {
 
 // What every rank of one launch must agree on: the fields every launcher compares
-// (launch/build_fingerprint.hpp: the mesh, the compiler, build options, type sizes) and the CUDA
-// and NCCL versions it was built with, as one line for the rendezvous.
-inline std::string launch_fingerprint(const std::string& mesh) {
+// (launch/build_fingerprint.hpp: the mesh, the compiler, build options, type sizes), the CUDA
+// and NCCL versions it was built with, and whether its collectives are checked (a checking
+// rank's record exchange would meet an unchecked peer's collective), as one line for the
+// rendezvous.
+inline std::string launch_fingerprint(const std::string& mesh, const launch_options& options) {
   std::vector<fingerprint_field> fields = build_fingerprint(mesh);
+  fields.push_back({"collectives checked (TPX_CHECK_COLLECTIVES)",
+                    collectives_checked(options) ? "yes" : "no"});
   fields.push_back({"CUDA runtime", std::to_string(CUDART_VERSION)});
   fields.push_back({"NCCL", std::to_string(NCCL_VERSION_CODE)});
   fields.push_back({"ncclUniqueId bytes", std::to_string(sizeof(ncclUniqueId))});
@@ -95,7 +99,7 @@ void run_launched_rank(const Mesh<Axes...>& mesh, Fn&& fn, const launch_options&
                                 std::to_string(mesh.rank_count()) + " ranks");
   }
   const nccl_bootstrap boot =
-      nccl_bootstrap_from(env, launch_fingerprint(mesh.to_string()), options.timeout);
+      nccl_bootstrap_from(env, launch_fingerprint(mesh.to_string(), options), options.timeout);
   run_rank(mesh, boot, fn, options);
 }
 

@@ -104,7 +104,7 @@ void spmd(cuda_mpi_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::launch_opt
   const std::string failed = "tpx: " + detail::rank_label(mesh, r) + " on host " + host + " failed";
   try {
     const cuda::nccl_bootstrap boot = cuda::detail::nccl_bootstrap_from_mpi(
-        processes, cuda::launch_fingerprint(mesh.to_string()));
+        processes, cuda::launch_fingerprint(mesh.to_string(), options));
     cuda::run_rank(mesh, boot, fn, options);
   } catch (const std::exception& e) {
     detail::abort_mpi_job(failed + ": " + e.what());

@@ -46,7 +46,7 @@ void run_rank_watched(const Mesh<Axes...>& mesh, const nccl_bootstrap& boot, Fn&
                       const tpx::detail::HostFailure* failure) {
   using MeshT = Mesh<Axes...>;
   rank_resources resources(boot.device, options.rank);
-  const bool check_collectives = options.check_collectives || collectives_checked_by_environment();
+  const bool check_collectives = collectives_checked(options);
   nccl_mesh<MeshT> comms(mesh, boot, resources, nccl_watch{options.timeout, failure, check_collectives});
   std::vector<axis_place> axes;
   int a = 0;
