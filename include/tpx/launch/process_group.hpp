@@ -54,11 +54,14 @@ std::string first_process_decides(const Processes& processes, Decide&& decide) {
     if (answer.starts_with('!')) throw std::runtime_error(answer.substr(1));
     return answer.substr(1);
   }
-  std::string answer;
+  // Appended, not `"=" + decide()`: that trips GCC 12's -Wrestrict false positive at -O3.
+  std::string answer = "=";
   try {
-    answer = "=" + std::forward<Decide>(decide)();
+    answer += std::forward<Decide>(decide)();
   } catch (const std::exception& e) {
-    processes.broadcast_from_first(std::string("!") + e.what());
+    std::string failure = "!";
+    failure += e.what();
+    processes.broadcast_from_first(failure);
     throw;
   } catch (...) {
     processes.broadcast_from_first("!tpx: the first process failed with a non-standard exception");
