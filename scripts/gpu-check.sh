@@ -24,15 +24,19 @@
 #     launches of more processes need more GPUs); with nsys on PATH, a profile of 20 steps whose
 #     memory copy summary shows what crossed between host and device (one upload of tokens per
 #     step, and two 4-byte reads on each reporting step)
-#   5 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
+#   6 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
 #     >= 0.95), kernel bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), and
 #     the collectives in nccl-tests format on the simulated mesh (4 ranks on GPU 0) and, with 2
 #     or more GPUs, over NCCL on all of them. Tables go to the terminal, JSON to
 #     build/cuda/gpu-check/.
-#   6 the peers (bench/peers/compare.py --gpu): tpx-train-cuda against the same model in PyTorch,
-#     eager and torch.compile, fp32 and bf16, samples/s and their ratios from one run, and
+#   7 the peers (bench/peers/compare.py --gpu): tpx-train-cuda against the same model in PyTorch,
+#     eager and torch.compile, fp32 and bf16, samples/s and their ratios from one run;
 #     (compare.py --gpt) tpx-gpt-cuda against bench/peers/torch_gpt.py, bf16, at GPT-2 124M's
-#     shape: tokens/s, MFU and the ratios; when python3 can import torch
+#     shape: tokens/s, MFU and the ratios; and (compare.py --attention) the fused attention
+#     kernels alone (tpx-bench-cuda attention) against PyTorch's scaled_dot_product_attention with
+#     the flash backend (bench/peers/torch_sdpa.py), forward and backward, bf16, 16 x 12 heads of
+#     64 at T = 1024 and 4096: ms, TFLOP/s and the ratios (target >= 0.9x); when python3 can
+#     import torch
 #
 # The exit status is 0 when every step passed (a step with nothing to do counts as skipped, not
 # failed), 1 otherwise. Without a GPU the build still runs and everything else reports skipped.
@@ -236,6 +240,8 @@ else
   step "peers: tpx-gpt-cuda vs PyTorch eager and torch.compile (GPT)" \
     python3 bench/peers/compare.py --gpt --gpu-steps 10 --gpu-warmup 3 --tpx-gpt-cuda "$gpt" \
       --json "$out/peers-gpt.json"
+  step "peers: fused attention kernels vs PyTorch SDPA (flash), forward and backward" \
+    python3 bench/peers/compare.py --attention --tpx-bench-cuda "$bench" --json "$out/peers-attention.json"
 fi
 
 echo "=== summary ($gpus GPU(s))"

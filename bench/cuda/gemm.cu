@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "measure.hpp"
+#include "measuring.hpp"
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/device_space.hpp"
@@ -81,17 +82,6 @@ class direct_gemm {
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_;
 };
-
-// Mean seconds per call of `iters` calls of fn on `stream`, by CUDA events.
-template <class Fn>
-double time_calls(cudaStream_t stream, int iters, Fn&& fn) {
-  cu::event start(true), stop(true);
-  start.record(stream);
-  for (int i = 0; i < iters; ++i) fn();
-  stop.record(stream);
-  stop.synchronize();
-  return elapsed_ms(start, stop) / 1e3 / iters;
-}
 
 template <class T>
 gemm_row measure_one(const std::string& type, std::int64_t n, int iters, int warmup) {

@@ -8,50 +8,27 @@
 // and softmax run on rows of `row_length` elements (a model's hidden size or vocabulary).
 #include <cuda_runtime.h>
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "measure.hpp"
+#include "measuring.hpp"
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/device_buffer.hpp"
 #include "tpx/cuda/kernels/adamw.hpp"
 #include "tpx/cuda/kernels/elementwise.hpp"
 #include "tpx/cuda/kernels/norms.hpp"
-#include "tpx/cuda/kernels/random.hpp"
 #include "tpx/cuda/kernels/softmax.hpp"
 #include "tpx/cuda/rank_resources.hpp"
-#include "tpx/cuda/stream.hpp"
 #include "tpx/kernels/elementwise.hpp"
 #include "tpx/kernels/layernorm.hpp"
 #include "tpx/kernels/optimizer.hpp"
 
 namespace tpx::bench::cuda {
 
-namespace {
 namespace cu = tpx::cuda;
-
-template <class Fn>
-double seconds_per_call(cudaStream_t stream, int iters, int warmup, Fn&& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cu::event start(true), stop(true);
-  start.record(stream);
-  for (int i = 0; i < iters; ++i) fn();
-  stop.record(stream);
-  stop.synchronize();
-  return elapsed_ms(start, stop) / 1e3 / iters;
-}
-
-template <class T>
-cu::device_buffer<T> random_buffer(cu::rank_resources& r, std::int64_t n, std::uint64_t seed) {
-  cu::device_buffer<T> b(static_cast<std::size_t>(n), r.pool(), r.stream());
-  const std::array<std::int64_t, 1> shape{n}, origin{0};
-  cu::fill_normal(r.stream(), b.data(), shape, origin, shape, seed, 1.0f);
-  return b;
-}
-}  // namespace
 
 std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int iters, int warmup) {
   cu::rank_resources r(0, {});

@@ -5,11 +5,15 @@
 //   tpx-bench-cuda kernels -N 64M -d 4096 --json kernels.json
 //       GB/s of the elementwise, norm, softmax and AdamW kernels vs a device memcpy (target:
 //       ratio >= 0.8 for elementwise and norms)
+//   tpx-bench-cuda attention -B 16 -H 12 -T 1024,4096 -E 64 -t bf16,fp32 --json attention.json
+//       ms and TFLOP/s of the fused causal attention kernels, forward and backward, to set beside
+//       PyTorch's SDPA (bench/peers/torch_sdpa.py; target: tpx >= 0.9x)
 //   tpx-bench-cuda collectives [--nccl] -g 4 -b 1K -e 256M --json collectives.json
 //       nccl-tests' table for the simulated mesh (-g ranks on GPU 0) or NCCL (one GPU per rank)
 //
 // Without a GPU it prints "skipped: no CUDA device (...)" and exits with 77, CTest's skip code
-// in the bench tests. The measuring is in gemm.cu, kernels.cu and collectives.cu (measure.hpp);
+// in the bench tests. The measuring is in gemm.cu, kernels.cu, attention.cu and collectives.cu
+// (measure.hpp);
 // this file parses the command line, prints the tables and writes the JSON of
 // bench/support/report.hpp.
 #include <cstdio>
@@ -75,6 +79,40 @@ int run_kernels(std::int64_t elements, std::int64_t row_length, const common_opt
   return 0;
 }
 
+int run_attention(std::int64_t batch, std::int64_t heads, const std::vector<std::int64_t>& lengths,
+                  int e, const std::vector<std::string>& types, const common_options& o,
+                  const std::string& command) {
+  std::printf(
+      "# tpx-bench-cuda attention: fused causal, %lld x %lld heads of %d, scale 1/sqrt(E)\n",
+      static_cast<long long>(batch), static_cast<long long>(heads), e);
+  std::printf("# TFLOP/s as FlashAttention counts: forward 4 B H T^2 E / 2, backward 2.5x that\n");
+  std::printf("# %5s %6s %11s %12s %11s %12s %13s\n", "type", "T", "fwd(ms)", "fwd TFLOP/s",
+              "bwd(ms)", "bwd TFLOP/s", "max rel diff");
+  json rows = json::array();
+  for (const bc::attention_row& r :
+       bc::measure_attention(batch, heads, lengths, e, types, o.iters, o.warmup)) {
+    std::printf("  %5s %6lld %11.3f %12.1f %11.3f %12.1f %13.3g\n", r.type.c_str(),
+                static_cast<long long>(r.t_len), r.forward_ms, r.forward_tflops, r.backward_ms,
+                r.backward_tflops, r.max_rel_diff);
+    rows.push_back({{"type", r.type},
+                    {"batch", r.batch},
+                    {"heads", r.heads},
+                    {"t", r.t_len},
+                    {"e", r.e},
+                    {"forward_ms", r.forward_ms},
+                    {"forward_tflops", r.forward_tflops},
+                    {"backward_ms", r.backward_ms},
+                    {"backward_tflops", r.backward_tflops},
+                    {"max_rel_diff", r.max_rel_diff}});
+  }
+  if (!o.json.empty())
+    b::write_json(
+        o.json, "cuda_attention", command,
+        {{"iters", o.iters}, {"warmup", o.warmup}, {"batch", batch}, {"heads", heads}, {"e", e}},
+        rows);
+  return 0;
+}
+
 int run_collectives(bool nccl, int ranks, const std::vector<std::int64_t>& sizes, const std::vector<std::string>& ops,
                     bool check, const common_options& o, const std::string& command) {
   std::printf("# tpx-bench-cuda collectives: %d ranks, %s, float, -n %d -w %d -c %d\n", ranks,
@@ -127,7 +165,7 @@ int run_collectives(bool nccl, int ranks, const std::vector<std::int64_t>& sizes
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tpx-bench-cuda: tpx's GEMM, kernels and collectives on NVIDIA GPUs"};
+  CLI::App app{"tpx-bench-cuda: tpx's GEMM, kernels, attention and collectives on NVIDIA GPUs"};
   app.require_subcommand(1);
 
   common_options gemm_o;
@@ -146,6 +184,23 @@ int main(int argc, char** argv) {
   kernels->add_option("-N,--elements", elements, "elements per array (K/M/G suffixes)");
   kernels->add_option("-d,--row-length", row_length, "row length of the norms and softmax")->check(CLI::Range(1, 1 << 24));
   add_common(*kernels, kernels_o);
+
+  common_options attention_o;
+  std::int64_t batch = 16, heads = 12;
+  int head_width = 64;
+  std::vector<std::int64_t> lengths = {1024, 4096};
+  std::vector<std::string> attention_types = {"bf16", "fp32"};
+  CLI::App* attention = app.add_subcommand(
+      "attention", "fused causal attention forward and backward, ms and TFLOP/s");
+  attention->add_option("-B,--batch", batch, "batch")->check(CLI::Range(1, 1 << 20));
+  attention->add_option("-H,--heads", heads, "heads (batch x heads sequences)")
+      ->check(CLI::Range(1, 1 << 20));
+  attention->add_option("-T,--lengths", lengths, "sequence lengths T")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 24));
+  attention->add_option("-E,--head-dim", head_width, "head width E")->check(CLI::Range(1, 1 << 20));
+  attention->add_option("-t,--types", attention_types, "bf16, fp32")->delimiter(',');
+  add_common(*attention, attention_o);
 
   common_options coll_o;
   bool nccl = false, check = true;
@@ -180,6 +235,9 @@ int main(int argc, char** argv) {
       return run_gemm(sizes, types, gemm_o, command);
     }
     if (*kernels) return run_kernels(b::parse_bytes(elements), row_length, kernels_o, command);
+    if (*attention)
+      return run_attention(batch, heads, lengths, head_width, attention_types, attention_o,
+                           command);
     return run_collectives(nccl, ranks, b::size_sweep(b::parse_bytes(coll_min), b::parse_bytes(coll_max), 2), ops,
                            check, coll_o, command);
   } catch (const std::exception& e) {

@@ -1,6 +1,6 @@
 // The measurements of tpx-bench-cuda, as plain functions and rows, so that the command line,
 // the tables and the JSON (main.cpp, host code) stay out of the nvcc-compiled files that do the
-// GPU work (gemm.cu, kernels.cu, collectives.cu), which keeps the CUDA build short.
+// GPU work (gemm.cu, kernels.cu, attention.cu, collectives.cu), which keeps the CUDA build short.
 //
 // Every function needs a GPU; main.cpp checks for one first. Times are CUDA-event or
 // synchronized wall-clock times of back-to-back calls after warm-up calls: the mean per call.
@@ -36,6 +36,27 @@ struct bandwidth_row {
   double ratio = 0;  // gbps / memcpy_gbps (target >= 0.8 for elementwise and norms)
 };
 std::vector<bandwidth_row> measure_kernels(std::int64_t elements, std::int64_t row_length, int iters, int warmup);
+
+// Fused causal attention alone (tpx::cuda::fused_attention_forward and _backward, the kernels
+// under nn::fused_causal_attention_*), q, k, v [batch x heads, t_len, e] row-major, scale
+// 1/sqrt(e). TFLOP/s count FlashAttention's benchmarks' FLOPs: the forward 4 B H T^2 E / 2 (two
+// matrix products, halved by the causal mask), the backward 2.5 times that; so the figures compare
+// with PyTorch's SDPA timed the same way (bench/peers/torch_sdpa.py).
+struct attention_row {
+  std::string type;  // bf16, fp32
+  std::int64_t batch = 0, heads = 0, t_len = 0, e = 0;
+  double forward_ms = 0,
+         backward_ms = 0;  // per call; the backward includes delta = rowdot(dout, out)
+  double forward_tflops = 0, backward_tflops = 0;
+  // Largest |device - host| over out, dq, dk and dv of the first sequence, divided by the largest
+  // |host| there: the host twin (tensor/host_fused_attention.hpp) on the same inputs, so that a
+  // fast kernel that computes something else shows.
+  double max_rel_diff = 0;
+};
+std::vector<attention_row> measure_attention(std::int64_t batch, std::int64_t heads,
+                                             const std::vector<std::int64_t>& lengths, int e,
+                                             const std::vector<std::string>& types, int iters,
+                                             int warmup);
 
 // Collectives in nccl-tests' terms (bench/collectives.cpp says what size, algbw and busbw mean).
 struct collective_row {

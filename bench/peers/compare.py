@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""compare.py: tpx-train against the same model in JAX (host) or PyTorch (GPU), from one run.
+"""compare.py: tpx against the same work in JAX (host) or PyTorch (GPU), from one run.
 
 Issue 9 asks that the typed trainer be at least as fast as the untyped frameworks on the same
 model, measured side by side on the same machine in one run, so that load and clock changes hit
@@ -22,6 +22,13 @@ both. This script runs them and prints the table and the ratios:
     fused AdamW, bf16 autocast) eager and torch.compile, at GPT-2 124M's shape (B=16, T=1024, 12 heads of 64, F=3072, L=12, V=50304) and the test size;
     tokens/s, MFU against --peak-tflops and the ratios (target: tpx >= 1.1x torch.compile).
     Written without a GPU at hand: not yet run on one.
+  --attention (issue 11): the fused causal attention kernels alone (tpx-bench-cuda attention)
+    against PyTorch's scaled_dot_product_attention with the flash backend (bench/peers/
+    torch_sdpa.py), forward and backward, at B=16 x H=12 heads of E=64, T=1024 and 4096, bf16
+    (--attention-types bf16,fp32 adds fp32, where SDPA has no flash kernel); ms per call,
+    TFLOP/s as FlashAttention counts them (forward 4 B H T^2 E / 2, backward 2.5x) and the speed
+    ratios SDPA ms / tpx ms (target: >= 0.9 forward and backward). Written without a GPU at
+    hand: not yet run on one.
 
 On a shared machine --rounds R runs every host configuration R times, alternating the order, and
 keeps each one's best round (the JSON keeps every round, with the load average before each run).
@@ -35,6 +42,7 @@ run under --python (default: this interpreter), which needs jax (host) or torch 
   python3 bench/peers/compare.py --tpx build/default/examples/tpx-train --json peers.json
   python3 bench/peers/compare.py --gpu                    # on a GPU machine
   python3 bench/peers/compare.py --gpt                    # the GPT example, on a GPU machine
+  python3 bench/peers/compare.py --attention              # the attention kernel, on a GPU machine
 """
 import argparse
 import json
@@ -76,9 +84,14 @@ def find_binary(given, defaults, what):
     sys.exit(f"compare: no {what} at {given or ' or '.join(defaults)} (build it, or pass its path)")
 
 
+SKIPPED = 77  # what tpx's CUDA programs exit with when there is no GPU
+
+
 def run(cmd, env=None, timeout=1800):
     print("  $ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode == SKIPPED:
+        sys.exit(f"compare: {os.path.basename(cmd[0])} {p.stdout.strip()}")
     if p.returncode != 0:
         sys.stderr.write(p.stdout + p.stderr)
         raise RuntimeError(f"exit {p.returncode}: {' '.join(cmd)}")
@@ -340,17 +353,80 @@ def gpt(a):
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+def attention(a):
+    tpx = find_binary(a.tpx_bench_cuda, ["build/cuda/bench/cuda/tpx-bench-cuda"], "tpx-bench-cuda")
+    workdir = tempfile.mkdtemp(prefix="tpx-peers-attention-")
+    binary = os.path.join(workdir, os.path.basename(tpx))
+    shutil.copy2(tpx, binary)
+    b, h, e = a.attention_batch, a.attention_heads, a.attention_head_dim
+    n, w = a.gpu_steps, a.gpu_warmup
+    print(f"compare --attention: {tpx} (run from a copy) against bench/peers/torch_sdpa.py with "
+          f"{a.python}; causal, {b} x {h} heads of {e}, T={a.attention_lengths}, "
+          f"{a.attention_types}, {n} timed calls after {w}")
+    tpx_json = os.path.join(workdir, "attention.json")
+    run([binary, "attention", "-B", str(b), "-H", str(h), "-E", str(e), "-T", a.attention_lengths,
+         "-t", a.attention_types, "-n", str(n), "-w", str(w), "--json", tpx_json])
+    with open(tpx_json) as f:
+        tpx_rows = json.load(f)["rows"]
+    sdpa = run_peer(a.python, "torch_sdpa.py",
+                    ["--device", a.torch_device, "--types", a.attention_types, "--batch", str(b),
+                     "--heads", str(h), "--head-dim", str(e), "--lengths", a.attention_lengths,
+                     "--steps", str(n), "--warmup", str(w)])
+    sdpa_rows = {(r["type"], r["t"]): r for r in sdpa["rows"]}
+    target = 0.9
+    print()
+    print(f"ms per call (TFLOP/s); ratio = SDPA ms / tpx ms (target >= {target}); "
+          f"PyTorch {sdpa['version']} on {sdpa['device_name']}")
+    print("| shape | tpx forward | SDPA forward | ratio | tpx backward | SDPA backward | ratio "
+          "| SDPA backend | tpx max rel diff |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    results, missed = [], []
+    for r in tpx_rows:
+        peer = sdpa_rows[(r["type"], r["t"])]
+        row = {"tpx": r, "sdpa": peer}
+        cells = []
+        for way in ("forward", "backward"):
+            ratio = peer[f"{way}_ms"] / r[f"{way}_ms"]
+            row[f"{way}_ratio"] = ratio
+            if ratio < target:
+                missed.append(f"{r['type']} T={r['t']} {way} {ratio:.2f}")
+            cells += [f"{r[f'{way}_ms']:.3f} ({r[f'{way}_tflops']:.1f})",
+                      f"{peer[f'{way}_ms']:.3f} ({peer[f'{way}_tflops']:.1f})", f"{ratio:.2f}"]
+        results.append(row)
+        print(f"| {r['type']} {b}x{h}, T={r['t']}, E={e} | " + " | ".join(cells) +
+              f" | {peer['backend']} | {r['max_rel_diff']:.2g} |")
+    print()
+    print(f"target >= {target}x SDPA forward and backward: " +
+          ("met" if not missed else "NOT met (" + ", ".join(missed) + ")"))
+    if a.json:
+        with open(a.json, "w") as out:
+            json.dump({"bench": "peers-attention", "tpx": tpx, "target": target, "torch": sdpa,
+                       "results": results}, out, indent=1)
+        print(f"json: {a.json}")
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpu", action="store_true", help="tpx-train-cuda against PyTorch on one GPU")
     p.add_argument("--gpt", action="store_true",
                    help="tpx-gpt-cuda against bench/peers/torch_gpt.py on one GPU (issue 11)")
+    p.add_argument("--attention", action="store_true",
+                   help="tpx's fused attention kernels against PyTorch's SDPA (flash) on one GPU "
+                        "(issue 11)")
     p.add_argument("--tpx", help="tpx-train (default build/default/examples/tpx-train, "
                                  "else build/dev/examples/tpx-train)")
     p.add_argument("--tpx-cuda", help="tpx-train-cuda (default build/cuda/examples/tpx-train-cuda, "
                                       "else build/dev-cuda/examples/tpx-train-cuda)")
     p.add_argument("--tpx-gpt-cuda", help="tpx-gpt-cuda (default build/cuda/examples/tpx-gpt-cuda)")
+    p.add_argument("--tpx-bench-cuda",
+                   help="tpx-bench-cuda (default build/cuda/bench/cuda/tpx-bench-cuda)")
+    p.add_argument("--attention-batch", type=int, default=16)
+    p.add_argument("--attention-heads", type=int, default=12)
+    p.add_argument("--attention-head-dim", type=int, default=64)
+    p.add_argument("--attention-lengths", default="1024,4096", help="--attention: sequence lengths T")
+    p.add_argument("--attention-types", default="bf16", help="--attention: bf16, fp32 (comma-separated)")
     p.add_argument("--gpt-shapes", default="gpt2,small", help="--gpt shapes: gpt2,small")
     p.add_argument("--peak-tflops", type=float, default=989.0,
                    help="--gpt: the GPU's dense bf16 peak for MFU (H100 SXM: 989)")
@@ -373,7 +449,7 @@ def main():
                         "pointing at the host tpx-train); the figures then mean nothing")
     p.add_argument("--json", help="write every figure to this file")
     a = p.parse_args()
-    gpt(a) if a.gpt else gpu(a) if a.gpu else host(a)
+    attention(a) if a.attention else gpt(a) if a.gpt else gpu(a) if a.gpu else host(a)
 
 
 if __name__ == "__main__":
