@@ -1,7 +1,8 @@
 // Every CUDA kernel of tpx/cuda/kernels against the host running the same kernels/ functors on
 // the same inputs: elementwise (16-byte vector and element paths), bias add, the sums of partial
 // sums, reductions, RMSNorm and LayerNorm forward and backward, softmax and cross-entropy,
-// AdamW, random initialization and copy_box.
+// AdamW, random initialization, copy_box, and the tensor-core attention kernels against naive
+// attention in double.
 //
 // Tolerances, in units of roundoff: pure elementwise math agrees to a few ulps (nvcc fuses
 // a*b+c into FMAs; CUDA's tanhf, expf, logf differ from glibc's in the last bits); row
@@ -17,11 +18,13 @@
 #include <limits>
 #include <vector>
 
+#include "../support/attention_reference.hpp"
 #include "support/device_data.hpp"
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/cuda/kernels/adamw.hpp"
 #include "tpx/cuda/kernels/copy_box.hpp"
 #include "tpx/cuda/kernels/elementwise.hpp"
+#include "tpx/cuda/kernels/fused_attention.hpp"
 #include "tpx/cuda/kernels/norms.hpp"
 #include "tpx/cuda/kernels/random.hpp"
 #include "tpx/cuda/kernels/reduce.hpp"
@@ -335,4 +338,48 @@ TEST_CASE("copy_box on the device equals the host copy_box: memcpy, pitched and 
     cu::copy_box(gpu.stream(), gsrc.data(), shape, c.start, gdst.data(), c.dst_shape, c.dst_start, c.box);
     CHECK(mismatches(to_host(gpu, gdst), want, 0, fp32_unit) == 0);
   }
+}
+
+// The tensor-core attention kernels (cuda/kernels/flash_attention.hpp), reached through the
+// entry points the layers call, against naive attention in double on the same bf16 inputs:
+// the real mma and shuffles behind the block programs that tests/unit/flash_attention_test.cpp
+// checks on an emulated block. Widths 32, 64, 128; one row, partial tiles (T = 130) and a
+// sequence of 16 tiles (T = 1024, where the causal grid's heaviest-first order matters).
+// A misaligned array takes the CUDA-core kernels (checked by flash_attention_applies).
+TEST_CASE("tensor-core attention equals naive attention, forward and backward") {
+  cu::rank_resources gpu(0, {});
+  using tpx::testing::attention_case;
+  const auto run = [&]<int E>(attention_case c) {
+    CAPTURE(E);
+    CAPTURE(c.t_len);
+    const std::int64_t n = c.sequences * c.t_len * E, rows = c.sequences * c.t_len;
+    const auto q = tpx::testing::draws(n, 1), k = tpx::testing::draws(n, 2), v = tpx::testing::draws(n, 3),
+               dout = tpx::testing::draws(n, 4);
+    const tpx::testing::naive_attention want(c, E, q, k, v, dout);
+    const std::vector<float> delta(want.delta.begin(), want.delta.end());
+    auto gq = to_device(gpu, q), gk = to_device(gpu, k), gv = to_device(gpu, v), gdout = to_device(gpu, dout);
+    auto gdelta = to_device(gpu, delta);
+    cu::device_buffer<bf16> out(n, gpu.pool(), gpu.stream()), dq(n, gpu.pool(), gpu.stream()),
+        dk(n, gpu.pool(), gpu.stream()), dv(n, gpu.pool(), gpu.stream());
+    cu::device_buffer<float> lse(rows, gpu.pool(), gpu.stream());
+    REQUIRE(cu::flash_attention_applies(E, {gq.data(), out.data()}));
+    const float scale = 1.0f / std::sqrt(float(E));
+    cu::fused_attention_forward(gpu.stream(), c.sequences, c.t_len, E, scale, gq.data(), gk.data(), gv.data(),
+                                out.data(), lse.data());
+    cu::fused_attention_backward(gpu.stream(), c.sequences, c.t_len, E, scale, gq.data(), gk.data(), gv.data(),
+                                 gdout.data(), lse.data(), gdelta.data(), dq.data(), dk.data(), dv.data());
+    tpx::testing::check_close("out", to_host(gpu, out), want.out);
+    const std::vector<float> got_lse = to_host(gpu, lse);
+    for (std::int64_t i = 0; i < rows; ++i) CHECK(got_lse[i] == doctest::Approx(want.lse[i]).epsilon(1e-4));
+    tpx::testing::check_close("dq", to_host(gpu, dq), want.dq);
+    tpx::testing::check_close("dk", to_host(gpu, dk), want.dk);
+    tpx::testing::check_close("dv", to_host(gpu, dv), want.dv);
+  };
+  run.operator()<32>({3, 1});
+  run.operator()<64>({3, 130});
+  run.operator()<128>({2, 130});
+  run.operator()<64>({2, 1024});
+  cu::device_buffer<bf16> buffer(64 * 64 + 1, gpu.pool(), gpu.stream());
+  CHECK_FALSE(cu::flash_attention_applies(64, {buffer.data() + 1}));
+  CHECK_FALSE(cu::flash_attention_applies(48, {buffer.data()}));
 }

@@ -7,9 +7,10 @@
 // same functors (kernels/grid_terms.hpp); the device sums rows in a block tree and the embedding
 // gradient with atomics, in other orders than the host loops, so results agree to a few fp32 ulps
 // of the summed magnitudes: 1e-5 relative here. Fused attention over sequences of several tiles
-// (T = 70) and the widest head (E = 128) in fp32 (1e-5 relative) and bf16 (outputs rounded to
-// bf16 may land one bf16 ulp apart where nvcc fused a multiply-add: 1e-2 relative). Skipped
-// without a GPU.
+// (T = 70) and the widest head (E = 128) in fp32 (1e-5 relative) and bf16 (2e-2 relative: at
+// E = 64 and 128 bf16 runs on the tensor-core kernels, which round P and dS to bf16 before
+// their second product, as FlashAttention-2 does, where the host twin keeps them in fp32).
+// Skipped without a GPU.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -137,8 +138,8 @@ TEST_CASE("fused attention on the device equals its host twin, over several tile
       REQUIRE(device[a].size() == host[a].size());
       INFO(names[a] << " fp32: " << beyond(device[a], host[a], 1e-5) << " elements beyond 1e-5");
       CHECK(beyond(device[a], host[a], 1e-5) == 0);
-      INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], 1e-2) << " elements beyond 1e-2");
-      CHECK(beyond(device_bf16[a], host_bf16[a], 1e-2) == 0);
+      INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], 2e-2) << " elements beyond 2e-2");
+      CHECK(beyond(device_bf16[a], host_bf16[a], 2e-2) == 0);
     }
   }
 }

@@ -11,3 +11,13 @@
 #else
 #define TPX_HOST_DEVICE
 #endif
+
+// TPX_UNROLL before a loop asks nvcc to unroll it: a loop over a register fragment's elements
+// (kernels/flash_attention.hpp) must be unrolled for the fragment to stay in registers, and
+// nvcc's own heuristics stop short of the widest ones. Host compilers leave it to their
+// optimizer (g++ warns about an unknown #pragma unroll), so does nvcc's host pass.
+#if defined(__CUDA_ARCH__)
+#define TPX_UNROLL _Pragma("unroll")
+#else
+#define TPX_UNROLL
+#endif

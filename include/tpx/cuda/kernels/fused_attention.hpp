@@ -12,10 +12,11 @@
 // head width E at most kernels::fused_attention_max_head, instantiated for E up to 32, 64 and
 // 128. Every output element is written by one thread, so results do not depend on scheduling.
 //
-// This is the correctness-first form of the kernel, on CUDA cores in fp32 whatever the element
-// type: one thread per row keeps the causal mask and the online softmax simple and shared with
-// the host. The tensor-core form (bf16 tiles through mma, FlashAttention-2's warp split) is to be
-// written and tuned where it can be measured, against these kernels and the host twin.
+// These kernels run on CUDA cores in fp32 whatever the element type: one thread per row keeps
+// the causal mask and the online softmax simple and shared with the host. bf16 attention of
+// head width 32, 64 or 128 on an sm_80+ device takes the tensor-core kernels instead
+// (flash_attention.hpp, FlashAttention-2's warp split); these remain for fp32, other widths and
+// older devices.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,8 +24,11 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
+#include "tpx/core/bfloat16.hpp"
 #include "tpx/cuda/check.hpp"
+#include "tpx/cuda/kernels/flash_attention.hpp"
 #include "tpx/kernels/fused_attention.hpp"
 
 namespace tpx::cuda {
@@ -176,10 +180,17 @@ template <class T>
 void fused_attention_forward(cudaStream_t stream, std::int64_t sequences, std::int64_t t_len, int e,
                              float scale, const T* q, const T* k, const T* v, T* out, float* lse) {
   if (sequences <= 0 || t_len <= 0) return;
+  const dim3 grid = detail::attention_grid(sequences, t_len);
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (flash_attention_applies(e, {q, k, v, out})) {
+      flash_attention_forward(stream, sequences, t_len, e, scale, q, k, v, out, lse);
+      return;
+    }
+  }
   const std::size_t bytes = 2 * sizeof(T) * detail::attention_rows * e;
   detail::with_head_capacity(e, [&]<int MaxE>() {
     detail::fused_attention_forward_kernel<MaxE, T>
-        <<<detail::attention_grid(sequences, t_len), detail::attention_rows, bytes, stream>>>(
+        <<<grid, detail::attention_rows, bytes, stream>>>(
             t_len, e, scale, q, k, v, out, lse);
   });
   TPX_CUDA_CHECK(cudaGetLastError());
@@ -191,6 +202,12 @@ void fused_attention_backward(cudaStream_t stream, std::int64_t sequences, std::
                               const float* lse, const float* delta, T* dq, T* dk, T* dv) {
   if (sequences <= 0 || t_len <= 0) return;
   const dim3 grid = detail::attention_grid(sequences, t_len);
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (flash_attention_applies(e, {q, k, v, dout, dq, dk, dv})) {
+      flash_attention_backward(stream, sequences, t_len, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
+      return;
+    }
+  }
   const std::size_t dq_bytes = 2 * sizeof(T) * detail::attention_rows * e;
   const std::size_t dkdv_bytes = (sizeof(float) * (e + 2) + sizeof(T) * e) * detail::attention_rows;
   detail::with_head_capacity(e, [&]<int MaxE>() {

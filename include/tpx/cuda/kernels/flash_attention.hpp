@@ -1,0 +1,131 @@
+// Fused causal attention on tensor cores: the kernels that run kernels/flash_attention.hpp's
+// block programs (FlashAttention-2's tiling, mma.sync.m16n8k16 in bf16 with fp32 sums) on the
+// GPU, one block of 4 warps per 64 rows of one sequence:
+//   forward            a block per 64 queries: out, lse
+//   backward  dq       a block per 64 queries, over the key tiles they see
+//             dk, dv   a block per 64 keys, over the query tiles that see them
+// Blocks are launched heaviest first (the last rows of a sequence see the most tiles), so the
+// causal triangle's long blocks do not start last. The programs are the ones the host tests run
+// on an emulated block (tests/unit/flash_attention_test.cpp); the CUDA test compares these
+// kernels with the host twin (tests/cuda/nn_layers_test.cu).
+//
+// cuda::fused_attention_forward / _backward (fused_attention.hpp) send bf16 here when
+// flash_attention_applies: head width 32, 64 or 128, every array 16-byte aligned (the tiles are
+// staged with 16-byte loads), and a device of compute capability 8.0 or newer; everything else
+// takes the CUDA-core kernels.
+//
+// Registers (ptxas -v, sm_90): forward 90 / 128 / 168 at widths 32 / 64 / 128, dq 96 / 148 /
+// 232, dk-dv 162 / 218 / 255 with 80 bytes spilled at 128 (its K and V fragments and two
+// accumulators of E floats per lane); nothing else spills. Not yet run or timed on a GPU: the
+// tuning FlashAttention-2 does beyond this (ldmatrix loads, double-buffered cp.async staging,
+// 128-row blocks for the forward) waits for a measurement.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "tpx/core/bfloat16.hpp"
+#include "tpx/cuda/check.hpp"
+#include "tpx/cuda/kernels/warp_block.hpp"
+#include "tpx/kernels/flash_attention.hpp"
+
+namespace tpx::cuda {
+
+namespace detail {
+
+namespace flash = kernels::flash;
+
+// The block index of this block, heaviest (last rows) first.
+__device__ inline std::int64_t heaviest_first() { return gridDim.x - 1 - blockIdx.x; }
+
+template <int HeadDim>
+__global__ void __launch_bounds__(flash::threads) flash_forward_kernel(flash::arguments args) {
+  extern __shared__ __align__(16) unsigned char flash_staging[];
+  warp_block block(flash_staging);
+  flash::forward_block<HeadDim>(block, args, heaviest_first(), blockIdx.y);
+}
+
+template <int HeadDim>
+__global__ void __launch_bounds__(flash::threads) flash_dq_kernel(flash::arguments args) {
+  extern __shared__ __align__(16) unsigned char flash_staging[];
+  warp_block block(flash_staging);
+  flash::dq_block<HeadDim>(block, args, heaviest_first(), blockIdx.y);
+}
+
+template <int HeadDim>
+__global__ void __launch_bounds__(flash::threads) flash_dkdv_kernel(flash::arguments args) {
+  extern __shared__ __align__(16) unsigned char flash_staging[];
+  warp_block block(flash_staging);
+  // Key blocks: the first keys are seen by the most queries, so block 0 is the heaviest.
+  flash::dkdv_block<HeadDim>(block, args, blockIdx.x, blockIdx.y);
+}
+
+// Calls launch.template operator()<HeadDim>() for e = 32, 64 or 128.
+template <class Launch>
+void with_head_dim(int e, const Launch& launch) {
+  if (e == 32)
+    launch.template operator()<32>();
+  else if (e == 64)
+    launch.template operator()<64>();
+  else
+    launch.template operator()<128>();
+}
+
+inline dim3 flash_grid(std::int64_t sequences, std::int64_t t_len) {
+  return dim3(static_cast<unsigned>((t_len + flash::tile_rows - 1) / flash::tile_rows),
+              static_cast<unsigned>(sequences));
+}
+
+inline bool device_has_bf16_mma() {
+  int device = 0, major = 0;
+  TPX_CUDA_CHECK(cudaGetDevice(&device));
+  TPX_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
+}
+
+}  // namespace detail
+
+// Whether the tensor-core kernels take attention of head width e over these arrays.
+inline bool flash_attention_applies(int e, std::initializer_list<const void*> arrays) {
+  if (e != 32 && e != 64 && e != 128) return false;
+  for (const void* p : arrays)
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  return detail::device_has_bf16_mma();
+}
+
+// sequences <= 65535 (checked by the caller, cuda/kernels/fused_attention.hpp).
+inline void flash_attention_forward(cudaStream_t stream, std::int64_t sequences, std::int64_t t_len,
+                                    int e, float scale, const bf16* q, const bf16* k, const bf16* v,
+                                    bf16* out, float* lse) {
+  const kernels::flash::arguments args{t_len,   scale,   q,       k,       v,       out,    lse,
+                                       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  detail::with_head_dim(e, [&]<int HeadDim>() {
+    detail::flash_forward_kernel<HeadDim>
+        <<<detail::flash_grid(sequences, t_len), kernels::flash::threads,
+           kernels::flash::forward_shared_bytes<HeadDim>, stream>>>(args);
+  });
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+inline void flash_attention_backward(cudaStream_t stream, std::int64_t sequences,
+                                     std::int64_t t_len, int e, float scale, const bf16* q,
+                                     const bf16* k, const bf16* v, const bf16* dout,
+                                     const float* lse, const float* delta, bf16* dq, bf16* dk,
+                                     bf16* dv) {
+  const kernels::flash::arguments args{t_len, scale, q,     k,  v,  nullptr, nullptr,
+                                       lse,   dout,  delta, dq, dk, dv};
+  detail::with_head_dim(e, [&]<int HeadDim>() {
+    const dim3 grid = detail::flash_grid(sequences, t_len);
+    detail::flash_dq_kernel<HeadDim>
+        <<<grid, kernels::flash::threads, kernels::flash::forward_shared_bytes<HeadDim>, stream>>>(
+            args);
+    detail::flash_dkdv_kernel<HeadDim>
+        <<<grid, kernels::flash::threads, kernels::flash::dkdv_shared_bytes<HeadDim>, stream>>>(
+            args);
+  });
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tpx::cuda

@@ -1,0 +1,45 @@
+// warp_block: what a tensor-core block program (kernels/flash_attention.hpp) asks of the
+// hardware, on the GPU: the thread's lane and warp, __syncthreads, a full-warp shuffle, the
+// block's dynamic shared memory and mma.sync.m16n8k16 with bf16 inputs and fp32 accumulators
+// (sm_80 and newer; the dispatcher never launches these kernels on older devices). The host
+// tests run the same programs on tests/support/simt_block.hpp, which offers the same members.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tpx::cuda::detail {
+
+class warp_block {
+ public:
+  __device__ explicit warp_block(unsigned char* shared) : shared_(shared) {}
+  __device__ int lane() const { return static_cast<int>(threadIdx.x & 31u); }
+  __device__ int warp() const { return static_cast<int>(threadIdx.x >> 5); }
+  __device__ int thread() const { return static_cast<int>(threadIdx.x); }
+  __device__ unsigned char* shared() const { return shared_; }
+  __device__ void sync() const { __syncthreads(); }
+  __device__ float shfl_xor(float value, int mask) const {
+    return __shfl_xor_sync(0xffffffffu, value, mask);
+  }
+
+  // d += a b over one warp (the fragment layouts: kernels/mma_fragments.hpp).
+  __device__ void mma(float (&d)[4], const std::uint32_t (&a)[4],
+                      const std::uint32_t (&b)[2]) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap();
+#endif
+  }
+
+ private:
+  unsigned char* shared_;
+};
+
+}  // namespace tpx::cuda::detail

@@ -1,0 +1,366 @@
+// Fused causal attention on tensor cores, bf16: the block programs of the CUDA kernels
+// (cuda/kernels/flash_attention.hpp), written once for any `Block` that supplies a thread's
+// lane and warp, __syncthreads, a warp shuffle and the m16n8k16 mma. On the GPU that is the
+// hardware (cuda/kernels/warp_block.hpp); in the host tests it is an emulated block of threads
+// (tests/support/simt_block.hpp), so the tiling, masking, online softmax and fragment handling
+// run and are checked on a machine without a GPU.
+//
+// The math is kernels/fused_attention.hpp's (FlashAttention-2's forward and backward), arranged
+// as FlashAttention-2 arranges it for tensor cores: a block of 4 warps takes 64 rows, each warp
+// 16 of them, and walks tiles of 64 rows of the other side staged in shared memory.
+//   forward  per block of 64 queries: S = Q K^T (Q's fragments stay in registers), the online
+//            softmax on S's accumulators (a row's 64 scores are spread over the 4 lanes of a
+//            group: two shuffles find its maximum), then O += P V with P taken from S's
+//            accumulators as the A operand; out = O / l, lse = m + log l.
+//   dq       per block of 64 queries, over the key tiles it sees: P = exp(S - lse) recomputed,
+//            dP = dO V^T, dS = P (dP - delta), dQ += dS K.
+//   dk, dv   per block of 64 keys, over the query tiles that see it (t >= s): S^T = K Q^T,
+//            P^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+// Scores are formed as q . k in fp32 from bf16 products, then scaled; exponentials are base 2
+// on scores pre-multiplied by log2(e) (one multiply, and exp2 is the hardware's instruction).
+// P and dS are rounded to bf16 to enter the second product, as in FlashAttention-2; every sum
+// is fp32. Each output element is written by one lane: results do not depend on scheduling.
+//
+// Shapes: q, k, v, out, dout, dq, dk, dv are [sequences, T, E] row-major bf16, lse and delta
+// [sequences, T] fp32; E is HeadDim, a multiple of 16 (32, 64, 128 are instantiated).
+#pragma once
+
+#include <math.h>  // exp2f, log2f, fmaxf, INFINITY
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tpx/core/bfloat16.hpp"
+#include "tpx/core/config.hpp"
+#include "tpx/kernels/mma_fragments.hpp"
+
+namespace tpx::kernels::flash {
+
+inline constexpr int tile_rows = 64;  // rows of a block, and of a staged tile
+inline constexpr int warps = 4;       // each owns 16 rows of the block
+inline constexpr int threads = 32 * warps;
+inline constexpr int pitch_padding = 8;  // elements after each staged row: the 8 rows
+                                         // a fragment load touches fall in distinct banks
+inline constexpr float log2e = 1.4426950408889634f;
+inline constexpr float ln2 = 0.6931471805599453f;
+
+template <int HeadDim>
+inline constexpr int pitch = HeadDim + pitch_padding;
+
+// Shared memory each block program needs.
+template <int HeadDim>
+inline constexpr std::size_t forward_shared_bytes = 2 * tile_rows* pitch<HeadDim> * sizeof(bf16);
+template <int HeadDim>
+inline constexpr std::size_t dkdv_shared_bytes = 2 * tile_rows* pitch<HeadDim> * sizeof(bf16) +
+                                                 2 * tile_rows * sizeof(float);
+
+struct arguments {
+  std::int64_t t_len;
+  float scale;  // 1 / sqrt(E)
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  bf16* out;  // forward's results
+  float* lse_out;
+  const float* lse;  // backward's inputs
+  const bf16* dout;
+  const float* delta;
+  bf16* dq;
+  bf16* dk;
+  bf16* dv;
+};
+
+namespace detail {
+
+TPX_HOST_DEVICE inline std::int64_t least(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+
+// Rows [0, rows) of a [*, HeadDim] array into a [tile_rows, pitch] tile, rows past `rows` zero.
+// Chunks of 8 elements (16 bytes: one vector load per thread on the device).
+template <int HeadDim, class Block>
+TPX_HOST_DEVICE void stage(Block& block, const bf16* src, std::int64_t rows, bf16* tile) {
+  constexpr int chunks = HeadDim / 8;
+  for (int c = block.thread(); c < tile_rows * chunks; c += threads) {
+    const int r = c / chunks, col = (c % chunks) * 8;
+    bf16* to = tile + r * pitch<HeadDim> + col;
+#if defined(__CUDA_ARCH__)
+    *reinterpret_cast<uint4*>(to) = r < rows
+                                        ? *reinterpret_cast<const uint4*>(src + r * HeadDim + col)
+                                        : make_uint4(0, 0, 0, 0);
+#else
+    TPX_UNROLL
+    for (int i = 0; i < 8; ++i) to[i] = r < rows ? src[r * HeadDim + col + i] : bf16(0.0f);
+#endif
+  }
+}
+
+// acc[n][*] = rows(16) x 64 columns of A (registers, HeadDim / 16 k-steps) times the transpose
+// of a staged tile (64 rows at pitch): acc[n] covers tile rows 8n .. 8n + 7.
+template <int HeadDim, class Block>
+TPX_HOST_DEVICE void times_tile_transposed(Block& block, const std::uint32_t (&a)[HeadDim / 16][4],
+                                           const bf16* tile, mma::lane_coordinates at,
+                                           float (&acc)[8][4]) {
+  TPX_UNROLL
+  for (int n = 0; n < 8; ++n) {
+    TPX_UNROLL
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0;
+    TPX_UNROLL
+    for (int kk = 0; kk < HeadDim / 16; ++kk) {
+      std::uint32_t b[2];
+      mma::load_b_transposed(b, tile + 8 * n * pitch<HeadDim> + 16 * kk, pitch<HeadDim>, at);
+      block.mma(acc[n], a[kk], b);
+    }
+  }
+}
+
+// out[e][*] += P (16 x 64, as accumulators p[8][4], rounded to bf16) times a staged tile
+// (64 rows x HeadDim): out[e] covers columns 8e .. 8e + 7.
+template <int HeadDim, class Block>
+TPX_HOST_DEVICE void accumulate_times_tile(Block& block, const float (&p)[8][4], const bf16* tile,
+                                           mma::lane_coordinates at, float (&out)[HeadDim / 8][4]) {
+  TPX_UNROLL
+  for (int kk = 0; kk < 4; ++kk) {
+    std::uint32_t a[4];
+    mma::a_from_accumulators(a, p[2 * kk], p[2 * kk + 1]);
+    TPX_UNROLL
+    for (int e = 0; e < HeadDim / 8; ++e) {
+      std::uint32_t b[2];
+      mma::load_b(b, tile + 16 * kk * pitch<HeadDim> + 8 * e, pitch<HeadDim>, at);
+      block.mma(out[e], a, b);
+    }
+  }
+}
+
+// The maximum over the 4 lanes of a group (the lanes holding one row's columns).
+template <class Block>
+TPX_HOST_DEVICE float group_max(Block& block, float x) {
+  x = fmaxf(x, block.shfl_xor(x, 1));
+  return fmaxf(x, block.shfl_xor(x, 2));
+}
+template <class Block>
+TPX_HOST_DEVICE float group_sum(Block& block, float x) {
+  x += block.shfl_xor(x, 1);
+  return x + block.shfl_xor(x, 2);
+}
+
+// Loads the warp's 16 rows (starting at `first`, of a sequence of t_len rows) of a [*, HeadDim]
+// array as A fragments.
+template <int HeadDim>
+TPX_HOST_DEVICE void load_rows(std::uint32_t (&a)[HeadDim / 16][4], const bf16* m,
+                               std::int64_t first, std::int64_t t_len, mma::lane_coordinates at) {
+  const int valid = static_cast<int>(least(16, t_len - first));
+  TPX_UNROLL
+  for (int kk = 0; kk < HeadDim / 16; ++kk)
+    mma::load_a(a[kk], m + first * HeadDim + 16 * kk, HeadDim, valid, at);
+}
+
+// Writes scale times the warp's 16 x HeadDim accumulators to rows first.. of a [*, HeadDim] array.
+template <int HeadDim>
+TPX_HOST_DEVICE void store_rows(const float (&acc)[HeadDim / 8][4], float scale, std::int64_t first,
+                                std::int64_t t_len, mma::lane_coordinates at, bf16* m) {
+  TPX_UNROLL
+  for (int e = 0; e < HeadDim / 8; ++e) {
+    TPX_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const std::int64_t row = first + mma::accumulator_row(at, i);
+      if (row < t_len)
+        m[row * HeadDim + 8 * e + mma::accumulator_column(at, i)] = bf16(scale * acc[e][i]);
+    }
+  }
+}
+
+// What the lanes of a query block (forward, dq) work from: the key and value tiles in shared
+// memory, the lane's fragment coordinates, where the sequence starts, the warp's first row and
+// the block's last row (its key tiles are those up to it).
+template <int HeadDim>
+struct query_block {
+  bf16* k_tile;
+  bf16* v_tile;
+  mma::lane_coordinates at;
+  std::int64_t t_len, base, first, last;
+
+  template <class Block>
+  TPX_HOST_DEVICE query_block(Block& block, const arguments& args, std::int64_t block_index,
+                              std::int64_t sequence)
+      : k_tile(reinterpret_cast<bf16*>(block.shared())),
+        v_tile(k_tile + tile_rows * pitch<HeadDim>),
+        at(block.lane()),
+        t_len(args.t_len),
+        base(sequence * args.t_len * HeadDim),
+        first(block_index * tile_rows + 16 * block.warp()),
+        last(least(block_index * tile_rows + tile_rows, args.t_len) - 1) {}
+
+  // Stages the key tile starting at key s0 and its values, and waits for the whole block.
+  template <class Block>
+  TPX_HOST_DEVICE void stage_keys(Block& block, const arguments& args, std::int64_t s0) const {
+    stage<HeadDim>(block, args.k + base + s0 * HeadDim, t_len - s0, k_tile);
+    stage<HeadDim>(block, args.v + base + s0 * HeadDim, t_len - s0, v_tile);
+    block.sync();
+  }
+
+  // Whether element i of the lane's accumulators n of the scores against the key tile at s0
+  // is a key its query row sees (key <= row, and key inside the sequence).
+  TPX_HOST_DEVICE bool sees(std::int64_t s0, int n, int i) const {
+    const std::int64_t row = first + mma::accumulator_row(at, i);
+    const std::int64_t key = s0 + 8 * n + mma::accumulator_column(at, i);
+    return key <= row && key < t_len;
+  }
+};
+
+}  // namespace detail
+
+// Forward of query block `block_index` of sequence `sequence`: out and lse of its rows.
+template <int HeadDim, class Block>
+TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int64_t block_index,
+                                   std::int64_t sequence) {
+  static_assert(HeadDim % 16 == 0, "the head width must be a multiple of 16 for tensor cores");
+  const detail::query_block<HeadDim> self(block, args, block_index, sequence);
+  const auto& [k_tile, v_tile, at, t_len, base, first, last] = self;
+  std::uint32_t q[HeadDim / 16][4];
+  detail::load_rows<HeadDim>(q, args.q + base, first, t_len, at);
+  const float score_scale = args.scale * log2e;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, o[HeadDim / 8][4] = {};
+  for (std::int64_t s0 = 0; s0 <= last; s0 += tile_rows) {
+    self.stage_keys(block, args, s0);
+    float s[8][4];
+    detail::times_tile_transposed<HeadDim>(block, q, k_tile, at, s);
+    float tile_max[2] = {-INFINITY, -INFINITY};
+    TPX_UNROLL
+    for (int n = 0; n < 8; ++n) {
+      TPX_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        s[n][i] = self.sees(s0, n, i) ? score_scale * s[n][i] : -INFINITY;
+        tile_max[i >> 1] = fmaxf(tile_max[i >> 1], s[n][i]);
+      }
+    }
+    TPX_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const float m_new = fmaxf(m[h], detail::group_max(block, tile_max[h]));
+      // A row that has seen no key yet (only rows past T) keeps m = -inf: no rescale, p = 0.
+      const float rescale = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
+      m[h] = m_new;
+      l[h] *= rescale;
+      TPX_UNROLL
+      for (int e = 0; e < HeadDim / 8; ++e) {
+        o[e][2 * h] *= rescale;
+        o[e][2 * h + 1] *= rescale;
+      }
+      TPX_UNROLL
+      for (int n = 0; n < 8; ++n) {
+        TPX_UNROLL
+        for (int j = 2 * h; j < 2 * h + 2; ++j) {
+          s[n][j] = m_new == -INFINITY ? 0.0f : exp2f(s[n][j] - m_new);
+          l[h] += s[n][j];
+        }
+      }
+    }
+    detail::accumulate_times_tile<HeadDim>(block, s, v_tile, at, o);
+    block.sync();
+  }
+  TPX_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const float sum = detail::group_sum(block, l[h]);
+    const std::int64_t row = first + at.group + 8 * h;
+    if (row >= t_len) continue;
+    TPX_UNROLL
+    for (int e = 0; e < HeadDim / 8; ++e) {
+      TPX_UNROLL
+      for (int j = 0; j < 2; ++j)
+        args.out[base + row * HeadDim + 8 * e + 2 * at.pair + j] = bf16(o[e][2 * h + j] / sum);
+    }
+    if (at.pair == 0) args.lse_out[sequence * t_len + row] = (m[h] + log2f(sum)) * ln2;
+  }
+}
+
+// dq of query block `block_index` of sequence `sequence`.
+template <int HeadDim, class Block>
+TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t block_index,
+                              std::int64_t sequence) {
+  const detail::query_block<HeadDim> self(block, args, block_index, sequence);
+  const auto& [k_tile, v_tile, at, t_len, base, first, last] = self;
+  std::uint32_t q[HeadDim / 16][4], dout[HeadDim / 16][4];
+  detail::load_rows<HeadDim>(q, args.q + base, first, t_len, at);
+  detail::load_rows<HeadDim>(dout, args.dout + base, first, t_len, at);
+  float lse[2], delta[2];  // of rows group and group + 8, lse in base 2
+  TPX_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const std::int64_t row = first + at.group + 8 * h;
+    lse[h] = row < t_len ? args.lse[sequence * t_len + row] * log2e : 0.0f;
+    delta[h] = row < t_len ? args.delta[sequence * t_len + row] : 0.0f;
+  }
+  const float score_scale = args.scale * log2e;
+  float dq[HeadDim / 8][4] = {};
+  for (std::int64_t s0 = 0; s0 <= last; s0 += tile_rows) {
+    self.stage_keys(block, args, s0);
+    float ds[8][4], dp[8][4];
+    detail::times_tile_transposed<HeadDim>(block, q, k_tile, at, ds);
+    detail::times_tile_transposed<HeadDim>(block, dout, v_tile, at, dp);
+    TPX_UNROLL
+    for (int n = 0; n < 8; ++n) {
+      TPX_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const float p = self.sees(s0, n, i) ? exp2f(score_scale * ds[n][i] - lse[i >> 1]) : 0.0f;
+        ds[n][i] = p * (dp[n][i] - delta[i >> 1]);
+      }
+    }
+    detail::accumulate_times_tile<HeadDim>(block, ds, k_tile, at, dq);
+    block.sync();
+  }
+  detail::store_rows<HeadDim>(dq, args.scale, first, t_len, at, args.dq + base);
+}
+
+// dk and dv of key block `block_index` of sequence `sequence`.
+template <int HeadDim, class Block>
+TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_t block_index,
+                                std::int64_t sequence) {
+  constexpr int P = pitch<HeadDim>;
+  bf16* q_tile = reinterpret_cast<bf16*>(block.shared());
+  bf16* dout_tile = q_tile + tile_rows * P;
+  float* lse_tile = reinterpret_cast<float*>(dout_tile + tile_rows * P);  // base 2
+  float* delta_tile = lse_tile + tile_rows;
+  const mma::lane_coordinates at(block.lane());
+  const std::int64_t t_len = args.t_len, base = sequence * t_len * HeadDim;
+  const std::int64_t first = block_index * tile_rows + 16 * block.warp();  // the warp's first key
+  std::uint32_t k[HeadDim / 16][4], v[HeadDim / 16][4];
+  detail::load_rows<HeadDim>(k, args.k + base, first, t_len, at);
+  detail::load_rows<HeadDim>(v, args.v + base, first, t_len, at);
+  const float score_scale = args.scale * log2e;
+  float dk[HeadDim / 8][4] = {}, dv[HeadDim / 8][4] = {};
+  for (std::int64_t t0 = block_index * tile_rows; t0 < t_len;
+       t0 += tile_rows) {  // queries seeing it
+    detail::stage<HeadDim>(block, args.q + base + t0 * HeadDim, t_len - t0, q_tile);
+    detail::stage<HeadDim>(block, args.dout + base + t0 * HeadDim, t_len - t0, dout_tile);
+    for (int j = block.thread(); j < tile_rows; j += threads) {
+      const bool real = t0 + j < t_len;
+      lse_tile[j] = real ? args.lse[sequence * t_len + t0 + j] * log2e : 0.0f;
+      delta_tile[j] = real ? args.delta[sequence * t_len + t0 + j] : 0.0f;
+    }
+    block.sync();
+    float p[8][4], dp[8][4];
+    detail::times_tile_transposed<HeadDim>(block, k, q_tile, at, p);  // S^T: keys x queries
+    TPX_UNROLL
+    for (int n = 0; n < 8; ++n) {
+      TPX_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const std::int64_t key = first + mma::accumulator_row(at, i);
+        const int column = 8 * n + mma::accumulator_column(at, i);
+        const std::int64_t query = t0 + column;
+        p[n][i] =
+            key <= query && query < t_len ? exp2f(score_scale * p[n][i] - lse_tile[column]) : 0.0f;
+      }
+    }
+    detail::accumulate_times_tile<HeadDim>(block, p, dout_tile, at, dv);
+    detail::times_tile_transposed<HeadDim>(block, v, dout_tile, at, dp);  // dP^T
+    TPX_UNROLL
+    for (int n = 0; n < 8; ++n) {
+      TPX_UNROLL
+      for (int i = 0; i < 4; ++i)
+        p[n][i] *= dp[n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
+    }
+    detail::accumulate_times_tile<HeadDim>(block, p, q_tile, at, dk);
+    block.sync();
+  }
+  detail::store_rows<HeadDim>(dk, args.scale, first, t_len, at, args.dk + base);
+  detail::store_rows<HeadDim>(dv, 1.0f, first, t_len, at, args.dv + base);
+}
+
+}  // namespace tpx::kernels::flash

@@ -1,0 +1,127 @@
+// simt_block: one CUDA thread block emulated on host threads, so that a block program written
+// for the GPU (kernels/flash_attention.hpp) runs, and is checked, on a machine without one.
+//
+// run(program) starts one std::thread per CUDA thread and calls program(thread) on each, where
+// `thread` offers what the block programs use of the hardware: its lane and warp, sync()
+// (__syncthreads), shfl_xor (__shfl_xor_sync over the full warp), mma (mma.sync.m16n8k16,
+// bf16 inputs, fp32 accumulators: d += a b) and the block's shared memory. Warp-wide operations
+// meet at a barrier of the warp: each lane posts its operands, every lane reads what it needs,
+// and a second barrier frees the slots for the next operation. Like the hardware, every lane
+// (thread) must reach every warp operation (barrier) in the same order; a program that does not
+// deadlocks here as it would misbehave there.
+//
+// mma is written from the PTX ISA's fragment table ("Matrix Fragments for mma.m16n8k16"),
+// element by element, independently of kernels/mma_fragments.hpp, which the kernels use to load
+// their operands: a test that passes here has the kernels' loads agree with the documented
+// layout. Products of bf16 are exact in fp32; the sum runs in k order (the hardware's order
+// within an mma is unspecified, so results agree to fp32 rounding).
+#pragma once
+
+#include <barrier>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <tpx/core/bfloat16.hpp>
+#include <vector>
+
+namespace tpx::testing {
+
+class simt_block {
+  struct lane_slot {  // what a lane posts for a warp-wide operation
+    std::uint32_t a[4];
+    std::uint32_t b[2];
+    float value;
+  };
+
+ public:
+  class thread_context;
+
+  simt_block(int warps, std::size_t shared_bytes)
+      : warps_(warps),
+        shared_(shared_bytes),
+        block_barrier_(32 * warps),
+        slots_(32 * static_cast<std::size_t>(warps)) {
+    warp_barriers_.reserve(warps);
+    for (int w = 0; w < warps; ++w) warp_barriers_.push_back(std::make_unique<std::barrier<>>(32));
+  }
+
+  // Runs program(thread_context&) on every thread of the block; returns when all have returned.
+  template <class Program>
+  void run(const Program& program) {
+    std::vector<std::jthread> threads;
+    threads.reserve(32 * static_cast<std::size_t>(warps_));
+    for (int t = 0; t < 32 * warps_; ++t)
+      threads.emplace_back([this, t, &program] {
+        thread_context context(*this, t);
+        program(context);
+      });
+  }
+
+  class thread_context {
+   public:
+    int lane() const { return index_ % 32; }
+    int warp() const { return index_ / 32; }
+    int thread() const { return index_; }
+    unsigned char* shared() { return block_.shared_.data(); }
+    void sync() { block_.block_barrier_.arrive_and_wait(); }
+
+    float shfl_xor(float value, int mask) {
+      slot().value = value;
+      warp_barrier().arrive_and_wait();
+      const float other = block_.slots_[warp() * 32 + (lane() ^ mask)].value;
+      warp_barrier().arrive_and_wait();
+      return other;
+    }
+
+    void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+      for (int i = 0; i < 4; ++i) slot().a[i] = a[i];
+      for (int i = 0; i < 2; ++i) slot().b[i] = b[i];
+      warp_barrier().arrive_and_wait();
+      float a_matrix[16][16], b_matrix[16][8];
+      for (int l = 0; l < 32; ++l) {
+        const lane_slot& s = block_.slots_[warp() * 32 + l];
+        const int group = l / 4, pair = l % 4;
+        for (int i = 0; i < 8; ++i) {  // a0..a7: register i / 2, half i % 2
+          const int row = group + 8 * ((i / 2) % 2), col = 2 * pair + (i % 2) + 8 * (i / 4);
+          a_matrix[row][col] = element(s.a[i / 2], i % 2);
+        }
+        for (int i = 0; i < 4; ++i) {  // b0..b3
+          const int row = 2 * pair + (i % 2) + 8 * (i / 2), col = group;
+          b_matrix[row][col] = element(s.b[i / 2], i % 2);
+        }
+      }
+      const int group = lane() / 4, pair = lane() % 4;
+      for (int i = 0; i < 4; ++i) {  // c0..c3
+        const int row = group + 8 * (i / 2), col = 2 * pair + (i % 2);
+        float sum = d[i];
+        for (int k = 0; k < 16; ++k) sum += a_matrix[row][k] * b_matrix[k][col];
+        d[i] = sum;
+      }
+      warp_barrier().arrive_and_wait();
+    }
+
+   private:
+    friend class simt_block;
+    thread_context(simt_block& block, int index) : block_(block), index_(index) {}
+    static float element(std::uint32_t reg, int half) {
+      bf16 x;
+      x.bits = static_cast<std::uint16_t>(half == 0 ? reg & 0xffffu : reg >> 16);
+      return static_cast<float>(x);
+    }
+    lane_slot& slot() { return block_.slots_[index_]; }
+    std::barrier<>& warp_barrier() { return *block_.warp_barriers_[warp()]; }
+
+    simt_block& block_;
+    int index_;
+  };
+
+ private:
+  int warps_;
+  std::vector<unsigned char> shared_;
+  std::barrier<> block_barrier_;
+  std::vector<std::unique_ptr<std::barrier<>>> warp_barriers_;
+  std::vector<lane_slot> slots_;
+};
+
+}  // namespace tpx::testing
