@@ -6,16 +6,17 @@
 // row, dk and dv per key row, every sum in fp32), arranged for vector units instead of one thread
 // per row. A thread of the GPU computes one row's score against a key as a dot product; here that
 // dot product would be one chain of dependent additions, which neither vectorizes nor pipelines.
-// So each sequence's rows are staged once as fp32 columns as well as rows: the scores of a row
-// against a whole tile, x_j = sum_i a_i col_i[s0 + j], are tile-wide vector operations, one per
-// element i of the row, and the sums over a tile's rows (acc += p_j v_j, dq += ds_j k_j, ...) are
-// vector operations along the row. Every loop has a constant trip count (a tile, or 16 elements
-// of a row padded with zeros to a multiple of 16), which GCC vectorizes at -O2, and the whole
-// pass is compiled a second time for AVX2 + FMA and picked at run time (kernels/host_loop.hpp).
-// The exponentials are vectorizable_expf's. A score is the same sum of the same products, in the
-// same order, in the forward pass and in both backward passes (q k and k q alike), so the
-// recomputed probabilities are the forward's. Masked entries (keys after the query, rows past
-// the sequence) get the score -inf or an lse of +inf, so their probability is exactly 0.
+// So each sequence's rows are staged once in fp32, as columns and as rows, each array in the
+// forms its pass reads: the scores of a row against a whole tile, x_j = sum_i a_i col_i[s0 + j],
+// are tile-wide vector operations, one per element i of the row, and the sums over a tile's rows
+// (acc += p_j v_j, dq += ds_j k_j, ...) are vector operations along the row. Every loop has a
+// constant trip count (a tile, or 16 elements of a row padded with zeros to a multiple of 16),
+// which GCC vectorizes at -O2, and the whole pass is compiled a second time for AVX2 + FMA and
+// picked at run time (kernels/host_loop.hpp). The exponentials are vectorizable_expf's. A score is
+// the same sum of the same products, in the same order, in the forward pass and in both backward
+// passes (q k and k q alike), so the recomputed probabilities are the forward's. Masked entries
+// (keys after the query, rows past the sequence) get the score -inf or an lse of +inf, so their
+// probability is exactly 0.
 //
 // Layout (nn/fused_attention.hpp arranges it): q, k, v, out, dout [sequences, t_len, e]
 // row-major, lse and delta [sequences, t_len]; query t sees keys s <= t. Staging holds one
@@ -40,31 +41,41 @@ namespace fused_host {
 constexpr int tile = kernels::fused_attention_tile;
 constexpr int block = 16;  // the row padding: every vector width up to AVX-512 divides it
 
-// One sequence's [t_len, e] rows as fp32 times a factor, twice: as rows at a pitch of e rounded
-// up to `block`, and as columns, col(i)[t] = row t's element i, with room for a tile past the
-// last row, so that a tile of columns starting at any row can be read whole. Padding is zero.
+// Which forms of a sequence staged_rows keeps: the forward reads q and v as rows and k as
+// columns; the backward reads all four arrays both ways.
+enum class staging { rows = 1, columns = 2, both = 3 };
+
+// One sequence's [t_len, e] rows as fp32 times a factor, as rows at a pitch of e rounded up to
+// `block`, and/or as columns, col(i)[t] = row t's element i, with room for a tile past the last
+// row, so that a tile of columns starting at any row can be read whole. Padding is zero.
 struct staged_rows {
   std::int64_t t_len = 0, pitch = 0, column_pitch = 0;
   std::vector<float> rows, columns;
 
-  staged_rows(std::int64_t t, int e)
+  staged_rows(std::int64_t t, int e, staging forms = staging::both)
       : t_len(t),
         pitch((e + block - 1) / block * block),
         column_pitch(t + tile),
-        rows(static_cast<std::size_t>(t * pitch), 0.0f),
-        columns(static_cast<std::size_t>(pitch * column_pitch), 0.0f) {}
+        rows(has(forms, staging::rows) ? static_cast<std::size_t>(t * pitch) : 0, 0.0f),
+        columns(has(forms, staging::columns) ? static_cast<std::size_t>(pitch * column_pitch) : 0,
+                0.0f) {}
 
   template <class T>
   void load(const T* src, int e, float factor) {
     for (std::int64_t t = 0; t < t_len; ++t)
       for (int i = 0; i < e; ++i) {
         const float x = factor * static_cast<float>(src[t * e + i]);
-        rows[static_cast<std::size_t>(t * pitch + i)] = x;
-        columns[static_cast<std::size_t>(i * column_pitch + t)] = x;
+        if (!rows.empty()) rows[static_cast<std::size_t>(t * pitch + i)] = x;
+        if (!columns.empty()) columns[static_cast<std::size_t>(i * column_pitch + t)] = x;
       }
   }
   const float* row(std::int64_t t) const { return rows.data() + t * pitch; }
   const float* column_tile(std::int64_t first) const { return columns.data() + first; }
+
+ private:
+  static bool has(staging forms, staging form) {
+    return (static_cast<int>(forms) & static_cast<int>(form)) != 0;
+  }
 };
 
 // x[j] = sum_i a[i] col_i[j] for the tile of columns at `columns` (pitch column_pitch).
@@ -105,7 +116,8 @@ template <class T>
 [[gnu::always_inline]] inline void forward_pass(std::int64_t sequences, std::int64_t t_len, int e,
                                                 float scale, const T* q, const T* k, const T* v,
                                                 T* out, float* lse) {
-  staged_rows qs(t_len, e), ks(t_len, e), vs(t_len, e);
+  staged_rows qs(t_len, e, staging::rows), ks(t_len, e, staging::columns),
+      vs(t_len, e, staging::rows);
   std::vector<float> acc(static_cast<std::size_t>(qs.pitch));
   alignas(64) float x[tile], p[tile], m[tile];
   for (std::int64_t b = 0; b < sequences; ++b) {
