@@ -4,7 +4,8 @@
 // the forward, dq and dk/dv programs against naive causal attention in double on the same
 // bf16-rounded inputs, at head widths 32, 64 and 128, sequences of 1 row, one whole tile, and
 // several tiles with a partial last one (T = 130), so masking, tails and the online softmax's
-// rescaling all run.
+// rescaling all run. Under ThreadSanitizer the same run checks the programs' shared memory for
+// races between syncs (tests/support/simt_block.hpp).
 // Tolerances: the fragment tests are exact (integers below 2^8 and their sums are exact in bf16
 // and fp32). Outputs are bf16 and P and dS enter their second product rounded to bf16 (8
 // significant bits), so each of out, dq, dk, dv is within 1e-2 of its largest magnitude plus
