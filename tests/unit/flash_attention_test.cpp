@@ -3,7 +3,7 @@
 // the fragment loads of kernels/mma_fragments.hpp against exact products of small integers, and
 // the forward, dq and dk/dv programs against naive causal attention in double on the same
 // bf16-rounded inputs, at head widths 32, 64 and 128, sequences of 1 row, one whole tile, and
-// several tiles with a partial last one (T = 130), so masking, tails and the online softmax's
+// several tiles with a partial last one (T = 100, 130), so masking, tails and the online softmax's
 // rescaling all run. Under ThreadSanitizer the same run checks the programs' shared memory for
 // races between syncs (tests/support/simt_block.hpp).
 // Tolerances: the fragment tests are exact (integers below 2^8 and their sums are exact in bf16
@@ -129,14 +129,14 @@ void check_programs(const attention_case& c) {
                               dout.data(), delta.data(),
                               dq.data(),   dk.data(),
                               dv.data()};
-  const std::int64_t blocks = (c.t_len + flash::tile_rows - 1) / flash::tile_rows;
+  const auto blocks = [&](int rows) { return (c.t_len + rows - 1) / rows; };
   for (std::int64_t sq = 0; sq < c.sequences; ++sq)
-    for (std::int64_t b = 0; b < blocks; ++b) {
+    for (std::int64_t b = 0; b < blocks(flash::forward_block_rows<E>); ++b) {
       simt_block forward(flash::warps, flash::forward_shared_bytes<E>);
       forward.run([&](auto& t) { flash::forward_block<E>(t, args, b, sq); });
     }
   for (std::int64_t sq = 0; sq < c.sequences; ++sq)  // the backward reads every row's lse
-    for (std::int64_t b = 0; b < blocks; ++b) {
+    for (std::int64_t b = 0; b < blocks(flash::backward_block_rows); ++b) {
       simt_block dq_pass(flash::warps, flash::forward_shared_bytes<E>);
       dq_pass.run([&](auto& t) { flash::dq_block<E>(t, args, b, sq); });
       simt_block dkdv_pass(flash::warps, flash::dkdv_shared_bytes<E>);
@@ -154,6 +154,7 @@ TEST_CASE("tensor-core attention programs match naive causal attention") {
   check_programs<32>({2, 1});
   check_programs<64>({1, 64});
   check_programs<64>({2, 130});
+  check_programs<64>({1, 100});
   check_programs<32>({1, 200});
   check_programs<128>({1, 70});
 }

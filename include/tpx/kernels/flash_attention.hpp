@@ -6,9 +6,12 @@
 // run and are checked on a machine without a GPU.
 //
 // The math is kernels/fused_attention.hpp's (FlashAttention-2's forward and backward), arranged
-// as FlashAttention-2 arranges it for tensor cores: a block of 4 warps takes 64 rows, each warp
-// 16 of them, and walks tiles of 64 rows of the other side staged in shared memory.
-//   forward  per block of 64 queries: S = Q K^T (Q's fragments stay in registers), the online
+// as FlashAttention-2 arranges it for tensor cores: a block of 4 warps takes 64 or 128 rows,
+// each warp one or two tiles of 16 of them, and walks tiles of 64 rows of the other side staged
+// in shared memory. A warp with two row tiles uses each fragment it loads from shared memory
+// twice, which halves the shared-memory traffic per mma (the forward at widths up to 64; the
+// backward passes hold too many accumulators for it).
+//   forward  per block of queries: S = Q K^T (Q's fragments stay in registers), the online
 //            softmax on S's accumulators (a row's 64 scores are spread over the 4 lanes of a
 //            group: two shuffles find its maximum), then O += P V with P taken from S's
 //            accumulators as the A operand; out = O / l, lse = m + log l.
@@ -36,8 +39,8 @@
 
 namespace tpx::kernels::flash {
 
-inline constexpr int tile_rows = 64;  // rows of a block, and of a staged tile
-inline constexpr int warps = 4;       // each owns 16 rows of the block
+inline constexpr int tile_rows = 64;  // rows of a staged tile of the other side
+inline constexpr int warps = 4;
 inline constexpr int threads = 32 * warps;
 inline constexpr int pitch_padding = 8;  // elements after each staged row: the 8 rows
                                          // a fragment load touches fall in distinct banks
@@ -46,6 +49,13 @@ inline constexpr float ln2 = 0.6931471805599453f;
 
 template <int HeadDim>
 inline constexpr int pitch = HeadDim + pitch_padding;
+
+// Row tiles of 16 per warp, and rows per block, of each pass.
+template <int HeadDim>
+inline constexpr int forward_row_tiles = HeadDim <= 64 ? 2 : 1;
+template <int HeadDim>
+inline constexpr int forward_block_rows = 16 * warps* forward_row_tiles<HeadDim>;
+inline constexpr int backward_block_rows = 16 * warps;
 
 // Shared memory each block program needs.
 template <int HeadDim>
@@ -74,6 +84,16 @@ namespace detail {
 
 TPX_HOST_DEVICE inline std::int64_t least(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
 
+// A warp's rows of a [*, HeadDim] array as A fragments (R tiles of 16 rows, HeadDim / 16
+// k-steps each), and its fp32 accumulators of a product with a staged tile (R x 8 tiles of 8
+// columns) or with HeadDim columns (R x HeadDim / 8).
+template <int HeadDim, int R>
+using row_fragments = std::uint32_t[R][HeadDim / 16][4];
+template <int R>
+using tile_accumulators = float[R][8][4];
+template <int HeadDim, int R>
+using row_accumulators = float[R][HeadDim / 8][4];
+
 // Rows [0, rows) of a [*, HeadDim] array into a [tile_rows, pitch] tile, rows past `rows` zero.
 // Chunks of 8 elements (16 bytes: one vector load per thread on the device).
 template <int HeadDim, class Block>
@@ -93,39 +113,46 @@ TPX_HOST_DEVICE void stage(Block& block, const bf16* src, std::int64_t rows, bf1
   }
 }
 
-// acc[n][*] = rows(16) x 64 columns of A (registers, HeadDim / 16 k-steps) times the transpose
-// of a staged tile (64 rows at pitch): acc[n] covers tile rows 8n .. 8n + 7.
-template <int HeadDim, class Block>
-TPX_HOST_DEVICE void times_tile_transposed(Block& block, const std::uint32_t (&a)[HeadDim / 16][4],
+// acc[r][n] = row tile r of A times the transpose of a staged tile (64 rows at pitch): acc[r][n]
+// covers tile rows 8n .. 8n + 7. Each fragment of the tile is loaded once for all R row tiles.
+template <int HeadDim, int R, class Block>
+TPX_HOST_DEVICE void times_tile_transposed(Block& block, const row_fragments<HeadDim, R>& a,
                                            const bf16* tile, mma::lane_coordinates at,
-                                           float (&acc)[8][4]) {
+                                           tile_accumulators<R>& acc) {
   TPX_UNROLL
   for (int n = 0; n < 8; ++n) {
     TPX_UNROLL
-    for (int i = 0; i < 4; ++i) acc[n][i] = 0;
+    for (int r = 0; r < R; ++r) {
+      TPX_UNROLL
+      for (int i = 0; i < 4; ++i) acc[r][n][i] = 0;
+    }
     TPX_UNROLL
     for (int kk = 0; kk < HeadDim / 16; ++kk) {
       std::uint32_t b[2];
       mma::load_b_transposed(b, tile + 8 * n * pitch<HeadDim> + 16 * kk, pitch<HeadDim>, at);
-      block.mma(acc[n], a[kk], b);
+      TPX_UNROLL
+      for (int r = 0; r < R; ++r) block.mma(acc[r][n], a[r][kk], b);
     }
   }
 }
 
-// out[e][*] += P (16 x 64, as accumulators p[8][4], rounded to bf16) times a staged tile
-// (64 rows x HeadDim): out[e] covers columns 8e .. 8e + 7.
-template <int HeadDim, class Block>
-TPX_HOST_DEVICE void accumulate_times_tile(Block& block, const float (&p)[8][4], const bf16* tile,
-                                           mma::lane_coordinates at, float (&out)[HeadDim / 8][4]) {
+// out[r][e] += P (row tile r: 16 x 64, as accumulators p[r], rounded to bf16) times a staged
+// tile (64 rows x HeadDim): out[r][e] covers columns 8e .. 8e + 7.
+template <int HeadDim, int R, class Block>
+TPX_HOST_DEVICE void accumulate_times_tile(Block& block, const tile_accumulators<R>& p,
+                                           const bf16* tile, mma::lane_coordinates at,
+                                           row_accumulators<HeadDim, R>& out) {
   TPX_UNROLL
   for (int kk = 0; kk < 4; ++kk) {
-    std::uint32_t a[4];
-    mma::a_from_accumulators(a, p[2 * kk], p[2 * kk + 1]);
+    std::uint32_t a[R][4];
+    TPX_UNROLL
+    for (int r = 0; r < R; ++r) mma::a_from_accumulators(a[r], p[r][2 * kk], p[r][2 * kk + 1]);
     TPX_UNROLL
     for (int e = 0; e < HeadDim / 8; ++e) {
       std::uint32_t b[2];
       mma::load_b(b, tile + 16 * kk * pitch<HeadDim> + 8 * e, pitch<HeadDim>, at);
-      block.mma(out[e], a, b);
+      TPX_UNROLL
+      for (int r = 0; r < R; ++r) block.mma(out[r][e], a[r], b);
     }
   }
 }
@@ -142,36 +169,44 @@ TPX_HOST_DEVICE float group_sum(Block& block, float x) {
   return x + block.shfl_xor(x, 2);
 }
 
-// Loads the warp's 16 rows (starting at `first`, of a sequence of t_len rows) of a [*, HeadDim]
-// array as A fragments.
-template <int HeadDim>
-TPX_HOST_DEVICE void load_rows(std::uint32_t (&a)[HeadDim / 16][4], const bf16* m,
-                               std::int64_t first, std::int64_t t_len, mma::lane_coordinates at) {
-  const int valid = static_cast<int>(least(16, t_len - first));
+// Loads the warp's R x 16 rows (starting at `first`, of a sequence of t_len rows) of a
+// [*, HeadDim] array as A fragments; rows past the sequence are zero.
+template <int HeadDim, int R>
+TPX_HOST_DEVICE void load_rows(row_fragments<HeadDim, R>& a, const bf16* m, std::int64_t first,
+                               std::int64_t t_len, mma::lane_coordinates at) {
   TPX_UNROLL
-  for (int kk = 0; kk < HeadDim / 16; ++kk)
-    mma::load_a(a[kk], m + first * HeadDim + 16 * kk, HeadDim, valid, at);
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t rows_first = first + 16 * r;
+    const int valid = static_cast<int>(least(16, t_len - rows_first));
+    TPX_UNROLL
+    for (int kk = 0; kk < HeadDim / 16; ++kk)
+      mma::load_a(a[r][kk], m + rows_first * HeadDim + 16 * kk, HeadDim, valid, at);
+  }
 }
 
-// Writes scale times the warp's 16 x HeadDim accumulators to rows first.. of a [*, HeadDim] array.
-template <int HeadDim>
-TPX_HOST_DEVICE void store_rows(const float (&acc)[HeadDim / 8][4], float scale, std::int64_t first,
-                                std::int64_t t_len, mma::lane_coordinates at, bf16* m) {
+// Writes scale times the warp's accumulators to its rows (from `first`) of a [*, HeadDim] array.
+template <int HeadDim, int R>
+TPX_HOST_DEVICE void store_rows(const row_accumulators<HeadDim, R>& acc, float scale,
+                                std::int64_t first, std::int64_t t_len, mma::lane_coordinates at,
+                                bf16* m) {
   TPX_UNROLL
-  for (int e = 0; e < HeadDim / 8; ++e) {
+  for (int r = 0; r < R; ++r) {
     TPX_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      const std::int64_t row = first + mma::accumulator_row(at, i);
-      if (row < t_len)
-        m[row * HeadDim + 8 * e + mma::accumulator_column(at, i)] = bf16(scale * acc[e][i]);
+    for (int e = 0; e < HeadDim / 8; ++e) {
+      TPX_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const std::int64_t row = first + 16 * r + mma::accumulator_row(at, i);
+        if (row < t_len)
+          m[row * HeadDim + 8 * e + mma::accumulator_column(at, i)] = bf16(scale * acc[r][e][i]);
+      }
     }
   }
 }
 
 // What the lanes of a query block (forward, dq) work from: the key and value tiles in shared
-// memory, the lane's fragment coordinates, where the sequence starts, the warp's first row and
-// the block's last row (its key tiles are those up to it).
-template <int HeadDim>
+// memory, the lane's fragment coordinates, where the sequence starts, the warp's first row (of
+// its R row tiles) and the block's last row (its key tiles are those up to it).
+template <int HeadDim, int R>
 struct query_block {
   bf16* k_tile;
   bf16* v_tile;
@@ -186,8 +221,8 @@ struct query_block {
         at(block.lane()),
         t_len(args.t_len),
         base(sequence * args.t_len * HeadDim),
-        first(block_index * tile_rows + 16 * block.warp()),
-        last(least(block_index * tile_rows + tile_rows, args.t_len) - 1) {}
+        first(block_index * 16 * warps * R + 16 * R * block.warp()),
+        last(least((block_index + 1) * 16 * warps * R, args.t_len) - 1) {}
 
   // Stages the key tile starting at key s0 and its values, and waits for the whole block.
   template <class Block>
@@ -197,10 +232,10 @@ struct query_block {
     block.sync();
   }
 
-  // Whether element i of the lane's accumulators n of the scores against the key tile at s0
-  // is a key its query row sees (key <= row, and key inside the sequence).
-  TPX_HOST_DEVICE bool sees(std::int64_t s0, int n, int i) const {
-    const std::int64_t row = first + mma::accumulator_row(at, i);
+  // Whether element i of the lane's accumulators [r][n] of the scores against the key tile at
+  // s0 is a key its query row sees (key <= row, and key inside the sequence).
+  TPX_HOST_DEVICE bool sees(std::int64_t s0, int r, int n, int i) const {
+    const std::int64_t row = first + 16 * r + mma::accumulator_row(at, i);
     const std::int64_t key = s0 + 8 * n + mma::accumulator_column(at, i);
     return key <= row && key < t_len;
   }
@@ -208,78 +243,89 @@ struct query_block {
 
 }  // namespace detail
 
-// Forward of query block `block_index` of sequence `sequence`: out and lse of its rows.
+// Forward of query block `block_index` (of forward_block_rows) of sequence `sequence`: out and
+// lse of its rows.
 template <int HeadDim, class Block>
 TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int64_t block_index,
                                    std::int64_t sequence) {
   static_assert(HeadDim % 16 == 0, "the head width must be a multiple of 16 for tensor cores");
-  const detail::query_block<HeadDim> self(block, args, block_index, sequence);
+  constexpr int R = forward_row_tiles<HeadDim>;
+  const detail::query_block<HeadDim, R> self(block, args, block_index, sequence);
   const auto& [k_tile, v_tile, at, t_len, base, first, last] = self;
-  std::uint32_t q[HeadDim / 16][4];
-  detail::load_rows<HeadDim>(q, args.q + base, first, t_len, at);
+  detail::row_fragments<HeadDim, R> q;
+  detail::load_rows<HeadDim, R>(q, args.q + base, first, t_len, at);
   const float score_scale = args.scale * log2e;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, o[HeadDim / 8][4] = {};
+  float m[R][2], l[R][2];  // per row tile, of rows group and group + 8
+  detail::row_accumulators<HeadDim, R> o = {};
+  TPX_UNROLL
+  for (int r = 0; r < R; ++r) m[r][0] = m[r][1] = -INFINITY, l[r][0] = l[r][1] = 0;
   for (std::int64_t s0 = 0; s0 <= last; s0 += tile_rows) {
     self.stage_keys(block, args, s0);
-    float s[8][4];
-    detail::times_tile_transposed<HeadDim>(block, q, k_tile, at, s);
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    detail::tile_accumulators<R> s;
+    detail::times_tile_transposed<HeadDim, R>(block, q, k_tile, at, s);
     TPX_UNROLL
-    for (int n = 0; n < 8; ++n) {
-      TPX_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        s[n][i] = self.sees(s0, n, i) ? score_scale * s[n][i] : -INFINITY;
-        tile_max[i >> 1] = fmaxf(tile_max[i >> 1], s[n][i]);
-      }
-    }
-    TPX_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      const float m_new = fmaxf(m[h], detail::group_max(block, tile_max[h]));
-      // A row that has seen no key yet (only rows past T) keeps m = -inf: no rescale, p = 0.
-      const float rescale = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
-      m[h] = m_new;
-      l[h] *= rescale;
-      TPX_UNROLL
-      for (int e = 0; e < HeadDim / 8; ++e) {
-        o[e][2 * h] *= rescale;
-        o[e][2 * h + 1] *= rescale;
-      }
+    for (int r = 0; r < R; ++r) {
+      float tile_max[2] = {-INFINITY, -INFINITY};
       TPX_UNROLL
       for (int n = 0; n < 8; ++n) {
         TPX_UNROLL
-        for (int j = 2 * h; j < 2 * h + 2; ++j) {
-          s[n][j] = m_new == -INFINITY ? 0.0f : exp2f(s[n][j] - m_new);
-          l[h] += s[n][j];
+        for (int i = 0; i < 4; ++i) {
+          s[r][n][i] = self.sees(s0, r, n, i) ? score_scale * s[r][n][i] : -INFINITY;
+          tile_max[i >> 1] = fmaxf(tile_max[i >> 1], s[r][n][i]);
+        }
+      }
+      TPX_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const float m_new = fmaxf(m[r][h], detail::group_max(block, tile_max[h]));
+        // A row that has seen no key yet (only rows past T) keeps m = -inf: no rescale, p = 0.
+        const float rescale = m_new == -INFINITY ? 1.0f : exp2f(m[r][h] - m_new);
+        m[r][h] = m_new;
+        l[r][h] *= rescale;
+        TPX_UNROLL
+        for (int e = 0; e < HeadDim / 8; ++e) {
+          o[r][e][2 * h] *= rescale;
+          o[r][e][2 * h + 1] *= rescale;
+        }
+        TPX_UNROLL
+        for (int n = 0; n < 8; ++n) {
+          TPX_UNROLL
+          for (int j = 2 * h; j < 2 * h + 2; ++j) {
+            s[r][n][j] = m_new == -INFINITY ? 0.0f : exp2f(s[r][n][j] - m_new);
+            l[r][h] += s[r][n][j];
+          }
         }
       }
     }
-    detail::accumulate_times_tile<HeadDim>(block, s, v_tile, at, o);
+    detail::accumulate_times_tile<HeadDim, R>(block, s, v_tile, at, o);
     block.sync();
   }
   TPX_UNROLL
-  for (int h = 0; h < 2; ++h) {
-    const float sum = detail::group_sum(block, l[h]);
-    const std::int64_t row = first + at.group + 8 * h;
-    if (row >= t_len) continue;
+  for (int r = 0; r < R; ++r) {
     TPX_UNROLL
-    for (int e = 0; e < HeadDim / 8; ++e) {
+    for (int h = 0; h < 2; ++h) {
+      const float sum = detail::group_sum(block, l[r][h]);
+      const std::int64_t row = first + 16 * r + at.group + 8 * h;
+      if (row >= t_len) continue;
       TPX_UNROLL
-      for (int j = 0; j < 2; ++j)
-        args.out[base + row * HeadDim + 8 * e + 2 * at.pair + j] = bf16(o[e][2 * h + j] / sum);
+      for (int e = 0; e < HeadDim / 8; ++e) {
+        TPX_UNROLL
+        for (int j = 0; j < 2; ++j)
+          args.out[base + row * HeadDim + 8 * e + 2 * at.pair + j] = bf16(o[r][e][2 * h + j] / sum);
+      }
+      if (at.pair == 0) args.lse_out[sequence * t_len + row] = (m[r][h] + log2f(sum)) * ln2;
     }
-    if (at.pair == 0) args.lse_out[sequence * t_len + row] = (m[h] + log2f(sum)) * ln2;
   }
 }
 
-// dq of query block `block_index` of sequence `sequence`.
+// dq of query block `block_index` (of backward_block_rows) of sequence `sequence`.
 template <int HeadDim, class Block>
 TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t block_index,
                               std::int64_t sequence) {
-  const detail::query_block<HeadDim> self(block, args, block_index, sequence);
+  const detail::query_block<HeadDim, 1> self(block, args, block_index, sequence);
   const auto& [k_tile, v_tile, at, t_len, base, first, last] = self;
-  std::uint32_t q[HeadDim / 16][4], dout[HeadDim / 16][4];
-  detail::load_rows<HeadDim>(q, args.q + base, first, t_len, at);
-  detail::load_rows<HeadDim>(dout, args.dout + base, first, t_len, at);
+  detail::row_fragments<HeadDim, 1> q, dout;
+  detail::load_rows<HeadDim, 1>(q, args.q + base, first, t_len, at);
+  detail::load_rows<HeadDim, 1>(dout, args.dout + base, first, t_len, at);
   float lse[2], delta[2];  // of rows group and group + 8, lse in base 2
   TPX_UNROLL
   for (int h = 0; h < 2; ++h) {
@@ -288,27 +334,28 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
     delta[h] = row < t_len ? args.delta[sequence * t_len + row] : 0.0f;
   }
   const float score_scale = args.scale * log2e;
-  float dq[HeadDim / 8][4] = {};
+  detail::row_accumulators<HeadDim, 1> dq = {};
   for (std::int64_t s0 = 0; s0 <= last; s0 += tile_rows) {
     self.stage_keys(block, args, s0);
-    float ds[8][4], dp[8][4];
-    detail::times_tile_transposed<HeadDim>(block, q, k_tile, at, ds);
-    detail::times_tile_transposed<HeadDim>(block, dout, v_tile, at, dp);
+    detail::tile_accumulators<1> ds, dp;
+    detail::times_tile_transposed<HeadDim, 1>(block, q, k_tile, at, ds);
+    detail::times_tile_transposed<HeadDim, 1>(block, dout, v_tile, at, dp);
     TPX_UNROLL
     for (int n = 0; n < 8; ++n) {
       TPX_UNROLL
       for (int i = 0; i < 4; ++i) {
-        const float p = self.sees(s0, n, i) ? exp2f(score_scale * ds[n][i] - lse[i >> 1]) : 0.0f;
-        ds[n][i] = p * (dp[n][i] - delta[i >> 1]);
+        const float p =
+            self.sees(s0, 0, n, i) ? exp2f(score_scale * ds[0][n][i] - lse[i >> 1]) : 0.0f;
+        ds[0][n][i] = p * (dp[0][n][i] - delta[i >> 1]);
       }
     }
-    detail::accumulate_times_tile<HeadDim>(block, ds, k_tile, at, dq);
+    detail::accumulate_times_tile<HeadDim, 1>(block, ds, k_tile, at, dq);
     block.sync();
   }
-  detail::store_rows<HeadDim>(dq, args.scale, first, t_len, at, args.dq + base);
+  detail::store_rows<HeadDim, 1>(dq, args.scale, first, t_len, at, args.dq + base);
 }
 
-// dk and dv of key block `block_index` of sequence `sequence`.
+// dk and dv of key block `block_index` (of backward_block_rows) of sequence `sequence`.
 template <int HeadDim, class Block>
 TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_t block_index,
                                 std::int64_t sequence) {
@@ -319,13 +366,13 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
   float* delta_tile = lse_tile + tile_rows;
   const mma::lane_coordinates at(block.lane());
   const std::int64_t t_len = args.t_len, base = sequence * t_len * HeadDim;
-  const std::int64_t first = block_index * tile_rows + 16 * block.warp();  // the warp's first key
-  std::uint32_t k[HeadDim / 16][4], v[HeadDim / 16][4];
-  detail::load_rows<HeadDim>(k, args.k + base, first, t_len, at);
-  detail::load_rows<HeadDim>(v, args.v + base, first, t_len, at);
+  const std::int64_t first = block_index * backward_block_rows + 16 * block.warp();  // its keys
+  detail::row_fragments<HeadDim, 1> k, v;
+  detail::load_rows<HeadDim, 1>(k, args.k + base, first, t_len, at);
+  detail::load_rows<HeadDim, 1>(v, args.v + base, first, t_len, at);
   const float score_scale = args.scale * log2e;
-  float dk[HeadDim / 8][4] = {}, dv[HeadDim / 8][4] = {};
-  for (std::int64_t t0 = block_index * tile_rows; t0 < t_len;
+  detail::row_accumulators<HeadDim, 1> dk = {}, dv = {};
+  for (std::int64_t t0 = block_index * backward_block_rows; t0 < t_len;
        t0 += tile_rows) {  // queries seeing it
     detail::stage<HeadDim>(block, args.q + base + t0 * HeadDim, t_len - t0, q_tile);
     detail::stage<HeadDim>(block, args.dout + base + t0 * HeadDim, t_len - t0, dout_tile);
@@ -335,8 +382,8 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
       delta_tile[j] = real ? args.delta[sequence * t_len + t0 + j] : 0.0f;
     }
     block.sync();
-    float p[8][4], dp[8][4];
-    detail::times_tile_transposed<HeadDim>(block, k, q_tile, at, p);  // S^T: keys x queries
+    detail::tile_accumulators<1> p, dp;
+    detail::times_tile_transposed<HeadDim, 1>(block, k, q_tile, at, p);  // S^T: keys x queries
     TPX_UNROLL
     for (int n = 0; n < 8; ++n) {
       TPX_UNROLL
@@ -344,23 +391,24 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
         const std::int64_t key = first + mma::accumulator_row(at, i);
         const int column = 8 * n + mma::accumulator_column(at, i);
         const std::int64_t query = t0 + column;
-        p[n][i] =
-            key <= query && query < t_len ? exp2f(score_scale * p[n][i] - lse_tile[column]) : 0.0f;
+        p[0][n][i] = key <= query && query < t_len
+                         ? exp2f(score_scale * p[0][n][i] - lse_tile[column])
+                         : 0.0f;
       }
     }
-    detail::accumulate_times_tile<HeadDim>(block, p, dout_tile, at, dv);
-    detail::times_tile_transposed<HeadDim>(block, v, dout_tile, at, dp);  // dP^T
+    detail::accumulate_times_tile<HeadDim, 1>(block, p, dout_tile, at, dv);
+    detail::times_tile_transposed<HeadDim, 1>(block, v, dout_tile, at, dp);  // dP^T
     TPX_UNROLL
     for (int n = 0; n < 8; ++n) {
       TPX_UNROLL
       for (int i = 0; i < 4; ++i)
-        p[n][i] *= dp[n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
+        p[0][n][i] *= dp[0][n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
     }
-    detail::accumulate_times_tile<HeadDim>(block, p, q_tile, at, dk);
+    detail::accumulate_times_tile<HeadDim, 1>(block, p, q_tile, at, dk);
     block.sync();
   }
-  detail::store_rows<HeadDim>(dk, args.scale, first, t_len, at, args.dk + base);
-  detail::store_rows<HeadDim>(dv, 1.0f, first, t_len, at, args.dv + base);
+  detail::store_rows<HeadDim, 1>(dk, args.scale, first, t_len, at, args.dk + base);
+  detail::store_rows<HeadDim, 1>(dv, 1.0f, first, t_len, at, args.dv + base);
 }
 
 }  // namespace tpx::kernels::flash

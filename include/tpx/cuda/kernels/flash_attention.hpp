@@ -1,24 +1,26 @@
 // Fused causal attention on tensor cores: the kernels that run kernels/flash_attention.hpp's
 // block programs (FlashAttention-2's tiling, mma.sync.m16n8k16 in bf16 with fp32 sums) on the
-// GPU, one block of 4 warps per 64 rows of one sequence:
-//   forward            a block per 64 queries: out, lse
+// GPU, one block of 4 warps per 64 or 128 rows of one sequence:
+//   forward            a block per 128 queries (64 at head width 128): out, lse
 //   backward  dq       a block per 64 queries, over the key tiles they see
 //             dk, dv   a block per 64 keys, over the query tiles that see them
 // Blocks are launched heaviest first (the last rows of a sequence see the most tiles), so the
 // causal triangle's long blocks do not start last. The programs are the ones the host tests run
-// on an emulated block (tests/unit/flash_attention_test.cpp); the CUDA test compares these
-// kernels with the host twin (tests/cuda/nn_layers_test.cu).
+// on an emulated block (tests/unit/flash_attention_test.cpp); on a GPU the kernels are compared
+// with naive attention (tests/cuda/kernels_test.cu) and the host twin (nn_layers_test.cu).
 //
 // cuda::fused_attention_forward / _backward (fused_attention.hpp) send bf16 here when
 // flash_attention_applies: head width 32, 64 or 128, every array 16-byte aligned (the tiles are
 // staged with 16-byte loads), and a device of compute capability 8.0 or newer; everything else
 // takes the CUDA-core kernels.
 //
-// Registers (ptxas -v, sm_90): forward 90 / 128 / 168 at widths 32 / 64 / 128, dq 96 / 148 /
-// 232, dk-dv 162 / 218 / 255 with 80 bytes spilled at 128 (its K and V fragments and two
-// accumulators of E floats per lane); nothing else spills. Not yet run or timed on a GPU: the
-// tuning FlashAttention-2 does beyond this (ldmatrix loads, double-buffered cp.async staging,
-// 128-row blocks for the forward) waits for a measurement.
+// Registers (ptxas -v, sm_90): forward 167 / 254 / 168 at widths 32 / 64 / 128 (two row tiles
+// per warp at 32 and 64: each fragment loaded from shared memory feeds two mma, and the
+// registers leave room for two blocks per SM), dq 96 / 148 / 232, dk-dv 162 / 218 / 255 with 80
+// bytes spilled at 128 (its K and V fragments and two accumulators of E floats per lane); nothing
+// else spills. Not yet run or timed on a GPU: the tuning FlashAttention-2 does beyond this
+// (ldmatrix loads, double-buffered cp.async staging, swizzled rather than padded tiles) waits for a
+// measurement.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -73,8 +75,9 @@ void with_head_dim(int e, const Launch& launch) {
     launch.template operator()<128>();
 }
 
-inline dim3 flash_grid(std::int64_t sequences, std::int64_t t_len) {
-  return dim3(static_cast<unsigned>((t_len + flash::tile_rows - 1) / flash::tile_rows),
+// Blocks of block_rows rows over each sequence.
+inline dim3 flash_grid(std::int64_t sequences, std::int64_t t_len, int block_rows) {
+  return dim3(static_cast<unsigned>((t_len + block_rows - 1) / block_rows),
               static_cast<unsigned>(sequences));
 }
 
@@ -103,8 +106,8 @@ inline void flash_attention_forward(cudaStream_t stream, std::int64_t sequences,
                                        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
   detail::with_head_dim(e, [&]<int HeadDim>() {
     detail::flash_forward_kernel<HeadDim>
-        <<<detail::flash_grid(sequences, t_len), kernels::flash::threads,
-           kernels::flash::forward_shared_bytes<HeadDim>, stream>>>(args);
+        <<<detail::flash_grid(sequences, t_len, kernels::flash::forward_block_rows<HeadDim>),
+           kernels::flash::threads, kernels::flash::forward_shared_bytes<HeadDim>, stream>>>(args);
   });
   TPX_CUDA_CHECK(cudaGetLastError());
 }
@@ -117,7 +120,7 @@ inline void flash_attention_backward(cudaStream_t stream, std::int64_t sequences
   const kernels::flash::arguments args{t_len, scale, q,     k,  v,  nullptr, nullptr,
                                        lse,   dout,  delta, dq, dk, dv};
   detail::with_head_dim(e, [&]<int HeadDim>() {
-    const dim3 grid = detail::flash_grid(sequences, t_len);
+    const dim3 grid = detail::flash_grid(sequences, t_len, kernels::flash::backward_block_rows);
     detail::flash_dq_kernel<HeadDim>
         <<<grid, kernels::flash::threads, kernels::flash::forward_shared_bytes<HeadDim>, stream>>>(
             args);
