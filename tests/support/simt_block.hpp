@@ -4,9 +4,10 @@
 // run(program) starts one std::thread per CUDA thread and calls program(thread) on each, where
 // `thread` offers what the block programs use of the hardware: its lane and warp, sync()
 // (__syncthreads), shfl_xor (__shfl_xor_sync over the full warp), mma (mma.sync.m16n8k16,
-// bf16 inputs, fp32 accumulators: d += a b) and the block's shared memory. Warp-wide operations
-// meet at a barrier of the warp: each lane posts its operands, every lane reads what it needs,
-// and a second barrier frees the slots for the next operation. Like the hardware, every lane
+// bf16 inputs, fp32 accumulators: d += a b), ldmatrix_x4 and ldmatrix_x4_trans
+// (ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16) and the block's shared memory. Warp-wide
+// operations meet at a barrier of the warp: each lane posts its operands, every lane reads what it
+// needs, and a second barrier frees the slots for the next operation. Like the hardware, every lane
 // (thread) must reach every warp operation (barrier) in the same order; a program that does not
 // deadlocks here as it would misbehave there.
 //
@@ -16,11 +17,11 @@
 // compute-sanitizer's racecheck would on the GPU: removing the sync after flash attention's key
 // staging gives 61 reports, in stage, load_pair and load_b.
 //
-// mma is written from the PTX ISA's fragment table ("Matrix Fragments for mma.m16n8k16"),
-// element by element, independently of kernels/mma_fragments.hpp, which the kernels use to load
-// their operands: a test that passes here has the kernels' loads agree with the documented
-// layout. Products of bf16 are exact in fp32; the sum runs in k order (the hardware's order
-// within an mma is unspecified, so results agree to fp32 rounding).
+// mma and ldmatrix are written from the PTX ISA's tables ("Matrix Fragments for mma.m16n8k16",
+// "ldmatrix"), element by element, independently of kernels/mma_fragments.hpp, which the
+// kernels use to load their operands: a test that passes here has the kernels' loads agree with the
+// documented layout. Products of bf16 are exact in fp32; the sum runs in k order (the hardware's
+// order within an mma is unspecified, so results agree to fp32 rounding).
 #pragma once
 
 #include <barrier>
@@ -38,6 +39,7 @@ class simt_block {
     std::uint32_t a[4];
     std::uint32_t b[2];
     float value;
+    const bf16* row;  // ldmatrix's row address
   };
 
  public:
@@ -107,8 +109,35 @@ class simt_block {
       warp_barrier().arrive_and_wait();
     }
 
+    // Four 8x8 matrices of 16-bit elements: lanes 8j .. 8j + 7 give the addresses of matrix j's
+    // rows 0..7; lane l receives in register j the elements (l / 4, 2 (l % 4)) and
+    // (l / 4, 2 (l % 4) + 1) of matrix j, or with `transpose` those of its transpose.
+    void ldmatrix_x4(std::uint32_t (&r)[4], const bf16* row) { ldmatrix(r, row, false); }
+    void ldmatrix_x4_trans(std::uint32_t (&r)[4], const bf16* row) { ldmatrix(r, row, true); }
+
    private:
     friend class simt_block;
+    void ldmatrix(std::uint32_t (&r)[4], const bf16* row, bool transpose) {
+      slot().row = row;
+      warp_barrier().arrive_and_wait();
+      const int l = lane();
+      for (int j = 0; j < 4; ++j) {
+        const auto at = [&](int matrix_row, int matrix_column) {
+          return block_.slots_[warp() * 32 + 8 * j + matrix_row].row[matrix_column];
+        };
+        bf16 first, second;
+        if (transpose) {
+          first = at(2 * (l % 4), l / 4);
+          second = at(2 * (l % 4) + 1, l / 4);
+        } else {
+          first = at(l / 4, 2 * (l % 4));
+          second = at(l / 4, 2 * (l % 4) + 1);
+        }
+        r[j] = static_cast<std::uint32_t>(first.bits) |
+               (static_cast<std::uint32_t>(second.bits) << 16);
+      }
+      warp_barrier().arrive_and_wait();
+    }
     thread_context(simt_block& block, int index) : block_(block), index_(index) {}
     static float element(std::uint32_t reg, int half) {
       bf16 x;

@@ -1,8 +1,8 @@
 // The tensor-core attention kernels' block programs (kernels/flash_attention.hpp), run on an
 // emulated thread block (tests/support/simt_block.hpp) whose mma follows the PTX fragment table:
-// the fragment loads of kernels/mma_fragments.hpp against exact products of small integers, and
-// the forward, dq and dk/dv programs against naive causal attention in double on the same
-// bf16-rounded inputs, at head widths 32, 64 and 128, sequences of 1 row, one whole tile, and
+// the fragment loads of kernels/mma_fragments.hpp (ldmatrix included) against exact products of
+// small integers, and the forward, dq and dk/dv programs against naive causal attention in
+// double on the same bf16-rounded inputs, at head widths 32, 64 and 128, sequences of 1 row, one whole tile, and
 // several tiles with a partial last one (T = 100, 130), so masking, tails and the online softmax's
 // rescaling all run. Under ThreadSanitizer the same run checks the programs' shared memory for
 // races between syncs (tests/support/simt_block.hpp).
@@ -31,83 +31,88 @@ using tpx::testing::draws;
 using tpx::testing::naive_attention;
 using tpx::testing::simt_block;
 
-// One warp: D = A B through the loaders, the emulated mma and, for `chained`, a second product
-// whose A operand is the first product's accumulators.
-TEST_CASE("mma fragment loads agree with the PTX layout") {
-  std::vector<bf16> a(16 * 16), b(16 * 8), b_transposed(8 * 16), b2(16 * 8);
-  auto small = [](int i, int salt) {
-    return bf16(static_cast<float>((i * 7 + salt * 13) % 9 - 4));
-  };
-  for (int i = 0; i < 256; ++i) a[i] = small(i, 1);
-  for (int k = 0; k < 16; ++k)
-    for (int n = 0; n < 8; ++n) {
-      b[k * 8 + n] = b_transposed[n * 16 + k] = small(k * 8 + n, 2);
-      b2[k * 8 + n] = small(k * 8 + n, 3);
-    }
-  std::vector<float> want(16 * 8, 0.0f);
-  for (int r = 0; r < 16; ++r)
-    for (int n = 0; n < 8; ++n)
-      for (int k = 0; k < 16; ++k) want[r * 8 + n] += float(a[r * 16 + k]) * float(b[k * 8 + n]);
+// Small integers, exact in bf16 and in every sum below.
+bf16 small(int i, int salt) { return bf16(static_cast<float>((i * 7 + salt * 13) % 9 - 4)); }
 
-  SUBCASE("A rows, B as stored and B transposed") {
+// Runs `lanes(thread, at)` on one emulated warp; it writes accumulators d[j] (16 x 8 each) into
+// `got` ([16][8 * tiles]) at column 8 j.
+template <int Tiles, class Lanes>
+std::vector<float> one_warp(const Lanes& lanes) {
+  std::vector<float> got(16 * 8 * Tiles, 0.0f);
+  simt_block block(1, 0);
+  block.run([&](simt_block::thread_context& t) {
+    const mma::lane_coordinates at(t.lane());
+    float d[Tiles][4] = {};
+    lanes(t, at, d);
+    for (int j = 0; j < Tiles; ++j)
+      for (int i = 0; i < 4; ++i)
+        got[mma::accumulator_row(at, i) * 8 * Tiles + 8 * j + mma::accumulator_column(at, i)] =
+            d[j][i];
+  });
+  return got;
+}
+
+// The warp's fragment loads (load_a from rows; the two ldmatrix loads of B) and the accumulator
+// chaining against exact products of small integers: a mistake in any lane's layout moves
+// products to the wrong place.
+TEST_CASE("mma fragment loads agree with the PTX layout") {
+  // a: 16 x 32 (two k-steps); m: 8 x 32, read transposed; w: 32 x 16 (two column tiles).
+  std::vector<bf16> a(16 * 32), m(8 * 32), w(32 * 16);
+  for (int i = 0; i < 16 * 32; ++i) a[i] = small(i, 1);
+  for (int i = 0; i < 8 * 32; ++i) m[i] = small(i, 2);
+  for (int i = 0; i < 32 * 16; ++i) w[i] = small(i, 3);
+
+  SUBCASE("A rows and B transposed (two k-steps per ldmatrix)") {
     for (int valid_rows : {16, 11}) {
-      std::vector<float> got(16 * 8, 0.0f), got_t(16 * 8, 0.0f);
-      simt_block block(1, 0);
-      block.run([&](simt_block::thread_context& t) {
-        const mma::lane_coordinates at(t.lane());
-        std::uint32_t fa[4], fb[2], fbt[2];
-        mma::load_a(fa, a.data(), 16, valid_rows, at);
-        mma::load_b(fb, b.data(), 8, at);
-        mma::load_b_transposed(fbt, b_transposed.data(), 16, at);
-        float d[4] = {}, dt[4] = {};
-        t.mma(d, fa, fb);
-        t.mma(dt, fa, fbt);
-        for (int i = 0; i < 4; ++i) {
-          const int r = mma::accumulator_row(at, i), c = mma::accumulator_column(at, i);
-          got[r * 8 + c] = d[i];
-          got_t[r * 8 + c] = dt[i];
-        }
+      const auto got = one_warp<1>([&](auto& t, mma::lane_coordinates at, float(&d)[1][4]) {
+        std::uint32_t fa[2][4], fb[2][2];
+        mma::load_a(fa[0], a.data(), 32, valid_rows, at);
+        mma::load_a(fa[1], a.data() + 16, 32, valid_rows, at);
+        mma::load_b_transposed_x2(t, fb, m.data(), 32);
+        t.mma(d[0], fa[0], fb[0]);
+        t.mma(d[0], fa[1], fb[1]);
       });
       for (int r = 0; r < 16; ++r)
         for (int n = 0; n < 8; ++n) {
-          const float expected = r < valid_rows ? want[r * 8 + n] : 0.0f;
-          CHECK(got[r * 8 + n] == expected);
-          CHECK(got_t[r * 8 + n] == expected);
+          float want = 0;
+          for (int k = 0; k < 32; ++k) want += float(a[r * 32 + k]) * float(m[n * 32 + k]);
+          CHECK(got[r * 8 + n] == (r < valid_rows ? want : 0.0f));
         }
     }
   }
 
-  SUBCASE("accumulators become the next product's A operand") {
-    // [C | C'] (16x16) times b2, where C = A B and C' = A B with b's columns reversed.
-    std::vector<bf16> b_reversed(16 * 8);
-    for (int k = 0; k < 16; ++k)
-      for (int n = 0; n < 8; ++n) b_reversed[k * 8 + n] = b[k * 8 + (7 - n)];
-    for (float c : want) REQUIRE(std::abs(c) <= 256.0f);  // so that C rounds to bf16 exactly
-    std::vector<float> got(16 * 8, 0.0f);
-    simt_block block(1, 0);
-    block.run([&](simt_block::thread_context& t) {
-      const mma::lane_coordinates at(t.lane());
-      std::uint32_t fa[4], fb[2], fr[2], f2[2], chained[4];
-      mma::load_a(fa, a.data(), 16, 16, at);
-      mma::load_b(fb, b.data(), 8, at);
-      mma::load_b(fr, b_reversed.data(), 8, at);
-      mma::load_b(f2, b2.data(), 8, at);
-      float left[4] = {}, right[4] = {}, d[4] = {};
-      t.mma(left, fa, fb);
-      t.mma(right, fa, fr);
+  SUBCASE("B as stored (two column tiles per ldmatrix.trans), then accumulators as A") {
+    // C = A[:, 0:16] w[0:16, :] (16 x 16, two tiles), then D = C w[16:32, 0:8], with C entering
+    // as the A operand straight from the accumulators.
+    std::vector<float> c(16 * 16, 0.0f);
+    for (int r = 0; r < 16; ++r)
+      for (int n = 0; n < 16; ++n)
+        for (int k = 0; k < 16; ++k) c[r * 16 + n] += float(a[r * 32 + k]) * float(w[k * 16 + n]);
+    for (float x : c) REQUIRE(std::abs(x) <= 256.0f);  // so that C rounds to bf16 exactly
+    const auto got_c = one_warp<2>([&](auto& t, mma::lane_coordinates at, float(&d)[2][4]) {
+      std::uint32_t fa[4], fb[2][2];
+      mma::load_a(fa, a.data(), 32, 16, at);
+      mma::load_b_x2(t, fb, w.data(), 16);
+      t.mma(d[0], fa, fb[0]);
+      t.mma(d[1], fa, fb[1]);
+    });
+    CHECK(got_c == c);
+    const auto got = one_warp<1>([&](auto& t, mma::lane_coordinates at, float(&d)[1][4]) {
+      std::uint32_t fa[4], fb[2][2], second[2][2], chained[4];
+      mma::load_a(fa, a.data(), 32, 16, at);
+      mma::load_b_x2(t, fb, w.data(), 16);
+      float left[4] = {}, right[4] = {};
+      t.mma(left, fa, fb[0]);
+      t.mma(right, fa, fb[1]);
       mma::a_from_accumulators(chained, left, right);
-      t.mma(d, chained, f2);
-      for (int i = 0; i < 4; ++i)
-        got[mma::accumulator_row(at, i) * 8 + mma::accumulator_column(at, i)] = d[i];
+      mma::load_b_x2(t, second, w.data() + 16 * 16, 16);
+      t.mma(d[0], chained, second[0]);
     });
     for (int r = 0; r < 16; ++r)
       for (int n = 0; n < 8; ++n) {
-        double expected = 0;
-        for (int k = 0; k < 16; ++k) {
-          const double c = k < 8 ? want[r * 8 + k] : want[r * 8 + (7 - (k - 8))];
-          expected += c * float(b2[k * 8 + n]);
-        }
-        CHECK(double(got[r * 8 + n]) == expected);
+        double want = 0;
+        for (int k = 0; k < 16; ++k) want += c[r * 16 + k] * double(w[(16 + k) * 16 + n]);
+        CHECK(double(got[r * 8 + n]) == want);
       }
   }
 }

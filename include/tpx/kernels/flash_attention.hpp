@@ -114,11 +114,12 @@ TPX_HOST_DEVICE void stage(Block& block, const bf16* src, std::int64_t rows, bf1
 }
 
 // acc[r][n] = row tile r of A times the transpose of a staged tile (64 rows at pitch): acc[r][n]
-// covers tile rows 8n .. 8n + 7. Each fragment of the tile is loaded once for all R row tiles.
+// covers tile rows 8n .. 8n + 7. Each fragment of the tile is loaded once for all R row tiles,
+// two k-steps per ldmatrix.
 template <int HeadDim, int R, class Block>
 TPX_HOST_DEVICE void times_tile_transposed(Block& block, const row_fragments<HeadDim, R>& a,
-                                           const bf16* tile, mma::lane_coordinates at,
-                                           tile_accumulators<R>& acc) {
+                                           const bf16* tile, tile_accumulators<R>& acc) {
+  static_assert(HeadDim % 32 == 0, "k-steps are loaded in pairs");
   TPX_UNROLL
   for (int n = 0; n < 8; ++n) {
     TPX_UNROLL
@@ -127,32 +128,37 @@ TPX_HOST_DEVICE void times_tile_transposed(Block& block, const row_fragments<Hea
       for (int i = 0; i < 4; ++i) acc[r][n][i] = 0;
     }
     TPX_UNROLL
-    for (int kk = 0; kk < HeadDim / 16; ++kk) {
-      std::uint32_t b[2];
-      mma::load_b_transposed(b, tile + 8 * n * pitch<HeadDim> + 16 * kk, pitch<HeadDim>, at);
+    for (int kk = 0; kk < HeadDim / 16; kk += 2) {
+      std::uint32_t b[2][2];
+      mma::load_b_transposed_x2(block, b, tile + 8 * n * pitch<HeadDim> + 16 * kk, pitch<HeadDim>);
       TPX_UNROLL
-      for (int r = 0; r < R; ++r) block.mma(acc[r][n], a[r][kk], b);
+      for (int r = 0; r < R; ++r) {
+        block.mma(acc[r][n], a[r][kk], b[0]);
+        block.mma(acc[r][n], a[r][kk + 1], b[1]);
+      }
     }
   }
 }
 
 // out[r][e] += P (row tile r: 16 x 64, as accumulators p[r], rounded to bf16) times a staged
-// tile (64 rows x HeadDim): out[r][e] covers columns 8e .. 8e + 7.
+// tile (64 rows x HeadDim): out[r][e] covers columns 8e .. 8e + 7, loaded two per ldmatrix.
 template <int HeadDim, int R, class Block>
 TPX_HOST_DEVICE void accumulate_times_tile(Block& block, const tile_accumulators<R>& p,
-                                           const bf16* tile, mma::lane_coordinates at,
-                                           row_accumulators<HeadDim, R>& out) {
+                                           const bf16* tile, row_accumulators<HeadDim, R>& out) {
   TPX_UNROLL
   for (int kk = 0; kk < 4; ++kk) {
     std::uint32_t a[R][4];
     TPX_UNROLL
     for (int r = 0; r < R; ++r) mma::a_from_accumulators(a[r], p[r][2 * kk], p[r][2 * kk + 1]);
     TPX_UNROLL
-    for (int e = 0; e < HeadDim / 8; ++e) {
-      std::uint32_t b[2];
-      mma::load_b(b, tile + 16 * kk * pitch<HeadDim> + 8 * e, pitch<HeadDim>, at);
+    for (int e = 0; e < HeadDim / 8; e += 2) {
+      std::uint32_t b[2][2];
+      mma::load_b_x2(block, b, tile + 16 * kk * pitch<HeadDim> + 8 * e, pitch<HeadDim>);
       TPX_UNROLL
-      for (int r = 0; r < R; ++r) block.mma(out[r][e], a[r], b);
+      for (int r = 0; r < R; ++r) {
+        block.mma(out[r][e], a[r], b[0]);
+        block.mma(out[r][e + 1], a[r], b[1]);
+      }
     }
   }
 }
@@ -248,7 +254,7 @@ struct query_block {
 template <int HeadDim, class Block>
 TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int64_t block_index,
                                    std::int64_t sequence) {
-  static_assert(HeadDim % 16 == 0, "the head width must be a multiple of 16 for tensor cores");
+  static_assert(HeadDim % 32 == 0, "the head width must be a multiple of 32 (k-steps of 16, loaded in pairs)");
   constexpr int R = forward_row_tiles<HeadDim>;
   const detail::query_block<HeadDim, R> self(block, args, block_index, sequence);
   const auto& [k_tile, v_tile, at, t_len, base, first, last] = self;
@@ -262,7 +268,7 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
   for (std::int64_t s0 = 0; s0 <= last; s0 += tile_rows) {
     self.stage_keys(block, args, s0);
     detail::tile_accumulators<R> s;
-    detail::times_tile_transposed<HeadDim, R>(block, q, k_tile, at, s);
+    detail::times_tile_transposed<HeadDim, R>(block, q, k_tile, s);
     TPX_UNROLL
     for (int r = 0; r < R; ++r) {
       float tile_max[2] = {-INFINITY, -INFINITY};
@@ -296,7 +302,7 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
         }
       }
     }
-    detail::accumulate_times_tile<HeadDim, R>(block, s, v_tile, at, o);
+    detail::accumulate_times_tile<HeadDim, R>(block, s, v_tile, o);
     block.sync();
   }
   TPX_UNROLL
@@ -338,8 +344,8 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
   for (std::int64_t s0 = 0; s0 <= last; s0 += tile_rows) {
     self.stage_keys(block, args, s0);
     detail::tile_accumulators<1> ds, dp;
-    detail::times_tile_transposed<HeadDim, 1>(block, q, k_tile, at, ds);
-    detail::times_tile_transposed<HeadDim, 1>(block, dout, v_tile, at, dp);
+    detail::times_tile_transposed<HeadDim, 1>(block, q, k_tile, ds);
+    detail::times_tile_transposed<HeadDim, 1>(block, dout, v_tile, dp);
     TPX_UNROLL
     for (int n = 0; n < 8; ++n) {
       TPX_UNROLL
@@ -349,7 +355,7 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
         ds[0][n][i] = p * (dp[0][n][i] - delta[i >> 1]);
       }
     }
-    detail::accumulate_times_tile<HeadDim, 1>(block, ds, k_tile, at, dq);
+    detail::accumulate_times_tile<HeadDim, 1>(block, ds, k_tile, dq);
     block.sync();
   }
   detail::store_rows<HeadDim, 1>(dq, args.scale, first, t_len, at, args.dq + base);
@@ -383,7 +389,7 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
     }
     block.sync();
     detail::tile_accumulators<1> p, dp;
-    detail::times_tile_transposed<HeadDim, 1>(block, k, q_tile, at, p);  // S^T: keys x queries
+    detail::times_tile_transposed<HeadDim, 1>(block, k, q_tile, p);  // S^T: keys x queries
     TPX_UNROLL
     for (int n = 0; n < 8; ++n) {
       TPX_UNROLL
@@ -396,15 +402,15 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
                          : 0.0f;
       }
     }
-    detail::accumulate_times_tile<HeadDim, 1>(block, p, dout_tile, at, dv);
-    detail::times_tile_transposed<HeadDim, 1>(block, v, dout_tile, at, dp);  // dP^T
+    detail::accumulate_times_tile<HeadDim, 1>(block, p, dout_tile, dv);
+    detail::times_tile_transposed<HeadDim, 1>(block, v, dout_tile, dp);  // dP^T
     TPX_UNROLL
     for (int n = 0; n < 8; ++n) {
       TPX_UNROLL
       for (int i = 0; i < 4; ++i)
         p[0][n][i] *= dp[0][n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
     }
-    detail::accumulate_times_tile<HeadDim, 1>(block, p, q_tile, at, dk);
+    detail::accumulate_times_tile<HeadDim, 1>(block, p, q_tile, dk);
     block.sync();
   }
   detail::store_rows<HeadDim, 1>(dk, args.scale, first, t_len, at, args.dk + base);

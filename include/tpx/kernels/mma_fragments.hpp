@@ -4,7 +4,9 @@
 // group = lane / 4 and pair = lane % 4:
 //   A  4 registers of 2 bf16: rows group (registers 0, 2) and group + 8 (1, 3), columns
 //      2 pair + {0, 1} (registers 0, 1) and 2 pair + 8 + {0, 1} (2, 3)
-//   B  2 registers of 2 bf16: column group, rows 2 pair + {0, 1} (register 0) and + 8 (1)
+//   B  2 registers of 2 bf16: column group, rows 2 pair + {0, 1} (register 0) and + 8 (1),
+//      loaded from shared memory by ldmatrix (8x8 matrices: lane l receives elements
+//      (l / 4, 2 (l % 4) + {0, 1}) of each, or of its transpose with .trans)
 //   C  4 floats: rows group (0, 1) and group + 8 (2, 3), columns 2 pair + {0, 1}
 // The lower-indexed element of a pair sits in the low 16 bits of its register.
 //
@@ -54,22 +56,29 @@ TPX_HOST_DEVICE inline void load_a(std::uint32_t (&a)[4], const bf16* m, std::in
   }
 }
 
-// B[k][n] = m[n * ld + k]: the transpose of a row-major 8x16 block, e.g. 8 keys of K for the
-// scores Q K^T. Each register is two consecutive elements of one row of m.
-TPX_HOST_DEVICE inline void load_b_transposed(std::uint32_t (&b)[2], const bf16* m, std::int64_t ld,
-                                              lane_coordinates at) {
-  const bf16* row = m + at.group * ld + 2 * at.pair;
-  b[0] = load_pair(row);
-  b[1] = load_pair(row + 8);
+// Two B fragments from shared memory with one ldmatrix.x4 (a warp operation: `block` is the
+// hardware or the emulated block): b[j] holds B_j[k][n] = m[n * ld + 16 j + k], the transposes
+// of two 8x16 blocks side by side in 8 rows of m (8 keys of K, two k-steps of the scores Q K^T).
+// Lane l points at row l % 8 of 8x8 matrix l / 8; matrix 2 j + h is b[j]'s register h.
+template <class Block>
+TPX_HOST_DEVICE void load_b_transposed_x2(Block& block, std::uint32_t (&b)[2][2], const bf16* m,
+                                          std::int64_t ld) {
+  const int lane = block.lane(), matrix = lane >> 3;
+  std::uint32_t r[4];
+  block.ldmatrix_x4(r, m + (lane & 7) * ld + 8 * matrix);
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
-// B[k][n] = m[k * ld + n]: a row-major 16x8 block as it stands, e.g. 16 keys of V for P V.
-TPX_HOST_DEVICE inline void load_b(std::uint32_t (&b)[2], const bf16* m, std::int64_t ld,
-                                   lane_coordinates at) {
-  const bf16* column = m + at.group;
-  const int k = 2 * at.pair;
-  b[0] = pack(column[k * ld], column[(k + 1) * ld]);
-  b[1] = pack(column[(k + 8) * ld], column[(k + 9) * ld]);
+// Two B fragments with one ldmatrix.x4.trans: b[j] holds B_j[k][n] = m[k * ld + 8 j + n], two
+// 16x8 blocks side by side in 16 rows of m as they stand (16 keys of V, two column tiles of
+// P V). Matrix 2 j + h is rows 8 h .. 8 h + 7 of block j, transposed into b[j]'s register h.
+template <class Block>
+TPX_HOST_DEVICE void load_b_x2(Block& block, std::uint32_t (&b)[2][2], const bf16* m,
+                               std::int64_t ld) {
+  const int lane = block.lane(), matrix = lane >> 3;
+  std::uint32_t r[4];
+  block.ldmatrix_x4_trans(r, m + (8 * (matrix & 1) + (lane & 7)) * ld + 8 * (matrix >> 1));
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
 // The A operand (16x16, bf16) made of two accumulator tiles: columns 0-7 from `left`, 8-15

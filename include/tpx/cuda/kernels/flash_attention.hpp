@@ -14,13 +14,14 @@
 // staged with 16-byte loads), and a device of compute capability 8.0 or newer; everything else
 // takes the CUDA-core kernels.
 //
-// Registers (ptxas -v, sm_90): forward 167 / 254 / 168 at widths 32 / 64 / 128 (two row tiles
+// K, Q and dO tiles are read as B operands by ldmatrix.x4 and V by ldmatrix.x4.trans, two
+// fragments per instruction, from tiles whose rows are padded so those reads hit distinct banks.
+// Registers (ptxas -v, sm_90): forward 168 / 254 / 178 at widths 32 / 64 / 128 (two row tiles
 // per warp at 32 and 64: each fragment loaded from shared memory feeds two mma, and the
-// registers leave room for two blocks per SM), dq 96 / 148 / 232, dk-dv 162 / 218 / 255 with 80
-// bytes spilled at 128 (its K and V fragments and two accumulators of E floats per lane); nothing
-// else spills. Not yet run or timed on a GPU: the tuning FlashAttention-2 does beyond this
-// (ldmatrix loads, double-buffered cp.async staging, swizzled rather than padded tiles) waits for a
-// measurement.
+// registers leave room for two blocks per SM), dq 96 / 140 / 241, dk-dv 166 / 242 / 255; spills:
+// 104 bytes in dk-dv at 128 (its K and V fragments and two accumulators of E floats per lane),
+// 4 in dq at 32. Not yet run or timed on a GPU: the tuning FlashAttention-2 does beyond this
+// (double-buffered cp.async staging, swizzled rather than padded tiles) waits for a measurement.
 #pragma once
 
 #include <cuda_runtime.h>

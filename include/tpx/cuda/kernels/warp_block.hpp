@@ -1,13 +1,16 @@
 // warp_block: what a tensor-core block program (kernels/flash_attention.hpp) asks of the
 // hardware, on the GPU: the thread's lane and warp, __syncthreads, a full-warp shuffle, the
-// block's dynamic shared memory and mma.sync.m16n8k16 with bf16 inputs and fp32 accumulators
-// (sm_80 and newer; the dispatcher never launches these kernels on older devices). The host
+// block's dynamic shared memory, ldmatrix.x4 (plain and .trans) and mma.sync.m16n8k16 with bf16
+// inputs and fp32 accumulators (sm_80 and newer; the dispatcher never launches these kernels on
+// older devices). The host
 // tests run the same programs on tests/support/simt_block.hpp, which offers the same members.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "tpx/core/bfloat16.hpp"
 
 namespace tpx::cuda::detail {
 
@@ -21,6 +24,19 @@ class warp_block {
   __device__ void sync() const { __syncthreads(); }
   __device__ float shfl_xor(float value, int mask) const {
     return __shfl_xor_sync(0xffffffffu, value, mask);
+  }
+
+  // Four 8x8 matrices of 16-bit elements from shared memory, row addresses from lanes 8j..8j+7
+  // for matrix j (kernels/mma_fragments.hpp's load_b_x2 and load_b_transposed_x2).
+  __device__ void ldmatrix_x4(std::uint32_t (&r)[4], const bf16* row) const {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row)));
+  }
+  __device__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const bf16* row) const {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row)));
   }
 
   // d += a b over one warp (the fragment layouts: kernels/mma_fragments.hpp).
@@ -39,6 +55,10 @@ class warp_block {
   }
 
  private:
+  __device__ static std::uint32_t shared_address(const void* p) {
+    return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+  }
+
   unsigned char* shared_;
 };
 
