@@ -5,7 +5,8 @@
 // `thread` offers what the block programs use of the hardware: its lane and warp, sync()
 // (__syncthreads), shfl_xor (__shfl_xor_sync over the full warp), mma (mma.sync.m16n8k16,
 // bf16 inputs, fp32 accumulators: d += a b), ldmatrix_x4 and ldmatrix_x4_trans
-// (ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16) and the block's shared memory. Warp-wide
+// (ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16), cp.async's copy, commit and wait, and the
+// block's shared memory. Warp-wide
 // operations meet at a barrier of the warp: each lane posts its operands, every lane reads what it
 // needs, and a second barrier frees the slots for the next operation. Like the hardware, every lane
 // (thread) must reach every warp operation (barrier) in the same order; a program that does not
@@ -114,6 +115,15 @@ class simt_block {
     // (l / 4, 2 (l % 4) + 1) of matrix j, or with `transpose` those of its transpose.
     void ldmatrix_x4(std::uint32_t (&r)[4], const bf16* row) { ldmatrix(r, row, false); }
     void ldmatrix_x4_trans(std::uint32_t (&r)[4], const bf16* row) { ldmatrix(r, row, true); }
+
+    // cp.async of 16 bytes (8 elements), zeros where !real; here the copy is done at once,
+    // one of the orders the hardware may take, so commit and wait have nothing to do.
+    void copy_async_16(bf16* to, const bf16* from, bool real) {
+      for (int i = 0; i < 8; ++i) to[i] = real ? from[i] : bf16(0.0f);
+    }
+    void commit_async() {}
+    void wait_async_all_but_latest() {}
+    void wait_async_all() {}
 
    private:
     friend class simt_block;

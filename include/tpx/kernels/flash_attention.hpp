@@ -8,8 +8,9 @@
 // The math is kernels/fused_attention.hpp's (FlashAttention-2's forward and backward), arranged
 // as FlashAttention-2 arranges it for tensor cores: a block of 4 warps takes 64 or 128 rows,
 // each warp one or two tiles of 16 of them, and walks tiles of 64 rows of the other side staged
-// in shared memory. A warp with two row tiles uses each fragment it loads from shared memory
-// twice, which halves the shared-memory traffic per mma (the forward at widths up to 64; the
+// in shared memory, two buffers of them: the next tile is copied in (cp.async) while the block
+// computes on the current one. A warp with two row tiles uses each fragment it loads from shared
+// memory twice, which halves the shared-memory traffic per mma (the forward at widths up to 64; the
 // backward passes hold too many accumulators for it).
 //   forward  per block of queries: S = Q K^T (Q's fragments stay in registers), the online
 //            softmax on S's accumulators (a row's 64 scores are spread over the 4 lanes of a
@@ -57,12 +58,16 @@ template <int HeadDim>
 inline constexpr int forward_block_rows = 16 * warps* forward_row_tiles<HeadDim>;
 inline constexpr int backward_block_rows = 16 * warps;
 
-// Shared memory each block program needs.
+// Shared memory each block program needs: two buffers (one computed on while the next tile is
+// copied into the other) of two staged tiles (K and V; Q and dO), and for dk-dv two rows of
+// lse and delta per buffer.
 template <int HeadDim>
-inline constexpr std::size_t forward_shared_bytes = 2 * tile_rows* pitch<HeadDim> * sizeof(bf16);
+inline constexpr std::size_t tile_bytes = tile_rows* pitch<HeadDim> * sizeof(bf16);
 template <int HeadDim>
-inline constexpr std::size_t dkdv_shared_bytes = 2 * tile_rows* pitch<HeadDim> * sizeof(bf16) +
-                                                 2 * tile_rows * sizeof(float);
+inline constexpr std::size_t forward_shared_bytes = 2 * 2 * tile_bytes<HeadDim>;
+template <int HeadDim>
+inline constexpr std::size_t dkdv_shared_bytes = forward_shared_bytes<HeadDim> +
+                                                 2 * 2 * tile_rows * sizeof(float);
 
 struct arguments {
   std::int64_t t_len;
@@ -94,22 +99,53 @@ using tile_accumulators = float[R][8][4];
 template <int HeadDim, int R>
 using row_accumulators = float[R][HeadDim / 8][4];
 
-// Rows [0, rows) of a [*, HeadDim] array into a [tile_rows, pitch] tile, rows past `rows` zero.
-// Chunks of 8 elements (16 bytes: one vector load per thread on the device).
+// Starts copying rows [0, rows) of a [*, HeadDim] array into a [tile_rows, pitch] tile, rows
+// past `rows` zero, in chunks of 8 elements (16 bytes: one cp.async per thread and chunk on the
+// device). The copies land by the block's next wait_async.
 template <int HeadDim, class Block>
 TPX_HOST_DEVICE void stage(Block& block, const bf16* src, std::int64_t rows, bf16* tile) {
   constexpr int chunks = HeadDim / 8;
   for (int c = block.thread(); c < tile_rows * chunks; c += threads) {
     const int r = c / chunks, col = (c % chunks) * 8;
-    bf16* to = tile + r * pitch<HeadDim> + col;
-#if defined(__CUDA_ARCH__)
-    *reinterpret_cast<uint4*>(to) = r < rows
-                                        ? *reinterpret_cast<const uint4*>(src + r * HeadDim + col)
-                                        : make_uint4(0, 0, 0, 0);
-#else
-    TPX_UNROLL
-    for (int i = 0; i < 8; ++i) to[i] = r < rows ? src[r * HeadDim + col + i] : bf16(0.0f);
-#endif
+    const bool real = r < rows;
+    block.copy_async_16(tile + r * pitch<HeadDim> + col, real ? src + r * HeadDim + col : src,
+                        real);
+  }
+}
+
+// Two tiles of rows (K and V, or Q and dO) in each of two buffers.
+template <int HeadDim>
+struct tile_pairs {
+  bf16* tiles;  // [buffer][which][tile_rows][pitch]
+  TPX_HOST_DEVICE bf16* first(int buffer) const {
+    return tiles + 2 * buffer * tile_rows * pitch<HeadDim>;
+  }
+  TPX_HOST_DEVICE bf16* second(int buffer) const {
+    return first(buffer) + tile_rows * pitch<HeadDim>;
+  }
+};
+
+// Runs body(buffer, t0) for the tiles t0 = from, from + tile_rows, ... <= last, each staged by
+// stage(buffer, t0) one tile ahead (FlashAttention-2's double buffering): while the block
+// computes on one buffer, the next tile's rows are copied into the other. Every thread of the
+// block runs it alike.
+template <class Block, class Stage, class Body>
+TPX_HOST_DEVICE void over_staged_tiles(Block& block, std::int64_t from, std::int64_t last,
+                                       const Stage& stage_tile, const Body& body) {
+  stage_tile(0, from);
+  block.commit_async();
+  int buffer = 0;
+  for (std::int64_t t0 = from; t0 <= last; t0 += tile_rows, buffer ^= 1) {
+    if (t0 + tile_rows <= last) {  // the other buffer was last read before the previous sync
+      stage_tile(buffer ^ 1, t0 + tile_rows);
+      block.commit_async();
+      block.wait_async_all_but_latest();
+    } else {
+      block.wait_async_all();
+    }
+    block.sync();
+    body(buffer, t0);
+    block.sync();
   }
 }
 
@@ -214,28 +250,30 @@ TPX_HOST_DEVICE void store_rows(const row_accumulators<HeadDim, R>& acc, float s
 // its R row tiles) and the block's last row (its key tiles are those up to it).
 template <int HeadDim, int R>
 struct query_block {
-  bf16* k_tile;
-  bf16* v_tile;
+  tile_pairs<HeadDim> keys;  // K, then V
   mma::lane_coordinates at;
   std::int64_t t_len, base, first, last;
 
   template <class Block>
   TPX_HOST_DEVICE query_block(Block& block, const arguments& args, std::int64_t block_index,
                               std::int64_t sequence)
-      : k_tile(reinterpret_cast<bf16*>(block.shared())),
-        v_tile(k_tile + tile_rows * pitch<HeadDim>),
+      : keys{reinterpret_cast<bf16*>(block.shared())},
         at(block.lane()),
         t_len(args.t_len),
         base(sequence * args.t_len * HeadDim),
         first(block_index * 16 * warps * R + 16 * R * block.warp()),
         last(least((block_index + 1) * 16 * warps * R, args.t_len) - 1) {}
 
-  // Stages the key tile starting at key s0 and its values, and waits for the whole block.
-  template <class Block>
-  TPX_HOST_DEVICE void stage_keys(Block& block, const arguments& args, std::int64_t s0) const {
-    stage<HeadDim>(block, args.k + base + s0 * HeadDim, t_len - s0, k_tile);
-    stage<HeadDim>(block, args.v + base + s0 * HeadDim, t_len - s0, v_tile);
-    block.sync();
+  // Runs body(k_tile, v_tile, s0) over the key tiles the block sees.
+  template <class Block, class Body>
+  TPX_HOST_DEVICE void over_key_tiles(Block& block, const arguments& args, const Body& body) const {
+    over_staged_tiles(
+        block, 0, last,
+        [&](int buffer, std::int64_t s0) {
+          stage<HeadDim>(block, args.k + base + s0 * HeadDim, t_len - s0, keys.first(buffer));
+          stage<HeadDim>(block, args.v + base + s0 * HeadDim, t_len - s0, keys.second(buffer));
+        },
+        [&](int buffer, std::int64_t s0) { body(keys.first(buffer), keys.second(buffer), s0); });
   }
 
   // Whether element i of the lane's accumulators [r][n] of the scores against the key tile at
@@ -254,10 +292,11 @@ struct query_block {
 template <int HeadDim, class Block>
 TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int64_t block_index,
                                    std::int64_t sequence) {
-  static_assert(HeadDim % 32 == 0, "the head width must be a multiple of 32 (k-steps of 16, loaded in pairs)");
+  static_assert(HeadDim % 32 == 0,
+                "the head width must be a multiple of 32 (k-steps of 16, loaded in pairs)");
   constexpr int R = forward_row_tiles<HeadDim>;
   const detail::query_block<HeadDim, R> self(block, args, block_index, sequence);
-  const auto& [k_tile, v_tile, at, t_len, base, first, last] = self;
+  const auto& [keys, at, t_len, base, first, last] = self;
   detail::row_fragments<HeadDim, R> q;
   detail::load_rows<HeadDim, R>(q, args.q + base, first, t_len, at);
   const float score_scale = args.scale * log2e;
@@ -265,8 +304,7 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
   detail::row_accumulators<HeadDim, R> o = {};
   TPX_UNROLL
   for (int r = 0; r < R; ++r) m[r][0] = m[r][1] = -INFINITY, l[r][0] = l[r][1] = 0;
-  for (std::int64_t s0 = 0; s0 <= last; s0 += tile_rows) {
-    self.stage_keys(block, args, s0);
+  self.over_key_tiles(block, args, [&](const bf16* k_tile, const bf16* v_tile, std::int64_t s0) {
     detail::tile_accumulators<R> s;
     detail::times_tile_transposed<HeadDim, R>(block, q, k_tile, s);
     TPX_UNROLL
@@ -303,8 +341,7 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
       }
     }
     detail::accumulate_times_tile<HeadDim, R>(block, s, v_tile, o);
-    block.sync();
-  }
+  });
   TPX_UNROLL
   for (int r = 0; r < R; ++r) {
     TPX_UNROLL
@@ -328,7 +365,7 @@ template <int HeadDim, class Block>
 TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t block_index,
                               std::int64_t sequence) {
   const detail::query_block<HeadDim, 1> self(block, args, block_index, sequence);
-  const auto& [k_tile, v_tile, at, t_len, base, first, last] = self;
+  const auto& [keys, at, t_len, base, first, last] = self;
   detail::row_fragments<HeadDim, 1> q, dout;
   detail::load_rows<HeadDim, 1>(q, args.q + base, first, t_len, at);
   detail::load_rows<HeadDim, 1>(dout, args.dout + base, first, t_len, at);
@@ -341,8 +378,7 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
   }
   const float score_scale = args.scale * log2e;
   detail::row_accumulators<HeadDim, 1> dq = {};
-  for (std::int64_t s0 = 0; s0 <= last; s0 += tile_rows) {
-    self.stage_keys(block, args, s0);
+  self.over_key_tiles(block, args, [&](const bf16* k_tile, const bf16* v_tile, std::int64_t s0) {
     detail::tile_accumulators<1> ds, dp;
     detail::times_tile_transposed<HeadDim, 1>(block, q, k_tile, ds);
     detail::times_tile_transposed<HeadDim, 1>(block, dout, v_tile, dp);
@@ -356,8 +392,7 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
       }
     }
     detail::accumulate_times_tile<HeadDim, 1>(block, ds, k_tile, dq);
-    block.sync();
-  }
+  });
   detail::store_rows<HeadDim, 1>(dq, args.scale, first, t_len, at, args.dq + base);
 }
 
@@ -365,11 +400,9 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
 template <int HeadDim, class Block>
 TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_t block_index,
                                 std::int64_t sequence) {
-  constexpr int P = pitch<HeadDim>;
-  bf16* q_tile = reinterpret_cast<bf16*>(block.shared());
-  bf16* dout_tile = q_tile + tile_rows * P;
-  float* lse_tile = reinterpret_cast<float*>(dout_tile + tile_rows * P);  // base 2
-  float* delta_tile = lse_tile + tile_rows;
+  const detail::tile_pairs<HeadDim> queries{reinterpret_cast<bf16*>(block.shared())};  // Q, dO
+  // [buffer][lse (base 2), delta][tile_rows], after the tiles
+  float* rows = reinterpret_cast<float*>(block.shared() + forward_shared_bytes<HeadDim>);
   const mma::lane_coordinates at(block.lane());
   const std::int64_t t_len = args.t_len, base = sequence * t_len * HeadDim;
   const std::int64_t first = block_index * backward_block_rows + 16 * block.warp();  // its keys
@@ -378,41 +411,49 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
   detail::load_rows<HeadDim, 1>(v, args.v + base, first, t_len, at);
   const float score_scale = args.scale * log2e;
   detail::row_accumulators<HeadDim, 1> dk = {}, dv = {};
-  for (std::int64_t t0 = block_index * backward_block_rows; t0 < t_len;
-       t0 += tile_rows) {  // queries seeing it
-    detail::stage<HeadDim>(block, args.q + base + t0 * HeadDim, t_len - t0, q_tile);
-    detail::stage<HeadDim>(block, args.dout + base + t0 * HeadDim, t_len - t0, dout_tile);
+  const auto stage_queries = [&](int buffer, std::int64_t t0) {
+    detail::stage<HeadDim>(block, args.q + base + t0 * HeadDim, t_len - t0, queries.first(buffer));
+    detail::stage<HeadDim>(block, args.dout + base + t0 * HeadDim, t_len - t0,
+                           queries.second(buffer));
     for (int j = block.thread(); j < tile_rows; j += threads) {
       const bool real = t0 + j < t_len;
-      lse_tile[j] = real ? args.lse[sequence * t_len + t0 + j] * log2e : 0.0f;
-      delta_tile[j] = real ? args.delta[sequence * t_len + t0 + j] : 0.0f;
+      rows[(2 * buffer) * tile_rows + j] =
+          real ? args.lse[sequence * t_len + t0 + j] * log2e : 0.0f;
+      rows[(2 * buffer + 1) * tile_rows + j] = real ? args.delta[sequence * t_len + t0 + j] : 0.0f;
     }
-    block.sync();
-    detail::tile_accumulators<1> p, dp;
-    detail::times_tile_transposed<HeadDim, 1>(block, k, q_tile, p);  // S^T: keys x queries
-    TPX_UNROLL
-    for (int n = 0; n < 8; ++n) {
-      TPX_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const std::int64_t key = first + mma::accumulator_row(at, i);
-        const int column = 8 * n + mma::accumulator_column(at, i);
-        const std::int64_t query = t0 + column;
-        p[0][n][i] = key <= query && query < t_len
-                         ? exp2f(score_scale * p[0][n][i] - lse_tile[column])
-                         : 0.0f;
-      }
-    }
-    detail::accumulate_times_tile<HeadDim, 1>(block, p, dout_tile, dv);
-    detail::times_tile_transposed<HeadDim, 1>(block, v, dout_tile, dp);  // dP^T
-    TPX_UNROLL
-    for (int n = 0; n < 8; ++n) {
-      TPX_UNROLL
-      for (int i = 0; i < 4; ++i)
-        p[0][n][i] *= dp[0][n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
-    }
-    detail::accumulate_times_tile<HeadDim, 1>(block, p, q_tile, dk);
-    block.sync();
-  }
+  };
+  // The query tiles that see the block's keys (t >= s).
+  detail::over_staged_tiles(
+      block, block_index * backward_block_rows, t_len - 1, stage_queries,
+      [&](int buffer, std::int64_t t0) {
+        const bf16* q_tile = queries.first(buffer);
+        const bf16* dout_tile = queries.second(buffer);
+        const float* lse_tile = rows + 2 * buffer * tile_rows;
+        const float* delta_tile = lse_tile + tile_rows;
+        detail::tile_accumulators<1> p, dp;
+        detail::times_tile_transposed<HeadDim, 1>(block, k, q_tile, p);  // S^T: keys x queries
+        TPX_UNROLL
+        for (int n = 0; n < 8; ++n) {
+          TPX_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            const std::int64_t key = first + mma::accumulator_row(at, i);
+            const int column = 8 * n + mma::accumulator_column(at, i);
+            const std::int64_t query = t0 + column;
+            p[0][n][i] = key <= query && query < t_len
+                             ? exp2f(score_scale * p[0][n][i] - lse_tile[column])
+                             : 0.0f;
+          }
+        }
+        detail::accumulate_times_tile<HeadDim, 1>(block, p, dout_tile, dv);
+        detail::times_tile_transposed<HeadDim, 1>(block, v, dout_tile, dp);  // dP^T
+        TPX_UNROLL
+        for (int n = 0; n < 8; ++n) {
+          TPX_UNROLL
+          for (int i = 0; i < 4; ++i)
+            p[0][n][i] *= dp[0][n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
+        }
+        detail::accumulate_times_tile<HeadDim, 1>(block, p, q_tile, dk);
+      });
   detail::store_rows<HeadDim, 1>(dk, args.scale, first, t_len, at, args.dk + base);
   detail::store_rows<HeadDim, 1>(dv, 1.0f, first, t_len, at, args.dv + base);
 }

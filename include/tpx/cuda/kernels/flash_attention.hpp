@@ -14,18 +14,21 @@
 // staged with 16-byte loads), and a device of compute capability 8.0 or newer; everything else
 // takes the CUDA-core kernels.
 //
-// K, Q and dO tiles are read as B operands by ldmatrix.x4 and V by ldmatrix.x4.trans, two
-// fragments per instruction, from tiles whose rows are padded so those reads hit distinct banks.
-// Registers (ptxas -v, sm_90): forward 168 / 254 / 178 at widths 32 / 64 / 128 (two row tiles
+// Tiles are double-buffered: cp.async copies the next tile of K and V (Q and dO) from global
+// memory while the block computes on the current one. K, Q and dO are read as B operands by
+// ldmatrix.x4 and V by ldmatrix.x4.trans, two fragments per instruction, from tiles whose rows
+// are padded so those reads hit distinct banks.
+// Registers (ptxas -v, sm_90): forward 168 / 241 / 173 at widths 32 / 64 / 128 (two row tiles
 // per warp at 32 and 64: each fragment loaded from shared memory feeds two mma, and the
-// registers leave room for two blocks per SM), dq 96 / 140 / 241, dk-dv 166 / 242 / 255; spills:
-// 104 bytes in dk-dv at 128 (its K and V fragments and two accumulators of E floats per lane),
-// 4 in dq at 32. Not yet run or timed on a GPU: the tuning FlashAttention-2 does beyond this
-// (double-buffered cp.async staging, swizzled rather than padded tiles) waits for a measurement.
+// registers leave room for two blocks per SM), dq 99 / 138 / 243, dk-dv 168 / 249 / 255 with
+// 24 bytes spilled at 128 (its K and V fragments and two accumulators of E floats per lane).
+// Not yet run or timed on a GPU; FlashAttention-2's swizzled tiles (instead of padding) and its
+// other tuning wait for a measurement.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
@@ -82,6 +85,15 @@ inline dim3 flash_grid(std::int64_t sequences, std::int64_t t_len, int block_row
               static_cast<unsigned>(sequences));
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory: over 48 KiB a kernel must ask (the double
+// buffers of width 128 take 68-69 KiB; sm_80 and sm_90 give a block up to 163 and 227 KiB).
+template <class Kernel>
+void allow_shared_memory(Kernel* kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    TPX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
+}
+
 inline bool device_has_bf16_mma() {
   int device = 0, major = 0;
   TPX_CUDA_CHECK(cudaGetDevice(&device));
@@ -106,9 +118,11 @@ inline void flash_attention_forward(cudaStream_t stream, std::int64_t sequences,
   const kernels::flash::arguments args{t_len,   scale,   q,       k,       v,       out,    lse,
                                        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
   detail::with_head_dim(e, [&]<int HeadDim>() {
+    constexpr std::size_t bytes = kernels::flash::forward_shared_bytes<HeadDim>;
+    detail::allow_shared_memory(detail::flash_forward_kernel<HeadDim>, bytes);
     detail::flash_forward_kernel<HeadDim>
         <<<detail::flash_grid(sequences, t_len, kernels::flash::forward_block_rows<HeadDim>),
-           kernels::flash::threads, kernels::flash::forward_shared_bytes<HeadDim>, stream>>>(args);
+           kernels::flash::threads, bytes, stream>>>(args);
   });
   TPX_CUDA_CHECK(cudaGetLastError());
 }
@@ -122,12 +136,12 @@ inline void flash_attention_backward(cudaStream_t stream, std::int64_t sequences
                                        lse,   dout,  delta, dq, dk, dv};
   detail::with_head_dim(e, [&]<int HeadDim>() {
     const dim3 grid = detail::flash_grid(sequences, t_len, kernels::flash::backward_block_rows);
-    detail::flash_dq_kernel<HeadDim>
-        <<<grid, kernels::flash::threads, kernels::flash::forward_shared_bytes<HeadDim>, stream>>>(
-            args);
-    detail::flash_dkdv_kernel<HeadDim>
-        <<<grid, kernels::flash::threads, kernels::flash::dkdv_shared_bytes<HeadDim>, stream>>>(
-            args);
+    constexpr std::size_t dq_bytes = kernels::flash::forward_shared_bytes<HeadDim>;
+    constexpr std::size_t dkdv_bytes = kernels::flash::dkdv_shared_bytes<HeadDim>;
+    detail::allow_shared_memory(detail::flash_dq_kernel<HeadDim>, dq_bytes);
+    detail::allow_shared_memory(detail::flash_dkdv_kernel<HeadDim>, dkdv_bytes);
+    detail::flash_dq_kernel<HeadDim><<<grid, kernels::flash::threads, dq_bytes, stream>>>(args);
+    detail::flash_dkdv_kernel<HeadDim><<<grid, kernels::flash::threads, dkdv_bytes, stream>>>(args);
   });
   TPX_CUDA_CHECK(cudaGetLastError());
 }

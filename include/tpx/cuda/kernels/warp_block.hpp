@@ -1,9 +1,9 @@
 // warp_block: what a tensor-core block program (kernels/flash_attention.hpp) asks of the
 // hardware, on the GPU: the thread's lane and warp, __syncthreads, a full-warp shuffle, the
-// block's dynamic shared memory, ldmatrix.x4 (plain and .trans) and mma.sync.m16n8k16 with bf16
-// inputs and fp32 accumulators (sm_80 and newer; the dispatcher never launches these kernels on
-// older devices). The host
-// tests run the same programs on tests/support/simt_block.hpp, which offers the same members.
+// block's dynamic shared memory, cp.async, ldmatrix.x4 (plain and .trans) and mma.sync.m16n8k16
+// with bf16 inputs and fp32 accumulators (sm_80 and newer; the dispatcher never launches these
+// kernels on older devices). The host tests run the same programs on tests/support/simt_block.hpp,
+// which offers the same members.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,6 +38,18 @@ class warp_block {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(shared_address(row)));
   }
+
+  // 16 bytes from global to shared memory without passing through registers (cp.async.cg,
+  // cached in L2 only); with !real it writes zeros and reads nothing. A commit closes a group
+  // of copies; the waits block until all groups but the latest, or all, have landed.
+  __device__ void copy_async_16(bf16* to, const bf16* from, bool real) const {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :
+                 : "r"(shared_address(to)), "l"(from), "r"(real ? 16 : 0));
+  }
+  __device__ void commit_async() const { asm volatile("cp.async.commit_group;\n" ::); }
+  __device__ void wait_async_all_but_latest() const { asm volatile("cp.async.wait_group 1;\n" ::); }
+  __device__ void wait_async_all() const { asm volatile("cp.async.wait_group 0;\n" ::); }
 
   // d += a b over one warp (the fragment layouts: kernels/mma_fragments.hpp).
   __device__ void mma(float (&d)[4], const std::uint32_t (&a)[4],
