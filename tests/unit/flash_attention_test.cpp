@@ -2,9 +2,9 @@
 // emulated thread block (tests/support/simt_block.hpp) whose mma follows the PTX fragment table:
 // the fragment loads of kernels/mma_fragments.hpp (ldmatrix included) against exact products of
 // small integers, and the forward, dq and dk/dv programs against naive causal attention in
-// double on the same bf16-rounded inputs, at head widths 32, 64 and 128, sequences of 1 row, one whole tile, and
-// several tiles with a partial last one (T = 100, 130), so masking, tails and the online softmax's
-// rescaling all run. Under ThreadSanitizer the same run checks the programs' shared memory for
+// double on the same bf16-rounded inputs, at head widths 32, 64 and 128, sequences of 1 row,
+// one whole tile, and several tiles with a partial last one (T = 100, 130), so masking, tails
+// and the online softmax's rescaling all run. Under ThreadSanitizer the same run checks the programs' shared memory for
 // races between syncs (tests/support/simt_block.hpp).
 // Tolerances: the fragment tests are exact (integers below 2^8 and their sums are exact in bf16
 // and fp32). Outputs are bf16 and P and dS enter their second product rounded to bf16 (8

@@ -190,8 +190,7 @@ void fused_attention_forward(cudaStream_t stream, std::int64_t sequences, std::i
   const std::size_t bytes = 2 * sizeof(T) * detail::attention_rows * e;
   detail::with_head_capacity(e, [&]<int MaxE>() {
     detail::fused_attention_forward_kernel<MaxE, T>
-        <<<grid, detail::attention_rows, bytes, stream>>>(
-            t_len, e, scale, q, k, v, out, lse);
+        <<<grid, detail::attention_rows, bytes, stream>>>(t_len, e, scale, q, k, v, out, lse);
   });
   TPX_CUDA_CHECK(cudaGetLastError());
 }
@@ -204,7 +203,8 @@ void fused_attention_backward(cudaStream_t stream, std::int64_t sequences, std::
   const dim3 grid = detail::attention_grid(sequences, t_len);
   if constexpr (std::is_same_v<T, bf16>) {
     if (flash_attention_applies(e, {q, k, v, dout, dq, dk, dv})) {
-      flash_attention_backward(stream, sequences, t_len, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
+      flash_attention_backward(stream, sequences, t_len, e, scale, q, k, v, dout, lse, delta, dq,
+                               dk, dv);
       return;
     }
   }
