@@ -18,7 +18,8 @@
 #   5 train the example trainer for 100 steps on a 2x2 simulated mesh and 50 steps over NCCL on
 #     one GPU (tpx-train-cuda --backend nccl --mesh 1x1; their losses against the host run are
 #     cuda_trainer_test's, in step 3), and the GPT example (tpx-gpt-cuda) for 50 steps on a 2x2
-#     simulated mesh and over NCCL on one GPU; tpx-train-cuda as one process of a torchrun-style
+#     simulated mesh, with --overlap off and on (logs gpt.jsonl, gpt-overlap.jsonl: tokens/s of
+#     each), and over NCCL on one GPU; tpx-train-cuda as one process of a torchrun-style
 #     launch of world size 1 (RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 and a free
 #     MASTER_PORT: NCCL's id through the TCP rendezvous; NCCL refuses two ranks on one GPU, so
 #     launches of more processes need more GPUs); with nsys on PATH, a profile of 20 steps whose
@@ -182,6 +183,8 @@ else
     "$train" --mesh 1x1 --steps 50 --log-every 10
   step "GPT (tpx-gpt-cuda, 2x2 mesh on GPU 0)" \
     "$gpt" --mesh 2x2 --steps 50 --log-every 10 --log "$out/gpt.jsonl"
+  step "GPT with overlap (tpx-gpt-cuda --overlap on: gathers and reduce-scatters on each rank's second stream)" \
+    "$gpt" --mesh 2x2 --steps 50 --log-every 10 --overlap on --log "$out/gpt-overlap.jsonl"
   step "GPT over NCCL (tpx-gpt-cuda --backend nccl, 1x1 mesh on GPU 0, bf16)" \
     "$gpt" --backend nccl --mesh 1x1 --steps 50 --log-every 10 --bf16
   step "GPT with fused attention (tpx-gpt-cuda --fused-attention --bf16: tensor cores, 1x1)" \

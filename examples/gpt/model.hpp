@@ -29,15 +29,16 @@
 // checkpoint_every = C > 0 only every C-th block input is kept and each segment runs forward again
 // during the backward pass (examples/trainer/block_stack.hpp).
 //
-// Communication can overlap computation (config::overlap; tpx-gpt --overlap on): a
-// block's weights are gathered together, on the rank's communication thread (tpx::in_background),
-// one block visit ahead in the block loop's order (trainer::block_visits: the forward pass, the
-// recomputation of checkpointed segments, the backward pass), so block l + 1's all-gathers run
-// while block l computes (the final norm's and the head's during the last block's forward pass).
-// A block's gradients are reduce-scattered together, started as its backward pass ends, while
-// the next block's runs, as FSDP reduce-scatters per unit; all are done before forward_backward
-// returns (so before the optimizer step). A block visited twice in a row (the last one, forward
-// then backward) is gathered twice, as every visit is: keeping it would be FSDP2's
+// Communication can overlap computation (config::overlap; tpx-gpt --overlap on): a block's
+// weights are gathered together, on the rank's communication thread (tpx::in_background; on a
+// CUDA rank, its second stream), one block visit ahead in the block loop's order
+// (trainer::block_visits: the forward pass, the recomputation of checkpointed segments, the
+// backward pass), so block l + 1's all-gathers run while block l computes (the final norm's and
+// the head's during the last block's forward pass). A block's gradients are reduce-scattered
+// together, started as its backward pass ends, while the next block's runs, as FSDP
+// reduce-scatters per unit; all are done before forward_backward returns (so before the optimizer
+// step). A block visited twice in a row (the last one, forward then backward) is gathered twice,
+// as every visit is: keeping it would be FSDP2's
 // reshard_after_forward=False. What stays on the rank's own thread is what the computation needs
 // at once: the sequence-parallel gathers and scatters over Y, the loss's reductions and the
 // embedding tables' gathers. With overlap off the same tasks run at once on the rank's thread:

@@ -18,7 +18,9 @@
 // unchecked, the timeout's message says how to turn the check on. The cases named "torchrun" (cuda_nccl_launch_test, one
 // GPU) join NCCL as a process of a torchrun launch of world size 1 (cuda/nccl_launch.hpp; with
 // one process the TCP rendezvous has nobody to hand the id to: tests/unit/rendezvous_test.cpp
-// exercises it between processes) and check a world size that is not the mesh's.
+// exercises it between processes) and check a world size that is not the mesh's. On both meshes,
+// background tasks (tpx::in_background on a rank's second stream) equal the rank's own
+// collectives while the rank's kernels reuse the pool's memory beside them.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -27,12 +29,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <tpx/cuda/cuda.hpp>
+#include <tpx/spmd/background.hpp>
 
 #include "support/collective_cases.hpp"
 #include "support/typed_program.hpp"
@@ -165,6 +169,67 @@ TEST_CASE("NCCL: send and recv move a buffer between two ranks") {
     }
   });
   CHECK(wrong.load() == 0);
+}
+
+namespace {
+// Background tasks on a CUDA rank's lane (rank_resources.hpp; tpx::in_background). Per round each
+// rank starts three tasks: a gather over X of a bf16 cast (a temporary the task frees while the
+// gather may still read it), a gather over Y, and a reduce-scatter over X of a partial product
+// moved into the task (freed by it). Then, before it takes the results, it queues work of its own
+// that allocates, writes and frees blocks of the temporaries' sizes, which the pool would hand
+// out if the task's memory were freed before its collectives had read it. The results must equal
+// the same collectives on the rank's own stream bit for bit, and the gathers the unsharded
+// tensors.
+template <class Launcher>
+void check_background_equals_own(Launcher launcher, int x, int y) {
+  using namespace tpx;
+  using t::B, t::D, t::F, t::X, t::Y;
+  std::mutex m;
+  std::vector<std::string> wrong;
+  const auto floats = [](const auto& tensor) {
+    const auto global = to_global(tensor);
+    return std::vector<float>(global.begin(), global.end());
+  };
+  spmd(launcher, Mesh<X, Y>{x, y}, [&](auto& rank) {
+    const auto note = [&](const std::string& what) {
+      std::lock_guard lock(m);
+      wrong.push_back("rank " + std::to_string(rank.world_rank()) + ": " + what);
+    };
+    for (std::uint64_t round = 0; round < 20; ++round) {
+      const auto a = randn<float, B<>, D<X>>(rank, {B(96), D(160)}, 10 + round);
+      const auto b = randn<float, D<X>, F<>>(rank, {D(160), F(112)}, 20 + round);
+      const auto c = randn<float, B<Y>, F<>>(rank, {B(96), F(112)}, 30 + round);
+      auto a_bg = in_background(rank, [&] { return all_gather<X>(cast<bf16>(a)); });
+      auto c_bg = in_background(rank, [&] { return all_gather<Y>(c); });
+      auto rs_bg = in_background(rank, [&, partial = matmul(a, b)] { return reduce_scatter<X, F>(partial); });
+      for (std::uint64_t i = 0; i < 8; ++i) {
+        (void)cast<bf16>(randn<float, B<>, D<X>>(rank, {B(96), D(160)}, 100 + i));
+        (void)randn<float, B<>, F<>>(rank, {B(96), F(112)}, 200 + i);
+      }
+      const auto a_fg = all_gather<X>(cast<bf16>(a));
+      const auto c_fg = all_gather<Y>(c);
+      const auto rs_fg = reduce_scatter<X, F>(matmul(a, b));
+      const std::vector<float> a_own = floats(a_fg), c_own = floats(c_fg), rs_own = floats(rs_fg);
+      if (floats(a_bg.get()) != a_own) note("the background gather over X differs from the rank's own");
+      if (floats(c_bg.get()) != c_own) note("the background gather over Y differs from the rank's own");
+      if (floats(rs_bg.get()) != rs_own) note("the background reduce-scatter differs from the rank's own");
+      if (a_own != floats(cast<bf16>(randn<float, B<>, D<>>(rank, {B(96), D(160)}, 10 + round))) ||
+          c_own != floats(randn<float, B<>, F<>>(rank, {B(96), F(112)}, 30 + round)))
+        note("a gather differs from the unsharded tensor");
+    }
+  });
+  for (const std::string& w : wrong) FAIL_CHECK(w);
+}
+}  // namespace
+
+TEST_CASE("simulated mesh: background tasks on each rank's lane equal the rank's own collectives") {
+  check_background_equals_own(tpx::cuda_simulated, 2, 2);
+  check_background_equals_own(tpx::cuda_simulated, 1, 1);
+}
+
+TEST_CASE("NCCL: background tasks on each rank's lane equal the rank's own collectives") {
+  check_background_equals_own(tpx::cuda_devices, 2, 1);
+  if (tpx::cuda::device_count() >= 4) check_background_equals_own(tpx::cuda_devices, 2, 2);
 }
 
 TEST_CASE("NCCL: the typed program equals the host launcher's") {

@@ -9,6 +9,10 @@
 //    whose result was dropped unread;
 //  - destroying a pending result waits for its task; a task started on the communication
 //    thread, or on a rank without one, runs at once on the calling thread;
+//  - on a backend with a background lane (CUDA's second stream; here a recording stand-in) a task
+//    runs at once between the lane's enter and leave, get() waits on the lane's join before it
+//    returns the result, a dropped result is joined before it is destroyed, a task that throws
+//    leaves the lane and is joined, and a task started inside a task stays on the lane;
 //  - the time a rank waits counts as exposed only while a task runs, so exposed <= total.
 #include <doctest/doctest.h>
 
@@ -16,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -293,6 +298,84 @@ TEST_CASE("without a communication thread, and on it, in_background runs its tas
     if (rank.world_rank() == 0) nested_on_same_thread = same;
   });
   CHECK(nested_on_same_thread);
+}
+
+namespace {
+// A backend whose lane writes down what happens to it, in order.
+class recording_lane final : public tpx::backend_state, public tpx::background_lane {
+ public:
+  std::vector<std::string> events;
+
+  tpx::background_lane* lane() override { return this; }
+  void enter() override {
+    REQUIRE_FALSE(entered_);
+    entered_ = true;
+    events.push_back("enter");
+  }
+  std::unique_ptr<tpx::lane_join> leave() override {
+    REQUIRE(entered_);
+    entered_ = false;
+    events.push_back("leave " + std::to_string(++left_));
+    return std::make_unique<join>(*this, left_);
+  }
+  bool entered() const override { return entered_; }
+
+ private:
+  class join final : public tpx::lane_join {
+   public:
+    join(recording_lane& lane, int task) : lane_(&lane), task_(task) {}
+    void wait() override { lane_->events.push_back("join " + std::to_string(task_)); }
+
+   private:
+    recording_lane* lane_;
+    int task_;
+  };
+
+  bool entered_ = false;
+  int left_ = 0;
+};
+
+// A result that says when it is destroyed.
+struct noted {
+  std::vector<std::string>* events;
+  int value;
+  noted(std::vector<std::string>& e, int v) : events(&e), value(v) {}
+  noted(noted&& other) noexcept : events(other.events), value(std::exchange(other.value, -1)) {}
+  ~noted() {
+    if (value >= 0) events->push_back("destroy " + std::to_string(value));
+  }
+};
+}  // namespace
+
+TEST_CASE("on a backend with a background lane, a task's work is queued there and joined") {
+  recording_lane backend;
+  tpx::rank_context rank(0, 1, {}, {});
+  rank.set_backend(&backend);
+  std::vector<std::string>& events = backend.events;
+
+  auto seven = tpx::in_background(rank, [&] {
+    events.push_back(backend.entered() ? "task on the lane" : "task off the lane");
+    auto inner = tpx::in_background(rank, [&] {  // already on the lane: runs there at once
+      events.push_back(backend.entered() ? "inner on the lane" : "inner off the lane");
+      return 3;
+    });
+    return inner.get() + 4;
+  });
+  events.push_back("rank computes");
+  CHECK(seven.get() == 7);
+  CHECK(events == std::vector<std::string>{"enter", "task on the lane", "inner on the lane",
+                                           "leave 1", "rank computes", "join 1"});
+
+  events.clear();
+  { auto dropped = tpx::in_background(rank, [&] { return noted(events, 5); }); }
+  CHECK(events == std::vector<std::string>{"enter", "leave 2", "join 2", "destroy 5"});
+
+  events.clear();
+  CHECK_THROWS_WITH_AS(
+      (void)tpx::in_background(rank, []() -> int { throw std::runtime_error("lost its input"); }),
+      "lost its input", std::runtime_error);
+  CHECK_FALSE(backend.entered());
+  CHECK(events == std::vector<std::string>{"enter", "leave 3", "join 3"});
 }
 
 TEST_CASE("a wait counts as exposed only the background time it waited through") {

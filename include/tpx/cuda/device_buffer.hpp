@@ -11,7 +11,10 @@
 // spans a communicator receives for a device tensor point to device memory.
 //
 // Freeing is stream-ordered too: the memory returns to the pool once the work already queued on
-// the stream (which may still read it) has finished, with no host synchronization. A buffer
+// the stream (which may still read it) has finished, with no host synchronization. A tensor's
+// buffer follows its rank's current stream (stream_ref): allocated on the background lane by a
+// task (rank_resources.hpp), it is freed on the rank's own stream once the rank has joined the
+// task, after the rank's kernels that read it; freed by a task, after the task's collectives. A buffer
 // made with a memory_meter (device_space gives the rank's: tensor/memory_meter.hpp) counts its
 // bytes there from allocation to free; its copies count on the same meter.
 #pragma once
@@ -23,6 +26,7 @@
 #include <utility>
 
 #include "tpx/cuda/check.hpp"
+#include "tpx/cuda/stream.hpp"
 #include "tpx/tensor/memory_meter.hpp"
 
 namespace tpx::cuda {
@@ -32,10 +36,10 @@ class device_buffer {
  public:
   device_buffer() = default;
   // n zero elements from `pool`, ordered on `stream`, counted on `meter` if given.
-  device_buffer(std::size_t n, cudaMemPool_t pool, cudaStream_t stream, memory_meter* meter = nullptr)
+  device_buffer(std::size_t n, cudaMemPool_t pool, stream_ref stream, memory_meter* meter = nullptr)
       : device_buffer(n, pool, stream, meter, true) {}
   // n elements of unspecified value, to be overwritten.
-  static device_buffer for_overwrite(std::size_t n, cudaMemPool_t pool, cudaStream_t stream,
+  static device_buffer for_overwrite(std::size_t n, cudaMemPool_t pool, stream_ref stream,
                                      memory_meter* meter = nullptr) {
     return device_buffer(n, pool, stream, meter, false);
   }
@@ -43,10 +47,10 @@ class device_buffer {
       : size_(other.size_), pool_(other.pool_), stream_(other.stream_), meter_(other.meter_) {
     if (size_ == 0) return;
     void* p = nullptr;
-    TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_));
+    TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_.get()));
     data_ = static_cast<T*>(p);
     if (meter_ != nullptr) meter_->add(static_cast<std::int64_t>(bytes()));
-    TPX_CUDA_CHECK(cudaMemcpyAsync(data_, other.data_, bytes(), cudaMemcpyDeviceToDevice, stream_));
+    TPX_CUDA_CHECK(cudaMemcpyAsync(data_, other.data_, bytes(), cudaMemcpyDeviceToDevice, stream_.get()));
   }
   device_buffer(device_buffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
@@ -60,7 +64,7 @@ class device_buffer {
   }
   ~device_buffer() {
     if (data_ == nullptr) return;
-    cudaFreeAsync(data_, stream_);  // a destructor cannot report failure
+    cudaFreeAsync(data_, stream_.get());  // a destructor cannot report failure
     if (meter_ != nullptr) meter_->remove(static_cast<std::int64_t>(bytes()));
   }
 
@@ -80,17 +84,17 @@ class device_buffer {
   T* end() { return data_ + size_; }
   const T* begin() const { return data_; }
   const T* end() const { return data_ + size_; }
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return stream_.get(); }
 
  private:
-  device_buffer(std::size_t n, cudaMemPool_t pool, cudaStream_t stream, memory_meter* meter, bool zeroed)
+  device_buffer(std::size_t n, cudaMemPool_t pool, stream_ref stream, memory_meter* meter, bool zeroed)
       : size_(n), pool_(pool), stream_(stream), meter_(meter) {
     if (n == 0) return;
     void* p = nullptr;
-    TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_));
+    TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_.get()));
     data_ = static_cast<T*>(p);
     if (meter_ != nullptr) meter_->add(static_cast<std::int64_t>(bytes()));
-    if (zeroed) TPX_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), stream_));
+    if (zeroed) TPX_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), stream_.get()));
   }
 
   std::size_t bytes() const { return size_ * sizeof(T); }
@@ -98,7 +102,7 @@ class device_buffer {
   T* data_ = nullptr;
   std::size_t size_ = 0;
   cudaMemPool_t pool_ = nullptr;
-  cudaStream_t stream_ = nullptr;
+  stream_ref stream_ = cudaStream_t{};
   memory_meter* meter_ = nullptr;
 };
 

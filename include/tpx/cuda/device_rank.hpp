@@ -33,8 +33,9 @@ class DeviceRank : public Rank<MeshT> {
 
   rank_resources& resources() const { return *resources_; }
   int device() const { return resources_->device(); }
+  // The stream the rank's work goes to now (its background lane's inside a background task).
   cudaStream_t stream() const { return resources_->stream(); }
-  // Waits for all work this rank has queued.
+  // Waits for all work this rank has queued, on either stream.
   void synchronize() const { resources_->synchronize(); }
 
  private:

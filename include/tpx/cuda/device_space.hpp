@@ -22,8 +22,9 @@
 //
 // host_accessible is false: a device tensor's local() does not compile (tensor.hpp), so host code
 // cannot read device memory by mistake; to_host / from_host are the named way across.
-// Everything runs on the tensor's rank's stream (rank_resources.hpp) and returns without
-// waiting, except the copies to host memory (and uploads too large to stage). DeviceTensor<T, Spec...> is the tensor
+// Everything runs on the tensor's rank's current stream (rank_resources.hpp: its own, or its
+// background lane's while a background task runs) and returns without waiting, except the
+// copies to host memory (and uploads too large to stage). DeviceTensor<T, Spec...> is the tensor
 // type; tpx's factories return it for a CUDA rank (cuda/device_rank.hpp).
 #pragma once
 
@@ -60,12 +61,12 @@ struct device_space {
   template <class T>
   static buffer<T> make_buffer(const rank_context& ctx, std::size_t n) {
     const rank_resources& r = resources_of(ctx);
-    return buffer<T>(n, r.pool(), r.stream(), &ctx.memory());
+    return buffer<T>(n, r.pool(), r.current_stream(), &ctx.memory());
   }
   template <class T>
   static buffer<T> make_buffer_for_overwrite(const rank_context& ctx, std::size_t n) {
     const rank_resources& r = resources_of(ctx);
-    return buffer<T>::for_overwrite(n, r.pool(), r.stream(), &ctx.memory());
+    return buffer<T>::for_overwrite(n, r.pool(), r.current_stream(), &ctx.memory());
   }
 
   template <class T, std::size_t N>
@@ -104,7 +105,7 @@ struct device_space {
   static void to_host(const rank_context& ctx, const T* src, std::size_t n, T* dst) {
     const rank_resources& r = resources_of(ctx);
     TPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, r.stream()));
-    r.synchronize();
+    TPX_CUDA_CHECK(cudaStreamSynchronize(r.stream()));
   }
   template <class T>
   static void from_host(const rank_context& ctx, const T* src, std::size_t n, T* dst) {

@@ -23,7 +23,8 @@
 // collective has not completed within the timeout, NCCL reports an asynchronous error, or
 // another rank of this process has failed (`failure`, set by the launcher), the communicator
 // is aborted (ncclCommAbort) and comm_error says which collective it was. Every collective is
-// an NVTX range.
+// an NVTX range, and timed on the device (the rank's communication_clock: the collective on the
+// communicator's stream, the compute stream's wait for it as exposed).
 // Checked collectives. NCCL matches calls by order and tells no rank that a peer has returned,
 // so ranks whose control flow diverged (one calls all_reduce where a peer calls all_gather,
 // skips a collective or returns early) hang until the timeout, or pair mismatched calls into
@@ -312,10 +313,15 @@ class NcclCommunicator {
     const nvtx_range range(what);
     ready_.record(resources_->stream());
     stream_.wait_for(ready_);
-    enqueue();
+    communication_clock& timer = resources_->clock();
+    timer.time(stream_.get(), communication_clock::total, enqueue);
     pending_call call{next_event(), clock::now(), what};
     call.completed.record(stream_.get());
-    TPX_CUDA_CHECK(cudaStreamWaitEvent(resources_->stream(), call.completed.get(), 0));
+    const auto join = [&] { TPX_CUDA_CHECK(cudaStreamWaitEvent(resources_->stream(), call.completed.get(), 0)); };
+    if (resources_->entered())  // from a background task: exposed only at its join
+      join();
+    else
+      timer.time(resources_->stream(), communication_clock::exposed, join);
     pending_.push_back(std::move(call));
   }
 

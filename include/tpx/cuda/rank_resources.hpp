@@ -11,6 +11,15 @@
 // threshold raised to "never", so memory freed in one training step is reused by the next
 // without returning to the driver (no cudaMalloc per step); the pool is per device, and shared
 // by every rank (and library) using the device in this process.
+//
+// The rank's background lane (spmd/background_lane.hpp) is a second stream, made at its first
+// background task: while a task runs (tpx::in_background: FSDP's gather of the next block's
+// weights, a gradient's reduce-scatter), stream() is the lane's, which first waits for the rank's
+// stream, so the task's casts, copies and collectives queue there, beside the kernels the rank
+// queues after it; the task's join makes the rank's stream wait for the lane. Tensor buffers free
+// on whichever stream is current when they are freed (device_buffer.hpp), and the lane's GEMMs
+// have a workspace of their own, since the two streams' GEMMs may run at once. The rank's
+// communication is timed on the device (communication_clock.hpp): tpx::communication_time reads it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,10 +27,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "tpx/cuda/check.hpp"
+#include "tpx/cuda/communication_clock.hpp"
 #include "tpx/cuda/gemm_plan.hpp"
 #include "tpx/cuda/host_staging.hpp"
 #include "tpx/cuda/stream.hpp"
@@ -36,7 +48,7 @@ struct rank_options {
   std::size_t gemm_workspace_bytes = std::size_t{32} << 20;
 };
 
-class rank_resources final : public backend_state {
+class rank_resources final : public backend_state, public background_lane {
  public:
   // Makes `device` current on the calling thread and sets up the rank there.
   rank_resources(int device, const rank_options& options)
@@ -48,14 +60,43 @@ class rank_resources final : public backend_state {
   rank_resources& operator=(const rank_resources&) = delete;
 
   int device() const { return device_; }
-  cudaStream_t stream() const { return stream_.get(); }
+  // The stream the rank's work goes to now: its own, or the lane's while a background task runs.
+  cudaStream_t stream() const { return current_; }
+  // The same, read again at each use: for the buffers of the rank's tensors.
+  stream_ref current_stream() const { return stream_ref(&current_); }
   cudaMemPool_t pool() const { return pool_; }
-  gemm_plans& gemms() { return gemm_; }
+  gemm_plans& gemms() { return entered() ? *lane_gemm_ : gemm_; }
   const rank_options& options() const { return options_; }
   host_staging& staging() { return staging_; }
+  // Where the rank's communicators time their work (communication_clock.hpp).
+  communication_clock& clock() { return clock_; }
+  std::optional<communication_seconds> measured_communication() override { return clock_.totals(); }
 
-  // Waits for everything queued on the rank's stream; reports a fault of any of it.
-  void synchronize() const { stream_.synchronize(); }
+  // Waits for everything queued on the rank's streams; reports a fault of any of it.
+  void synchronize() const {
+    stream_.synchronize();
+    if (lane_stream_) lane_stream_->synchronize();
+  }
+
+  // The background lane (see the top of the file).
+  background_lane* lane() override { return this; }
+  void enter() override {
+    if (entered()) throw std::logic_error("tpx: rank_resources::enter: a background task is already on the lane");
+    if (!lane_stream_) {
+      lane_stream_.emplace();
+      lane_gemm_.emplace(options_.gemm_workspace_bytes, pool_, lane_stream_->get());
+    }
+    lane_ready_.record(stream_.get());
+    lane_stream_->wait_for(lane_ready_);
+    current_ = lane_stream_->get();
+  }
+  std::unique_ptr<lane_join> leave() override {
+    if (!entered()) throw std::logic_error("tpx: rank_resources::leave: no background task is on the lane");
+    auto join = std::make_unique<lane_done>(*this);
+    current_ = stream_.get();
+    return join;
+  }
+  bool entered() const override { return current_ != stream_.get(); }
 
  private:
   static int select(int device) {
@@ -70,11 +111,36 @@ class rank_resources final : public backend_state {
     return pool;
   }
 
+  // What the rank's stream waits for before it uses a task's result: the lane's work until then,
+  // on whichever stream the rank's work goes to when it waits.
+  class lane_done final : public lane_join {
+   public:
+    explicit lane_done(rank_resources& rank) : rank_(&rank) { done_.record(rank.current_); }
+    // Waited for on the rank's own stream, the wait is exposed communication (inside a later task,
+    // on the lane, it is already ordered).
+    void wait() override {
+      const auto join = [&] { TPX_CUDA_CHECK(cudaStreamWaitEvent(rank_->stream(), done_.get(), 0)); };
+      if (rank_->entered())
+        join();
+      else
+        rank_->clock_.time(rank_->stream(), communication_clock::exposed, join);
+    }
+
+   private:
+    rank_resources* rank_;
+    event done_;
+  };
+
   int device_;
   cudaMemPool_t pool_;
   cuda::stream stream_;
   gemm_plans gemm_;
   rank_options options_;
+  std::optional<cuda::stream> lane_stream_;  // the background lane, from its first task
+  std::optional<gemm_plans> lane_gemm_;      // the lane's GEMMs, with a workspace of their own
+  event lane_ready_;                         // the lane waits for the rank's work up to here
+  cudaStream_t current_ = stream_.get();
+  communication_clock clock_;
   host_staging staging_;  // last: its destructor waits for the stream's last upload
 };
 

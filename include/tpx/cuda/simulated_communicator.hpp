@@ -15,10 +15,13 @@
 //     rank overwrites or frees an input a peer's stream has yet to read.
 // No step blocks the host on the GPU: the meetings order the event records, the events order
 // the streams. all_reduce reduces-then-gathers in two phases through per-rank device scratch
-// (so in and out may alias), with a `middle` event between them.
+// (so in and out may alias), with a `middle` event between them; the scratch is the call's own,
+// from the pool, since a rank's background lane (rank_resources.hpp) may run a collective of the
+// same group beside one on the rank's own stream. Work goes to the rank's current stream.
 //
 // Sizes that disagree with the counts throw std::invalid_argument before the meeting, as on the
-// host. Every collective is an NVTX range.
+// host. Every collective is an NVTX range, and timed on the device from its first meeting to its
+// last wait (the rank's communication_clock).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -104,11 +107,11 @@ class SimulatedCommunicator {
     const std::size_t n = in.size();
     const nvtx_range range(label<T>(Op::all_reduce, n, op));
     const std::size_t mine = chunk_begin(n, rank_), mine_size = chunk_begin(n, rank_ + 1) - mine;
-    if (scratch_.size() < mine_size * sizeof(T))
-      scratch_ = device_buffer<std::byte>(mine_size * sizeof(T), resources_->pool(), stream());
-    state_.scratch = scratch_.data();
+    // Freed on return, in the stream's order after every peer has copied from it (finish).
+    auto scratch = device_buffer<T>::for_overwrite(mine_size, resources_->pool(), stream());
+    state_.scratch = scratch.data();
     const auto peers = meet(call<T>(Op::all_reduce, n, {}, -1, op), in.data());
-    T* my_chunk = reinterpret_cast<T*>(scratch_.data());
+    T* my_chunk = scratch.data();
     reduce_over_ranks(peers, [&](int s) { return input<T>(peers[s]) + mine; }, mine_size, my_chunk, op);
     middle_.record(stream());
     group_->wait_for_all(rank_);
@@ -179,6 +182,7 @@ class SimulatedCommunicator {
     state_.ready = ready_.get();
     state_.middle = middle_.get();
     state_.done = done_.get();
+    resources_->clock().start(stream());
     ready_.record(stream());
     const auto peers = group_->exchange(rank_, call, input, &state_);
     for (int s = 0; s < size(); ++s)
@@ -192,6 +196,10 @@ class SimulatedCommunicator {
     group_->wait_for_all(rank_);
     for (int s = 0; s < size(); ++s)
       if (s != rank_) TPX_CUDA_CHECK(cudaStreamWaitEvent(stream(), state_of(peers[s]).done, 0));
+    // On the rank's own stream the whole collective is exposed; on its background lane, only the
+    // wait at the task's join.
+    resources_->clock().stop(stream(), resources_->entered() ? communication_clock::total
+                                                             : communication_clock::total_and_exposed);
   }
 
   template <class T>
@@ -245,7 +253,6 @@ class SimulatedCommunicator {
   rank_resources* resources_;
   detail::collective_checks checks_;
   event ready_, middle_, done_;
-  device_buffer<std::byte> scratch_;
   peer_state state_;
 };
 

@@ -71,4 +71,19 @@ class stream {
   cudaStream_t stream_ = nullptr;
 };
 
+// Where a device buffer's work goes (device_buffer.hpp): a fixed stream, or the one a slot holds
+// at each use, the rank's current stream (rank_resources.hpp: its own, or its background lane's
+// while a background task runs), so that a tensor is freed, and copied, in the order of the work
+// the rank queues at that moment, whichever stream it was allocated on.
+class stream_ref {
+ public:
+  stream_ref(cudaStream_t fixed) : fixed_(fixed) {}  // implicit: a stream is a fixed stream_ref
+  explicit stream_ref(const cudaStream_t* slot) : slot_(slot) {}
+  cudaStream_t get() const { return slot_ != nullptr ? *slot_ : fixed_; }
+
+ private:
+  cudaStream_t fixed_ = nullptr;
+  const cudaStream_t* slot_ = nullptr;
+};
+
 }  // namespace tpx::cuda

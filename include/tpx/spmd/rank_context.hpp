@@ -15,11 +15,13 @@
 // the adjoint steps) so runs unchanged on either thread.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tpx/comm/any_communicator.hpp"
+#include "tpx/spmd/background_lane.hpp"
 #include "tpx/sharding/mesh_axis.hpp"
 #include "tpx/tensor/memory_meter.hpp"
 
@@ -48,10 +50,24 @@ struct axis_place {
 // stream, memory pool and cuBLASLt handle (cuda/rank_resources.hpp). The launcher owns it, sets
 // it with set_backend() before the rank's function runs and keeps it alive until that function
 // returns; the memory space of a tensor finds it through the tensor's context. The host backend
-// sets none.
+// sets none. A backend that queues work (CUDA) also offers a background lane, where
+// tpx::in_background runs a rank's tasks when the rank has no communication thread
+// (spmd/background_lane.hpp).
+// A rank's communication so far, in seconds: all of it, and the part its computation waited for
+// (tpx::communication_time, spmd/background.hpp).
+struct communication_seconds {
+  double total = 0;
+  double exposed = 0;
+};
+
 class backend_state {
  public:
   virtual ~backend_state() = default;
+  // The rank's background lane, or null if the backend has none.
+  virtual background_lane* lane() { return nullptr; }
+  // The rank's communication as the backend measures it, or nullopt where the time the rank's
+  // threads spend in collectives is the measure (the host's).
+  virtual std::optional<communication_seconds> measured_communication() { return std::nullopt; }
 };
 
 class rank_context {

@@ -1,0 +1,94 @@
+// communication_clock: a CUDA rank's communication time, measured on the device.
+//
+// On the host a collective's wall time is its cost; on a GPU the rank's thread only queues the
+// collective, and what it costs is the time the streams spend on it. So the communicators time
+// their work with pairs of timing events around it (spans): the collective itself, on whatever
+// stream runs it (NCCL's own stream, or the rank's for the simulated mesh), counts towards the
+// total; the time the rank's own stream spends waiting for communication counts as exposed: a
+// collective the simulated mesh runs on the rank's own stream, the wait of the rank's own stream
+// for an NCCL collective, and the wait for a background task's work at its join (pending::get).
+// Collectives on the background lane and NCCL collectives started from it count towards the
+// total only: the rank's own stream does not wait for them until the join. A wait measures from
+// the moment the rank's own stream reaches it to the moment the awaited work is done, which is
+// the part of the communication the computation before it did not hide.
+//
+// totals() adds the spans whose events have fired (it never blocks), so figures read after the
+// step's loss has been read back (the trainer's reports) are complete. Events are reused.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "tpx/cuda/stream.hpp"
+#include "tpx/spmd/rank_context.hpp"
+
+namespace tpx::cuda {
+
+class communication_clock {
+ public:
+  // What a span counts towards.
+  enum counts : unsigned { total = 1, exposed = 2, total_and_exposed = 3 };
+
+  // Times the work `enqueue` queues on `stream`.
+  template <class Enqueue>
+  void time(cudaStream_t stream, counts what, Enqueue&& enqueue) {
+    start(stream);
+    std::forward<Enqueue>(enqueue)();
+    stop(stream, what);
+  }
+  // The same in two calls, for work queued between them: a span starts on `stream`, and stop()
+  // ends the one started last (a span started and never stopped, by a collective that threw, is
+  // dropped by the next start).
+  void start(cudaStream_t stream) {
+    open_ = take();
+    open_->record(stream);
+  }
+  void stop(cudaStream_t stream, counts what) {
+    if (!open_) return;
+    event end = take();
+    end.record(stream);
+    spans_.push_back({std::move(*open_), std::move(end), what});
+    open_.reset();
+  }
+
+  // The communication of every span that has finished so far.
+  communication_seconds totals() {
+    std::vector<span> unfinished;
+    for (span& s : spans_) {
+      if (!s.stop.done()) {
+        unfinished.push_back(std::move(s));
+        continue;
+      }
+      const double elapsed = elapsed_ms(s.start, s.stop) / 1e3;
+      if (s.what & total) sum_.total += elapsed;
+      if (s.what & exposed) sum_.exposed += elapsed;
+      spare_.push_back(std::move(s.start));
+      spare_.push_back(std::move(s.stop));
+    }
+    spans_ = std::move(unfinished);
+    return sum_;
+  }
+
+ private:
+  struct span {
+    event start, stop;
+    counts what;
+  };
+
+  event take() {
+    if (spare_.empty()) return event(true);
+    event e = std::move(spare_.back());
+    spare_.pop_back();
+    return e;
+  }
+
+  std::optional<event> open_;  // the start of the span being queued
+  std::vector<span> spans_;    // queued, not yet added
+  std::vector<event> spare_;
+  communication_seconds sum_;
+};
+
+}  // namespace tpx::cuda
