@@ -13,14 +13,15 @@
 // against a maximum included) are told so. Over NCCL also point-to-point send and recv, on 2 up
 // to 8 ranks (as many as there are GPUs), and checked collectives (launch_options::
 // check_collectives, TPX_CHECK_COLLECTIVES=1): ranks calling different collectives, or one that
-// returns while its peer waits in a collective, fail every rank at once with a sentence naming
-// the world ranks, the calls and the collective's number (written out from each test's program);
-// unchecked, the timeout's message says how to turn the check on. The cases named "torchrun" (cuda_nccl_launch_test, one
-// GPU) join NCCL as a process of a torchrun launch of world size 1 (cuda/nccl_launch.hpp; with
-// one process the TCP rendezvous has nobody to hand the id to: tests/unit/rendezvous_test.cpp
-// exercises it between processes) and check a world size that is not the mesh's. On both meshes,
-// background tasks (tpx::in_background on a rank's second stream) equal the rank's own
-// collectives while the rank's kernels reuse the pool's memory beside them.
+// returns while its peer waits in a collective, or a send whose recv takes fewer elements, fail
+// every rank at once with a sentence naming the world ranks (the deviating ones with their
+// host), the calls and the collective's number (written out from each test's program);
+// unchecked, the timeout's message says how to turn the check on. The cases named "torchrun"
+// (cuda_nccl_launch_test, one GPU) join NCCL as a process of a torchrun launch of world size 1
+// (cuda/nccl_launch.hpp; with one process the TCP rendezvous has nobody to hand the id to:
+// tests/unit/rendezvous_test.cpp exercises it between processes) and check a world size that is
+// not the mesh's. On both meshes, background tasks (tpx::in_background on a rank's second stream)
+// equal the rank's own collectives while the rank's kernels reuse the pool's memory beside them.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include <tpx/cuda/cuda.hpp>
+#include <tpx/launch/this_host.hpp>
 #include <tpx/spmd/background.hpp>
 
 #include "support/collective_cases.hpp"
@@ -283,6 +285,13 @@ void agree_then(Rank& rank, Second second) {
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Both ranks, and spmd, failed with `message`, within 10 s.
+void check_both_fail_at_once(const nccl_failures& failures, const std::string& message) {
+  for (const std::string& what : failures.thrown) CHECK_MESSAGE(contains(what, message), what);
+  CHECK_MESSAGE(contains(failures.spmd, message), failures.spmd);
+  CHECK(failures.took < 10s);
+}
 }  // namespace
 
 TEST_CASE("NCCL: checked, ranks calling different collectives all fail at once, naming both calls") {
@@ -300,10 +309,29 @@ TEST_CASE("NCCL: checked, ranks calling different collectives all fail at once, 
       {.timeout = 60s, .check_collectives = true});
   const std::string mismatch =
       "tpx: mismatched collectives on group {0,1} (mesh axis R) at collective #2: world rank 0 called "
-      "all_reduce<float> of 4 elements but world rank 1 called all_gather<float> of 8 elements";
-  for (const std::string& what : failures.thrown) CHECK_MESSAGE(contains(what, mismatch), what);
-  CHECK_MESSAGE(contains(failures.spmd, mismatch), failures.spmd);
-  CHECK(failures.took < 10s);
+      "all_reduce<float> of 4 elements but world rank 1 (host " +
+      tpx::this_host() + ") called all_gather<float> of 8 elements";
+  check_both_fail_at_once(failures, mismatch);
+}
+
+TEST_CASE("NCCL: checked, a send and a recv of different sizes fail both ranks at once, naming both") {
+  // Point-to-point call #1 between the two ranks: rank 0 sends 8 floats, rank 1 receives 4.
+  const auto failures = run_failing_nccl(
+      [](auto& rank) {
+        agree_then(rank, [](int r, tpx::any_communicator& world, std::span<float> data) {
+          tpx::cuda::NcclCommunicator& nccl = tpx::cuda::nccl_of(world);
+          if (r == 0)
+            nccl.send(std::span<const float>(data), 1);
+          else
+            nccl.recv(data.first(4), 0);
+        });
+      },
+      {.timeout = 60s, .check_collectives = true});
+  const std::string mismatch =
+      "tpx: mismatched point-to-point calls on group {0,1} (mesh axis R) at call #1 between world ranks 0 and 1: "
+      "world rank 0 called send<float> of 8 elements to rank 1 but world rank 1 (host " +
+      tpx::this_host() + ") called recv<float> of 4 elements from rank 0";
+  check_both_fail_at_once(failures, mismatch);
 }
 
 TEST_CASE("NCCL: checked, a rank that returns fails its peer's collective at once, naming both") {
@@ -317,8 +345,10 @@ TEST_CASE("NCCL: checked, a rank that returns fails its peer's collective at onc
       {.timeout = 60s, .check_collectives = true});
   const std::string never =
       "tpx: collective #2 on group {0,1} (mesh axis R), all_reduce<float> of 4 elements, can never complete: "
-      "world rank 0 joined it but world rank 1 returned without joining it. Is a collective inside "
-      "rank-dependent control flow, e.g. `if (rank.world_rank() == 0)`?";
+      "world rank 0 joined it but world rank 1 (host " +
+      tpx::this_host() +
+      ") returned without joining it. Is a collective inside rank-dependent control flow, e.g. "
+      "`if (rank.world_rank() == 0)`?";
   CHECK_MESSAGE(contains(failures.thrown[0], never), failures.thrown[0]);
   CHECK_MESSAGE(contains(failures.spmd, never), failures.spmd);
   CHECK(failures.took < 10s);
@@ -341,7 +371,8 @@ TEST_CASE("NCCL: TPX_CHECK_COLLECTIVES=1 checks collectives; unchecked, the time
   ::unsetenv("TPX_CHECK_COLLECTIVES");
   for (const std::string& what : checked.thrown)
     CHECK_MESSAGE(contains(what, "at collective #2: world rank 0 called broadcast<float> of 8 elements from rank 0 "
-                                 "but world rank 1 called all_reduce<float> of 8 elements"),
+                                 "but world rank 1 (host " +
+                                     tpx::this_host() + ") called all_reduce<float> of 8 elements"),
                   what);
   // Unchecked, rank 0's all_reduce waits for a peer that has returned, until the timeout.
   const auto unchecked = run_failing_nccl(

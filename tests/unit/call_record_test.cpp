@@ -8,7 +8,9 @@
 //   - the ranks that agree most are named first, plainly; every other rank with its host, up to 8;
 //   - a rank that added a collective at the end meets the others' "returned" records;
 //   - calls that differ only in per-rank counts say so;
-//   - without hosts (NCCL knows none), ranks are named by world rank alone.
+//   - without hosts, ranks are named by world rank alone;
+//   - a send and the recv it meets pass; a pair that differs in size, type or direction fails on
+//     both ranks with the same words, the lower group rank first.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -51,13 +53,17 @@ TEST_CASE("a record says what describe() says of the call it was made from") {
       tpx::detail::collective_call<float>(CollectiveOp::all_reduce, 7, {}, -1,
                                           tpx::reduction::max),
       tpx::detail::collective_call<tpx::bf16>(CollectiveOp::all_to_all, 16, counts),
-      tpx::detail::collective_call<float>(CollectiveOp::broadcast, 4, {}, 1)};
+      tpx::detail::collective_call<float>(CollectiveOp::broadcast, 4, {}, 1),
+      tpx::detail::collective_call<float>(CollectiveOp::send, 8, {}, 1),
+      tpx::detail::collective_call<tpx::bf16>(CollectiveOp::recv, 3, {}, 0)};
   const std::vector<std::string> words{"barrier",
                                        "all_gather<float> of 8 elements",
                                        "reduce_scatter<bf16> of 8 elements",
                                        "all_reduce(max)<float> of 7 elements",
                                        "all_to_all<bf16> of 16 elements",
-                                       "broadcast<float> of 4 elements from rank 1"};
+                                       "broadcast<float> of 4 elements from rank 1",
+                                       "send<float> of 8 elements to rank 1",
+                                       "recv<bf16> of 3 elements from rank 0"};
   for (std::size_t i = 0; i < calls.size(); ++i) {
     CHECK(describe(tpx::detail::record_of(calls[i])) == words[i]);
     CHECK(describe(tpx::detail::record_of(calls[i])) == describe(calls[i]));
@@ -132,4 +138,51 @@ TEST_CASE("without hosts, the ranks that differ are named by world rank alone") 
           "all_reduce<float> of 8 elements but world rank 5 called all_reduce<float> of 4 "
           "elements");
   }
+}
+
+namespace {
+// check_pair_records' message when group rank `me` (of the group of world ranks {4, 5}) calls
+// `mine` and its peer `theirs`, point-to-point call #3 ("" when it passes).
+std::string pair_verdict(const CollectiveDescriptor& mine, int me, const CollectiveDescriptor& theirs) {
+  try {
+    tpx::detail::check_pair_records(tpx::detail::record_of(mine), me, tpx::detail::record_of(theirs), 1 - me,
+                                    "group G", std::vector<int>{4, 5}, hosts, 3);
+  } catch (const tpx::comm_error& e) {
+    return e.what();
+  }
+  return "";
+}
+template <class T>
+CollectiveDescriptor point_to_point(CollectiveOp op, std::size_t n, int peer) {
+  return tpx::detail::collective_call<T>(op, n, {}, peer);
+}
+}  // namespace
+
+TEST_CASE("a send and the recv it meets pass; any other pair fails on both ranks alike") {
+  const auto send_8 = point_to_point<float>(CollectiveOp::send, 8, 1);
+  const auto recv_8 = point_to_point<float>(CollectiveOp::recv, 8, 0);
+  CHECK(pair_verdict(send_8, 0, recv_8).empty());
+  CHECK(pair_verdict(recv_8, 1, send_8).empty());
+  // Rank 1 of the pair sends to rank 0, which receives from it.
+  CHECK(pair_verdict(point_to_point<float>(CollectiveOp::recv, 8, 1), 0,
+                     point_to_point<float>(CollectiveOp::send, 8, 0))
+            .empty());
+
+  const auto both_views = [](const CollectiveDescriptor& first, const CollectiveDescriptor& second) {
+    const std::string from_first = pair_verdict(first, 0, second);
+    CHECK(pair_verdict(second, 1, first) == from_first);
+    return from_first;
+  };
+  CHECK(both_views(send_8, point_to_point<float>(CollectiveOp::recv, 4, 0)) ==
+        "tpx: mismatched point-to-point calls on group G at call #3 between world ranks 4 and 5: world "
+        "rank 4 called send<float> of 8 elements to rank 1 but world rank 5 (host node5) called "
+        "recv<float> of 4 elements from rank 0");
+  CHECK(both_views(send_8, point_to_point<tpx::bf16>(CollectiveOp::recv, 8, 0)) ==
+        "tpx: mismatched point-to-point calls on group G at call #3 between world ranks 4 and 5: world "
+        "rank 4 called send<float> of 8 elements to rank 1 but world rank 5 (host node5) called "
+        "recv<bf16> of 8 elements from rank 0");
+  CHECK(both_views(send_8, point_to_point<float>(CollectiveOp::send, 8, 0)) ==
+        "tpx: mismatched point-to-point calls on group G at call #3 between world ranks 4 and 5: world "
+        "rank 4 called send<float> of 8 elements to rank 1 but world rank 5 (host node5) called "
+        "send<float> of 8 elements to rank 0");
 }

@@ -16,9 +16,16 @@
 //   "tpx: collective #2 on group {0,1,2,3} (mesh axes X, Y), all_reduce<float> of 8 elements,
 //    can never complete: world ranks {0,1,2} joined it but world rank 3 (host node1) returned
 //    without joining it. Is a collective inside rank-dependent control flow, ...?"
-// (the thread backend's words, host_group.hpp, with the hosts a cluster user needs where the
-// transport knows them: MPI does, NCCL names world ranks only). The ranks that agree most are
-// named first; the others, each with its host, after.
+// (the thread backend's words, host_group.hpp, with the hosts a cluster user needs: MPI knows
+// them, and the NCCL mesh gathers them). The ranks that agree most are named first; the others,
+// each with its host, after.
+//
+// Point-to-point calls are checked in pairs (the NCCL communicator, when asked): before a send,
+// the sender and its receiver swap records, and check_pair_records throws the same comm_error on
+// both unless one sends to the other what the other receives from it:
+//   "tpx: mismatched point-to-point calls on group {0,1} (mesh axis X) at call #1 between world
+//    ranks 0 and 1: world rank 0 called send<float> of 8 elements to rank 1 but world rank 1
+//    (host node1) called recv<float> of 4 elements from rank 0"
 //
 // A record is six 64-bit integers (MPI_UINT64_T, ncclUint64 on the wire): the
 // CollectiveDescriptor's fields, the element type's name packed into one of them. It carries no
@@ -165,6 +172,35 @@ inline void check_same_records(std::span<const CallRecord> records, const std::s
     }
   }
   throw comm_error("tpx: " + what);
+}
+
+// Throws comm_error, worded as at the top of the file, on both ranks of a point-to-point call
+// alike, unless `mine` (group rank `me`) and `theirs` (group rank `peer`) are a send and a recv
+// of the same elements between the two. `world_ranks` are the group's members, `hosts` every
+// world rank's host (or none), `sequence` numbers the pair's calls.
+inline void check_pair_records(const CallRecord& mine, int me, const CallRecord& theirs, int peer,
+                               const std::string& group, std::span<const int> world_ranks,
+                               std::span<const std::string> hosts, std::uint64_t sequence) {
+  const auto op = [](const CallRecord& r) { return static_cast<CollectiveOp>(r.op_and_reduction & 0xff); };
+  const auto to = [](const CallRecord& r) { return static_cast<int>(static_cast<std::int64_t>(r.root)); };
+  const bool complementary = (op(mine) == CollectiveOp::send && op(theirs) == CollectiveOp::recv) ||
+                             (op(mine) == CollectiveOp::recv && op(theirs) == CollectiveOp::send);
+  if (mine.kind == CallRecord::calls && theirs.kind == CallRecord::calls && complementary &&
+      to(mine) == peer && to(theirs) == me && mine.element == theirs.element &&
+      mine.elements == theirs.elements)
+    return;
+  // The lower group rank first, so that both ranks write the same words.
+  const bool mine_first = me < peer;
+  const int first = world_ranks[static_cast<std::size_t>(mine_first ? me : peer)];
+  const int second = world_ranks[static_cast<std::size_t>(mine_first ? peer : me)];
+  const CallRecord& first_call = mine_first ? mine : theirs;
+  const CallRecord& second_call = mine_first ? theirs : mine;
+  throw comm_error("tpx: mismatched point-to-point calls on " + group + " at call #" +
+                   std::to_string(sequence) + " between world ranks " + std::to_string(first) +
+                   " and " + std::to_string(second) + ": world rank " + std::to_string(first) +
+                   " called " + describe(first_call) + " but " +
+                   ranks_on_hosts(std::span<const int>(&second, 1), hosts) + " called " +
+                   describe(second_call));
 }
 
 // check_same_records over the words an all-gather of every rank's record left, in group-rank

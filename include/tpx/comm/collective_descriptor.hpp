@@ -26,7 +26,9 @@ enum class CollectiveOp : std::uint8_t {
   reduce_scatter,
   all_reduce,
   all_to_all,
-  broadcast
+  broadcast,
+  send,  // point to point, between two ranks of a group
+  recv
 };
 
 constexpr std::string_view op_name(CollectiveOp op) {
@@ -43,6 +45,10 @@ constexpr std::string_view op_name(CollectiveOp op) {
       return "all_to_all";
     case CollectiveOp::broadcast:
       return "broadcast";
+    case CollectiveOp::send:
+      return "send";
+    case CollectiveOp::recv:
+      return "recv";
   }
   return "unknown collective";
 }
@@ -53,7 +59,7 @@ struct CollectiveDescriptor {
   std::size_t elements = 0;           // all_gather, reduce_scatter, all_to_all: the sum of the
                                       // counts; all_reduce, broadcast: the elements of one rank
   std::uint64_t counts_digest = 0;    // counts_digest() of the per-rank counts, 0 if none
-  int root = -1;                      // broadcast only
+  int root = -1;                      // broadcast's root; send's destination, recv's source
   reduction reduce = reduction::sum;  // all_reduce only
 
   friend bool operator==(const CollectiveDescriptor&, const CollectiveDescriptor&) = default;
@@ -94,7 +100,8 @@ CollectiveDescriptor collective_call(CollectiveOp op, std::size_t elements,
 }
 
 // "barrier", "all_gather<float> of 12 elements", "broadcast<bf16> of 5 elements from rank 1",
-// "all_reduce(max)<float> of 4 elements" (a sum, the default, is not named, as in the call).
+// "all_reduce(max)<float> of 4 elements" (a sum, the default, is not named, as in the call),
+// "send<float> of 8 elements to rank 1" (group ranks).
 inline std::string describe(const CollectiveDescriptor& call) {
   std::string text(op_name(call.op));
   if (call.op == CollectiveOp::barrier) return text;
@@ -109,8 +116,11 @@ inline std::string describe(const CollectiveDescriptor& call) {
   text += "> of ";
   text += std::to_string(call.elements);
   text += " elements";
-  if (call.op == CollectiveOp::broadcast) {
+  if (call.op == CollectiveOp::broadcast || call.op == CollectiveOp::recv) {
     text += " from rank ";
+    text += std::to_string(call.root);
+  } else if (call.op == CollectiveOp::send) {
+    text += " to rank ";
     text += std::to_string(call.root);
   }
   return text;

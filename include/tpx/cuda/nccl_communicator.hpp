@@ -33,13 +33,17 @@
 // record of the call with its group, as the MPI backend always does (comm/call_record.hpp): six
 // 64-bit words per rank, ncclAllGather on the communicator's stream, copied to pinned host memory
 // and polled (never waited for beyond the timeout). If any rank's record differs, every rank of
-// the group throws the same comm_error naming the world ranks, both calls and the collective's
-// number on the group, before any data moves; a rank whose function has returned posts a
+// the group throws the same comm_error naming the world ranks (with their hosts: the mesh gathers
+// every rank's host name once, nccl_mesh.hpp), both calls and the collective's number on the
+// group, before any data moves; a rank whose function has returned posts a
 // "returned" record on each of its communicators (spmd_nccl.hpp), so peers waiting in a
 // collective it never joins fail at once. The price is a small all-gather and a host wait per
 // collective, which serializes the host with the GPU: a debugging mode, off by default (as
 // PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL), and the timeout's message says how to turn it on.
-// send and recv, between two ranks, are not checked.
+// send and recv are checked in pairs: the two ranks swap their records (ncclSend and ncclRecv
+// grouped) and both throw the same comm_error unless one sends what the other receives, of the
+// same type and size (check_pair_records). A peer that calls a collective instead is not told:
+// the pair's exchange waits until the timeout, whose message names the call.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -101,6 +105,7 @@ class NcclCommunicator {
     check(ncclCommCount(comm_, &size), "ncclCommCount", __FILE__, __LINE__);
     rank_ = rank;
     size_ = size;
+    pair_sequence_.assign(static_cast<std::size_t>(size), 0);
     checks_ = detail::collective_checks("NCCL " + name_, rank);
     if (checking()) {
       void* words = nullptr;
@@ -128,7 +133,9 @@ class NcclCommunicator {
         exchanged_(std::move(other.exchanged_)),
         exchange_started_(other.exchange_started_),
         exchange_what_(std::move(other.exchange_what_)),
-        returning_(other.returning_) {}
+        returning_(other.returning_),
+        hosts_(std::move(other.hosts_)),
+        pair_sequence_(std::move(other.pair_sequence_)) {}
   NcclCommunicator& operator=(NcclCommunicator&&) = delete;
   // Waits (up to the timeout) for the queued collectives, then destroys the communicator; while
   // an exception unwinds, or after a failure, aborts it instead (peers may never arrive).
@@ -264,13 +271,51 @@ class NcclCommunicator {
   template <NcclElement T>
   void send(std::span<const T> in, int peer) {
     checks_.expect_rank("send", "peer", peer, size_);
+    agree_with<T>(peer, Op::send, in.size());
     run(label<T>("send", in.size()), [&] { grouped([&] { send_to(in.data(), in.size(), peer); }); });
   }
   template <NcclElement T>
   void recv(std::span<T> out, int peer) {
     checks_.expect_rank("recv", "peer", peer, size_);
+    agree_with<T>(peer, Op::recv, out.size());
     run(label<T>("recv", out.size()), [&] { grouped([&] { receive_from(out.data(), out.size(), peer); }); });
   }
+
+  // Every world rank's host name, by an all-gather on this communicator, which must be the
+  // world's (nccl_mesh.hpp calls it once, on every rank, right after creating it): `mine` is
+  // this rank's (at most 63 bytes are kept). Polled like an exchange, never waited for beyond
+  // the timeout.
+  std::vector<std::string> gather_hosts(const std::string& mine) {
+    constexpr std::size_t width = 64;
+    const std::size_t bytes = width * static_cast<std::size_t>(size_);
+    void* pinned = nullptr;
+    TPX_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
+    const std::unique_ptr<char[], pinned_free> names(static_cast<char*>(pinned));
+    std::fill_n(names.get(), bytes, '\0');
+    char* const my_name = names.get() + width * static_cast<std::size_t>(rank_);
+    std::copy_n(mine.data(), std::min(mine.size(), width - 1), my_name);
+    device_buffer<char> all(bytes, resources_->pool(), stream_.get());
+    char* const my_slot = all.data() + width * static_cast<std::size_t>(rank_);
+    TPX_CUDA_CHECK(cudaMemcpyAsync(my_slot, my_name, width, cudaMemcpyHostToDevice, stream_.get()));
+    check(ncclAllGather(my_slot, all.data(), width, ncclChar, comm_, stream_.get()), "ncclAllGather", __FILE__,
+          __LINE__);
+    TPX_CUDA_CHECK(cudaMemcpyAsync(names.get(), all.data(), bytes, cudaMemcpyDeviceToHost, stream_.get()));
+    event arrived;
+    arrived.record(stream_.get());
+    const auto started = clock::now();
+    while (!arrived.done()) {
+      poll();
+      if (clock::now() - started > watch_.timeout)
+        abort("the exchange of host names on " + name_ + " was not joined by every rank within " +
+              std::to_string(watch_.timeout.count()) + " ms");
+      std::this_thread::yield();
+    }
+    std::vector<std::string> hosts;
+    for (int r = 0; r < size_; ++r) hosts.emplace_back(names.get() + width * static_cast<std::size_t>(r));
+    return hosts;
+  }
+  // Names the world ranks' hosts (gather_hosts' result) in this communicator's messages.
+  void name_hosts(std::shared_ptr<const std::vector<std::string>> hosts) { hosts_ = std::move(hosts); }
 
   // When the SPMD function has returned on this rank and collectives are checked (spmd_nccl.hpp):
   // posts the "returned" record as the group's next exchange. return_checked() then polls it:
@@ -286,7 +331,7 @@ class NcclCommunicator {
     if (!returning_) return true;
     if (!exchange_arrived()) return false;
     returning_ = false;
-    tpx::detail::check_gathered_records(gathered_words(), name_, world_ranks_, {}, sequence_);
+    tpx::detail::check_gathered_records(gathered_words(), name_, world_ranks_, hosts(), sequence_);
     return true;
   }
 
@@ -296,7 +341,7 @@ class NcclCommunicator {
   static constexpr std::size_t call_record_words = tpx::detail::call_record_words;
 
   struct pinned_free {
-    void operator()(std::uint64_t* words) const noexcept { cudaFreeHost(words); }
+    void operator()(void* memory) const noexcept { cudaFreeHost(memory); }
   };
 
   struct pending_call {
@@ -356,13 +401,31 @@ class NcclCommunicator {
     if (!checking()) return;
     const std::uint64_t sequence = ++sequence_;
     tpx::detail::exchange_records(
-        tpx::detail::record_of(call), sequence, name_, world_ranks_, {},
+        tpx::detail::record_of(call), sequence, name_, world_ranks_, hosts(),
         [&](std::span<const std::uint64_t> mine, std::span<std::uint64_t> all) {
           post_exchange(mine, "collective #" + std::to_string(sequence) + " on " + name_ + ", " + describe(call) + ",");
           while (!exchange_arrived()) std::this_thread::yield();
           const std::span<const std::uint64_t> gathered = gathered_words();
           std::copy(gathered.begin(), gathered.end(), all.begin());
         });
+  }
+
+  // The pair's record exchange before a send or recv (see the top of the file): returns once the
+  // peer called the matching recv or send, else throws comm_error on both (check_pair_records).
+  template <class T>
+  void agree_with(int peer, Op op, std::size_t elements) {
+    if (!checking()) return;
+    const auto mine = tpx::detail::record_of(tpx::detail::collective_call(op, nccl_type_name<T>, elements, {}, peer));
+    const std::uint64_t number = ++pair_sequence_[static_cast<std::size_t>(peer)];
+    const auto words = std::bit_cast<std::array<std::uint64_t, call_record_words>>(mine);
+    post_pair_exchange(words, peer,
+                       "point-to-point call #" + std::to_string(number) + " on " + name_ + " with rank " +
+                           std::to_string(peer) + ", " + describe(mine) + ",");
+    while (!exchange_arrived()) std::this_thread::yield();
+    std::array<std::uint64_t, call_record_words> theirs;
+    std::copy_n(exchange_host_.get() + call_record_words, call_record_words, theirs.begin());
+    tpx::detail::check_pair_records(mine, rank_, std::bit_cast<tpx::detail::CallRecord>(theirs), peer, name_,
+                                    world_ranks_, hosts(), number);
   }
 
   bool checking() const { return watch_.check_collectives && size_ > 1; }
@@ -372,20 +435,39 @@ class NcclCommunicator {
     return {exchange_host_.get() + call_record_words, call_record_words * static_cast<std::size_t>(size_)};
   }
 
-  // Queues the exchange of `mine` on the communicator's stream: up to the device, ncclAllGather,
-  // back to pinned host memory. `what` names it in the timeout's message.
-  void post_exchange(std::span<const std::uint64_t> mine, std::string what) {
+  // Queues an exchange of `mine` on the communicator's stream: up to the device, `swap(device)`
+  // (the NCCL calls that leave the others' records after mine there), and `back` words after
+  // mine back to pinned host memory. `what` names it in the timeout's message.
+  template <class Swap>
+  void post_exchange(std::span<const std::uint64_t> mine, std::size_t back, std::string what, Swap&& swap) {
     std::copy(mine.begin(), mine.end(), exchange_host_.get());
     exchange_started_ = clock::now();
     exchange_what_ = std::move(what);
     std::uint64_t* const device = exchange_device_.data();
     TPX_CUDA_CHECK(cudaMemcpyAsync(device, exchange_host_.get(), mine.size_bytes(), cudaMemcpyHostToDevice,
                                    stream_.get()));
-    check(ncclAllGather(device, device + call_record_words, call_record_words, ncclUint64, comm_, stream_.get()),
-          "ncclAllGather", __FILE__, __LINE__);
+    swap(device);
     TPX_CUDA_CHECK(cudaMemcpyAsync(exchange_host_.get() + call_record_words, device + call_record_words,
-                                   gathered_words().size_bytes(), cudaMemcpyDeviceToHost, stream_.get()));
+                                   back * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, stream_.get()));
     exchanged_.record(stream_.get());
+  }
+  // The group's exchange: every rank's record, by ncclAllGather.
+  void post_exchange(std::span<const std::uint64_t> mine, std::string what) {
+    post_exchange(mine, gathered_words().size(), std::move(what), [&](std::uint64_t* device) {
+      check(ncclAllGather(device, device + call_record_words, call_record_words, ncclUint64, comm_, stream_.get()),
+            "ncclAllGather", __FILE__, __LINE__);
+    });
+  }
+  // The pair's exchange with `peer`: its record, by ncclSend and ncclRecv grouped.
+  void post_pair_exchange(std::span<const std::uint64_t> mine, int peer, std::string what) {
+    post_exchange(mine, call_record_words, std::move(what), [&](std::uint64_t* device) {
+      grouped([&] {
+        check(ncclSend(device, call_record_words, ncclUint64, peer, comm_, stream_.get()), "ncclSend", __FILE__,
+              __LINE__);
+        check(ncclRecv(device + call_record_words, call_record_words, ncclUint64, peer, comm_, stream_.get()),
+              "ncclRecv", __FILE__, __LINE__);
+      });
+    });
   }
 
   // Whether the posted exchange's words are on the host (never blocks); aborts as poll() does, or
@@ -417,8 +499,15 @@ class NcclCommunicator {
   [[noreturn]] void abort(const std::string& why) {
     ncclCommAbort(std::exchange(comm_, nullptr));
     pending_.clear();
-    throw comm_error("tpx: NCCL communicator of rank " + std::to_string(rank_) + " (of " + std::to_string(size_) +
-                     ") aborted: " + why);
+    const int me = world_ranks_[static_cast<std::size_t>(rank_)];
+    throw comm_error("tpx: " + tpx::detail::ranks_on_hosts(std::span<const int>(&me, 1), hosts()) +
+                     ": the NCCL communicator of " + name_ + " aborted: " + why);
+  }
+
+  // Every world rank's host, once named (name_hosts); else none, and messages name ranks only.
+  std::span<const std::string> hosts() const {
+    if (hosts_ == nullptr) return {};
+    return *hosts_;
   }
 
   template <class Calls>
@@ -482,6 +571,8 @@ class NcclCommunicator {
   clock::time_point exchange_started_;
   std::string exchange_what_;  // "collective #3 on group {0,1} (mesh axis X), barrier,"
   bool returning_ = false;     // post_return's exchange is not yet checked
+  std::shared_ptr<const std::vector<std::string>> hosts_;  // [world rank], once named
+  std::vector<std::uint64_t> pair_sequence_;               // [group rank]: point-to-point exchanges
 };
 
 // The NcclCommunicator behind one of a DeviceRank's groups (for send, recv and wait_all, which

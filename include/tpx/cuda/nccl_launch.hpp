@@ -69,7 +69,7 @@ inline nccl_bootstrap nccl_bootstrap_from(const launch_environment& env,
     throw cuda_error(
         "tpx: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
         " is local rank " + std::to_string(env.local_rank) + " on " +
-        tpx::detail::rendezvous::this_host() + ", which has " + std::to_string(devices.count) +
+        tpx::this_host() + ", which has " + std::to_string(devices.count) +
         " CUDA device(s)" + (devices.reason.empty() ? "" : " (" + devices.reason + ")") +
         ": start at most one rank per GPU on each node");
   }
@@ -93,7 +93,7 @@ void run_launched_rank(const Mesh<Axes...>& mesh, Fn&& fn, const launch_options&
   const launch_environment env = launch_environment_from();
   if (env.world_size != mesh.rank_count()) {
     throw std::invalid_argument("tpx: rank " + std::to_string(env.rank) + " on " +
-                                tpx::detail::rendezvous::this_host() + ": the " + env.launcher +
+                                tpx::this_host() + ": the " + env.launcher +
                                 " launch has " + std::to_string(env.world_size) +
                                 " processes but the mesh " + mesh.to_string() + " has " +
                                 std::to_string(mesh.rank_count()) + " ranks");
@@ -124,7 +124,7 @@ void spmd(cuda_launched_backend, const Mesh<Axes...>& mesh, Fn&& fn,
         } catch (const std::exception& e) {
           std::throw_with_nested(
               spmd_error(rank.world_rank(), "tpx: " + detail::rank_label(mesh, rank.world_rank()) +
-                                                " on host " + detail::rendezvous::this_host() +
+                                                " on host " + tpx::this_host() +
                                                 " failed: " + e.what()));
         }
       },

@@ -8,8 +8,10 @@
 // ready within the timeout (a rank that never joined) is aborted with an error naming it.
 // All ranks must build their nccl_mesh with the same mesh and unique id, at the same time.
 // Each communicator knows its members' world ranks and mesh axes, to name its group in messages
-// ("group {0,2} (mesh axis X)", as the host and MPI backends do). When the rank's function has
-// returned, return_from_groups() tells every group at once (with collectives checked).
+// ("group {0,2} (mesh axis X)", as the host and MPI backends do), and every world rank's host,
+// all-gathered once over the world communicator as it is made, so that a message names the
+// machine a failing rank runs on. When the rank's function has returned, return_from_groups()
+// tells every group at once (with collectives checked).
 #pragma once
 
 #include <nccl.h>
@@ -26,6 +28,7 @@
 #include "tpx/cuda/nccl_check.hpp"
 #include "tpx/cuda/nccl_communicator.hpp"
 #include "tpx/cuda/rank_resources.hpp"
+#include "tpx/launch/this_host.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/spmd.hpp"
 
@@ -94,6 +97,8 @@ class nccl_mesh {
     auto world_comm = std::make_unique<model>(
         NcclCommunicator(world, members(mesh, boot.world_rank, masks - 1), tpx::detail::axes_label<MeshT>(masks - 1),
                          resources, watch));
+    const auto hosts = std::make_shared<const std::vector<std::string>>(world_comm->impl().gather_hosts(this_host()));
+    world_comm->impl().name_hosts(hosts);
     for (unsigned mask = 1; mask + 1 < masks; ++mask) {
       ncclConfig_t split_config = detail::nonblocking_config();
       ncclComm_t part = nullptr;
@@ -105,6 +110,7 @@ class nccl_mesh {
       detail::await_ready(part, "ncclCommSplit", watch);
       comms_.push_back(std::make_unique<model>(NcclCommunicator(
           part, members(mesh, boot.world_rank, mask), tpx::detail::axes_label<MeshT>(mask), resources, watch)));
+      comms_.back()->impl().name_hosts(hosts);
     }
     comms_.push_back(std::move(world_comm));
     groups_.assign(masks, nullptr);

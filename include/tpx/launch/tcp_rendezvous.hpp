@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "tpx/launch/launch_environment.hpp"
+#include "tpx/launch/this_host.hpp"
 
 namespace tpx {
 
@@ -85,12 +86,6 @@ inline std::string seconds(std::chrono::milliseconds t) {
   char text[32];
   std::snprintf(text, sizeof text, "%g s", static_cast<double>(t.count()) / 1000.0);
   return text;
-}
-
-inline std::string this_host() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "this host";
-  return name;
 }
 
 // Waits until fd is ready for `events`; false when the deadline passes first. Looks once even
@@ -212,7 +207,7 @@ inline socket_fd listen_on(const launch_environment& env) {
   if (bound != 0 || ::listen(listener.get(), SOMAXCONN) != 0) {
     throw rendezvous_error("tpx: rank 0 cannot listen on port " +
                            std::to_string(env.rendezvous_port) + " (" + env.port_origin + ") of " +
-                           this_host() + ": " + std::strerror(errno) +
+                           tpx::this_host() + ": " + std::strerror(errno) +
                            "; TPX_RENDEZVOUS_PORT chooses another port");
   }
   return listener;
@@ -283,7 +278,7 @@ inline std::vector<std::byte> serve(const launch_environment& env,
     if (count > 16) missing += " and " + std::to_string(count - 16) + " more";
     problem = (count == 1 ? "rank " : "ranks ") + missing + " of " +
               std::to_string(env.world_size) + " did not reach the rendezvous on port " +
-              std::to_string(env.rendezvous_port) + " of " + this_host() + " within " +
+              std::to_string(env.rendezvous_port) + " of " + tpx::this_host() + " within " +
               seconds(timeout);
   }
   const auto reply_deadline = clock::now() + std::chrono::seconds(5);
@@ -339,7 +334,7 @@ inline std::vector<std::byte> join(const launch_environment& env, std::string_vi
   const std::string port = std::to_string(env.rendezvous_port);
   if (const int code = ::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found)) {
     throw rendezvous_error(me + " cannot resolve MASTER_ADDR='" + env.master_addr + "' on " +
-                           this_host() + ": " + ::gai_strerror(code));
+                           tpx::this_host() + ": " + ::gai_strerror(code));
   }
   const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, ::freeaddrinfo);
   socket_fd rank0;
@@ -352,7 +347,7 @@ inline std::vector<std::byte> join(const launch_environment& env, std::string_vi
     if (clock::now() >= deadline) {
       throw rendezvous_error(me + " could not reach the rendezvous at " + where(env) + " within " +
                              seconds(timeout) + ": " + error + ". Is rank 0 running, and can " +
-                             this_host() + " reach that address?");
+                             tpx::this_host() + " reach that address?");
     }
     std::this_thread::sleep_for(
         std::min<clock::duration>(std::chrono::milliseconds(100), deadline - clock::now()));
