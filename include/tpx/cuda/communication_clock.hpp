@@ -10,7 +10,9 @@
 // Collectives on the background lane and NCCL collectives started from it count towards the
 // total only: the rank's own stream does not wait for them until the join. A wait measures from
 // the moment the rank's own stream reaches it to the moment the awaited work is done, which is
-// the part of the communication the computation before it did not hide.
+// the part of the communication the computation before it did not hide. A join waits for all of
+// the task's work, its casts included (the host's communication thread counts them too).
+// Groups of one rank are not timed: their collectives are copies.
 //
 // totals() adds the spans whose events have fired (it never blocks), so figures read after the
 // step's loss has been read back (the trainer's reports) are complete. Events are reused.

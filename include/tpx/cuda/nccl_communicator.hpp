@@ -24,7 +24,8 @@
 // another rank of this process has failed (`failure`, set by the launcher), the communicator
 // is aborted (ncclCommAbort) and comm_error says which collective it was. Every collective is
 // an NVTX range, and timed on the device (the rank's communication_clock: the collective on the
-// communicator's stream, the compute stream's wait for it as exposed).
+// communicator's stream, the compute stream's wait for it as exposed), unless the group has one
+// rank.
 // Checked collectives. NCCL matches calls by order and tells no rank that a peer has returned,
 // so ranks whose control flow diverged (one calls all_reduce where a peer calls all_gather,
 // skips a collective or returns early) hang until the timeout, or pair mismatched calls into
@@ -358,12 +359,17 @@ class NcclCommunicator {
     const nvtx_range range(what);
     ready_.record(resources_->stream());
     stream_.wait_for(ready_);
+    // Timed where it is communication: not on a group of one rank, a copy the step pays for once
+    // per collective in timing events.
     communication_clock& timer = resources_->clock();
-    timer.time(stream_.get(), communication_clock::total, enqueue);
+    if (size_ > 1)
+      timer.time(stream_.get(), communication_clock::total, enqueue);
+    else
+      enqueue();
     pending_call call{next_event(), clock::now(), what};
     call.completed.record(stream_.get());
     const auto join = [&] { TPX_CUDA_CHECK(cudaStreamWaitEvent(resources_->stream(), call.completed.get(), 0)); };
-    if (resources_->entered())  // from a background task: exposed only at its join
+    if (size_ == 1 || resources_->entered())  // from a background task: exposed only at its join
       join();
     else
       timer.time(resources_->stream(), communication_clock::exposed, join);

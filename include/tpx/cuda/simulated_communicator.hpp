@@ -21,7 +21,7 @@
 //
 // Sizes that disagree with the counts throw std::invalid_argument before the meeting, as on the
 // host. Every collective is an NVTX range, and timed on the device from its first meeting to its
-// last wait (the rank's communication_clock).
+// last wait (the rank's communication_clock) unless the group has one rank.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -182,7 +182,7 @@ class SimulatedCommunicator {
     state_.ready = ready_.get();
     state_.middle = middle_.get();
     state_.done = done_.get();
-    resources_->clock().start(stream());
+    if (size() > 1) resources_->clock().start(stream());
     ready_.record(stream());
     const auto peers = group_->exchange(rank_, call, input, &state_);
     for (int s = 0; s < size(); ++s)
@@ -197,9 +197,10 @@ class SimulatedCommunicator {
     for (int s = 0; s < size(); ++s)
       if (s != rank_) TPX_CUDA_CHECK(cudaStreamWaitEvent(stream(), state_of(peers[s]).done, 0));
     // On the rank's own stream the whole collective is exposed; on its background lane, only the
-    // wait at the task's join.
-    resources_->clock().stop(stream(), resources_->entered() ? communication_clock::total
-                                                             : communication_clock::total_and_exposed);
+    // wait at the task's join. A group of one rank copies: not timed.
+    if (size() > 1)
+      resources_->clock().stop(stream(), resources_->entered() ? communication_clock::total
+                                                               : communication_clock::total_and_exposed);
   }
 
   template <class T>
