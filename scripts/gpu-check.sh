@@ -13,8 +13,9 @@
 #   3 run every CUDA test (ctest --preset cuda, label cuda): each kernel and GEMM against the
 #     host on the same inputs; every collective and the typed program on the simulated mesh and,
 #     with 2 or more GPUs, over NCCL
-#   4 compute-sanitizer memcheck on the kernel tests (cuda_kernels_test, cuda_nn_layers_test),
-#     when compute-sanitizer is on PATH
+#   4 compute-sanitizer memcheck on the kernel tests (cuda_kernels_test, cuda_nn_layers_test)
+#     and racecheck on cuda_kernels_test (shared-memory hazards of the block reductions and the
+#     tensor-core attention), when compute-sanitizer is on PATH
 #   5 train the example trainer for 100 steps on a 2x2 simulated mesh and 50 steps over NCCL on
 #     one GPU (tpx-train-cuda --backend nccl --mesh 1x1; their losses against the host run are
 #     cuda_trainer_test's, in step 3), and the GPT example (tpx-gpt-cuda) for 50 steps on a 2x2
@@ -210,6 +211,9 @@ else
     step "memcheck $t" compute-sanitizer --tool memcheck --error-exitcode 1 --leak-check full \
       "build/cuda/tests/cuda/$t"
   done
+  # Shared-memory hazards: the block reductions and the tensor-core attention's staged tiles.
+  step "racecheck cuda_kernels_test" compute-sanitizer --tool racecheck --error-exitcode 1 \
+    build/cuda/tests/cuda/cuda_kernels_test
 fi
 
 if ((gpus == 0)); then
