@@ -367,7 +367,9 @@ TEST_CASE("on a backend with a background lane, a task's work is queued there an
                                            "leave 1", "rank computes", "join 1"});
 
   events.clear();
-  { auto dropped = tpx::in_background(rank, [&] { return noted(events, 5); }); }
+  {
+    auto dropped = tpx::in_background(rank, [&] { return noted(events, 5); });
+  }
   CHECK(events == std::vector<std::string>{"enter", "leave 2", "join 2", "destroy 5"});
 
   events.clear();

@@ -143,10 +143,12 @@ TEST_CASE("without hosts, the ranks that differ are named by world rank alone") 
 namespace {
 // check_pair_records' message when group rank `me` (of the group of world ranks {4, 5}) calls
 // `mine` and its peer `theirs`, point-to-point call #3 ("" when it passes).
-std::string pair_verdict(const CollectiveDescriptor& mine, int me, const CollectiveDescriptor& theirs) {
+std::string pair_verdict(const CollectiveDescriptor& mine, int me,
+                         const CollectiveDescriptor& theirs) {
   try {
-    tpx::detail::check_pair_records(tpx::detail::record_of(mine), me, tpx::detail::record_of(theirs), 1 - me,
-                                    "group G", std::vector<int>{4, 5}, hosts, 3);
+    tpx::detail::check_pair_records(tpx::detail::record_of(mine), me,
+                                    tpx::detail::record_of(theirs), 1 - me, "group G",
+                                    std::vector<int>{4, 5}, hosts, 3);
   } catch (const tpx::comm_error& e) {
     return e.what();
   }
@@ -168,21 +170,22 @@ TEST_CASE("a send and the recv it meets pass; any other pair fails on both ranks
                      point_to_point<float>(CollectiveOp::send, 8, 0))
             .empty());
 
-  const auto both_views = [](const CollectiveDescriptor& first, const CollectiveDescriptor& second) {
+  const auto both_views = [](const CollectiveDescriptor& first,
+                             const CollectiveDescriptor& second) {
     const std::string from_first = pair_verdict(first, 0, second);
     CHECK(pair_verdict(second, 1, first) == from_first);
     return from_first;
   };
   CHECK(both_views(send_8, point_to_point<float>(CollectiveOp::recv, 4, 0)) ==
-        "tpx: mismatched point-to-point calls on group G at call #3 between world ranks 4 and 5: world "
-        "rank 4 called send<float> of 8 elements to rank 1 but world rank 5 (host node5) called "
-        "recv<float> of 4 elements from rank 0");
+        "tpx: mismatched point-to-point calls on group G at call #3 between world ranks 4 and 5: "
+        "world rank 4 called send<float> of 8 elements to rank 1 but world rank 5 (host node5) "
+        "called recv<float> of 4 elements from rank 0");
   CHECK(both_views(send_8, point_to_point<tpx::bf16>(CollectiveOp::recv, 8, 0)) ==
-        "tpx: mismatched point-to-point calls on group G at call #3 between world ranks 4 and 5: world "
-        "rank 4 called send<float> of 8 elements to rank 1 but world rank 5 (host node5) called "
-        "recv<bf16> of 8 elements from rank 0");
+        "tpx: mismatched point-to-point calls on group G at call #3 between world ranks 4 and 5: "
+        "world rank 4 called send<float> of 8 elements to rank 1 but world rank 5 (host node5) "
+        "called recv<bf16> of 8 elements from rank 0");
   CHECK(both_views(send_8, point_to_point<float>(CollectiveOp::send, 8, 0)) ==
-        "tpx: mismatched point-to-point calls on group G at call #3 between world ranks 4 and 5: world "
-        "rank 4 called send<float> of 8 elements to rank 1 but world rank 5 (host node5) called "
-        "send<float> of 8 elements to rank 0");
+        "tpx: mismatched point-to-point calls on group G at call #3 between world ranks 4 and 5: "
+        "world rank 4 called send<float> of 8 elements to rank 1 but world rank 5 (host node5) "
+        "called send<float> of 8 elements to rank 0");
 }

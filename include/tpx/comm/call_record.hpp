@@ -181,8 +181,12 @@ inline void check_same_records(std::span<const CallRecord> records, const std::s
 inline void check_pair_records(const CallRecord& mine, int me, const CallRecord& theirs, int peer,
                                const std::string& group, std::span<const int> world_ranks,
                                std::span<const std::string> hosts, std::uint64_t sequence) {
-  const auto op = [](const CallRecord& r) { return static_cast<CollectiveOp>(r.op_and_reduction & 0xff); };
-  const auto to = [](const CallRecord& r) { return static_cast<int>(static_cast<std::int64_t>(r.root)); };
+  const auto op = [](const CallRecord& r) {
+    return static_cast<CollectiveOp>(r.op_and_reduction & 0xff);
+  };
+  const auto to = [](const CallRecord& r) {
+    return static_cast<int>(static_cast<std::int64_t>(r.root));
+  };
   const bool complementary = (op(mine) == CollectiveOp::send && op(theirs) == CollectiveOp::recv) ||
                              (op(mine) == CollectiveOp::recv && op(theirs) == CollectiveOp::send);
   if (mine.kind == CallRecord::calls && theirs.kind == CallRecord::calls && complementary &&
@@ -195,12 +199,11 @@ inline void check_pair_records(const CallRecord& mine, int me, const CallRecord&
   const int second = world_ranks[static_cast<std::size_t>(mine_first ? peer : me)];
   const CallRecord& first_call = mine_first ? mine : theirs;
   const CallRecord& second_call = mine_first ? theirs : mine;
-  throw comm_error("tpx: mismatched point-to-point calls on " + group + " at call #" +
-                   std::to_string(sequence) + " between world ranks " + std::to_string(first) +
-                   " and " + std::to_string(second) + ": world rank " + std::to_string(first) +
-                   " called " + describe(first_call) + " but " +
-                   ranks_on_hosts(std::span<const int>(&second, 1), hosts) + " called " +
-                   describe(second_call));
+  throw comm_error(
+      "tpx: mismatched point-to-point calls on " + group + " at call #" + std::to_string(sequence) +
+      " between world ranks " + std::to_string(first) + " and " + std::to_string(second) +
+      ": world rank " + std::to_string(first) + " called " + describe(first_call) + " but " +
+      ranks_on_hosts(std::span<const int>(&second, 1), hosts) + " called " + describe(second_call));
 }
 
 // check_same_records over the words an all-gather of every rank's record left, in group-rank

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "tpx/comm/any_communicator.hpp"
-#include "tpx/spmd/background_lane.hpp"
 #include "tpx/sharding/mesh_axis.hpp"
+#include "tpx/spmd/background_lane.hpp"
 #include "tpx/tensor/memory_meter.hpp"
 
 namespace tpx {
