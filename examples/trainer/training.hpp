@@ -171,8 +171,10 @@ step_result<Space> train_step(const tpx::rank_context& rank, Network& net,
 // continues its run; then it tells every other process the run id and the step, or its error,
 // which they then fail with too (tpx::first_process_decides). Only then do the others join the
 // folder (held_elsewhere): none touches it before it is locked and tidied, and all resume from
-// the one checkpoint the first picked. A launcher whose processes have no way to agree (no
-// tpx::processes_of for it) gets no checkpoints rather than a folder every process would lock.
+// the one checkpoint the first picked. A new run (no --resume) refuses a folder that holds
+// complete checkpoints: its saves would replace that run's steps and --keep would delete the
+// rest. A launcher whose processes have no way to agree (no tpx::processes_of for it) gets no
+// checkpoints rather than a folder every process would lock.
 struct checkpointing {
   template <class Family, class Launcher>
   checkpointing(const run_options<Family>& o, const Launcher& launcher) {
@@ -207,8 +209,21 @@ struct checkpointing {
                                  " is of step " + std::to_string(first_step) + "; --steps " +
                                  std::to_string(o.steps) + " leaves nothing to train (give more)");
       dir->continue_run(in.run_id());
+    } else {
+      refuse_earlier_checkpoints(o.ckpt_dir);
     }
     return {{"run_id", dir->run_id()}, {"first_step", first_step}};
+  }
+
+  static void refuse_earlier_checkpoints(const std::string& ckpt_dir) {
+    const std::vector<std::int64_t> steps = tpx::io::complete_steps(ckpt_dir);
+    if (steps.empty()) return;
+    throw std::runtime_error(
+        "trainer: --ckpt-dir " + ckpt_dir + " holds " + std::to_string(steps.size()) +
+        " checkpoint(s) of an earlier run, the newest of step " +
+        std::to_string(*std::max_element(steps.begin(), steps.end())) +
+        ": pass --resume to continue that run, or give an empty folder (a new run would "
+        "overwrite its steps, and --keep delete the rest)");
   }
 };
 

@@ -1,5 +1,6 @@
 // The example trainer's checkpoints lose nothing and mix nothing (issue 12): a second trainer on
-// one --ckpt-dir, and a --ckpt-dir that cannot be created, fail before the first step; a resumed
+// one --ckpt-dir, a --ckpt-dir that cannot be created, and a new run (no --resume) in a folder
+// that holds an earlier run's checkpoints fail before the first step, leaving them as they were; a resumed
 // data_position that is negative or beyond the run's steps is refused (a plain edit already by
 // the manifest's checksum); a damaged newest checkpoint gives way to the previous one and
 // training continues exactly as from it; --keep K leaves exactly the newest K checkpoints; a
@@ -87,6 +88,33 @@ TEST_CASE("a --ckpt-dir that cannot be created fails before the first step") {
   CHECK(contains(result.error, o.ckpt_dir + ": cannot create"));
   CHECK(result.steps_reported == 0);
   fs::remove_all(parent);
+}
+
+TEST_CASE("a new run in a folder of an earlier run's checkpoints is refused; --resume continues") {
+  options o = trainer_test::small(2, 1);
+  o.steps = 4;
+  o.save_every = 2;  // checkpoints of steps 2 and 4
+  o.ckpt_dir = fresh_dir("earlier-run").string();
+  REQUIRE(train(o).error.empty());
+  const fs::path manifest = tpx::io::step_folder(o.ckpt_dir, 4) / "manifest.json";
+  const std::string saved = tpx::io::read_text_file(manifest);
+
+  o.steps = 6;
+  const outcome fresh = train(o);
+  CHECK(fresh.error == "trainer: --ckpt-dir " + o.ckpt_dir +
+                           " holds 2 checkpoint(s) of an earlier run, the newest of step 4: pass "
+                           "--resume to continue that run, or give an empty folder (a new run "
+                           "would overwrite its steps, and --keep delete the rest)");
+  CHECK(fresh.steps_reported == 0);
+  CHECK(tpx::io::read_text_file(manifest) == saved);
+  CHECK(tpx::io::latest_step(o.ckpt_dir) == 4);
+
+  o.resume = true;
+  const outcome resumed = train(o);
+  CHECK(resumed.error.empty());
+  CHECK(resumed.steps_reported == 2);  // steps 4 and 5
+  CHECK(tpx::io::latest_step(o.ckpt_dir) == 6);
+  fs::remove_all(o.ckpt_dir);
 }
 
 TEST_CASE("--resume refuses a data_position that is negative or not the checkpoint's step") {
