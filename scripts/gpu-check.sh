@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # Checks tpx's CUDA backend on a machine with NVIDIA GPUs in one command, and prints a summary:
 #
-#   bash scripts/gpu-check.sh          # build, every CUDA test, every CUDA bench
-#   TPX_JOBS=8 bash scripts/gpu-check.sh
+#   bash scripts/gpu-check.sh                  # everything below
+#   bash scripts/gpu-check.sh tests trainer    # the build, then only these parts
+#   TPX_JOBS=8 TPX_GPU_STEP_SECONDS=240 TPX_GPU_CHECK_OUT=/tmp/figures bash scripts/gpu-check.sh
+#
+# Parts (arguments; none: all): tests, memcheck, trainer, bench, peers-train, peers-gpt,
+# peers-attention (peers: the three). The build runs first whatever is asked (a no-op when
+# build/cuda is up to date), so a GPU lent for minutes can be used in short calls: the build and
+# the tests in one, the peers in the next, each well inside its limit. TPX_GPU_STEP_SECONDS
+# caps every step, the build too (timeout(1); a step cut off counts as failed, saying so), so
+# that one hung collective cannot take the whole lease; TPX_GPU_CHECK_OUT is where logs, JSON
+# and figures.txt go (default build/cuda/gpu-check), e.g. a folder that a remote runner copies
+# back even when the command is cut off.
 #
 #   1 the GPUs (nvidia-smi), the tools (CMake >= 3.25, Ninja, a C++ compiler, nvcc) and the
 #     libraries, found as the build finds them; what is missing is listed, all at once, with
@@ -50,21 +60,56 @@
 # them: the system, CMAKE_PREFIX_PATH (e.g. Debian packages unpacked offline with dpkg -x under a
 # prefix: CMAKE_PREFIX_PATH=<prefix>/usr), CMAKE_INCLUDE_PATH and CMAKE_LIBRARY_PATH (OpenBLAS in
 # a multiarch dir), and for NCCL also NCCL_ROOT, the CUDA toolkit and NVIDIA's Python wheel
-# (cmake/FindNCCL.cmake). On a machine with apt, scripts/install-deps.sh installs the host ones.
+# (cmake/FindNCCL.cmake). On a machine with apt, scripts/install-deps.sh installs the host ones;
+# for one without, scripts/gpu-prepare.sh fetches them elsewhere into .gpu/, unpacked there by
+# `source .gpu/setup.sh`.
 set -uo pipefail
+out=${TPX_GPU_CHECK_OUT:+$(realpath -m "$TPX_GPU_CHECK_OUT")}  # from where it was given
 cd "$(dirname "$0")/.."
 
 jobs=${TPX_JOBS:-$(nproc)}
-out=build/cuda/gpu-check
+out=${out:-build/cuda/gpu-check}
+step_seconds=${TPX_GPU_STEP_SECONDS:-0}
 summary=()
 failed=0
 
-step() {  # step NAME COMMAND...: runs it, records passed/FAILED with its time
-  local name=$1 start=$SECONDS
+all_parts=(tests memcheck trainer bench peers-train peers-gpt peers-attention)
+parts=()
+for a in "$@"; do
+  case $a in
+    all) parts+=("${all_parts[@]}") ;;
+    peers) parts+=(peers-train peers-gpt peers-attention) ;;
+    tests | memcheck | trainer | bench | peers-train | peers-gpt | peers-attention) parts+=("$a") ;;
+    *)
+      echo "gpu-check: unknown part '$a'; the parts are: ${all_parts[*]}" \
+           "(peers: the three; all)" >&2
+      exit 2
+      ;;
+  esac
+done
+((${#parts[@]})) || parts=("${all_parts[@]}")
+if ! [[ $step_seconds =~ ^[0-9]+$ ]]; then
+  echo "gpu-check: TPX_GPU_STEP_SECONDS must be a whole number of seconds (0: no limit)," \
+       "got '$step_seconds'" >&2
+  exit 2
+fi
+wanted() { [[ " ${parts[*]} " == *" $1 "* ]]; }
+
+step() {  # step NAME COMMAND...: runs it (cut off after TPX_GPU_STEP_SECONDS), records the outcome
+  local name=$1 start=$SECONDS status
   shift
   echo "=== $name"
-  if "$@"; then
+  if ((step_seconds > 0)); then
+    timeout --kill-after=10 "$step_seconds" "$@"
+  else
+    "$@"
+  fi
+  status=$?
+  if ((status == 0)); then
     summary+=("passed   $name ($((SECONDS - start)) s)")
+  elif ((step_seconds > 0 && (status == 124 || status == 137))); then
+    summary+=("FAILED   $name (cut off after its ${step_seconds} s: TPX_GPU_STEP_SECONDS)")
+    failed=1
   else
     summary+=("FAILED   $name ($((SECONDS - start)) s)")
     failed=1
@@ -105,7 +150,7 @@ fi
 if ((${#missing[@]} == 0)); then
   # A throwaway project asking for tpx's libraries the way CMakeLists.txt, tests/ and examples/
   # do; it prints one "tpx-missing: ..." line per library it does not find.
-  probe=build/cuda/gpu-check/deps
+  probe=$out/deps
   rm -rf "$probe" && mkdir -p "$probe"  # nothing cached from a run with other paths
   cat >"$probe/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.25)
@@ -124,6 +169,8 @@ find_package(doctest CONFIG QUIET)
 need(doctest_FOUND "doctest (apt: doctest-dev)")
 find_package(CLI11 CONFIG QUIET)
 need(CLI11_FOUND "CLI11 (apt: libcli11-dev)")
+find_package(XXHash QUIET)
+need(XXHash_FOUND "libxxhash, the checkpoints' checksums (apt: libxxhash-dev)")
 find_package(CUDAToolkit QUIET)
 need(CUDAToolkit_FOUND "the CUDA toolkit's libraries (cudart, cuBLASLt)")
 if(CUDAToolkit_FOUND)
@@ -163,13 +210,17 @@ bench=build/cuda/bench/cuda/tpx-bench-cuda
 train=build/cuda/examples/tpx-train-cuda
 gpt=build/cuda/examples/tpx-gpt-cuda
 
-if ((built)); then
+if ! wanted tests; then
+  :
+elif ((built)); then
   step "CUDA tests" ctest --preset cuda
 else
   skip "CUDA tests" "the build failed"
 fi
 
-if ((gpus == 0)); then
+if ! wanted trainer; then
+  :
+elif ((gpus == 0)); then
   skip "trainer" "no GPU (nvidia-smi lists none)"
 elif ((!built)); then
   skip "trainer" "the build failed"
@@ -200,7 +251,9 @@ else
   fi
 fi
 
-if ((gpus == 0)); then
+if ! wanted memcheck; then
+  :
+elif ((gpus == 0)); then
   skip "memcheck" "no GPU (nvidia-smi lists none)"
 elif ! command -v compute-sanitizer >/dev/null; then
   skip "memcheck" "compute-sanitizer is not on PATH"
@@ -216,7 +269,9 @@ else
     build/cuda/tests/cuda/cuda_kernels_test
 fi
 
-if ((gpus == 0)); then
+if ! wanted bench; then
+  :
+elif ((gpus == 0)); then
   skip "benches" "no GPU (nvidia-smi lists none)"
 elif ((!built)); then
   skip "benches" "the build failed"
@@ -242,19 +297,22 @@ else
     "$out/kernels.txt" >>"$out/figures.txt"
 fi
 
-if ((gpus == 0)); then
+if ! wanted peers-train && ! wanted peers-gpt && ! wanted peers-attention; then
+  :
+elif ((gpus == 0)); then
   skip "peers" "no GPU (nvidia-smi lists none)"
 elif ! python3 -c 'import torch' 2>/dev/null; then
   skip "peers" "python3 cannot import torch"
 elif ((!built)); then
   skip "peers" "the build failed"
 else
-  step "peers: tpx-train-cuda vs PyTorch eager and torch.compile" \
+  mkdir -p "$out"
+  wanted peers-train && step "peers: tpx-train-cuda vs PyTorch eager and torch.compile" \
     python3 bench/peers/compare.py --gpu --tpx-cuda "$train" --json "$out/peers.json"
-  step "peers: tpx-gpt-cuda vs PyTorch eager and torch.compile (GPT)" \
+  wanted peers-gpt && step "peers: tpx-gpt-cuda vs PyTorch eager and torch.compile (GPT)" \
     python3 bench/peers/compare.py --gpt --gpu-steps 10 --gpu-warmup 3 --tpx-gpt-cuda "$gpt" \
       --json "$out/peers-gpt.json"
-  step "peers: fused attention kernels vs PyTorch SDPA (flash), forward and backward" \
+  wanted peers-attention && step "peers: fused attention kernels vs PyTorch SDPA (flash), forward and backward" \
     python3 bench/peers/compare.py --attention --tpx-bench-cuda "$bench" --json "$out/peers-attention.json"
 fi
 
@@ -263,5 +321,5 @@ printf '%s\n' "${summary[@]}"
 if ((built && failed)); then
   echo "some step failed: figures below come from a build that did not pass everything"
 fi
-[[ -f $out/figures.txt ]] && cat "$out/figures.txt"
+wanted bench && [[ -f $out/figures.txt ]] && cat "$out/figures.txt"
 exit $failed

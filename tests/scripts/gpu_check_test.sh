@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh's parts and step limit, checked without a GPU, since the script runs only
+# on the rare GPU it is lent and a mistake in it costs that lease. cmake's configure and build
+# steps, ctest and nvidia-smi are stand-ins here (its probe of the libraries runs for real, so the
+# test is skipped where the CUDA toolkit is missing): an unknown part is refused, a part not asked
+# for does not run, a step that outlives TPX_GPU_STEP_SECONDS is cut off and reported as such,
+# and the parts that need a GPU say they were skipped for want of one.
+#   bash tests/scripts/gpu_check_test.sh SOURCE_DIR
+set -uo pipefail
+root=$1
+command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || {
+  echo "skipped: no nvcc, so gpu-check stops at its probe"
+  exit 77
+}
+stub=$(mktemp -d)
+trap 'rm -rf "$stub"' EXIT
+real_cmake=$(command -v cmake)
+cat >"$stub/cmake" <<EOF
+#!/usr/bin/env bash
+case "\$1" in --preset | --build) echo "stand-in: cmake \$*"; exit 0 ;; esac
+exec "$real_cmake" "\$@"
+EOF
+printf '#!/usr/bin/env bash\necho "stand-in: ctest $*"; sleep 5\n' >"$stub/ctest"
+printf '#!/usr/bin/env bash\nexit 1\n' >"$stub/nvidia-smi"
+chmod +x "$stub"/*
+
+failures=0
+check() {  # check WHAT CONDITION...
+  local what=$1
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; failures=$((failures + 1)); fi
+}
+gpu_check() {
+  (cd "$root" && PATH="$stub:$PATH" TPX_GPU_CHECK_OUT="$stub/out" bash scripts/gpu-check.sh "$@" 2>&1)
+}
+
+out=$(gpu_check bogus)
+check "an unknown part exits with 2" test $? -eq 2
+check "an unknown part is named with the parts there are" \
+  grep -q "unknown part 'bogus'; the parts are: tests memcheck trainer" <<<"$out"
+
+out=$(TPX_GPU_STEP_SECONDS=1 gpu_check tests)
+check "a step cut off fails the run" test $? -eq 1
+check "a step cut off says so" \
+  grep -q "FAILED   CUDA tests (cut off after its 1 s: TPX_GPU_STEP_SECONDS)" <<<"$out"
+check "the build runs first" grep -q "^passed   build (cuda preset" <<<"$out"
+check "parts not asked for do not run" bash -c '! grep -Eq "trainer|peers|memcheck|bench" <<<"$1"' _ "$out"
+
+out=$(gpu_check peers trainer)
+check "parts that need a GPU pass as skipped without one" test $? -eq 0
+check "the trainer part is skipped without a GPU" grep -q "^skipped  trainer: no GPU" <<<"$out"
+check "the peers part is skipped without a GPU" grep -q "^skipped  peers: no GPU" <<<"$out"
+check "the tests part does not run when not asked for" bash -c '! grep -q "CUDA tests" <<<"$1"' _ "$out"
+
+((failures == 0)) || { echo "$failures check(s) failed; gpu-check's last output:"; echo "$out"; }
+exit $((failures > 0))
