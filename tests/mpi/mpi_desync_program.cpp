@@ -13,12 +13,24 @@
 //   stuck        rank 1 sleeps 30 s (a rank stuck outside any collective) while the others wait
 //   late_return  a correct program whose ranks arrive 1.5 s apart, in a collective and at the
 //                return: it must finish cleanly (exit status 0) and print "all returned"
+//   watched_cycle the cycle again, through the exchange_watcher interface that the NCCL
+//                communicator reports its checked exchanges to under mpirun
+//                (comm/exchange_watcher.hpp): no tpx collective runs, each exchange is an
+//                MPI_Ibarrier on its group, polled, every poll told to the MPI backend's
+//                heartbeat as NcclCommunicator::await_exchange tells it
+//   watched_late the same stand-in exchanges in a correct order, ranks arriving 1.5 s apart:
+//                it must finish cleanly and print "all returned"
+#include <mpi.h>
+
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <tpx/comm/exchange_watcher.hpp>
 #include <tpx/spmd/spmd_mpi.hpp>
 #include <tpx/tpx.hpp>
 #include <vector>
@@ -40,6 +52,61 @@ void all_gather_4_each(Group& group, std::vector<std::size_t> counts) {
 }
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// The watched scenarios (see the top): the world's and Y's groups of the 2x2 mesh, each
+// exchange an MPI_Ibarrier reported to the heartbeat, with the calls' records as the NCCL
+// communicator would post them (all_reduce<float> of 8 elements).
+void watched(const std::string& scenario, std::chrono::milliseconds timeout) {
+  const tpx::Mesh<X, Y> mesh{2, 2};
+  tpx::detail::ensure_mpi_initialized();
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  tpx::detail::MpiWatchdog watchdog(tpx::detail::hosts_of_an_alike_job(mesh.to_string(), me),
+                                    timeout, tpx::detail::mpi_group_layout(mesh));
+  constexpr unsigned y = 2, xy = 3;  // the groups' ids: their axis sets' masks (X: bit 0)
+  MPI_Comm groups[4] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  for (const unsigned mask : {y, xy})
+    MPI_Comm_split(MPI_COMM_WORLD, tpx::detail::coords_off_axes(mesh, me, mask), me, &groups[mask]);
+  std::uint64_t sequence[4] = {};
+  const tpx::detail::CallRecord call = tpx::detail::record_of(
+      tpx::detail::collective_call<float>(tpx::detail::CollectiveOp::all_reduce, 8, {}));
+  const auto exchange = [&](unsigned mask) {
+    const tpx::detail::exchange_wait where{mask, ++sequence[mask], call};
+    watchdog.posted(mask, where.sequence);
+    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_Ibarrier(groups[mask], &request);
+    const auto start = std::chrono::steady_clock::now();
+    for (int done = 0; MPI_Test(&request, &done, MPI_STATUS_IGNORE), !done;) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited > timeout) throw std::runtime_error("a stand-in exchange timed out");
+      watchdog.waiting(where, waited);
+      std::this_thread::yield();
+    }
+    watchdog.done_waiting();
+  };
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0) {
+    std::printf("ranks met\n");
+    std::fflush(stdout);
+  }
+  try {
+    if (scenario == "watched_cycle") {
+      if (me == 0) exchange(y);
+      exchange(xy);
+      if (me != 0) exchange(y);
+    } else {
+      if (me == 3) sleep_ms(1500);
+      exchange(xy);
+      if (me == 2) sleep_ms(1500);
+      exchange(y);
+    }
+    watchdog.finish();
+  } catch (const std::exception& e) {
+    tpx::detail::abort_mpi_job("tpx: " + tpx::detail::rank_label(mesh, me) +
+                               " failed: " + e.what());
+  }
+  for (const unsigned mask : {y, xy}) MPI_Comm_free(&groups[mask]);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,6 +117,12 @@ int main(int argc, char** argv) {
   const std::string scenario = argv[1];
   tpx::spmd_options options;
   options.timeout = std::chrono::milliseconds(std::atoi(argv[2]));
+  if (scenario.starts_with("watched_")) {
+    watched(scenario, options.timeout);
+    std::printf("all returned\n");
+    std::fflush(stdout);
+    return 0;
+  }
   tpx::spmd(
       tpx::mpi, tpx::Mesh<X, Y>{2, 2},
       [&](auto& rank) {

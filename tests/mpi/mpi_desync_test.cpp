@@ -6,6 +6,8 @@
 //     returned;
 //   - the whole message, with the host each named rank ran on (this machine's: mpirun starts all
 //     four here), as the thread backend's HostGroup words the same failures;
+//   - the same verdicts for waits reported through the exchange_watcher interface, as the NCCL
+//     communicator reports its checked exchanges under mpirun (a cycle, and a correct program);
 //   - how long after the ranks first met (rank 0's "ranks met") the message came: the signature
 //     exchange's diagnoses within 1.5 s (at once, plus the load of a shared CI machine; a
 //     returning rank sleeps 300 ms first, so there between 0.25 and 1.8 s), the cycle by the
@@ -95,6 +97,21 @@ void check_failure(const timed_output& out, const std::string& message, double a
 
 const std::string all_group = "group {0,1,2,3} (mesh axes X, Y)";
 
+// The cycle scenarios' verdict, from the heartbeat between 1 and 2.5 s after the ranks met:
+// rank 0 waits in Y's collective #1, the others in the world's collective #`world_collective`.
+void check_cycle_reported(const timed_output& out, int world_collective) {
+  const std::string picture =
+      "world rank 0 waits in collective #1 on group {0,1} (mesh axis Y), all_reduce<float> of 8 "
+      "elements, which " +
+      on_host(1) + " has not called; world ranks {1,2,3} wait in collective #" +
+      std::to_string(world_collective) + " on " + all_group +
+      ", all_reduce<float> of 8 elements, which " + on_host(0) +
+      " has not called. Is a collective inside rank-dependent control flow";
+  check_failure(out, "tpx: the collectives are deadlocked, every rank waiting for another", 2.5,
+                1.0);
+  CHECK(out.count(picture) >= 1);
+}
+
 }  // namespace
 
 TEST_CASE("a rank that skips a collective: every rank fails at the next one, naming it") {
@@ -137,16 +154,19 @@ TEST_CASE("a rank that returns while the others wait in a collective fails them 
 }
 
 TEST_CASE("ranks waiting in each other's collectives are reported by the heartbeat") {
-  const timed_output out = run_scenario("cycle", 20000);
-  const std::string picture =
-      "world rank 0 waits in collective #1 on group {0,1} (mesh axis Y), all_reduce<float> of 8 "
-      "elements, which " +
-      on_host(1) + " has not called; world ranks {1,2,3} wait in collective #2 on " + all_group +
-      ", all_reduce<float> of 8 elements, which " + on_host(0) +
-      " has not called. Is a collective inside rank-dependent control flow";
-  check_failure(out, "tpx: the collectives are deadlocked, every rank waiting for another", 2.5,
-                1.0);
-  CHECK(out.count(picture) >= 1);
+  check_cycle_reported(run_scenario("cycle", 20000), 2);
+}
+
+TEST_CASE("the NCCL communicator's waits, told to the heartbeat, are judged alike") {
+  // Its exchanges as NcclCommunicator reports them under mpirun (the watched scenarios): no
+  // barrier of the world comes first, so the world's exchange is #1.
+  check_cycle_reported(run_scenario("watched_cycle", 20000), 1);
+
+  const timed_output late = run_scenario("watched_late", 20000);
+  INFO(late.text);
+  CHECK(late.status == 0);
+  CHECK(late.count("all returned") == 4);
+  CHECK(late.count("tpx:") == 0);
 }
 
 TEST_CASE("a rank stuck outside any collective fails the others at the timeout") {

@@ -3,7 +3,9 @@
 // of hanging.
 //
 // Every wait for peers goes through wait(): the signature exchange before each collective
-// (mpi_communicator.hpp) and a returning rank's last exchanges (spmd_mpi.hpp). It polls the
+// (mpi_communicator.hpp) and a returning rank's last exchanges (spmd_mpi.hpp); the NCCL
+// communicator's checked exchanges under mpirun report theirs through the exchange_watcher
+// interface (exchange_watcher.hpp), so the heartbeat below judges them alike. wait() polls the
 // exchange's nonblocking requests until they complete: spinning for the first millisecond, as
 // MPI's own blocking calls do (yielding the core at every poll cost 5-50 us per collective on a
 // loaded machine, more than the exchange itself), then yielding between polls up to 50 ms, then
@@ -58,9 +60,10 @@
 #include <utility>
 #include <vector>
 
-#include "tpx/comm/communicator.hpp"
-#include "tpx/comm/group_name.hpp"
 #include "tpx/comm/call_record.hpp"
+#include "tpx/comm/communicator.hpp"
+#include "tpx/comm/exchange_watcher.hpp"
+#include "tpx/comm/group_name.hpp"
 #include "tpx/comm/mpi_errors.hpp"
 
 namespace tpx::detail {
@@ -74,17 +77,10 @@ struct MpiGroupLayout {
   std::function<int(unsigned, int)> color;  // (id, world rank)
 };
 
-class MpiWatchdog {
+class MpiWatchdog final : public exchange_watcher {
  public:
   using clock = std::chrono::steady_clock;
-
-  // Where a rank waits: exchange #sequence of its group `group`, for `call`; group 0: it has
-  // returned and waits for its last exchanges.
-  struct Waiting {
-    unsigned group = 0;
-    std::uint64_t sequence = 0;
-    CallRecord call;
-  };
+  using Waiting = exchange_wait;
 
   // Duplicates MPI_COMM_WORLD for the heartbeat (collective: every process constructs one).
   MpiWatchdog(std::vector<std::string> hosts, std::chrono::milliseconds timeout,
@@ -101,7 +97,7 @@ class MpiWatchdog {
   }
   MpiWatchdog(const MpiWatchdog&) = delete;
   MpiWatchdog& operator=(const MpiWatchdog&) = delete;
-  ~MpiWatchdog() { MPI_Comm_free(&heartbeat_); }
+  ~MpiWatchdog() override { MPI_Comm_free(&heartbeat_); }
 
   std::span<const std::string> hosts() const noexcept { return hosts_; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
@@ -111,17 +107,35 @@ class MpiWatchdog {
   }
 
   // Records that this rank has posted exchange #sequence on group `group`.
-  void posted(unsigned group, std::uint64_t sequence) { posted_[group] = sequence; }
+  void posted(unsigned group, std::uint64_t sequence) override { posted_[group] = sequence; }
+
+  // The heartbeat of a wait that polls for itself (exchange_watcher.hpp; wait() below uses it
+  // too): once the rank has waited heartbeat_after, tells rank 0 where it waits, once; then, on
+  // rank 0, reads the others' words and judges, elsewhere sends the word if it is still untold.
+  void waiting(const Waiting& where, clock::duration waited) override {
+    if (waited < heartbeat_after_) return;
+    if (!announced_) tell_rank_0(word_of(where));
+    announced_ = true;
+    if (rank_ == 0) {
+      hear();
+      judge(waited);
+    } else {
+      send_if_free();
+    }
+  }
+  void done_waiting() override {
+    if (announced_) tell_rank_0(word_of(std::nullopt));
+    announced_ = false;
+  }
 
   // Polls `requests` until all have completed, calling done(i) as request i completes (it may
   // throw); false if the timeout passes first. Throws comm_error on rank 0 when the heartbeat
   // shows that no rank can go on (see the top of the file).
   template <class Done>
-  bool wait(std::span<MPI_Request> requests, const Waiting& waiting, Done&& done) {
+  bool wait(std::span<MPI_Request> requests, const Waiting& where, Done&& done) {
     if (requests.empty()) return true;
     completed_.resize(requests.size());
     std::size_t left = requests.size();
-    bool announced = false;
     const bool met = poll(timeout_, [&](clock::duration waited) {
       int count = 0;
       check(MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count,
@@ -129,25 +143,17 @@ class MpiWatchdog {
             "MPI_Testsome", "a signature exchange");
       for (int i = 0; i < count; ++i, --left) done(static_cast<std::size_t>(completed_[i]));
       if (left == 0) return true;
-      if (waited >= heartbeat_after_) {
-        if (!announced) tell_rank_0(word_of(waiting));
-        announced = true;
-        if (rank_ == 0) {
-          hear();
-          judge(waited);
-        } else {
-          send_if_free();
-        }
-      }
+      waiting(where, waited);
       return false;
     });
-    if (met && announced) tell_rank_0(word_of(std::nullopt));
+    if (met) done_waiting();
+    announced_ = false;  // a rank whose wait timed out fails: its word stays
     return met;
   }
 
   // "World rank 0 last heard: ..." on rank 0 (what it knows of the others, for a timeout's
   // message); empty on the other ranks.
-  std::string last_heard() const {
+  std::string last_heard() const override {
     if (rank_ != 0) return "";
     std::vector<int> idle;
     std::vector<std::string> lines;
@@ -398,6 +404,7 @@ class MpiWatchdog {
   int rank_ = 0;
   MPI_Comm heartbeat_ = MPI_COMM_NULL;
   std::vector<int> completed_;                 // wait()'s MPI_Testsome indices, kept between calls
+  bool announced_ = false;                     // rank 0 was told of the current wait
   std::optional<Word> unsent_;                 // the newest word rank 0 has not been sent yet
   std::vector<std::uint64_t> in_flight_wire_;  // the word on its way to rank 0 (MPI reads it)
   MPI_Request in_flight_ = MPI_REQUEST_NULL;   // its synchronous send

@@ -45,6 +45,11 @@
 // grouped) and both throw the same comm_error unless one sends what the other receives, of the
 // same type and size (check_pair_records). A peer that calls a collective instead is not told:
 // the pair's exchange waits until the timeout, whose message names the call.
+// Ranks that wait in each other's collectives, each in an exchange of another group (a cycle),
+// can only be seen from outside every group: given an exchange_watcher (nccl_watch::watcher:
+// spmd(tpx::cuda_mpi, ...) passes its MPI heartbeat, comm/exchange_watcher.hpp), each group
+// exchange and each wait in one is reported to it, and world rank 0 fails with the picture of
+// who waits where within about a second of the cycle's forming, as the MPI backend does.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -70,6 +75,7 @@
 #include "tpx/comm/call_record.hpp"
 #include "tpx/comm/collective_descriptor.hpp"
 #include "tpx/comm/communicator.hpp"
+#include "tpx/comm/exchange_watcher.hpp"
 #include "tpx/comm/group_name.hpp"
 #include "tpx/comm/host_failure.hpp"
 #include "tpx/cuda/check.hpp"
@@ -86,6 +92,10 @@ struct nccl_watch {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective, and per blocking wait
   const tpx::detail::HostFailure* failure = nullptr;             // another rank's failure, or none
   bool check_collectives = false;  // exchange a record of each call first (see the top of the file)
+  // Told of every checked group exchange and wait (see the top of the file), or none; it outlives
+  // the communicator. `group` is the communicator's id for it: its axis set's mask (nccl_mesh).
+  tpx::detail::exchange_watcher* watcher = nullptr;
+  unsigned group = 0;
 };
 
 class NcclCommunicator {
@@ -326,6 +336,7 @@ class NcclCommunicator {
     if (!checking()) return;
     const auto words = std::bit_cast<std::array<std::uint64_t, call_record_words>>(tpx::detail::returned_record());
     post_exchange(words, "collective #" + std::to_string(++sequence_) + " on " + name_ + ", where this rank returned,");
+    if (watch_.watcher != nullptr) watch_.watcher->posted(watch_.group, sequence_);
     returning_ = true;
   }
   bool return_checked() {
@@ -406,11 +417,13 @@ class NcclCommunicator {
   void agree(const tpx::detail::CollectiveDescriptor& call) {
     if (!checking()) return;
     const std::uint64_t sequence = ++sequence_;
+    const tpx::detail::CallRecord record = tpx::detail::record_of(call);
     tpx::detail::exchange_records(
-        tpx::detail::record_of(call), sequence, name_, world_ranks_, hosts(),
+        record, sequence, name_, world_ranks_, hosts(),
         [&](std::span<const std::uint64_t> mine, std::span<std::uint64_t> all) {
           post_exchange(mine, "collective #" + std::to_string(sequence) + " on " + name_ + ", " + describe(call) + ",");
-          while (!exchange_arrived()) std::this_thread::yield();
+          if (watch_.watcher != nullptr) watch_.watcher->posted(watch_.group, sequence);
+          await_exchange({watch_.group, sequence, record});
           const std::span<const std::uint64_t> gathered = gathered_words();
           std::copy(gathered.begin(), gathered.end(), all.begin());
         });
@@ -484,8 +497,19 @@ class NcclCommunicator {
     if (clock::now() - exchange_started_ > watch_.timeout)
       abort(exchange_what_ + " was not joined by every rank of the group within " +
             std::to_string(watch_.timeout.count()) +
-            " ms: a rank still computes, waits in a collective of another group, or has stopped");
+            " ms: a rank still computes, waits in a collective of another group, or has stopped." +
+            (watch_.watcher != nullptr ? watch_.watcher->last_heard() : ""));
     return false;
+  }
+  // Polls the posted group exchange until it has arrived, telling the watcher where this rank
+  // waits (its verdict, on world rank 0, throws from here).
+  void await_exchange(const tpx::detail::exchange_wait& where) {
+    const clock::time_point start = clock::now();
+    while (!exchange_arrived()) {
+      if (watch_.watcher != nullptr) watch_.watcher->waiting(where, clock::now() - start);
+      std::this_thread::yield();
+    }
+    if (watch_.watcher != nullptr) watch_.watcher->done_waiting();
   }
 
   // Checks one NCCL call on this communicator, waiting out ncclInProgress (nonblocking mode).

@@ -11,7 +11,8 @@
 // ("group {0,2} (mesh axis X)", as the host and MPI backends do), and every world rank's host,
 // all-gathered once over the world communicator as it is made, so that a message names the
 // machine a failing rank runs on. When the rank's function has returned, return_from_groups()
-// tells every group at once (with collectives checked).
+// tells every group at once (with collectives checked), and the exchange watcher, if the launch
+// has one (comm/exchange_watcher.hpp), while it waits for them.
 #pragma once
 
 #include <nccl.h>
@@ -25,6 +26,7 @@
 
 #include "tpx/comm/any_communicator.hpp"
 #include "tpx/comm/communicator.hpp"
+#include "tpx/comm/exchange_watcher.hpp"
 #include "tpx/cuda/nccl_check.hpp"
 #include "tpx/cuda/nccl_communicator.hpp"
 #include "tpx/cuda/rank_resources.hpp"
@@ -94,9 +96,9 @@ class nccl_mesh {
       throw nccl_error(detail::nccl_message(started, "ncclCommInitRankConfig", __FILE__, __LINE__));
     detail::await_ready(world, "ncclCommInitRankConfig (world)", watch);
     // Owned at once, so that a failure below aborts it (NcclCommunicator's destructor).
-    auto world_comm = std::make_unique<model>(
-        NcclCommunicator(world, members(mesh, boot.world_rank, masks - 1), tpx::detail::axes_label<MeshT>(masks - 1),
-                         resources, watch));
+    auto world_comm = std::make_unique<model>(NcclCommunicator(
+        world, members(mesh, boot.world_rank, masks - 1), tpx::detail::axes_label<MeshT>(masks - 1),
+        resources, of_group(watch, masks - 1)));
     const auto hosts = std::make_shared<const std::vector<std::string>>(world_comm->impl().gather_hosts(this_host()));
     world_comm->impl().name_hosts(hosts);
     for (unsigned mask = 1; mask + 1 < masks; ++mask) {
@@ -109,7 +111,8 @@ class nccl_mesh {
         throw nccl_error(detail::nccl_message(status, "ncclCommSplit", __FILE__, __LINE__));
       detail::await_ready(part, "ncclCommSplit", watch);
       comms_.push_back(std::make_unique<model>(NcclCommunicator(
-          part, members(mesh, boot.world_rank, mask), tpx::detail::axes_label<MeshT>(mask), resources, watch)));
+          part, members(mesh, boot.world_rank, mask), tpx::detail::axes_label<MeshT>(mask),
+          resources, of_group(watch, mask))));
       comms_.back()->impl().name_hosts(hosts);
     }
     comms_.push_back(std::move(world_comm));
@@ -127,15 +130,26 @@ class nccl_mesh {
   // once, then polls them all until each has every peer's (NcclCommunicator::post_return), so
   // that a peer waiting in a collective of any of the rank's groups fails at once. Does nothing
   // unless collectives are checked.
-  void return_from_groups() {
+  // A watcher (nccl_watch::watcher) hears that the rank has returned while it waits.
+  void return_from_groups(tpx::detail::exchange_watcher* watcher) {
     for (auto& comm : comms_) comm->impl().post_return();
+    const auto start = std::chrono::steady_clock::now();
     for (bool all_checked = false; !all_checked; std::this_thread::yield()) {
       all_checked = true;
       for (auto& comm : comms_) all_checked = comm->impl().return_checked() && all_checked;
+      if (!all_checked && watcher != nullptr)
+        watcher->waiting({}, std::chrono::steady_clock::now() - start);
     }
+    if (watcher != nullptr) watcher->done_waiting();
   }
 
  private:
+  // The watch of the communicator of the axes in mask: its group id for the watcher.
+  static nccl_watch of_group(nccl_watch watch, unsigned mask) {
+    watch.group = mask;
+    return watch;
+  }
+
   // The world ranks of `rank`'s group of the axes in mask, in group-rank order (the split's key
   // is the world rank): ranks with equal coordinates on every axis outside mask.
   static std::vector<int> members(const MeshT& mesh, int rank, unsigned mask) {

@@ -3,8 +3,11 @@
 // nccl_launch.hpp does for torchrun and srun through a TCP rendezvous, done through MPI where MPI
 // is there (issue 10): the process's rank is its MPI_COMM_WORLD rank, its GPU its rank among the
 // processes of its node (MPI_COMM_TYPE_SHARED), and NCCL's unique id comes from world rank 0 by
-// MPI_Bcast. MPI carries nothing else: the collectives are NCCL's (cuda/spmd_nccl.hpp's
-// run_rank).
+// MPI_Bcast. The collectives are NCCL's (cuda/spmd_nccl.hpp's run_rank); with collectives
+// checked (TPX_CHECK_COLLECTIVES=1), MPI also carries the heartbeat of the MPI backend
+// (comm/mpi_watchdog.hpp): every checked exchange and every wait in one is reported to it, so
+// that ranks waiting in each other's collectives (a cycle across groups) fail within about a
+// second with the picture of who waits where, from world rank 0, instead of at the timeout.
 //
 // Before any NCCL call every process checks what would otherwise hang inside NCCL: a job whose
 // size is not the mesh's rank count (every process throws spmd_error naming both, as
@@ -24,6 +27,7 @@
 
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -102,10 +106,19 @@ void spmd(cuda_mpi_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::launch_opt
                             "); start one process per rank and GPU: mpirun -np " +
                             std::to_string(mesh.rank_count()));
   const std::string failed = "tpx: " + detail::rank_label(mesh, r) + " on host " + host + " failed";
+  // Outside the try, as spmd(tpx::mpi) keeps its own: a failing rank aborts the job while the
+  // heartbeat's word in flight still has its buffer.
+  std::unique_ptr<detail::MpiWatchdog> watchdog;
   try {
     const cuda::nccl_bootstrap boot = cuda::detail::nccl_bootstrap_from_mpi(
         processes, cuda::launch_fingerprint(mesh.to_string(), options));
-    cuda::run_rank(mesh, boot, fn, options);
+    // Every process or none: whether collectives are checked is in the fingerprint above.
+    if (cuda::collectives_checked(options))
+      watchdog =
+          std::make_unique<detail::MpiWatchdog>(detail::hosts_of_an_alike_job(mesh.to_string(), r),
+                                                options.timeout, detail::mpi_group_layout(mesh));
+    cuda::detail::run_rank_watched(mesh, boot, fn, options, nullptr, watchdog.get());
+    if (watchdog) watchdog->finish();
   } catch (const std::exception& e) {
     detail::abort_mpi_job(failed + ": " + e.what());
   } catch (...) {

@@ -7,12 +7,14 @@
 // run_rank is the building block of the one-process-per-GPU deployment that multi-node
 // training uses: every process calls it with the same mesh and the same ncclUniqueId (made by
 // rank 0 with nccl_unique_id() and handed out by whatever starts the processes: under torchrun
-// or srun, nccl_launch.hpp's run_launched_rank does it), and its own rank and GPU. It makes the rank's CUDA resources and its NCCL
-// communicators (nccl_mesh.hpp), calls fn with a DeviceRank, then waits for the rank's
-// collectives and stream, so that errors surface as this rank's. With checked collectives
-// (launch_options::check_collectives or TPX_CHECK_COLLECTIVES=1: nccl_communicator.hpp), a rank
-// whose fn has returned first tells each of its groups, so that a peer still waiting in a
-// collective the rank never joins fails at once, naming it, instead of at the timeout.
+// or srun, nccl_launch.hpp's run_launched_rank does it), and its own rank and GPU. It makes the
+// rank's CUDA resources and its NCCL communicators (nccl_mesh.hpp), calls fn with a DeviceRank,
+// then waits for the rank's collectives and stream, so that errors surface as this rank's. With
+// checked collectives (launch_options::check_collectives or TPX_CHECK_COLLECTIVES=1:
+// nccl_communicator.hpp), a rank whose fn has returned first tells each of its groups, so that a
+// peer still waiting in a collective the rank never joins fails at once, naming it, instead of at
+// the timeout; ranks waiting in each other's collectives are seen only by a watcher of the whole
+// job, which spmd(tpx::cuda_mpi, ...) gives (cuda/nccl_mpi_launch.hpp).
 //
 // spmd(tpx::cuda_devices, ...) runs all ranks in one process, one thread per GPU, on top of the
 // host launcher (which reports "tpx: rank 2 (X=1, Y=0) failed: ..."); when a rank fails, the
@@ -41,19 +43,23 @@ namespace tpx {
 namespace cuda {
 
 namespace detail {
+// run_rank, with another rank of this process's failure to abort on, and a watcher of the checked
+// exchanges (comm/exchange_watcher.hpp), or none of either.
 template <MeshAxis... Axes, class Fn>
-void run_rank_watched(const Mesh<Axes...>& mesh, const nccl_bootstrap& boot, Fn&& fn, const launch_options& options,
-                      const tpx::detail::HostFailure* failure) {
+void run_rank_watched(const Mesh<Axes...>& mesh, const nccl_bootstrap& boot, Fn&& fn,
+                      const launch_options& options, const tpx::detail::HostFailure* failure,
+                      tpx::detail::exchange_watcher* watcher = nullptr) {
   using MeshT = Mesh<Axes...>;
   rank_resources resources(boot.device, options.rank);
   const bool check_collectives = collectives_checked(options);
-  nccl_mesh<MeshT> comms(mesh, boot, resources, nccl_watch{options.timeout, failure, check_collectives});
+  nccl_mesh<MeshT> comms(mesh, boot, resources,
+                         nccl_watch{options.timeout, failure, check_collectives, watcher});
   std::vector<axis_place> axes;
   int a = 0;
   ((axes.push_back({&axis_key<Axes>, Axes::name.c_str(), mesh.size(a), mesh.coord(boot.world_rank, a)}), ++a), ...);
   DeviceRank<MeshT> rank(mesh, boot.world_rank, std::move(axes), comms.groups(), resources);
   fn(rank);
-  comms.return_from_groups();
+  comms.return_from_groups(watcher);
   for (unsigned mask = 1; mask < nccl_mesh<MeshT>::masks; ++mask) comms.nccl(mask).wait_all();
   resources.synchronize();
 }
