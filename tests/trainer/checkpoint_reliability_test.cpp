@@ -1,9 +1,9 @@
 // The example trainer's checkpoints lose nothing and mix nothing (issue 12): a second trainer on
 // one --ckpt-dir, a --ckpt-dir that cannot be created, and a new run (no --resume) in a folder
-// that holds an earlier run's checkpoints fail before the first step, leaving them as they were; a resumed
-// data_position that is negative or beyond the run's steps is refused (a plain edit already by
-// the manifest's checksum); a damaged newest checkpoint gives way to the previous one and
-// training continues exactly as from it; --keep K leaves exactly the newest K checkpoints; a
+// that holds an earlier run's checkpoints fail before the first step, leaving them as they were;
+// a resumed data_position that is negative or beyond the run's steps is refused (a plain edit
+// already by the manifest's checksum); a damaged newest checkpoint gives way to the previous one
+// and training continues exactly as from it; --keep K leaves exactly the newest K checkpoints; a
 // launcher whose processes have no way to agree on the folder's holder (torchrun's NCCL
 // processes) gets no checkpoints, with a sentence, rather than a folder every process locks.
 #include <doctest/doctest.h>
