@@ -1,7 +1,10 @@
 # The functions that register tpx's tests with CTest, one per kind of test:
 #
-#   tpx_add_test(NAME n SOURCES files... LABELS labels... [LIBRARIES targets...])
+#   tpx_add_test(NAME n SOURCES files... LABELS labels... [LIBRARIES targets...] [UNSANITIZED])
 #       a doctest executable n (sources + the shared doctest main), run as the CTest test n.
+#       UNSANITIZED: only the builds of everything build and run it, not the sanitizer presets
+#       (it stays out of the target tpx-tests and gets the label unsanitized, which they leave
+#       out): the property tests' parts after the first, tests/CMakeLists.txt.
 #   tpx_add_cuda_test(NAME n [EXECUTABLE e] [SOURCES files...] [LABELS labels...]
 #                     [MIN_DEVICES k] [ARGS doctest-args...] [LIBRARIES targets...])
 #       the CTest test n running the doctest executable e (default n) with ARGS (a doctest
@@ -28,7 +31,8 @@
 #
 # The compile checks run `cmake --build` on this build tree (cmake/tpxCompileCheck.cmake), one
 # at a time (RESOURCE_LOCK), as two build tools must not share one build tree. Every run-time
-# test joins the target tpx-tests, which the sanitizer presets build instead of everything.
+# test but the UNSANITIZED joins the target tpx-tests, which the sanitizer presets build instead
+# of everything.
 # Our own test targets compile with -Wall -Wextra -Wpedantic, as errors under TPX_WERROR
 # (tpx_target_warnings, cmake/tpxWarnings.cmake); tpx::tpx does not pass these on to consumers.
 include_guard(GLOBAL)
@@ -37,13 +41,18 @@ include(tpxWarnings)
 add_custom_target(tpx-tests)
 
 function(tpx_add_test)
-  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME" "SOURCES;LABELS;LIBRARIES")
+  cmake_parse_arguments(PARSE_ARGV 0 arg "UNSANITIZED" "NAME" "SOURCES;LABELS;LIBRARIES")
   add_executable(${arg_NAME} ${arg_SOURCES})
   target_link_libraries(${arg_NAME} PRIVATE tpx::tpx ${arg_LIBRARIES} tpx_doctest_main)
   tpx_target_warnings(${arg_NAME})
   add_test(NAME ${arg_NAME} COMMAND ${arg_NAME})
-  set_tests_properties(${arg_NAME} PROPERTIES LABELS "${arg_LABELS}")
-  add_dependencies(tpx-tests ${arg_NAME})
+  set(labels ${arg_LABELS})
+  if(arg_UNSANITIZED)
+    list(APPEND labels unsanitized)
+  else()
+    add_dependencies(tpx-tests ${arg_NAME})
+  endif()
+  set_tests_properties(${arg_NAME} PROPERTIES LABELS "${labels}")
 endfunction()
 
 # The exit status with which the CUDA test main reports "skipped" (the automake convention).

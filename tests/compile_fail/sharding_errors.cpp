@@ -29,8 +29,12 @@
 // expect(IMPLICIT_REDUCTION): \[I, K\].U_X. does not convert implicitly to \[I, K_X\]: reducing a partial sum over mesh axes X is a collective
 // expect(IMPLICIT_REDUCTION_ARGUMENT): \[I, K\].U_XY. does not convert implicitly to \[I, K\]: reducing a partial sum over mesh axes X, Y is a collective
 // expect(ADD_DIFFERENT_SHARDINGS): elementwise operation on \[B_X, D\] and \[B, D_X\]: the shardings differ
-#include <tpx/io/checkpoint.hpp>
 #include <tpx/tpx.hpp>
+// Only the checkpoint case reads the checkpoint headers: parsing them (nlohmann/json) is most of
+// the compile time of a case, and every case is compiled on its own, one at a time.
+#if defined(CHECKPOINT_PARTIAL_SUM)
+#include <tpx/io/checkpoint.hpp>
+#endif
 
 TPX_MESH_AXES(X, Y, Z);
 TPX_DIMS(B, D, F, I, J, K, L);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../trainer/trainer_checkpoints.hpp"
+#include "mpi_trainer_runs.hpp"
 
 namespace {
 

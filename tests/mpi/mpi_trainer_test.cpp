@@ -15,6 +15,7 @@
 
 #include "../trainer/gpt_test_support.hpp"
 #include "../trainer/trainer_test_support.hpp"
+#include "mpi_trainer_runs.hpp"
 
 namespace {
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -14,6 +15,13 @@
 
 #include "../../examples/gpt/family.hpp"
 #include "../../examples/trainer/training.hpp"
+
+// The GPT trainer on the thread backend is compiled once, in trainer_run.cpp (tpx_trainer_run),
+// like tpx-train's (trainer_test_support.hpp).
+extern template void trainer::run<gpt::family, tpx::host_backend>(
+    const trainer::run_options<gpt::family>&,
+    const std::function<void(const trainer::step_report&)>&, tpx::host_backend,
+    const std::function<void()>&);
 
 namespace gpt_test {
 

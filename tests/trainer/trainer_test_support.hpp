@@ -2,9 +2,17 @@
 // runs it and returns the loss of every step.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "../../examples/trainer/training.hpp"
+
+// The trainer of tpx-train on the thread backend is compiled once, in trainer_run.cpp (the object
+// library tpx_trainer_run), not in every test that runs it: its instantiation is most of such a
+// test's compile time, under the sanitizers most of all.
+extern template void trainer::run<trainer::mlp, tpx::host_backend>(
+    const trainer::options&, const std::function<void(const trainer::step_report&)>&,
+    tpx::host_backend, const std::function<void()>&);
 
 namespace trainer_test {
 

@@ -134,16 +134,21 @@ inline void check_same_records(std::span<const CallRecord> records, const std::s
   struct Callers {
     CallRecord record;
     std::vector<int> world_ranks;
+    std::size_t first_caller;  // the group rank that made this call first
   };
   std::vector<Callers> calls;
   for (std::size_t r = 0; r < records.size(); ++r) {
     auto same = std::find_if(calls.begin(), calls.end(),
                              [&](const Callers& c) { return c.record == records[r]; });
-    if (same == calls.end()) same = calls.insert(calls.end(), Callers{records[r], {}});
+    if (same == calls.end()) same = calls.insert(calls.end(), Callers{records[r], {}, r});
     same->world_ranks.push_back(world_ranks[r]);
   }
-  std::stable_sort(calls.begin(), calls.end(), [](const Callers& a, const Callers& b) {
-    return a.world_ranks.size() > b.world_ranks.size();
+  // The most callers first, ties in the order the calls were first seen (std::sort with that
+  // tie-break: libstdc++ 12's std::stable_sort warns under clang 19, get_temporary_buffer).
+  std::sort(calls.begin(), calls.end(), [](const Callers& a, const Callers& b) {
+    if (a.world_ranks.size() != b.world_ranks.size())
+      return a.world_ranks.size() > b.world_ranks.size();
+    return a.first_caller < b.first_caller;
   });
   const auto returned = std::find_if(calls.begin(), calls.end(), [](const Callers& c) {
     return c.record.kind == CallRecord::returned;

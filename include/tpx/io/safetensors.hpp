@@ -126,12 +126,12 @@ inline bool checked_element_count(const std::vector<std::int64_t>& shape, std::u
 template <class Sink>
 void write_safetensors(Sink& sink, std::vector<tensor_bytes> tensors,
                        const metadata_map& metadata) {
-  std::stable_sort(tensors.begin(), tensors.end(),
-                   [](const tensor_bytes& a, const tensor_bytes& b) {
-                     if (dtype_size(a.dtype) != dtype_size(b.dtype))
-                       return dtype_size(a.dtype) > dtype_size(b.dtype);
-                     return a.name < b.name;
-                   });
+  // A total order while the names differ (a repeated name is refused below), so std::sort.
+  std::sort(tensors.begin(), tensors.end(), [](const tensor_bytes& a, const tensor_bytes& b) {
+    if (dtype_size(a.dtype) != dtype_size(b.dtype))
+      return dtype_size(a.dtype) > dtype_size(b.dtype);
+    return a.name < b.name;
+  });
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
