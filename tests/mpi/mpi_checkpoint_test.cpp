@@ -21,7 +21,7 @@
 #include <fstream>
 #include <set>
 #include <string>
-#include <tpx/launch/mpi_processes.hpp>
+#include <tpx/spmd/spmd_mpi.hpp>
 #include <utility>
 #include <vector>
 

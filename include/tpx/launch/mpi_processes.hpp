@@ -1,7 +1,9 @@
 // mpi_processes: the process group (launch/process_group.hpp) of a job started by mpirun: the
 // processes of MPI_COMM_WORLD, in its rank order, broadcasting with MPI_Bcast. It is what
 // processes_of(tpx::mpi) gives, so that code run before spmd(tpx::mpi, ...) (the trainers'
-// checkpoint folder) can let world rank 0 decide for every process.
+// checkpoint folder) can let world rank 0 decide for every process. spmd/spmd_mpi.hpp includes
+// it: code that sees tpx::mpi always sees its processes_of, which is found by argument-dependent
+// lookup, so that no translation unit can take the launcher for one without a process group.
 //
 // MPI is initialized here if the program has not (comm/mpi_environment.hpp). A failing MPI call
 // throws comm_error naming the call, the rank and its host; MPI_Bcast has no timeout, so the
@@ -18,9 +20,10 @@
 #include "tpx/comm/mpi_environment.hpp"
 #include "tpx/comm/mpi_errors.hpp"
 #include "tpx/launch/process_group.hpp"
-#include "tpx/spmd/spmd_mpi.hpp"
 
 namespace tpx {
+
+struct mpi_backend;  // spmd/spmd_mpi.hpp, which includes this file
 
 class mpi_world_processes {
  public:

@@ -51,6 +51,7 @@
 #include "tpx/comm/mpi_errors.hpp"
 #include "tpx/comm/mpi_watchdog.hpp"
 #include "tpx/kernels/blas_threads.hpp"
+#include "tpx/launch/mpi_processes.hpp"  // processes_of(tpx::mpi), always with the launcher
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/mpi_fingerprint.hpp"
 #include "tpx/spmd/rank.hpp"
