@@ -6,11 +6,5 @@
 // would refuse --ckpt-dir (mpi_checkpoint_test).
 static_assert(requires { processes_of(tpx::mpi); });
 
-template void trainer::run<trainer::mlp, tpx::mpi_backend>(
-    const trainer::options&, const std::function<void(const trainer::step_report&)>&,
-    tpx::mpi_backend, const std::function<void()>&);
-
-template void trainer::run<gpt::family, tpx::mpi_backend>(
-    const trainer::run_options<gpt::family>&,
-    const std::function<void(const trainer::step_report&)>&, tpx::mpi_backend,
-    const std::function<void()>&);
+template TPX_TRAINER_RUN(trainer::mlp, tpx::mpi_backend);
+template TPX_TRAINER_RUN(gpt::family, tpx::mpi_backend);

@@ -90,10 +90,10 @@ TEST_CASE("20 kills during saves: every resume starts, the last continues bit fo
   // between the manifest and `latest`).
   const std::vector<std::int64_t> complete = tpx::io::complete_steps(o.ckpt_dir);
   REQUIRE(!complete.empty());
-  const std::optional<std::int64_t> reached = *std::max_element(complete.begin(), complete.end());
+  const std::int64_t reached = *std::max_element(complete.begin(), complete.end());
 
   trainer::options uninterrupted = trainer_test::small(2, 2);
-  uninterrupted.steps = static_cast<int>(*reached) + 5;
+  uninterrupted.steps = static_cast<int>(reached) + 5;
   const std::vector<float> reference = trainer_test::losses(uninterrupted);
   o.steps = uninterrupted.steps;
   o.resume = true;

@@ -15,13 +15,11 @@
 
 #include "../../examples/gpt/family.hpp"
 #include "../../examples/trainer/training.hpp"
+#include "trainer_test_support.hpp"  // TPX_TRAINER_RUN
 
 // The GPT trainer on the thread backend is compiled once, in trainer_run.cpp (tpx_trainer_run),
 // like tpx-train's (trainer_test_support.hpp).
-extern template void trainer::run<gpt::family, tpx::host_backend>(
-    const trainer::run_options<gpt::family>&,
-    const std::function<void(const trainer::step_report&)>&, tpx::host_backend,
-    const std::function<void()>&);
+extern template TPX_TRAINER_RUN(gpt::family, tpx::host_backend);
 
 namespace gpt_test {
 

@@ -4,11 +4,5 @@
 #include "gpt_test_support.hpp"
 #include "trainer_test_support.hpp"
 
-template void trainer::run<trainer::mlp, tpx::host_backend>(
-    const trainer::options&, const std::function<void(const trainer::step_report&)>&,
-    tpx::host_backend, const std::function<void()>&);
-
-template void trainer::run<gpt::family, tpx::host_backend>(
-    const trainer::run_options<gpt::family>&,
-    const std::function<void(const trainer::step_report&)>&, tpx::host_backend,
-    const std::function<void()>&);
+template TPX_TRAINER_RUN(trainer::mlp, tpx::host_backend);
+template TPX_TRAINER_RUN(gpt::family, tpx::host_backend);

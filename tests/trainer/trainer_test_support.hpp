@@ -7,12 +7,18 @@
 
 #include "../../examples/trainer/training.hpp"
 
+// trainer::run of a model family on a launcher, as an explicit instantiation names it:
+// `extern template TPX_TRAINER_RUN(F, L);` in a header, `template TPX_TRAINER_RUN(F, L);` in the
+// one file that compiles it.
+#define TPX_TRAINER_RUN(Family, Launcher)                                                    \
+  void trainer::run<Family, Launcher>(const trainer::run_options<Family>&,                   \
+                                      const std::function<void(const trainer::step_report&)>&, \
+                                      Launcher, const std::function<void()>&)
+
 // The trainer of tpx-train on the thread backend is compiled once, in trainer_run.cpp (the object
 // library tpx_trainer_run), not in every test that runs it: its instantiation is most of such a
 // test's compile time, under the sanitizers most of all.
-extern template void trainer::run<trainer::mlp, tpx::host_backend>(
-    const trainer::options&, const std::function<void(const trainer::step_report&)>&,
-    tpx::host_backend, const std::function<void()>&);
+extern template TPX_TRAINER_RUN(trainer::mlp, tpx::host_backend);
 
 namespace trainer_test {
 
