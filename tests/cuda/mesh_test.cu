@@ -13,7 +13,8 @@
 // against a maximum included) are told so. Over NCCL also point-to-point send and recv, on 2 up
 // to 8 ranks (as many as there are GPUs), and checked collectives (launch_options::
 // check_collectives, TPX_CHECK_COLLECTIVES=1): ranks calling different collectives, or one that
-// returns while its peer waits in a collective, or a send whose recv takes fewer elements, fail
+// returns while its peer waits in a collective, or a send whose recv takes fewer elements, or
+// ranks waiting in each other's collectives (a cycle, found by the process's watchdog), fail
 // every rank at once with a sentence naming the world ranks (the deviating ones with their
 // host), the calls and the collective's number (written out from each test's program);
 // unchecked, the timeout's message says how to turn the check on. The cases named "torchrun"
@@ -242,20 +243,22 @@ TEST_CASE("NCCL: the typed program equals the host launcher's") {
 namespace {
 using namespace std::chrono_literals;
 
-// How spmd(tpx::cuda_devices, Mesh<R>{2}, fn, options) failed: what each rank's fn threw ("" if
-// it returned), what spmd threw (it must throw spmd_error), and how long the run took.
+// How spmd(tpx::cuda_devices, mesh, fn, options) failed on a mesh of 2 ranks (Mesh<R>{2} unless
+// given): what each rank's fn threw ("" if it returned), what spmd threw (it must throw
+// spmd_error), and how long the run took.
 struct nccl_failures {
   std::vector<std::string> thrown = std::vector<std::string>(2);
   std::string spmd;
   std::chrono::steady_clock::duration took{};
 };
-template <class Fn>
-nccl_failures run_failing_nccl(Fn fn, const tpx::cuda::launch_options& options) {
+template <class Fn, class MeshT = tpx::Mesh<t::R>>
+nccl_failures run_failing_nccl(Fn fn, const tpx::cuda::launch_options& options,
+                               const MeshT& mesh = MeshT{2}) {
   nccl_failures failures;
   const auto start = std::chrono::steady_clock::now();
   try {
     tpx::spmd(
-        tpx::cuda_devices, tpx::Mesh<t::R>{2},
+        tpx::cuda_devices, mesh,
         [&](auto& rank) {
           try {
             fn(rank);
@@ -352,6 +355,35 @@ TEST_CASE("NCCL: checked, a rank that returns fails its peer's collective at onc
   CHECK_MESSAGE(contains(failures.thrown[0], never), failures.thrown[0]);
   CHECK_MESSAGE(contains(failures.spmd, never), failures.spmd);
   CHECK(failures.took < 10s);
+}
+
+TEST_CASE("NCCL: checked, ranks in a cycle across groups fail at once with the picture") {
+  // Mesh 1x2, whose groups of Y and of both axes each hold ranks 0 and 1 (X's groups are single
+  // ranks, unchecked): rank 0 all-reduces over Y, then over the world; rank 1 the other way round.
+  // Each waits in collective #1 of a group the other has not called: only the process's
+  // watchdog (comm/in_process_watchdog.hpp) can see it.
+  const auto failures = run_failing_nccl(
+      [](auto& rank) {
+        auto buffer = tpx::cuda::device_space::make_buffer<float>(rank, 8);
+        const std::span<float> data(buffer.data(), buffer.size());
+        tpx::any_communicator& over_y = rank.template group<t::Y>();
+        tpx::any_communicator& world = rank.template group<t::X, t::Y>();
+        if (rank.world_rank() == 0) over_y.all_reduce(std::span<const float>(data), data);
+        world.all_reduce(std::span<const float>(data), data);
+        if (rank.world_rank() != 0) over_y.all_reduce(std::span<const float>(data), data);
+      },
+      {.timeout = 60s, .check_collectives = true}, tpx::Mesh<t::X, t::Y>{1, 2});
+  const std::string host = " (host " + tpx::this_host() + ")";
+  const std::string picture =
+      "world rank 0 waits in collective #1 on group {0,1} (mesh axis Y), all_reduce<float> of 8 "
+      "elements, which world rank 1" +
+      host +
+      " has not called; world rank 1 waits in collective #1 on group {0,1} (mesh axes X, Y), "
+      "all_reduce<float> of 8 elements, which world rank 0" +
+      host + " has not called";
+  check_both_fail_at_once(failures,
+                          "tpx: the collectives are deadlocked, every rank waiting for another");
+  check_both_fail_at_once(failures, picture);
 }
 
 TEST_CASE("NCCL: TPX_CHECK_COLLECTIVES=1 checks collectives; unchecked, the timeout says to set it") {

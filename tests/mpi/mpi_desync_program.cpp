@@ -62,7 +62,7 @@ void watched(const std::string& scenario, std::chrono::milliseconds timeout) {
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   tpx::detail::MpiWatchdog watchdog(tpx::detail::hosts_of_an_alike_job(mesh.to_string(), me),
-                                    timeout, tpx::detail::mpi_group_layout(mesh));
+                                    timeout, tpx::detail::mesh_group_layout(mesh));
   constexpr unsigned y = 2, xy = 3;  // the groups' ids: their axis sets' masks (X: bit 0)
   MPI_Comm groups[4] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
   for (const unsigned mask : {y, xy})

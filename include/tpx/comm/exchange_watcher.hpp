@@ -5,18 +5,21 @@
 //
 // A checked exchange (comm/call_record.hpp) completes only when every rank of the group has
 // posted it; no single group can tell that its missing member waits in another group's exchange.
-// A watcher that hears every rank's waits can: MpiWatchdog (comm/mpi_watchdog.hpp) sends them to
-// world rank 0 over MPI, which throws comm_error with the picture once every rank waits in an
-// exchange some member of its group has not posted, or has returned. The MPI backend's own
-// communicators use it directly; the NCCL communicator, whose exchanges go over NCCL, reports to
-// it through this interface when its processes were started by mpirun (spmd(tpx::cuda_mpi, ...),
-// cuda/nccl_mpi_launch.hpp), the one NCCL launch with a channel besides NCCL.
+// A watcher that hears every rank's waits can: once every rank waits in an exchange some member
+// of its group has not posted, or has returned, it throws comm_error with the picture
+// (comm/wait_picture.hpp). MpiWatchdog (comm/mpi_watchdog.hpp) hears the ranks' waits at world
+// rank 0 over MPI; the MPI backend's own communicators use it directly, and the NCCL
+// communicator, whose exchanges go over NCCL, reports to it through this interface when its
+// processes were started by mpirun (spmd(tpx::cuda_mpi, ...), cuda/nccl_mpi_launch.hpp).
+// InProcessWatchdog (comm/in_process_watchdog.hpp) hears them on a board in memory when the
+// ranks are threads of one process (spmd(tpx::cuda_devices, ...)). Under torchrun or srun the
+// processes have no channel besides NCCL, and no watcher.
 //
 // The protocol, per exchange: posted(group, n) when the rank posts exchange #n of the group;
 // then, until the exchange completes, waiting(where, time waited so far) at every poll (it costs
-// nothing until the rank has waited about a second, and may throw the verdict); done_waiting()
-// once it completes. Group 0 in `where` means the rank has returned from its SPMD function and
-// waits for its groups' last exchanges.
+// nothing until the rank has waited a while, a second or a tenth of one, and may throw the
+// verdict); done_waiting() once it completes. Group 0 in `where` means the rank has returned
+// from its SPMD function and waits for its groups' last exchanges.
 #pragma once
 
 #include <chrono>

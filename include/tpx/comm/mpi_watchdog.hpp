@@ -24,19 +24,16 @@
 // reads words only while it has itself waited heartbeat_after (probing for them at every
 // collective cost more than the collective) and at the end.
 //
-// Rank 0 keeps the latest word of every rank and, while it waits, judges the picture: when every
-// rank waits or has returned, and each exchange waited in has a member whose posted count on
-// that group is below the exchange's number, no exchange can ever complete, and rank 0 throws
-// comm_error with the picture (who waits in which collective of which group, which rank has not
-// called it, who returned). The verdict holds although words may be stale when rank 0 reads
-// them: suppose a rank did leave the wait rank 0 saw it in, and take the first rank to do so. Its
-// exchange completed, so every member had posted it, and a member rank 0 saw with a lower count
-// must have posted more after that word, so left the wait it was seen in earlier still: a
-// contradiction (counts only grow, so no word shows a count too high). In a deadlock every rank
-// waits for good, so rank 0 reads every word and the picture is complete about a second after
-// it forms. Rank 0 judges only after words changed and at most every 200 ms, as a judgement reads
-// every rank's word. When the timeout passes instead, rank 0's message adds what it last heard:
-// which ranks wait where and which are in no collective (busy, stuck or dead).
+// Rank 0 keeps the latest word of every rank and, while it waits, judges the picture
+// (comm/wait_picture.hpp): when every rank waits or has returned, and each exchange waited in has
+// a member whose posted count on that group is below the exchange's number, no exchange can ever
+// complete, and rank 0 throws comm_error with the picture (who waits in which collective of which
+// group, which rank has not called it, who returned). The verdict holds although words may be
+// stale when rank 0 reads them (wait_picture.hpp says why). In a deadlock every rank waits for
+// good, so rank 0 reads every word and the picture is complete about a second after it forms.
+// Rank 0 judges only after words changed and at most every 200 ms, as a judgement reads every
+// rank's word. When the timeout passes instead, rank 0's message adds what it last heard: which
+// ranks wait where and which are in no collective (busy, stuck or dead).
 //
 // finish(), after every exchange of the SPMD function has completed, makes sure that the last
 // word sent to rank 0 has been received (then an MPI_Ibarrier on the heartbeat's communicator,
@@ -52,7 +49,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -63,48 +59,36 @@
 #include "tpx/comm/call_record.hpp"
 #include "tpx/comm/communicator.hpp"
 #include "tpx/comm/exchange_watcher.hpp"
-#include "tpx/comm/group_name.hpp"
 #include "tpx/comm/mpi_errors.hpp"
+#include "tpx/comm/wait_picture.hpp"
 
 namespace tpx::detail {
-
-// Which groups of the world exist, for rank 0's picture: group ids 1..ids-1 (the launcher uses
-// the mesh's axis sets as bit masks), a label per id ("mesh axis X") and a color per id and world
-// rank, equal exactly for the ranks of one group of that id.
-struct MpiGroupLayout {
-  unsigned ids = 1;
-  std::vector<std::string> labels;          // [id]
-  std::function<int(unsigned, int)> color;  // (id, world rank)
-};
 
 class MpiWatchdog final : public exchange_watcher {
  public:
   using clock = std::chrono::steady_clock;
   using Waiting = exchange_wait;
 
-  // Duplicates MPI_COMM_WORLD for the heartbeat (collective: every process constructs one).
-  MpiWatchdog(std::vector<std::string> hosts, std::chrono::milliseconds timeout,
-              MpiGroupLayout layout)
-      : hosts_(std::move(hosts)),
-        timeout_(timeout),
+  // Duplicates MPI_COMM_WORLD for the heartbeat (collective: every process constructs one). The
+  // picture gets a copy of hosts: a move could empty it before its size is read (arguments are
+  // evaluated in no set order).
+  MpiWatchdog(std::vector<std::string> hosts, std::chrono::milliseconds timeout, GroupLayout layout)
+      : timeout_(timeout),
         heartbeat_after_(std::min<clock::duration>(std::chrono::seconds(1), timeout / 2)),
-        layout_(std::move(layout)),
-        posted_(layout_.ids, 0) {
+        posted_(layout.ids, 0),
+        picture_(static_cast<int>(hosts.size()), std::move(layout), hosts) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     check(MPI_Comm_dup(MPI_COMM_WORLD, &heartbeat_), "MPI_Comm_dup", "the heartbeat's start");
     MPI_Comm_set_errhandler(heartbeat_, MPI_ERRORS_RETURN);
-    if (rank_ == 0) heard_.resize(hosts_.size());
   }
   MpiWatchdog(const MpiWatchdog&) = delete;
   MpiWatchdog& operator=(const MpiWatchdog&) = delete;
   ~MpiWatchdog() override { MPI_Comm_free(&heartbeat_); }
 
-  std::span<const std::string> hosts() const noexcept { return hosts_; }
+  std::span<const std::string> hosts() const noexcept { return picture_.hosts(); }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   // "world rank 2 (host node1)"
-  std::string me() const {
-    return "world rank " + std::to_string(rank_) + " (host " + hosts_[rank_] + ")";
-  }
+  std::string me() const { return ranks_on_hosts(std::span<const int>(&rank_, 1), hosts()); }
 
   // Records that this rank has posted exchange #sequence on group `group`.
   void posted(unsigned group, std::uint64_t sequence) override { posted_[group] = sequence; }
@@ -114,7 +98,7 @@ class MpiWatchdog final : public exchange_watcher {
   // rank 0, reads the others' words and judges, elsewhere sends the word if it is still untold.
   void waiting(const Waiting& where, clock::duration waited) override {
     if (waited < heartbeat_after_) return;
-    if (!announced_) tell_rank_0(word_of(where));
+    if (!announced_) tell_rank_0(word_of(posted_, where));
     announced_ = true;
     if (rank_ == 0) {
       hear();
@@ -124,7 +108,7 @@ class MpiWatchdog final : public exchange_watcher {
     }
   }
   void done_waiting() override {
-    if (announced_) tell_rank_0(word_of(std::nullopt));
+    if (announced_) tell_rank_0(word_of(posted_, std::nullopt));
     announced_ = false;
   }
 
@@ -154,21 +138,7 @@ class MpiWatchdog final : public exchange_watcher {
   // "World rank 0 last heard: ..." on rank 0 (what it knows of the others, for a timeout's
   // message); empty on the other ranks.
   std::string last_heard() const override {
-    if (rank_ != 0) return "";
-    std::vector<int> idle;
-    std::vector<std::string> lines;
-    std::vector<int> returned;
-    for (const Stuck& s : exchanges_waited_in()) lines.push_back(line(s, false));
-    for (int r = 1; r < static_cast<int>(heard_.size()); ++r) {
-      if (!heard_[r] || heard_[r]->state == Word::running) idle.push_back(r);
-      if (heard_[r] && heard_[r]->state == Word::returned) returned.push_back(r);
-    }
-    if (!idle.empty())
-      lines.insert(lines.begin(), ranks_on_hosts(idle, hosts_) + " not waiting in any collective");
-    if (!returned.empty()) lines.push_back(ranks_on_hosts(returned, hosts_) + " returned");
-    std::string text = " World rank 0 last heard:";
-    for (std::size_t i = 0; i < lines.size(); ++i) text += (i ? "; " : " ") + lines[i];
-    return text + ".";
+    return rank_ == 0 ? picture_.last_heard("World rank 0") : "";
   }
 
   // After this rank's last exchange: waits until every word sent to rank 0 has been received
@@ -199,23 +169,18 @@ class MpiWatchdog final : public exchange_watcher {
   }
 
  private:
-  // What a rank last told rank 0; on the wire as words_per_word() MPI_UINT64_T: state, group,
+  // A word (wait_picture.hpp) on the wire is words_per_word() MPI_UINT64_T: state, group,
   // sequence, the call record, the posted count of each group id.
-  struct Word {
-    enum State : std::uint64_t { running = 0, waits = 1, returned = 2 };
-    std::uint64_t state = running;
-    unsigned group = 0;
-    std::uint64_t sequence = 0;
-    CallRecord call;
-    std::vector<std::uint64_t> posted;  // [group id]
-  };
+  using Word = RankWord;
   static constexpr int word_tag = 1;
   static constexpr auto spin_for = std::chrono::milliseconds(1);
   static constexpr auto yield_for = std::chrono::milliseconds(50);
   static constexpr auto pause_after_yield = std::chrono::milliseconds(1);
   static constexpr auto judge_every = std::chrono::milliseconds(200);
 
-  int words_per_word() const { return 3 + call_record_words + static_cast<int>(layout_.ids); }
+  int words_per_word() const {
+    return 3 + call_record_words + static_cast<int>(picture_.layout().ids);
+  }
 
   std::vector<std::uint64_t> encode(const Word& w) const {
     std::vector<std::uint64_t> wire{w.state, w.group, w.sequence};
@@ -234,18 +199,6 @@ class MpiWatchdog final : public exchange_watcher {
     std::copy_n(wire.begin() + 3, call_record_words, call.begin());
     w.call = std::bit_cast<CallRecord>(call);
     w.posted.assign(wire.begin() + 3 + call_record_words, wire.end());
-    return w;
-  }
-
-  // This rank's word: waiting as `waiting` says, or (nullopt) running again.
-  Word word_of(const std::optional<Waiting>& waiting) const {
-    Word w;
-    w.posted = posted_;
-    if (!waiting) return w;
-    w.state = waiting->group == 0 ? Word::returned : Word::waits;
-    w.group = waiting->group;
-    w.sequence = waiting->sequence;
-    w.call = waiting->call;
     return w;
   }
 
@@ -269,7 +222,7 @@ class MpiWatchdog final : public exchange_watcher {
   // picture at once).
   void tell_rank_0(const Word& word) {
     if (rank_ == 0) {
-      heard_[0] = word;
+      picture_.hear(0, word);
       heard_new_ = true;
       return;
     }
@@ -302,62 +255,9 @@ class MpiWatchdog final : public exchange_watcher {
       check(MPI_Recv(wire.data(), words_per_word(), MPI_UINT64_T, status.MPI_SOURCE, word_tag,
                      heartbeat_, MPI_STATUS_IGNORE),
             "MPI_Recv", "the heartbeat");
-      heard_[status.MPI_SOURCE] = decode(wire);
+      picture_.hear(status.MPI_SOURCE, decode(wire));
       heard_new_ = true;
     }
-  }
-
-  // An exchange that ranks wait in: exchange #sequence of the group of id `group` and color
-  // `color`, the ranks waiting in it and, of its members, those that have not posted it.
-  struct Stuck {
-    unsigned group = 0;
-    int color = 0;
-    std::uint64_t sequence = 0;
-    CallRecord call;
-    std::vector<int> waiting, missing;
-  };
-
-  // The exchanges that ranks wait in, by what they last told rank 0; the missing members are
-  // those rank 0 heard from.
-  std::vector<Stuck> exchanges_waited_in() const {
-    std::vector<Stuck> stuck;
-    for (int r = 0; r < static_cast<int>(heard_.size()); ++r) {
-      if (!heard_[r] || heard_[r]->state != Word::waits) continue;
-      const Word& w = *heard_[r];
-      const int color = layout_.color(w.group, r);
-      auto s = std::find_if(stuck.begin(), stuck.end(), [&](const Stuck& e) {
-        return e.group == w.group && e.color == color && e.sequence == w.sequence;
-      });
-      if (s == stuck.end()) {
-        s = stuck.insert(stuck.end(), Stuck{w.group, color, w.sequence, w.call, {}, {}});
-        for (int m = 0; m < static_cast<int>(heard_.size()); ++m) {
-          if (layout_.color(w.group, m) != color) continue;
-          if (heard_[m] && heard_[m]->posted[w.group] < w.sequence) s->missing.push_back(m);
-        }
-      }
-      s->waiting.push_back(r);
-    }
-    return stuck;
-  }
-
-  std::vector<int> members(unsigned group, int color) const {
-    std::vector<int> found;
-    for (int m = 0; m < static_cast<int>(hosts_.size()); ++m)
-      if (layout_.color(group, m) == color) found.push_back(m);
-    return found;
-  }
-
-  // "world ranks {1,2,3} wait in collective #1 on group {0,1,2,3} (mesh axes X, Y),
-  //  all_reduce<float> of 8 elements[, which world rank 0 (host node0) has not called]"
-  std::string line(const Stuck& s, bool with_missing) const {
-    std::string text = ranks_plainly(s.waiting) + (s.waiting.size() == 1 ? " waits" : " wait") +
-                       " in collective #" + std::to_string(s.sequence) + " on " +
-                       group_name(members(s.group, s.color), layout_.labels[s.group]) + ", " +
-                       describe(s.call);
-    if (with_missing)
-      text += ", which " + ranks_on_hosts(s.missing, hosts_) + " ha" +
-              (s.missing.size() == 1 ? "s" : "ve") + " not called";
-    return text;
   }
 
   // Rank 0, after waiting `waited`: throws comm_error when no rank can go on (see the top of the
@@ -367,27 +267,9 @@ class MpiWatchdog final : public exchange_watcher {
     if (!heard_new_ || now - judged_ < judge_every) return;
     heard_new_ = false;
     judged_ = now;
-    if (std::any_of(heard_.begin(), heard_.end(),
-                    [](const auto& w) { return !w || w->state == Word::running; }))
-      return;
-    const std::vector<Stuck> stuck = exchanges_waited_in();
-    if (stuck.empty() ||
-        std::any_of(stuck.begin(), stuck.end(), [](const Stuck& s) { return s.missing.empty(); }))
-      return;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
-    std::string what = "tpx: the collectives are deadlocked, every rank waiting for another, as " +
-                       me() + " found after waiting " + std::to_string(ms) + " ms: ";
-    for (std::size_t i = 0; i < stuck.size() && i < 16; ++i)
-      what += (i ? "; " : "") + line(stuck[i], true);
-    if (stuck.size() > 16)
-      what += "; and " + std::to_string(stuck.size() - 16) + " more collectives";
-    std::vector<int> returned;
-    for (int r = 0; r < static_cast<int>(heard_.size()); ++r)
-      if (heard_[r]->state == Word::returned) returned.push_back(r);
-    if (!returned.empty()) what += "; " + ranks_on_hosts(returned, hosts_) + " returned";
-    throw comm_error(what +
-                     ". Is a collective inside rank-dependent control flow, e.g. "
-                     "`if (rank.world_rank() == 0)`?");
+    if (std::optional<std::string> verdict = picture_.deadlock(me(), ms))
+      throw comm_error(std::move(*verdict));
   }
 
   // check_mpi's comm_error, "<call> failed in <doing> on world rank r (host h): ...", built only on
@@ -396,11 +278,10 @@ class MpiWatchdog final : public exchange_watcher {
     if (code != MPI_SUCCESS) check_mpi(code, call, std::string(doing) + " on " + me());
   }
 
-  std::vector<std::string> hosts_;  // [world rank]
   std::chrono::milliseconds timeout_;
   clock::duration heartbeat_after_;
-  MpiGroupLayout layout_;
   std::vector<std::uint64_t> posted_;  // [group id]: exchanges this rank has posted on it
+  WaitPicture picture_;                // rank 0: every rank's latest word
   int rank_ = 0;
   MPI_Comm heartbeat_ = MPI_COMM_NULL;
   std::vector<int> completed_;                 // wait()'s MPI_Testsome indices, kept between calls
@@ -408,7 +289,6 @@ class MpiWatchdog final : public exchange_watcher {
   std::optional<Word> unsent_;                 // the newest word rank 0 has not been sent yet
   std::vector<std::uint64_t> in_flight_wire_;  // the word on its way to rank 0 (MPI reads it)
   MPI_Request in_flight_ = MPI_REQUEST_NULL;   // its synchronous send
-  std::vector<std::optional<Word>> heard_;     // rank 0: [world rank] the latest word
   bool heard_new_ = false;                     // rank 0: words arrived since the last judgement
   clock::time_point judged_{};                 // rank 0: the last judgement
 };

@@ -116,7 +116,7 @@ void spmd(cuda_mpi_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::launch_opt
     if (cuda::collectives_checked(options))
       watchdog =
           std::make_unique<detail::MpiWatchdog>(detail::hosts_of_an_alike_job(mesh.to_string(), r),
-                                                options.timeout, detail::mpi_group_layout(mesh));
+                                                options.timeout, detail::mesh_group_layout(mesh));
     cuda::detail::run_rank_watched(mesh, boot, fn, options, nullptr, watchdog.get());
     if (watchdog) watchdog->finish();
   } catch (const std::exception& e) {

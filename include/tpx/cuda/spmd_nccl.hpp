@@ -14,19 +14,25 @@
 // nccl_communicator.hpp), a rank whose fn has returned first tells each of its groups, so that a
 // peer still waiting in a collective the rank never joins fails at once, naming it, instead of at
 // the timeout; ranks waiting in each other's collectives are seen only by a watcher of the whole
-// job, which spmd(tpx::cuda_mpi, ...) gives (cuda/nccl_mpi_launch.hpp).
+// job, which spmd(tpx::cuda_mpi, ...) and spmd(tpx::cuda_devices, ...) give.
 //
 // spmd(tpx::cuda_devices, ...) runs all ranks in one process, one thread per GPU, on top of the
 // host launcher (which reports "tpx: rank 2 (X=1, Y=0) failed: ..."); when a rank fails, the
-// others' NCCL calls abort at their next poll instead of waiting out the timeout. It is what the
-// CUDA tests use on a machine with several GPUs.
+// others' NCCL calls abort at their next poll instead of waiting out the timeout. With
+// collectives checked, its ranks report their exchanges to an InProcessWatchdog
+// (comm/in_process_watchdog.hpp), so ranks waiting in each other's collectives all fail within a
+// fraction of a second with the picture of who waits where. It is what the CUDA tests use on a
+// machine with several GPUs.
 #pragma once
 
+#include <cstddef>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tpx/comm/host_failure.hpp"
+#include "tpx/comm/in_process_watchdog.hpp"
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/device.hpp"
 #include "tpx/cuda/device_rank.hpp"
@@ -35,6 +41,7 @@
 #include "tpx/cuda/nccl_mesh.hpp"
 #include "tpx/cuda/rank_resources.hpp"
 #include "tpx/launch/process_group.hpp"
+#include "tpx/launch/this_host.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/spmd.hpp"
 
@@ -91,12 +98,18 @@ void spmd(cuda_devices_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::launch
                            (devices.reason.empty() ? "" : " (" + devices.reason + ")"));
   const ncclUniqueId id = cuda::nccl_unique_id();
   detail::HostFailure failure;
+  std::optional<detail::InProcessWatchdog> watchdog;
+  if (cuda::collectives_checked(options))
+    watchdog.emplace(
+        mesh.rank_count(), options.timeout, detail::mesh_group_layout(mesh),
+        std::vector<std::string>(static_cast<std::size_t>(mesh.rank_count()), this_host()));
   spmd(
       host, mesh,
       [&](auto& host_rank) {
         const int r = host_rank.world_rank();
         try {
-          cuda::detail::run_rank_watched(mesh, cuda::nccl_bootstrap{id, r, r}, fn, options, &failure);
+          cuda::detail::run_rank_watched(mesh, cuda::nccl_bootstrap{id, r, r}, fn, options,
+                                         &failure, watchdog ? &watchdog->of(r) : nullptr);
         } catch (const std::exception& e) {
           failure.record(r, e.what());
           throw;

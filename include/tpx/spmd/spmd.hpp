@@ -57,6 +57,7 @@
 #include "tpx/comm/any_communicator.hpp"
 #include "tpx/comm/host_communicator.hpp"
 #include "tpx/comm/host_world.hpp"
+#include "tpx/comm/wait_picture.hpp"
 #include "tpx/kernels/blas_threads.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/communication_thread.hpp"
@@ -141,6 +142,17 @@ std::string axes_label(unsigned mask) {
     names += MeshT::name(a);
   }
   return (std::popcount(mask) == 1 ? "mesh axis " : "mesh axes ") + names;
+}
+
+// The groups of `mesh` as a watcher's picture names them (comm/wait_picture.hpp): id = the axis
+// set's bit mask.
+template <class MeshT>
+GroupLayout mesh_group_layout(const MeshT& mesh) {
+  GroupLayout layout{.ids = 1u << MeshT::axis_count, .labels = {""}, .color = {}};
+  for (unsigned mask = 1; mask < layout.ids; ++mask)
+    layout.labels.push_back(axes_label<MeshT>(mask));
+  layout.color = [mesh](unsigned mask, int r) { return coords_off_axes(mesh, r, mask); };
+  return layout;
 }
 
 // "rank 2 (X=1, Y=0)": a rank and its place on the mesh, for error messages.

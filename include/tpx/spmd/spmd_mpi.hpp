@@ -86,16 +86,6 @@ inline int mpi_ranks_on_this_node() {
   std::abort();  // MPI_Abort does not return
 }
 
-// The groups of `mesh` as the watchdog's picture names them: id = the axis set's bit mask.
-template <class MeshT>
-MpiGroupLayout mpi_group_layout(const MeshT& mesh) {
-  MpiGroupLayout layout{.ids = 1u << MeshT::axis_count, .labels = {""}, .color = {}};
-  for (unsigned mask = 1; mask < layout.ids; ++mask)
-    layout.labels.push_back(axes_label<MeshT>(mask));
-  layout.color = [mesh](unsigned mask, int r) { return coords_off_axes(mesh, r, mask); };
-  return layout;
-}
-
 // When fn has returned on this rank: posts the "returned" record on each of its groups and waits
 // until every peer has posted its own, so that a peer still waiting in a collective this rank
 // never joins fails at once, and a correct program's ranks all finish together (see the top of
@@ -152,7 +142,7 @@ void spmd(mpi_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options 
   std::vector<std::unique_ptr<communicator_model<MpiCommunicator>>> comms;
   try {
     watchdog = std::make_unique<detail::MpiWatchdog>(std::move(hosts), options.timeout,
-                                                     detail::mpi_group_layout(mesh));
+                                                     detail::mesh_group_layout(mesh));
     std::vector<any_communicator*> groups(masks, nullptr);
     std::vector<MpiCommunicator*> mpi_groups;
     for (unsigned mask = 1; mask < masks; ++mask) {
