@@ -6,10 +6,8 @@
 // claim one rank, or the builds or world sizes differ.
 #include <doctest/doctest.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +26,7 @@
 #include <vector>
 
 #include "../support/environment_table.hpp"
+#include "../support/free_port.hpp"
 #include "../support/message_of.hpp"
 
 namespace {
@@ -35,26 +34,6 @@ namespace {
 namespace fs = std::filesystem;
 using variables = environment_table;
 using clock_type = std::chrono::steady_clock;
-
-// A TCP socket bound to a port the kernel picks (port 0), on every interface, and that port.
-std::pair<int, int> bound_socket() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  socklen_t size = sizeof address;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0);
-  return {fd, ntohs(address.sin_port)};
-}
-
-// A port nothing listens on at the moment.
-int free_port() {
-  const auto [fd, port] = bound_socket();
-  ::close(fd);
-  return port;
-}
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);

@@ -12,8 +12,9 @@
 // communicator, whose exchanges go over NCCL, reports to it through this interface when its
 // processes were started by mpirun (spmd(tpx::cuda_mpi, ...), cuda/nccl_mpi_launch.hpp).
 // InProcessWatchdog (comm/in_process_watchdog.hpp) hears them on a board in memory when the
-// ranks are threads of one process (spmd(tpx::cuda_devices, ...)). Under torchrun or srun the
-// processes have no channel besides NCCL, and no watcher.
+// ranks are threads of one process (spmd(tpx::cuda_devices, ...)); TcpWatchdog
+// (comm/tcp_watchdog.hpp) at world rank 0 over the TCP rendezvous's connections, kept open, when
+// torchrun or srun started the processes without MPI (cuda/nccl_launch.hpp).
 //
 // The protocol, per exchange: posted(group, n) when the rank posts exchange #n of the group;
 // then, until the exchange completes, waiting(where, time waited so far) at every poll (it costs

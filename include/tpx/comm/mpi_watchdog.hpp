@@ -44,8 +44,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <array>
-#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -169,8 +167,7 @@ class MpiWatchdog final : public exchange_watcher {
   }
 
  private:
-  // A word (wait_picture.hpp) on the wire is words_per_word() MPI_UINT64_T: state, group,
-  // sequence, the call record, the posted count of each group id.
+  // A word (wait_picture.hpp) goes as words_per_word() MPI_UINT64_T (wire_of).
   using Word = RankWord;
   static constexpr int word_tag = 1;
   static constexpr auto spin_for = std::chrono::milliseconds(1);
@@ -178,29 +175,7 @@ class MpiWatchdog final : public exchange_watcher {
   static constexpr auto pause_after_yield = std::chrono::milliseconds(1);
   static constexpr auto judge_every = std::chrono::milliseconds(200);
 
-  int words_per_word() const {
-    return 3 + call_record_words + static_cast<int>(picture_.layout().ids);
-  }
-
-  std::vector<std::uint64_t> encode(const Word& w) const {
-    std::vector<std::uint64_t> wire{w.state, w.group, w.sequence};
-    const auto call = std::bit_cast<std::array<std::uint64_t, call_record_words>>(w.call);
-    wire.insert(wire.end(), call.begin(), call.end());
-    wire.insert(wire.end(), w.posted.begin(), w.posted.end());
-    return wire;
-  }
-
-  Word decode(std::span<const std::uint64_t> wire) const {
-    Word w;
-    w.state = wire[0];
-    w.group = static_cast<unsigned>(wire[1]);
-    w.sequence = wire[2];
-    std::array<std::uint64_t, call_record_words> call;
-    std::copy_n(wire.begin() + 3, call_record_words, call.begin());
-    w.call = std::bit_cast<CallRecord>(call);
-    w.posted.assign(wire.begin() + 3 + call_record_words, wire.end());
-    return w;
-  }
+  int words_per_word() const { return static_cast<int>(wire_words(picture_.layout().ids)); }
 
   // Calls ready(time waited) until it returns true (the pause between calls as at the top of the
   // file); false if `limit` passes first.
@@ -236,7 +211,7 @@ class MpiWatchdog final : public exchange_watcher {
     int received = 0;
     check(MPI_Test(&in_flight_, &received, MPI_STATUS_IGNORE), "MPI_Test", "the heartbeat");
     if (!received || !unsent_) return;
-    in_flight_wire_ = encode(*unsent_);
+    in_flight_wire_ = wire_of(*unsent_);
     unsent_.reset();
     check(MPI_Issend(in_flight_wire_.data(), words_per_word(), MPI_UINT64_T, 0, word_tag,
                      heartbeat_, &in_flight_),
@@ -255,7 +230,7 @@ class MpiWatchdog final : public exchange_watcher {
       check(MPI_Recv(wire.data(), words_per_word(), MPI_UINT64_T, status.MPI_SOURCE, word_tag,
                      heartbeat_, MPI_STATUS_IGNORE),
             "MPI_Recv", "the heartbeat");
-      picture_.hear(status.MPI_SOURCE, decode(wire));
+      picture_.hear(status.MPI_SOURCE, word_from_wire(wire));
       heard_new_ = true;
     }
   }

@@ -1,8 +1,9 @@
 // WaitPicture: who waits where, as a watcher of a whole job last heard it from each rank, and the
-// verdict once no wait can ever end. The judgement behind both watchers of the checked
-// exchanges (comm/exchange_watcher.hpp): MpiWatchdog (comm/mpi_watchdog.hpp), whose world rank 0
-// hears the other processes' words over MPI, and InProcessWatchdog (comm/in_process_watchdog.hpp),
-// whose ranks are threads of one process and write their words to one board.
+// verdict once no wait can ever end. The judgement behind every watcher of the checked
+// exchanges (comm/exchange_watcher.hpp): MpiWatchdog (comm/mpi_watchdog.hpp) and TcpWatchdog
+// (comm/tcp_watchdog.hpp), whose world rank 0 hears the other processes' words over MPI or TCP,
+// and InProcessWatchdog (comm/in_process_watchdog.hpp), whose ranks are threads of one process
+// and write their words to one board.
 //
 // A rank's word says whether it runs, waits in exchange #n of a group, or has returned and waits
 // for its groups' last exchanges, with how many exchanges it has posted on each of its groups.
@@ -16,6 +17,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -50,6 +53,28 @@ struct RankWord {
   CallRecord call;
   std::vector<std::uint64_t> posted;  // [group id]
 };
+
+// A word on the wire, as wire_words(group ids) 64-bit integers: state, group, sequence, the call
+// record, the posted count of each group id.
+inline std::size_t wire_words(unsigned ids) { return 3 + call_record_words + ids; }
+inline std::vector<std::uint64_t> wire_of(const RankWord& w) {
+  std::vector<std::uint64_t> wire{w.state, w.group, w.sequence};
+  const auto call = std::bit_cast<std::array<std::uint64_t, call_record_words>>(w.call);
+  wire.insert(wire.end(), call.begin(), call.end());
+  wire.insert(wire.end(), w.posted.begin(), w.posted.end());
+  return wire;
+}
+inline RankWord word_from_wire(std::span<const std::uint64_t> wire) {
+  RankWord w;
+  w.state = wire[0];
+  w.group = static_cast<unsigned>(wire[1]);
+  w.sequence = wire[2];
+  std::array<std::uint64_t, call_record_words> call;
+  std::copy_n(wire.begin() + 3, call_record_words, call.begin());
+  w.call = std::bit_cast<CallRecord>(call);
+  w.posted.assign(wire.begin() + 3 + call_record_words, wire.end());
+  return w;
+}
 
 // The word of a rank that has posted `posted` exchanges on each group id and waits as `where`
 // says (group 0: it has returned), or (nullopt) runs.

@@ -47,10 +47,11 @@
 // the pair's exchange waits until the timeout, whose message names the call.
 // Ranks that wait in each other's collectives, each in an exchange of another group (a cycle),
 // can only be seen from outside every group: given an exchange_watcher (nccl_watch::watcher:
-// spmd(tpx::cuda_mpi, ...) passes its MPI heartbeat, spmd(tpx::cuda_devices, ...) its
-// InProcessWatchdog; comm/exchange_watcher.hpp), each group exchange and each wait in one is
-// reported to it, and the ranks fail with the picture of who waits where soon after the cycle
-// forms (about a second under mpirun, as the MPI backend does; a tenth of one in one process).
+// spmd(tpx::cuda_mpi, ...) passes its MPI heartbeat, spmd(tpx::cuda_launched, ...) its TCP one,
+// spmd(tpx::cuda_devices, ...) its InProcessWatchdog; comm/exchange_watcher.hpp), each group
+// exchange and each wait in one is reported to it, and the ranks fail with the picture of who
+// waits where soon after the cycle forms (about a second across processes, as the MPI backend
+// does; a tenth of one in one process).
 #pragma once
 
 #include <cuda_runtime.h>

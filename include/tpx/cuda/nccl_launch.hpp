@@ -2,7 +2,8 @@
 // the launcher's variables (launch/launch_environment.hpp), NCCL's unique id from rank 0 over
 // the TCP rendezvous (launch/tcp_rendezvous.hpp), and its GPU is its rank on the node.
 //
-//   cuda::nccl_bootstrap_from(env, fingerprint, timeout)   the id, world rank and device
+//   cuda::nccl_bootstrap_from(env, fingerprint, timeout)   the id, world rank and device (and,
+//                                                          if asked, the rendezvous's links)
 //   cuda::run_launched_rank(mesh, fn, options)              that, then cuda::run_rank
 //   spmd(tpx::cuda_launched, mesh, fn, options)             the same as an SPMD launcher
 //
@@ -15,9 +16,12 @@
 // run as one launched process: it is run_launched_rank, with a failure of fn reported as
 // spmd_error "tpx: rank 2 (X=1, Y=0) on host node3 failed: ...". The other processes learn of it
 // when their NCCL calls time out (launch_options::timeout), unless the launcher ends them first
-// (torchrun does; srun with --kill-on-bad-exit=1). Its processes have no channel besides NCCL,
-// so it has no process group (launch/process_group.hpp): decisions one process takes for all
-// before the ranks start, such as a checkpoint folder's lock, need spmd(tpx::cuda_mpi, ...).
+// (torchrun does; srun with --kill-on-bad-exit=1). With collectives checked, the rendezvous's
+// connections stay open as the heartbeat of a TcpWatchdog (comm/tcp_watchdog.hpp), so ranks
+// waiting in each other's collectives (a cycle across groups) fail about a second after the
+// cycle forms, with world rank 0's picture of who waits where. Its processes have no other
+// channel, so it has no process group (launch/process_group.hpp): decisions one process takes for
+// all before the ranks start, such as a checkpoint folder's lock, need spmd(tpx::cuda_mpi, ...).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,12 +30,14 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tpx/comm/tcp_watchdog.hpp"
 #include "tpx/cuda/device.hpp"
 #include "tpx/cuda/launch_options.hpp"
 #include "tpx/cuda/nccl_mesh.hpp"
@@ -51,8 +57,8 @@ namespace tpx::cuda {
 // rendezvous.
 inline std::string launch_fingerprint(const std::string& mesh, const launch_options& options) {
   std::vector<fingerprint_field> fields = build_fingerprint(mesh);
-  fields.push_back({"collectives checked (TPX_CHECK_COLLECTIVES)",
-                    collectives_checked(options) ? "yes" : "no"});
+  fields.push_back(
+      {"collectives checked (TPX_CHECK_COLLECTIVES)", collectives_checked(options) ? "yes" : "no"});
   fields.push_back({"CUDA runtime", std::to_string(CUDART_VERSION)});
   fields.push_back({"NCCL", std::to_string(NCCL_VERSION_CODE)});
   fields.push_back({"ncclUniqueId bytes", std::to_string(sizeof(ncclUniqueId))});
@@ -60,29 +66,33 @@ inline std::string launch_fingerprint(const std::string& mesh, const launch_opti
 }
 
 // This process's nccl_bootstrap: rank 0 makes the id and the rendezvous hands it to the others;
-// the device is the local rank.
+// the device is the local rank. The rendezvous's connections go to `links` if given (for the
+// heartbeat: comm/tcp_watchdog.hpp), else they close.
 inline nccl_bootstrap nccl_bootstrap_from(const launch_environment& env,
                                           std::string_view fingerprint,
-                                          std::chrono::milliseconds timeout) {
+                                          std::chrono::milliseconds timeout,
+                                          rendezvous_links* links = nullptr) {
   const device_census devices = find_devices();
   if (env.local_rank >= devices.count) {
-    throw cuda_error(
-        "tpx: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
-        " is local rank " + std::to_string(env.local_rank) + " on " +
-        tpx::this_host() + ", which has " + std::to_string(devices.count) +
-        " CUDA device(s)" + (devices.reason.empty() ? "" : " (" + devices.reason + ")") +
-        ": start at most one rank per GPU on each node");
+    throw cuda_error("tpx: rank " + std::to_string(env.rank) + " of " +
+                     std::to_string(env.world_size) + " is local rank " +
+                     std::to_string(env.local_rank) + " on " + tpx::this_host() + ", which has " +
+                     std::to_string(devices.count) + " CUDA device(s)" +
+                     (devices.reason.empty() ? "" : " (" + devices.reason + ")") +
+                     ": start at most one rank per GPU on each node");
   }
   ncclUniqueId id{};
   if (env.rank == 0) id = nccl_unique_id();
-  const std::vector<std::byte> bytes =
-      tcp_rendezvous(env, std::as_bytes(std::span(&id, 1)), fingerprint, timeout);
+  rendezvous_links met =
+      tcp_rendezvous_linked(env, std::as_bytes(std::span(&id, 1)), fingerprint, timeout);
+  const std::vector<std::byte> bytes = std::move(met.payload);
   if (bytes.size() != sizeof id) {
     throw rendezvous_error("tpx: rank " + std::to_string(env.rank) + " received " +
                            std::to_string(bytes.size()) + " bytes for NCCL's id, not " +
                            std::to_string(sizeof id));
   }
   std::memcpy(&id, bytes.data(), sizeof id);
+  if (links != nullptr) *links = std::move(met);
   return {id, env.rank, env.local_rank};
 }
 
@@ -93,14 +103,22 @@ void run_launched_rank(const Mesh<Axes...>& mesh, Fn&& fn, const launch_options&
   const launch_environment env = launch_environment_from();
   if (env.world_size != mesh.rank_count()) {
     throw std::invalid_argument("tpx: rank " + std::to_string(env.rank) + " on " +
-                                tpx::this_host() + ": the " + env.launcher +
-                                " launch has " + std::to_string(env.world_size) +
-                                " processes but the mesh " + mesh.to_string() + " has " +
-                                std::to_string(mesh.rank_count()) + " ranks");
+                                tpx::this_host() + ": the " + env.launcher + " launch has " +
+                                std::to_string(env.world_size) + " processes but the mesh " +
+                                mesh.to_string() + " has " + std::to_string(mesh.rank_count()) +
+                                " ranks");
   }
+  const bool checked = collectives_checked(options);
+  rendezvous_links links;
   const nccl_bootstrap boot =
-      nccl_bootstrap_from(env, launch_fingerprint(mesh.to_string(), options), options.timeout);
-  run_rank(mesh, boot, fn, options);
+      nccl_bootstrap_from(env, launch_fingerprint(mesh.to_string(), options), options.timeout,
+                          checked ? &links : nullptr);
+  // Every process or none: whether collectives are checked is in the fingerprint above.
+  std::optional<tpx::detail::TcpWatchdog> watchdog;
+  if (checked)
+    watchdog.emplace(env.rank, env.world_size, options.timeout,
+                     tpx::detail::mesh_group_layout(mesh), std::move(links));
+  detail::run_rank_watched(mesh, boot, fn, options, nullptr, watchdog ? &*watchdog : nullptr);
 }
 
 }  // namespace tpx::cuda
@@ -122,10 +140,9 @@ void spmd(cuda_launched_backend, const Mesh<Axes...>& mesh, Fn&& fn,
         try {
           fn(rank);
         } catch (const std::exception& e) {
-          std::throw_with_nested(
-              spmd_error(rank.world_rank(), "tpx: " + detail::rank_label(mesh, rank.world_rank()) +
-                                                " on host " + tpx::this_host() +
-                                                " failed: " + e.what()));
+          std::throw_with_nested(spmd_error(
+              rank.world_rank(), "tpx: " + detail::rank_label(mesh, rank.world_rank()) +
+                                     " on host " + tpx::this_host() + " failed: " + e.what()));
         }
       },
       options);

@@ -14,7 +14,8 @@
 // nccl_communicator.hpp), a rank whose fn has returned first tells each of its groups, so that a
 // peer still waiting in a collective the rank never joins fails at once, naming it, instead of at
 // the timeout; ranks waiting in each other's collectives are seen only by a watcher of the whole
-// job, which spmd(tpx::cuda_mpi, ...) and spmd(tpx::cuda_devices, ...) give.
+// job, which spmd(tpx::cuda_mpi, ...), spmd(tpx::cuda_launched, ...) and
+// spmd(tpx::cuda_devices, ...) give.
 //
 // spmd(tpx::cuda_devices, ...) runs all ranks in one process, one thread per GPU, on top of the
 // host launcher (which reports "tpx: rank 2 (X=1, Y=0) failed: ..."); when a rank fails, the

@@ -13,7 +13,8 @@
 // rank that cannot reach rank 0 within the timeout throws naming the address, the variables it
 // came from, its host and the last socket error. Sockets are non-blocking under poll(), so no
 // step waits past the deadline; writes use MSG_NOSIGNAL, so a peer that died is an error, not
-// SIGPIPE.
+// SIGPIPE. tcp_rendezvous_linked keeps the connections open afterwards (rank 0's to every rank,
+// each rank's to rank 0), for the heartbeat of checked collectives (comm/tcp_watchdog.hpp).
 //
 // Wire format, integers as 4 little-endian bytes: hello = "tpxR", version, rank, world size,
 // fingerprint length, fingerprint; answer = status (0: payload follows, 1: the reason follows),
@@ -80,6 +81,15 @@ class socket_fd {
 
  private:
   int fd_;
+};
+
+// What a rendezvous leaves a rank: rank 0's payload and the connections it was made over, open
+// for a heartbeat (comm/tcp_watchdog.hpp): on rank 0 one to each other rank ([rank]; [0] is
+// none), elsewhere the one to rank 0.
+struct links {
+  std::vector<std::byte> payload;
+  std::vector<socket_fd> ranks;
+  socket_fd rank0;
 };
 
 inline std::string seconds(std::chrono::milliseconds t) {
@@ -215,10 +225,8 @@ inline socket_fd listen_on(const launch_environment& env) {
 
 // Rank 0: waits for every other rank's hello, then answers all with the payload or the reason
 // the world cannot form.
-inline std::vector<std::byte> serve(const launch_environment& env,
-                                    std::span<const std::byte> payload,
-                                    std::string_view fingerprint,
-                                    std::chrono::milliseconds timeout) {
+inline links serve(const launch_environment& env, std::span<const std::byte> payload,
+                   std::string_view fingerprint, std::chrono::milliseconds timeout) {
   const auto deadline = clock::now() + timeout;
   const socket_fd listener = listen_on(env);
   std::vector<socket_fd> ranks(static_cast<std::size_t>(env.world_size));
@@ -289,7 +297,7 @@ inline std::vector<std::byte> serve(const launch_environment& env,
     }
   }
   if (!problem.empty()) throw rendezvous_error("tpx: rank 0: the rendezvous failed: " + problem);
-  return {payload.begin(), payload.end()};
+  return {{payload.begin(), payload.end()}, std::move(ranks), socket_fd()};
 }
 
 // A connected, non-blocking socket to address, or an invalid one with `error` set; waits at most
@@ -322,8 +330,8 @@ inline socket_fd connect_to(const addrinfo& address, clock::time_point deadline,
 }
 
 // Every other rank: reaches rank 0, says hello, and waits for the answer.
-inline std::vector<std::byte> join(const launch_environment& env, std::string_view fingerprint,
-                                   std::chrono::milliseconds timeout) {
+inline links join(const launch_environment& env, std::string_view fingerprint,
+                  std::chrono::milliseconds timeout) {
   const auto deadline = clock::now() + timeout;
   const std::string me =
       "tpx: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size);
@@ -370,10 +378,29 @@ inline std::vector<std::byte> join(const launch_environment& env, std::string_vi
   }
   if (status != 0)
     throw rendezvous_error(me + ": the rendezvous failed at rank 0: " + text_of(body));
-  return body;
+  return {std::move(body), {}, std::move(rank0)};
 }
 
 }  // namespace detail::rendezvous
+
+using rendezvous_links = detail::rendezvous::links;
+
+// tcp_rendezvous, keeping the connections open (rendezvous_links).
+inline rendezvous_links tcp_rendezvous_linked(const launch_environment& env,
+                                              std::span<const std::byte> payload,
+                                              std::string_view fingerprint,
+                                              std::chrono::milliseconds timeout) {
+  if (fingerprint.size() > detail::rendezvous::most_bytes ||
+      payload.size() > detail::rendezvous::most_bytes) {
+    throw std::invalid_argument(
+        "tpx: tcp_rendezvous carries at most 1 MiB of payload and of "
+        "fingerprint");
+  }
+  if (env.world_size == 1)
+    return {{payload.begin(), payload.end()}, {}, detail::rendezvous::socket_fd()};
+  return env.rank == 0 ? detail::rendezvous::serve(env, payload, fingerprint, timeout)
+                       : detail::rendezvous::join(env, fingerprint, timeout);
+}
 
 // Rank 0's payload (read on rank 0 only), on every rank of the launch `env` describes, once all
 // have arrived with the same fingerprint; rendezvous_error, on every rank that can be told, when
@@ -382,15 +409,7 @@ inline std::vector<std::byte> tcp_rendezvous(const launch_environment& env,
                                              std::span<const std::byte> payload,
                                              std::string_view fingerprint,
                                              std::chrono::milliseconds timeout) {
-  if (fingerprint.size() > detail::rendezvous::most_bytes ||
-      payload.size() > detail::rendezvous::most_bytes) {
-    throw std::invalid_argument(
-        "tpx: tcp_rendezvous carries at most 1 MiB of payload and of "
-        "fingerprint");
-  }
-  if (env.world_size == 1) return {payload.begin(), payload.end()};
-  return env.rank == 0 ? detail::rendezvous::serve(env, payload, fingerprint, timeout)
-                       : detail::rendezvous::join(env, fingerprint, timeout);
+  return tcp_rendezvous_linked(env, payload, fingerprint, timeout).payload;
 }
 
 }  // namespace tpx
