@@ -14,7 +14,8 @@
 // InProcessWatchdog (comm/in_process_watchdog.hpp) hears them on a board in memory when the
 // ranks are threads of one process (spmd(tpx::cuda_devices, ...)); TcpWatchdog
 // (comm/tcp_watchdog.hpp) at world rank 0 over the TCP rendezvous's connections, kept open, when
-// torchrun or srun started the processes without MPI (cuda/nccl_launch.hpp).
+// torchrun or srun started the processes without MPI (cuda/nccl_launch.hpp). The two that report
+// to world rank 0 share the protocol of comm/heartbeat_watchdog.hpp.
 //
 // The protocol, per exchange: posted(group, n) when the rank posts exchange #n of the group;
 // then, until the exchange completes, waiting(where, time waited so far) at every poll (it costs

@@ -14,26 +14,17 @@
 //
 // The heartbeat makes the usual cause of a hang, ranks waiting in different collectives (one in
 // a collective of group Y, its peer in one of group X: a cycle), fail within about a second
-// instead of at the timeout. A rank that has waited heartbeat_after (1 s, or half the timeout if
-// that is shorter) tells world rank 0 where it waits: the group and number of the exchange and
-// the call, or that it has returned, with how many exchanges it has posted on each of its
-// groups; when the wait ends, that it runs again. Words go by MPI_Issend on a duplicate of
-// MPI_COMM_WORLD kept for this, one at most in flight from each rank (a newer word waits until
-// rank 0 has received the older, and replaces any not yet sent), so that rank 0 never holds more
-// words than there are ranks. Nothing at all is sent or read while the ranks keep pace: rank 0
-// reads words only while it has itself waited heartbeat_after (probing for them at every
-// collective cost more than the collective) and at the end.
-//
-// Rank 0 keeps the latest word of every rank and, while it waits, judges the picture
-// (comm/wait_picture.hpp): when every rank waits or has returned, and each exchange waited in has
-// a member whose posted count on that group is below the exchange's number, no exchange can ever
-// complete, and rank 0 throws comm_error with the picture (who waits in which collective of which
-// group, which rank has not called it, who returned). The verdict holds although words may be
-// stale when rank 0 reads them (wait_picture.hpp says why). In a deadlock every rank waits for
-// good, so rank 0 reads every word and the picture is complete about a second after it forms.
-// Rank 0 judges only after words changed and at most every 200 ms, as a judgement reads every
-// rank's word. When the timeout passes instead, rank 0's message adds what it last heard: which
-// ranks wait where and which are in no collective (busy, stuck or dead).
+// instead of at the timeout. Its protocol is HeartbeatWatchdog's (comm/heartbeat_watchdog.hpp),
+// with heartbeat_after 1 s (or half the timeout if that is shorter); this file is its channel.
+// Words go by MPI_Issend on a duplicate of MPI_COMM_WORLD kept for this, one at most in flight
+// from each rank (a newer word waits until rank 0 has received the older, and replaces any not
+// yet sent), so that rank 0 never holds more words than there are ranks. Rank 0 reads words only
+// while it has itself waited heartbeat_after (probing for them at every collective cost more
+// than the collective) and at the end. In a deadlock every rank waits for good, so rank 0 reads
+// every word and the picture is complete about a second after it forms, when rank 0 throws
+// comm_error with the verdict. When the timeout passes
+// instead, rank 0's message adds what it last heard: which ranks wait where and which are in no
+// collective (busy, stuck or dead).
 //
 // finish(), after every exchange of the SPMD function has completed, makes sure that the last
 // word sent to rank 0 has been received (then an MPI_Ibarrier on the heartbeat's communicator,
@@ -57,25 +48,22 @@
 #include "tpx/comm/call_record.hpp"
 #include "tpx/comm/communicator.hpp"
 #include "tpx/comm/exchange_watcher.hpp"
+#include "tpx/comm/heartbeat_watchdog.hpp"
 #include "tpx/comm/mpi_errors.hpp"
 #include "tpx/comm/wait_picture.hpp"
 
 namespace tpx::detail {
 
-class MpiWatchdog final : public exchange_watcher {
+class MpiWatchdog final : public HeartbeatWatchdog {
  public:
-  using clock = std::chrono::steady_clock;
   using Waiting = exchange_wait;
 
-  // Duplicates MPI_COMM_WORLD for the heartbeat (collective: every process constructs one). The
-  // picture gets a copy of hosts: a move could empty it before its size is read (arguments are
-  // evaluated in no set order).
+  // Duplicates MPI_COMM_WORLD for the heartbeat (collective: every process constructs one).
   MpiWatchdog(std::vector<std::string> hosts, std::chrono::milliseconds timeout, GroupLayout layout)
-      : timeout_(timeout),
-        heartbeat_after_(std::min<clock::duration>(std::chrono::seconds(1), timeout / 2)),
-        posted_(layout.ids, 0),
-        picture_(static_cast<int>(hosts.size()), std::move(layout), hosts) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+      : HeartbeatWatchdog(world_rank(), static_cast<int>(hosts.size()),
+                          std::min<clock::duration>(std::chrono::seconds(1), timeout / 2),
+                          std::move(layout), hosts),
+        timeout_(timeout) {
     check(MPI_Comm_dup(MPI_COMM_WORLD, &heartbeat_), "MPI_Comm_dup", "the heartbeat's start");
     MPI_Comm_set_errhandler(heartbeat_, MPI_ERRORS_RETURN);
   }
@@ -83,32 +71,9 @@ class MpiWatchdog final : public exchange_watcher {
   MpiWatchdog& operator=(const MpiWatchdog&) = delete;
   ~MpiWatchdog() override { MPI_Comm_free(&heartbeat_); }
 
-  std::span<const std::string> hosts() const noexcept { return picture_.hosts(); }
+  std::span<const std::string> hosts() const noexcept { return picture().hosts(); }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-  // "world rank 2 (host node1)"
-  std::string me() const { return ranks_on_hosts(std::span<const int>(&rank_, 1), hosts()); }
-
-  // Records that this rank has posted exchange #sequence on group `group`.
-  void posted(unsigned group, std::uint64_t sequence) override { posted_[group] = sequence; }
-
-  // The heartbeat of a wait that polls for itself (exchange_watcher.hpp; wait() below uses it
-  // too): once the rank has waited heartbeat_after, tells rank 0 where it waits, once; then, on
-  // rank 0, reads the others' words and judges, elsewhere sends the word if it is still untold.
-  void waiting(const Waiting& where, clock::duration waited) override {
-    if (waited < heartbeat_after_) return;
-    if (!announced_) tell_rank_0(word_of(posted_, where));
-    announced_ = true;
-    if (rank_ == 0) {
-      hear();
-      judge(waited);
-    } else {
-      send_if_free();
-    }
-  }
-  void done_waiting() override {
-    if (announced_) tell_rank_0(word_of(posted_, std::nullopt));
-    announced_ = false;
-  }
+  using HeartbeatWatchdog::me;
 
   // Polls `requests` until all have completed, calling done(i) as request i completes (it may
   // throw); false if the timeout passes first. Throws comm_error on rank 0 when the heartbeat
@@ -128,23 +93,19 @@ class MpiWatchdog final : public exchange_watcher {
       waiting(where, waited);
       return false;
     });
-    if (met) done_waiting();
-    announced_ = false;  // a rank whose wait timed out fails: its word stays
+    if (met)
+      done_waiting();
+    else
+      forget_wait();  // a rank whose wait timed out fails: its word stays
     return met;
-  }
-
-  // "World rank 0 last heard: ..." on rank 0 (what it knows of the others, for a timeout's
-  // message); empty on the other ranks.
-  std::string last_heard() const override {
-    return rank_ == 0 ? picture_.last_heard("World rank 0") : "";
   }
 
   // After this rank's last exchange: waits until every word sent to rank 0 has been received
   // (see the top of the file).
   void finish() {
-    unsent_.reset();  // what this rank did last matters no more
+    forget_unsent();  // what this rank did last matters no more
     const auto words_received = [&] {
-      if (rank_ == 0) hear();
+      if (rank() == 0) hear_words();
       int received = 0;
       check(MPI_Test(&in_flight_, &received, MPI_STATUS_IGNORE), "MPI_Test", "the heartbeat");
       return received != 0;
@@ -168,14 +129,18 @@ class MpiWatchdog final : public exchange_watcher {
 
  private:
   // A word (wait_picture.hpp) goes as words_per_word() MPI_UINT64_T (wire_of).
-  using Word = RankWord;
   static constexpr int word_tag = 1;
   static constexpr auto spin_for = std::chrono::milliseconds(1);
   static constexpr auto yield_for = std::chrono::milliseconds(50);
   static constexpr auto pause_after_yield = std::chrono::milliseconds(1);
-  static constexpr auto judge_every = std::chrono::milliseconds(200);
 
-  int words_per_word() const { return static_cast<int>(wire_words(picture_.layout().ids)); }
+  static int world_rank() {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+  }
+
+  int words_per_word() const { return static_cast<int>(wire_words(picture().layout().ids)); }
 
   // Calls ready(time waited) until it returns true (the pause between calls as at the top of the
   // file); false if `limit` passes first.
@@ -193,33 +158,22 @@ class MpiWatchdog final : public exchange_watcher {
     }
   }
 
-  // Makes `word` the one rank 0 should hear next (rank 0 tells itself: its own word joins the
-  // picture at once).
-  void tell_rank_0(const Word& word) {
-    if (rank_ == 0) {
-      picture_.hear(0, word);
-      heard_new_ = true;
-      return;
-    }
-    unsent_ = word;
-    send_if_free();
-  }
-
   // Sends the newest untold word once rank 0 has received the previous one: one word at most is
   // in flight from each rank, so the words waiting at rank 0 are never more than the ranks.
-  void send_if_free() {
+  void send_untold() override {
     int received = 0;
     check(MPI_Test(&in_flight_, &received, MPI_STATUS_IGNORE), "MPI_Test", "the heartbeat");
-    if (!received || !unsent_) return;
-    in_flight_wire_ = wire_of(*unsent_);
-    unsent_.reset();
+    if (!received) return;
+    const std::optional<RankWord> word = take_unsent();
+    if (!word) return;
+    in_flight_wire_ = wire_of(*word);
     check(MPI_Issend(in_flight_wire_.data(), words_per_word(), MPI_UINT64_T, 0, word_tag,
                      heartbeat_, &in_flight_),
           "MPI_Issend", "the heartbeat");
   }
 
   // Rank 0: reads every word that has arrived.
-  void hear() {
+  void hear_words() override {
     for (;;) {
       int arrived = 0;
       MPI_Status status;
@@ -230,21 +184,8 @@ class MpiWatchdog final : public exchange_watcher {
       check(MPI_Recv(wire.data(), words_per_word(), MPI_UINT64_T, status.MPI_SOURCE, word_tag,
                      heartbeat_, MPI_STATUS_IGNORE),
             "MPI_Recv", "the heartbeat");
-      picture_.hear(status.MPI_SOURCE, word_from_wire(wire));
-      heard_new_ = true;
+      heard(status.MPI_SOURCE, word_from_wire(wire));
     }
-  }
-
-  // Rank 0, after waiting `waited`: throws comm_error when no rank can go on (see the top of the
-  // file).
-  void judge(clock::duration waited) {
-    const auto now = clock::now();
-    if (!heard_new_ || now - judged_ < judge_every) return;
-    heard_new_ = false;
-    judged_ = now;
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
-    if (std::optional<std::string> verdict = picture_.deadlock(me(), ms))
-      throw comm_error(std::move(*verdict));
   }
 
   // check_mpi's comm_error, "<call> failed in <doing> on world rank r (host h): ...", built only on
@@ -254,18 +195,10 @@ class MpiWatchdog final : public exchange_watcher {
   }
 
   std::chrono::milliseconds timeout_;
-  clock::duration heartbeat_after_;
-  std::vector<std::uint64_t> posted_;  // [group id]: exchanges this rank has posted on it
-  WaitPicture picture_;                // rank 0: every rank's latest word
-  int rank_ = 0;
   MPI_Comm heartbeat_ = MPI_COMM_NULL;
   std::vector<int> completed_;                 // wait()'s MPI_Testsome indices, kept between calls
-  bool announced_ = false;                     // rank 0 was told of the current wait
-  std::optional<Word> unsent_;                 // the newest word rank 0 has not been sent yet
   std::vector<std::uint64_t> in_flight_wire_;  // the word on its way to rank 0 (MPI reads it)
   MPI_Request in_flight_ = MPI_REQUEST_NULL;   // its synchronous send
-  bool heard_new_ = false;                     // rank 0: words arrived since the last judgement
-  clock::time_point judged_{};                 // rank 0: the last judgement
 };
 
 }  // namespace tpx::detail
