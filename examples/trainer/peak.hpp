@@ -13,6 +13,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <stdexcept>
+#include <string>
 #include <tpx/nn/global_norm.hpp>
 #include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
@@ -31,27 +34,35 @@ double measured_peak_flops(Launcher launcher, int ranks, bool bf16) {
   constexpr std::int64_t n = 768;
   const int reps = std::max(1, 8 / ranks);
   double flops = 0;
-  tpx::spmd(launcher, tpx::Mesh<P>{ranks}, [&](auto& rank) {
-    using Space = tpx::space_of_t<std::remove_cvref_t<decltype(rank)>>;
-    const auto measure = [&]<class T>(T*) {
-      const tpx::BasicTensor<Space, T, M<>, K<>> a(rank, {M(n), K(n)});
-      const tpx::BasicTensor<Space, T, K<>, N<>> b(rank, {K(n), N(n)});
-      const auto finish = [&](const auto& c) {
-        (void)tpx::scalar_on_host(tpx::nn::squared_norm(c));
+  // A failure here (out of memory, most often) says where it happened: mesh P is this one's.
+  try {
+    tpx::spmd(launcher, tpx::Mesh<P>{ranks}, [&](auto& rank) {
+      using Space = tpx::space_of_t<std::remove_cvref_t<decltype(rank)>>;
+      const auto measure = [&]<class T>(T*) {
+        const tpx::BasicTensor<Space, T, M<>, K<>> a(rank, {M(n), K(n)});
+        const tpx::BasicTensor<Space, T, K<>, N<>> b(rank, {K(n), N(n)});
+        const auto finish = [&](const auto& c) {
+          (void)tpx::scalar_on_host(tpx::nn::squared_norm(c));
+        };
+        finish(tpx::contract<K>(a, b));  // warm-up: BLAS buffers, cuBLASLt plan
+        rank.template group<P>().barrier();
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < reps; ++i) finish(tpx::contract<K>(a, b));
+        rank.template group<P>().barrier();
+        const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
+        if (rank.world_rank() == 0) flops = 2.0 * n * n * n * reps * ranks / wall.count();
       };
-      finish(tpx::contract<K>(a, b));  // warm-up: BLAS buffers, cuBLASLt plan
-      rank.template group<P>().barrier();
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < reps; ++i) finish(tpx::contract<K>(a, b));
-      rank.template group<P>().barrier();
-      const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
-      if (rank.world_rank() == 0) flops = 2.0 * n * n * n * reps * ranks / wall.count();
-    };
-    if (bf16)
-      measure(static_cast<tpx::bf16*>(nullptr));
-    else
-      measure(static_cast<float*>(nullptr));
-  });
+      if (bf16)
+        measure(static_cast<tpx::bf16*>(nullptr));
+      else
+        measure(static_cast<float*>(nullptr));
+    });
+  } catch (const std::exception& e) {
+    throw std::runtime_error(
+        std::string("measuring the peak FLOP/s for the MFU column (--peak-gflops "
+                    "skips it): ") +
+        e.what());
+  }
   return flops;
 }
 

@@ -243,21 +243,29 @@ TEST_CASE("tpx-gpt's log gives the exposed communication share, at most the tota
   }
 }
 
-TEST_CASE("under ulimit -v the trainer fails with a message naming a rank, within its timeout") {
-  // 700 MB: more than the program needs to start, less than 9 OpenBLAS work buffers (128 MiB
-  // each) or 64 thread stacks (8 MiB each) need.
-  for (const char* mesh : {"3x3", "4x4", "8x8"}) {
-    const auto start = std::chrono::steady_clock::now();
-    const result r = run("ulimit -v 700000; exec timeout -s KILL 30 " + std::string(TPX_TRAIN),
-                         std::string("--mesh ") + mesh + " --steps 3 --timeout 5");
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    INFO("mesh ", std::string(mesh), ", ", took.count(), " s:\n", r.output);
-    CHECK(r.status != 0);
-    CHECK(r.status < 128);  // an exit with a message, not a signal (nor timeout's KILL)
-    CHECK(took.count() < 5 + 5);
-    CHECK(r.output.find("tpx: rank ") != std::string::npos);
-    const bool says_why = r.output.find("out of memory") != std::string::npos ||
-                          r.output.find("could not be started") != std::string::npos;
-    CHECK(says_why);
+TEST_CASE("under ulimit -v the trainer ends within its timeout, or fails naming a rank") {
+  // 700 MB: more than the program needs to start, seldom enough for its ranks' OpenBLAS work
+  // buffers (128 MiB each, as many as fit, then shared: kernels/blas_work_buffers.hpp), thread
+  // stacks (8 MiB each) and malloc arenas (64 MiB each) together. Ten runs of each: a race between
+  // a rank's check of the room for a buffer and OpenBLAS's allocation once hung one run in ten of
+  // 4x4; and which allocation fails first, or whether one does, varies from run to run.
+  int failed = 0;
+  for (int run_number = 0; run_number < 10; ++run_number) {
+    for (const char* mesh : {"3x3", "4x4", "8x8"}) {
+      const auto start = std::chrono::steady_clock::now();
+      const result r = run("ulimit -v 700000; exec timeout -s KILL 30 " + std::string(TPX_TRAIN),
+                           std::string("--mesh ") + mesh + " --steps 3 --timeout 5");
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      INFO("run ", run_number, ", mesh ", std::string(mesh), ", ", took.count(), " s:\n", r.output);
+      CHECK(r.status < 128);  // an exit, not a signal (nor timeout's KILL)
+      CHECK(took.count() < 5 + 5);
+      if (r.status == 0) continue;
+      ++failed;
+      CHECK(r.output.find("tpx: rank ") != std::string::npos);
+      const bool says_why = r.output.find("out of memory") != std::string::npos ||
+                            r.output.find("could not be started") != std::string::npos;
+      CHECK(says_why);
+    }
   }
+  CHECK(failed >= 10);  // every 8x8 run at least: 64 ranks' stacks and buffers cannot fit
 }

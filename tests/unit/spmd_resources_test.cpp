@@ -4,13 +4,14 @@
 // never std::terminate ("terminate called without an active exception"), never a hang.
 //
 // The real failures are provoked in a forked child whose address space is limited
-// (setrlimit(RLIMIT_AS) a little above what it already uses): a tensor too big for the limit, and
-// a mesh of 64 ranks whose thread stacks do not fit. The parent reads the child's message through
-// a pipe and kills it if it outlives its time bound. Sanitizer runtimes reserve terabytes of
-// address space and abort on a failed allocation instead of throwing std::bad_alloc, so these
-// cases are skipped under ASan and TSan; the injected std::bad_alloc below runs everywhere. The
-// forking cases come first in the file (doctest runs a file's cases in order), so that they fork
-// before the process has started any thread.
+// (setrlimit(RLIMIT_AS) a little above what it already uses): a tensor too big for the limit, a
+// mesh of 64 ranks whose thread stacks do not fit, and OpenBLAS's work buffers
+// (kernels/blas_work_buffers.hpp): fewer than the ranks, which then take turns, or none. The parent
+// reads the child's message through a pipe and kills it if it outlives its time bound. Sanitizer
+// runtimes reserve terabytes of address space and abort on a failed allocation instead of throwing
+// std::bad_alloc, so these cases are skipped under ASan and TSan; the injected std::bad_alloc below
+// runs everywhere. The forking cases come first in the file (doctest runs a file's cases in order),
+// so that they fork before the process has started any thread.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -25,7 +26,9 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tpx/kernels/gemm_host.hpp>
 #include <tpx/tpx.hpp>
+#include <vector>
 
 #include "../support/message_of.hpp"
 
@@ -112,8 +115,9 @@ child_result run_limited(std::size_t headroom, std::chrono::seconds bound,
 // Skipped under sanitizers (see the top of the file), as are the next case's.
 TEST_CASE("under a memory limit, a tensor too big for it fails its rank, naming its size" *
           doctest::skip(sanitized)) {
-  // 1 GiB for rank 3's tensor, 256 MiB left: the others wait for it in an all_gather.
-  const child_result r = run_limited(std::size_t{256} << 20, std::chrono::seconds(60), [] {
+  // 1 GiB for rank 3's tensor, 512 MiB left (half of it for the OpenBLAS work buffers spmd
+  // reserves, kernels/blas_work_buffers.hpp): the others wait for it in an all_gather.
+  const child_result r = run_limited(std::size_t{512} << 20, std::chrono::seconds(60), [] {
     tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 2},
               [](auto& rank) {
                 auto t = tpx::zeros<float, B<X>, D<Y>>(rank, {B(4), D(4)});
@@ -154,6 +158,61 @@ TEST_CASE("when the threads of a 64-rank mesh do not fit, spmd fails naming the 
   CHECK(r.elapsed < std::chrono::seconds(30));
 }
 
+// Each rank multiplies `products` pairs of n x n matrices with the host GEMM and checks every
+// product against a naive loop (exact: small integers), throwing on a mismatch.
+void multiply_on_every_rank(int ranks, int products) {
+  constexpr int n = 128;
+  tpx::spmd(tpx::host, tpx::Mesh<X>{ranks},
+            [&](auto& rank) {
+              std::vector<float> a(n * n), b(n * n), c(n * n), naive(n * n, 0.0f);
+              for (int i = 0; i < n * n; ++i) {
+                a[i] = static_cast<float>((i + rank.world_rank()) % 7 - 3);
+                b[i] = static_cast<float>((3 * i) % 5 - 2);
+              }
+              for (int i = 0; i < n; ++i)
+                for (int k = 0; k < n; ++k)
+                  for (int j = 0; j < n; ++j) naive[i * n + j] += a[i * n + k] * b[k * n + j];
+              for (int p = 0; p < products; ++p) {
+                tpx::kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                                   c.data(), n);
+                if (c != naive) throw std::runtime_error("a product differs from the naive loop's");
+              }
+            },
+            {.timeout = std::chrono::seconds(60), .blas_threads = 1});
+}
+
+TEST_CASE("when fewer OpenBLAS work buffers fit than ranks, the ranks' GEMMs share them" *
+          doctest::skip(sanitized)) {
+  // 456 MiB: room for one new buffer (128 MiB, and the 256 MiB reserve_blas_buffers leaves) but
+  // not for two, so
+  // OpenBLAS holds buffers for fewer callers than the four ranks (besides the new one, those the
+  // parent had, and the one its pool's thread takes again in this child), and their GEMMs, which
+  // overlap on two cores, must take turns. Had OpenBLAS been left to allocate one more, it would
+  // spin for good (killed after the bound).
+  const child_result r = run_limited(std::size_t{456} << 20, std::chrono::seconds(60), [] {
+    const int callers = tpx::kernels::reserve_blas_buffers(4);
+    if (callers < 1 || callers >= 4)
+      throw std::runtime_error("buffers for " + std::to_string(callers) + " callers");
+    multiply_on_every_rank(4, 200);
+  });
+  INFO("message: ", r.message);
+  CHECK(r.exit_code == 0);
+  CHECK(r.elapsed < std::chrono::seconds(30));
+}
+
+TEST_CASE("when no OpenBLAS work buffer fits, a rank's GEMM fails it, saying so" *
+          doctest::skip(sanitized)) {
+  const child_result r = run_limited(std::size_t{100} << 20, std::chrono::seconds(60),
+                                     [] { multiply_on_every_rank(2, 1); });
+  INFO("message: ", r.message);
+  CHECK(r.exit_code == 3);
+  CHECK(r.message.starts_with("tpx: rank "));
+  CHECK(r.message.find(") failed: out of memory: cannot allocate OpenBLAS's work buffer for "
+                       "caller number 1 (128 MiB for each thread inside BLAS") !=
+        std::string::npos);
+  CHECK(r.elapsed < std::chrono::seconds(30));
+}
+
 TEST_CASE("a rank that throws std::bad_alloc fails spmd as out of memory, naming it") {
   const auto start = std::chrono::steady_clock::now();
   const std::string what = message_of([] {
@@ -173,5 +232,10 @@ TEST_CASE("a tensor allocation that fails is an allocation_error, still a std::b
   const tpx::allocation_error e(3, 4096, "host memory");
   const std::bad_alloc& as_bad_alloc = e;
   CHECK(std::string(as_bad_alloc.what()) ==
-        "cannot allocate 0.00 GiB (3 elements of 4096 bytes) for a tensor in host memory");
+        "cannot allocate 12.00 KiB (3 elements of 4096 bytes) for a tensor in host memory");
+  // The size in the largest unit that leaves at least 1 of it: 2.25 MiB, not 0.00 GiB.
+  CHECK(std::string(tpx::allocation_error(589824, 4, "host memory").what()) ==
+        "cannot allocate 2.25 MiB (589824 elements of 4 bytes) for a tensor in host memory");
+  CHECK(std::string(tpx::allocation_error(std::size_t{3} << 30, 2, "host memory").what()) ==
+        "cannot allocate 6.00 GiB (3221225472 elements of 2 bytes) for a tensor in host memory");
 }

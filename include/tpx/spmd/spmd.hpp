@@ -9,7 +9,8 @@
 // (hardware threads / ranks, at least 1, at most OPENBLAS_NUM_THREADS when set;
 // options.blas_threads overrides), so a 1x1 mesh on a
 // many-core machine runs its GEMMs on every core and a mesh of as many ranks as cores runs each
-// rank's GEMMs on its own thread.
+// rank's GEMMs on its own thread. OpenBLAS's work buffers for all of them are allocated before
+// the ranks start, as many as fit in memory: with fewer, a rank's GEMM waits for a free one.
 //
 // If a rank throws, the others' pending and future collectives fail at once (comm_error naming
 // the rank), every thread is joined, and spmd rethrows the first failure as spmd_error,
@@ -59,6 +60,7 @@
 #include "tpx/comm/host_world.hpp"
 #include "tpx/comm/wait_picture.hpp"
 #include "tpx/kernels/blas_threads.hpp"
+#include "tpx/kernels/blas_work_buffers.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/communication_thread.hpp"
 #include "tpx/spmd/rank.hpp"
@@ -195,9 +197,14 @@ void spmd(host_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options
 
   kernels::set_blas_threads(detail::blas_threads_per_rank(options.blas_threads, ranks));
 
+  // OpenBLAS's work buffers for every rank inside BLAS at once, as many as fit, allocated before
+  // any rank runs; when fewer fit, ranks wait for one (kernels/blas_work_buffers.hpp).
+  kernels::reserve_blas_buffers(ranks);
+
   std::vector<std::exception_ptr> failures(ranks);
   auto run_rank = [&](int r) {
     try {
+      kernels::wait_for_reserved_blas_buffers();
       std::vector<std::unique_ptr<communicator_model<HostCommunicator>>> comms;
       const auto communicators = [&](const std::vector<int>& set_of) {
         std::vector<any_communicator*> groups(masks, nullptr);

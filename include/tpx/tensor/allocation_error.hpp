@@ -9,6 +9,7 @@
 // never throws, as an exception's copy must not.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <new>
@@ -27,10 +28,12 @@ class allocation_error : public std::bad_alloc {
 
  private:
   static std::string describe(std::size_t count, std::size_t element_bytes, const char* where) {
-    const double gib = static_cast<double>(count) * static_cast<double>(element_bytes) /
-                       static_cast<double>(std::size_t{1} << 30);
+    const double bytes = static_cast<double>(count) * static_cast<double>(element_bytes);
+    constexpr const char* units[] = {"KiB", "MiB", "GiB"};
+    int unit = 0;  // the largest that leaves at least 1 of it (or KiB)
+    while (unit < 2 && bytes >= std::ldexp(1.0, 10 * (unit + 2))) ++unit;
     char size[32];
-    std::snprintf(size, sizeof size, "%.2f GiB", gib);
+    std::snprintf(size, sizeof size, "%.2f %s", std::ldexp(bytes, -10 * (unit + 1)), units[unit]);
     return "cannot allocate " + std::string(size) + " (" + std::to_string(count) + " elements of " +
            std::to_string(element_bytes) + " bytes) for a tensor in " + where;
   }
