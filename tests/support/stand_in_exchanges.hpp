@@ -184,6 +184,22 @@ inline void random_arrivals(Exchanges& s, int r, int count, std::chrono::millise
   }
 }
 
+// The correct programs both watchers' tests run, which no watcher may take for a deadlock. Their
+// waits outlast the 100 ms after which the tests' watchers hear of a wait (TcpWatchdog's
+// heartbeat as the test sets it, InProcessWatchdog's announcement), so that words are told and
+// judged often: ranks arriving 200 ms apart, and 150 exchanges per rank in random arrival orders,
+// one pause in 30 of 120 ms.
+struct correct_program {
+  const char* name;
+  std::function<void(Exchanges&, int)> program;
+};
+inline const std::vector<correct_program> correct_programs = {
+    {"ranks arriving 200 ms apart",
+     [](Exchanges& s, int r) { late_arrivals(s, r, std::chrono::milliseconds(200)); }},
+    {"150 exchanges per rank in random arrival orders",
+     [](Exchanges& s, int r) { random_arrivals(s, r, 150, std::chrono::milliseconds(120)); }},
+};
+
 // Rank 1 computes for `busy`, then gives up, while the others wait in the world's exchange.
 inline void stuck_outside(Exchanges& s, int r, std::chrono::milliseconds busy) {
   if (r == 1) {
