@@ -26,7 +26,8 @@
 #   4 compute-sanitizer memcheck on the kernel tests (cuda_kernels_test, cuda_nn_layers_test)
 #     and racecheck on cuda_kernels_test (shared-memory hazards of the block reductions and the
 #     tensor-core attention), when compute-sanitizer is on PATH
-#   5 train the example trainer for 100 steps on a 2x2 simulated mesh and 50 steps over NCCL on
+#   5 train the example trainer for 100 steps on a 2x2 simulated mesh, 100 steps on a 1x1 mesh
+#     recorded once as a CUDA graph and replayed (--cuda-graph), and 50 steps over NCCL on
 #     one GPU (tpx-train-cuda --backend nccl --mesh 1x1; their losses against the host run are
 #     cuda_trainer_test's, in step 3), and the GPT example (tpx-gpt-cuda) for 50 steps on a 2x2
 #     simulated mesh, with --overlap off and on (logs gpt.jsonl, gpt-overlap.jsonl: tokens/s of
@@ -228,6 +229,8 @@ else
   mkdir -p "$out"
   step "trainer (tpx-train-cuda, 2x2 mesh on GPU 0)" \
     "$train" --mesh 2x2 --steps 100 --log-every 20 --log "$out/train.jsonl"
+  step "trainer recorded as a CUDA graph (tpx-train-cuda --cuda-graph, 1x1 mesh on GPU 0)" \
+    "$train" --mesh 1x1 --steps 100 --log-every 20 --cuda-graph
   step "trainer over NCCL (tpx-train-cuda --backend nccl, 1x1 mesh on GPU 0)" \
     "$train" --backend nccl --mesh 1x1 --steps 50 --log-every 10
   step "trainer as a launched process (tpx-train-cuda under torchrun's variables, world size 1)" \

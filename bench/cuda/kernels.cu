@@ -80,7 +80,7 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int i
   });
   const kernels::adamw_update update{1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1.0f, 1.0f};
   add_row("adamw fp32 master, bf16 grad+model", 28, [&] {
-    cu::adamw_step(s, n, update, nullptr, z32.data(), static_cast<const bf16*>(x16.data()), m32.data(), v32.data(), y16.data());
+    cu::adamw_step(s, n, update, nullptr, nullptr, z32.data(), static_cast<const bf16*>(x16.data()), m32.data(), v32.data(), y16.data());
   });
   r.synchronize();
   return rows_out;

@@ -12,7 +12,8 @@ both. This script runs them and prints the table and the ratios:
     GFLOP/s at the large shape against this machine's SGEMM rate (numpy's OpenBLAS on 2 threads,
     the best of 1024^3 and the large shape's 1024 x 512 x 2048). Targets (issue 9, requirement 8):
     ratio >= 1.0 at both shapes, >= 70 % of SGEMM at the large shape.
-  --gpu (requirement 4): tpx-train-cuda --mesh 1x1, fp32 and --bf16, against bench/peers/
+  --gpu (requirement 4): tpx-train-cuda --mesh 1x1, fp32 and --bf16, each also with --cuda-graph
+    (the step recorded once as a CUDA graph and replayed), against bench/peers/
     torch_mlp.py eager and torch.compile, fp32 and bf16 autocast, at gpu-h100.md's shape (B=8192,
     D=1024, F=4096, L=4, context 3) and the demo shape; samples/s and the ratios of the targets
     (bf16 >= 1.0x eager bf16 and >= 0.8x compile bf16, fp32 >= 1.0x eager fp32, demo >= 1.0x
@@ -259,7 +260,9 @@ def gpu(a):
         print(f"shape {name}: B={shape[0]} D={shape[1]} F={shape[2]} L={shape[3]} context={shape[4]}, "
               f"{n} timed steps after {w}")
         r = {"tpx fp32": run_tpx(binary, "1x1", shape, n, w, workdir),
-             "tpx bf16": run_tpx(binary, "1x1", shape, n, w, workdir, ("--bf16",))}
+             "tpx bf16": run_tpx(binary, "1x1", shape, n, w, workdir, ("--bf16",)),
+             "tpx fp32 graph": run_tpx(binary, "1x1", shape, n, w, workdir, ("--cuda-graph",)),
+             "tpx bf16 graph": run_tpx(binary, "1x1", shape, n, w, workdir, ("--bf16", "--cuda-graph"))}
         if have_torch:
             common = ["--device", a.torch_device] + shape_flags(shape) + ["--steps", str(n), "--warmup", str(w)]
             for mode in ("eager", "compile"):
@@ -276,6 +279,7 @@ def gpu(a):
                   f"{v['gflops'] / 1e3:.1f} TFLOP/s)")
         targets = [("tpx fp32", "torch eager fp32", 1.0), ("tpx fp32", "torch compile fp32", None),
                    ("tpx bf16", "torch eager bf16", 1.0), ("tpx bf16", "torch compile bf16", 0.8)]
+        targets += [(mine + " graph", peer, target) for mine, peer, target in targets]
         for mine, peer, target in targets:
             if peer in r:
                 ratio = r[mine]["samples_per_s"] / r[peer]["samples_per_s"]

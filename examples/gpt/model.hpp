@@ -234,6 +234,14 @@ batch<Space> load_batch(const tpx::rank_context& rank, const trainer::text_data&
           load(static_cast<decltype(Batch::whole)*>(nullptr))};
 }
 
+// h's elements into the batch d, whose tensors keep their buffers (the input of a recorded step,
+// trainer::recorded_training).
+template <class Space>
+void copy_batch(batch<Space>& d, const batch<tpx::host_space>& h) {
+  tpx::copy_from_host(d.stream, h.stream);
+  tpx::copy_from_host(d.whole, h.whole);
+}
+
 // A chain of collectives named as types, and its adjoint: the adjoints of the steps in reverse.
 template <class... Steps>
 struct step_chain {

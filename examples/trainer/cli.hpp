@@ -33,6 +33,11 @@ struct backend {
 template <class Launcher>
 backend(const char*, Launcher) -> backend<Launcher>;  // clang 14 does not deduce aggregates
 
+// A launcher of ranks on GPUs: its options name a device (tpx::cuda::launch_options), which the
+// host's do not.
+template <class Launcher>
+concept gpu_launcher = requires(typename Launcher::options o) { o.device; };
+
 // The command line: parses the flags, trains Family's model with the launcher --backend names
 // (the first of `backends` by default: tpx::host for tpx-train and tpx-gpt; tpx::cuda_simulated
 // or tpx::cuda_devices for tpx-train-cuda), prints progress; returns the process's exit code.
@@ -40,8 +45,8 @@ backend(const char*, Launcher) -> backend<Launcher>;  // clang 14 does not deduc
 template <class Family, class... Launchers>
 int train_main(int argc, char** argv, const char* program, const std::string& about,
                backend<Launchers>... backends) {
-  const parsed_command_line<Family> parsed =
-      parse_command_line<Family>(argc, argv, program, about, {std::string(backends.name)...});
+  const parsed_command_line<Family> parsed = parse_command_line<Family>(
+      argc, argv, program, about, {std::string(backends.name)...}, (gpu_launcher<Launchers> || ...));
   if (!parsed.options) {
     std::cout << parsed.out;
     std::cerr << parsed.error << std::flush;

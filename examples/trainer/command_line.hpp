@@ -85,11 +85,12 @@ struct parsed_command_line {
 
 // Parses argv (argv[0] is the program's path) for `program` ("tpx-train"), whose --help says
 // `about` of how its ranks run. `backends` names the launchers --backend may choose (the first is
-// the default; with one, there is no --backend).
+// the default; with one, there is no --backend). A program on the GPU also has --cuda-graph.
 template <class Family>
 parsed_command_line<Family> parse_command_line(int argc, const char* const* argv,
                                                const char* program, const std::string& about,
-                                               const std::vector<std::string>& backends) {
+                                               const std::vector<std::string>& backends,
+                                               bool on_gpu = false) {
   parsed_command_line<Family> result;
   command_line<Family> c;
   c.backend = backends.front();
@@ -179,6 +180,10 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
                  "waiting for the host); --log gets one line per report")
       ->capture_default_str()
       ->transform(whole_number(1));
+  if (on_gpu)
+    app.add_flag("--cuda-graph", o.cuda_graph,
+                 "record the training step once as a CUDA graph and replay it (one launch per "
+                 "step instead of hundreds: for small, launch-bound steps); a mesh of one rank");
   app.add_option("--peak-gflops", c.peak_gflops,
                  "the peak the MFU column divides by, in GFLOP/s for all ranks together (0: "
                  "measure every rank's GEMM rate at once before training)")

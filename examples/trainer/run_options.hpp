@@ -40,6 +40,8 @@ struct run_options {
   bool resume = false;   // continue from ckpt_dir's newest valid checkpoint, on any mesh
   int keep = 3;          // checkpoints kept in ckpt_dir, the newest; 0: all
   int report_every = 1;  // read the loss back and report every N steps (and the last)
+  // Record the step once and replay it (CUDA graphs, recorded_training.hpp); a mesh of one rank.
+  bool cuda_graph = false;
   // How long a rank waits in a collective for the others before the run fails naming them.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
 };

@@ -7,9 +7,9 @@
 //
 // Each rank: initialize (or resume) its shards, then per step load its rows of the batch, run
 // forward and backward, clip by the global gradient norm, and apply AdamW to its shards
-// (train_step). The step runs in the rank's memory space from end to end: the batch is copied in,
-// and nothing comes back unless the step reports, every --report-every steps and before every
-// save, when the loss and gradient norm (two scalars) are read back and rank 0 reports progress;
+// (train_step.hpp; with --cuda-graph, recorded once and replayed: recorded_training.hpp). The
+// step runs in the rank's memory space from end to end: the batch is copied in, and nothing
+// comes back unless the step reports, every --report-every steps and before every save, when the loss and gradient norm (two scalars) are read back and rank 0 reports progress;
 // a non-finite loss or norm stops the run there, before the step is saved or logged. Checkpoints
 // (io/checkpoint.hpp) hold every rank's shards of the parameters and Adam moments; --resume loads
 // the newest valid one onto whatever mesh this run has, and since a batch is a function of the
@@ -38,7 +38,9 @@
 #include <vector>
 
 #include "mlp_family.hpp"
+#include "recorded_training.hpp"
 #include "run_options.hpp"
+#include "train_step.hpp"
 
 namespace trainer {
 
@@ -77,6 +79,7 @@ struct step_report {
   double collective_seconds;          // communication, per step
   double exposed_collective_seconds;  // of which not hidden behind computation, per step
   std::int64_t peak_bytes;            // the most tensor memory rank 0 has held so far (memory_meter)
+  bool replayed = false;              // the step replayed a recording (--cuda-graph on a GPU)
 };
 
 // The checkpoint of the training state after `step` steps: every rank's shards of the
@@ -133,35 +136,6 @@ void load_checkpoint(const run_options<Family>& o, int step, Tensors& params, Te
         in.load("adam.v." + name, pv);
       },
       m, v);
-}
-
-// The loss and squared gradient norm of one step, scalars in the step's memory space.
-template <class Space>
-struct step_result {
-  tpx::BasicTensor<Space, float> loss;
-  tpx::BasicTensor<Space, float> grad_norm2;
-};
-
-// One training step (step counts from 0): forward, backward, clipping by the global gradient
-// norm, AdamW. Everything runs in Space; the only copy is the batch's, in load_batch.
-template <class Family, class Network, template <class> class Tensors, class Space>
-step_result<Space> train_step(const tpx::rank_context& rank, Network& net,
-                              const run_options<Family>& o, const text_data& data, int step,
-                              Tensors<Space>& params, Tensors<Space>& grads, Tensors<Space>& m,
-                              Tensors<Space>& v) {
-  const auto tokens = Family::template load_batch<Space>(rank, data, o.model, step);
-  auto loss = net.forward_backward(params, tokens, grads);
-  std::optional<tpx::BasicTensor<Space, float>> norm2;
-  grads.for_each([&](const std::string&, const auto& g) {
-    auto n = tpx::nn::squared_norm(g);
-    norm2 = norm2 ? tpx::add(*norm2, n) : std::move(n);
-  });
-  const auto scale = tpx::nn::clip_factor(*norm2, o.clip);
-  const tpx::nn::adamw_config adam{o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay};
-  params.for_each([&](const std::string&, auto& p, auto& g, auto& pm,
-                      auto& pv) { tpx::nn::adamw_step(p, g, pm, pv, adam, step + 1, scale); },
-                  grads, m, v);
-  return {std::move(loss), std::move(*norm2)};
 }
 
 // Where a run's checkpoints go (none without --ckpt-dir) and the step it resumes from, made once
@@ -238,21 +212,40 @@ inline std::runtime_error non_finite_step(int step, float loss, float norm) {
                             "smaller --lr, or --clip, may help)");
 }
 
+// What --cuda-graph came to, said once on standard error: nothing where the backend records
+// nothing (the host).
+inline void report_recording(const tpx::recorded_step& recording) {
+  if (recording.recorded())
+    std::cerr << "trainer: --cuda-graph: the step is recorded as a CUDA graph and replayed\n";
+  else if (!recording.failure().empty())
+    std::cerr << "trainer: --cuda-graph: the step could not be recorded, so it runs unrecorded: "
+              << recording.failure() << "\n";
+}
+
 template <class Tc, class Family, class Rank>
 void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& ckpt,
                 const text_data& data, const std::function<void(const step_report&)>& report) {
   using Space = tpx::space_of_t<Rank>;
   using Tensors = typename Family::template tensors<Space>;
-  Tensors params(rank, o.model), grads(rank, o.model), m(rank, o.model), v(rank, o.model);
+  Tensors params(rank, o.model), m(rank, o.model), v(rank, o.model);
+  std::optional<Tensors> grads;  // a recorded step makes its own
+  if (!o.cuda_graph) grads.emplace(rank, o.model);
   Family::initialize(params, o.model);
   const int first = ckpt.first_step;
   if (o.resume) load_checkpoint(o, first, params, m, v);
   typename Family::template network<Tc, Space> net(rank, o.model);
+  std::optional<recorded_training<Family, Space>> recorded;
+  if (o.cuda_graph) recorded.emplace(rank, o, data, first);
+  std::optional<step_result<Space>> unrecorded;
   auto since = std::chrono::steady_clock::now();
   tpx::communication_seconds comm_since = tpx::communication_time(rank);
   int last_report = first - 1;
   for (int step = first; step < o.steps; ++step) {
-    const auto result = train_step(rank, net, o, data, step, params, grads, m, v);
+    if (!recorded) unrecorded.emplace(train_step(rank, net, o, data, step, params, *grads, m, v));
+    const step_result<Space>& result =
+        recorded ? recorded->run(net, step, params, m, v) : *unrecorded;
+    if (recorded && step == first + 1 && rank.world_rank() == 0)
+      report_recording(recorded->recording());
     const bool last = step + 1 == o.steps;
     const bool save = ckpt.dir && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0));
     if (last || save || (step + 1 - first) % o.report_every == 0) {
@@ -267,7 +260,8 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
       if (rank.world_rank() == 0)
         report({step, loss, norm, std::chrono::duration<double>(now - since).count() / steps,
                 (comm.total - comm_since.total) / steps,
-                (comm.exposed - comm_since.exposed) / steps, rank.memory().peak_bytes()});
+                (comm.exposed - comm_since.exposed) / steps, rank.memory().peak_bytes(),
+                recorded && recorded->recording().recorded()});
       since = now;
       comm_since = comm;
       last_report = step;
@@ -284,6 +278,15 @@ template <class Family, class Launcher = tpx::host_backend>
 void run(const run_options<Family>& o, const std::function<void(const step_report&)>& report,
          Launcher launcher = {}, const std::function<void()>& before_training = {}) {
   const typename Family::mesh mesh = mesh_of(o);
+  if (o.cuda_graph && mesh.rank_count() != 1)
+    throw std::invalid_argument(
+        "trainer: --cuda-graph records the step of a mesh of one rank (1x1), and this mesh (" +
+        mesh_text(o) + ") has " + std::to_string(mesh.rank_count()) +
+        ": its ranks' collectives meet on the host at every call, which a replay would skip");
+  if (o.cuda_graph && o.steps > (1 << 24))
+    throw std::invalid_argument("trainer: --cuda-graph: --steps " + std::to_string(o.steps) +
+                                " is more than 16777216, the last step number AdamW's float "
+                                "counter on the device holds exactly");
   const checkpointing ckpt(o, launcher);
   const text_data data(o.text, Family::context(o.model));
   if (before_training) before_training();

@@ -267,7 +267,7 @@ TEST_CASE("adamw_step applies the host's adamw_update to every element, writing 
   auto gp = to_device(gpu, p), gm = to_device(gpu, m), gv = to_device(gpu, v);
   auto gg = to_device(gpu, g);
   cu::device_buffer<bf16> model(n, gpu.pool(), gpu.stream());
-  cu::adamw_step(gpu.stream(), n, update, nullptr, gp.data(), gg.data(), gm.data(), gv.data(), model.data());
+  cu::adamw_step(gpu.stream(), n, update, nullptr, nullptr, gp.data(), gg.data(), gm.data(), gv.data(), model.data());
   std::vector<bf16> model_want(n);
   // m = b1 m + (1 - b1) g and v = b2 v + (1 - b2) g^2 may each be one FMA on the device: the
   // difference is a few ulps of the larger term, not of the result, which is tiny where the two
@@ -294,6 +294,26 @@ TEST_CASE("adamw_step applies the host's adamw_update to every element, writing 
   CHECK(beyond_term_ulps(to_host(gpu, gm), m, m_terms, 2) == 0);
   CHECK(beyond_term_ulps(to_host(gpu, gv), v, v_terms, 2) == 0);
   CHECK(mismatches(to_host(gpu, model), model_want, 2, bf16_unit, 1e-12) == 0);
+}
+
+// The step number read from device memory (a recorded step's): the bias corrections the device
+// computes from it with powf agree with the host's at_step to a few ulps, so the parameters do
+// to the same tolerance as above.
+TEST_CASE("adamw_step reads the step number from device memory") {
+  cu::rank_resources gpu(0, {});
+  const std::int64_t n = 1000;
+  auto p = random_values<float>(n, -1, 1, 70), m = random_values<float>(n, -0.1f, 0.1f, 71);
+  auto v = random_values<float>(n, 0, 0.01f, 72);
+  const auto g = random_values<float>(n, -1, 1, 73);
+  const k::adamw_update base{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1.0f, 1.0f};
+  const std::vector<float> step{7.0f};
+  auto gp = to_device(gpu, p), gm = to_device(gpu, m), gv = to_device(gpu, v);
+  auto gg = to_device(gpu, g), gstep = to_device(gpu, step);
+  cu::adamw_step<float, float>(gpu.stream(), n, base, gstep.data(), nullptr, gp.data(), gg.data(), gm.data(),
+                               gv.data());
+  const k::adamw_update update = base.at_step(7.0f);
+  for (std::int64_t i = 0; i < n; ++i) update(p[i], g[i], m[i], v[i]);
+  CHECK(mismatches(to_host(gpu, gp), p, 8, fp32_unit, 1e-9) == 0);
 }
 
 TEST_CASE("fill_normal gives a shard the values the host's randn gives the same global indices") {

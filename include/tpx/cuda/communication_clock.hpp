@@ -15,7 +15,10 @@
 // Groups of one rank are not timed: their collectives are copies.
 //
 // totals() adds the spans whose events have fired (it never blocks), so figures read after the
-// step's loss has been read back (the trainer's reports) are complete. Events are reused.
+// step's loss has been read back (the trainer's reports) are complete. Events are reused. While
+// the rank's work is being recorded (a CUDA graph, step_graph.hpp) the clock is paused: events
+// recorded then mark the capture's dependencies and never fire, so that work is not timed, in
+// the recording or in its replays.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,6 +48,7 @@ class communication_clock {
   // ends the one started last (a span started and never stopped, by a collective that threw, is
   // dropped by the next start).
   void start(cudaStream_t stream) {
+    if (paused_) return;
     open_ = take();
     open_->record(stream);
   }
@@ -53,6 +57,12 @@ class communication_clock {
     event end = take();
     end.record(stream);
     spans_.push_back({std::move(*open_), std::move(end), what});
+    open_.reset();
+  }
+
+  // Pauses (true) or resumes (false) the timing of spans.
+  void pause(bool paused) {
+    paused_ = paused;
     open_.reset();
   }
 
@@ -91,6 +101,7 @@ class communication_clock {
   std::vector<span> spans_;    // queued, not yet added
   std::vector<event> spare_;
   communication_seconds sum_;
+  bool paused_ = false;
 };
 
 }  // namespace tpx::cuda

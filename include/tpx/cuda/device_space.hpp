@@ -21,7 +21,8 @@
 //                               fused causal attention (cuda/kernels/fused_attention.hpp)
 //
 // host_accessible is false: a device tensor's local() does not compile (tensor.hpp), so host code
-// cannot read device memory by mistake; to_host / from_host are the named way across.
+// cannot read device memory by mistake; to_host / from_host are the named way across, refused
+// while the rank's step is being recorded (rank_resources::record).
 // Everything runs on the tensor's rank's current stream (rank_resources.hpp: its own, or its
 // background lane's while a background task runs) and returns without waiting, except the
 // copies to host memory (and uploads too large to stage). DeviceTensor<T, Spec...> is the tensor
@@ -33,6 +34,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/device_buffer.hpp"
@@ -104,12 +107,22 @@ struct device_space {
   template <class T>
   static void to_host(const rank_context& ctx, const T* src, std::size_t n, T* dst) {
     const rank_resources& r = resources_of(ctx);
+    if (r.recording())
+      throw std::logic_error("tpx: rank " + std::to_string(ctx.world_rank()) + ": a step being recorded reads " +
+                             std::to_string(n * sizeof(T)) +
+                             " bytes of device memory on the host, which waits for work that has not run; read "
+                             "the step's outputs after it");
     TPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, r.stream()));
     TPX_CUDA_CHECK(cudaStreamSynchronize(r.stream()));
   }
   template <class T>
   static void from_host(const rank_context& ctx, const T* src, std::size_t n, T* dst) {
     rank_resources& r = resources_of(ctx);
+    if (r.recording())
+      throw std::logic_error("tpx: rank " + std::to_string(ctx.world_rank()) + ": a step being recorded copies " +
+                             std::to_string(n * sizeof(T)) +
+                             " bytes from the host, which every replay would copy again as recorded; copy them "
+                             "into the step's input before it (tpx::copy_from_host)");
     r.staging().upload(r.stream(), dst, src, n * sizeof(T));
   }
 
@@ -121,9 +134,9 @@ struct device_space {
   }
 
   template <class G>
-  static void adamw(const rank_context& ctx, std::size_t n, const kernels::adamw_update& update, const float* scale,
-                    float* p, const G* g, float* m, float* v) {
-    cuda::adamw_step(resources_of(ctx).stream(), static_cast<std::int64_t>(n), update, scale, p, g, m, v);
+  static void adamw(const rank_context& ctx, std::size_t n, const kernels::adamw_update& update, const float* step,
+                    const float* scale, float* p, const G* g, float* m, float* v) {
+    cuda::adamw_step(resources_of(ctx).stream(), static_cast<std::int64_t>(n), update, step, scale, p, g, m, v);
   }
 
   template <class T>

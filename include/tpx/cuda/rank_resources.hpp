@@ -20,12 +20,18 @@
 // on whichever stream is current when they are freed (device_buffer.hpp), and the lane's GEMMs
 // have a workspace of their own, since the two streams' GEMMs may run at once. The rank's
 // communication is timed on the device (communication_clock.hpp): tpx::communication_time reads it.
+//
+// record(work) captures what the work queues as a CUDA graph (step_graph.hpp) for
+// tpx::recorded_step. Meanwhile recording() is true: the device space then refuses copies to and
+// from the host (a replay would repeat the recorded bytes, and a read would wait on work that has
+// not run), and the clock is paused.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -36,6 +42,7 @@
 #include "tpx/cuda/communication_clock.hpp"
 #include "tpx/cuda/gemm_plan.hpp"
 #include "tpx/cuda/host_staging.hpp"
+#include "tpx/cuda/step_graph.hpp"
 #include "tpx/cuda/stream.hpp"
 #include "tpx/spmd/rank_context.hpp"
 
@@ -76,6 +83,22 @@ class rank_resources final : public backend_state, public background_lane {
   void synchronize() const {
     stream_.synchronize();
     if (lane_stream_) lane_stream_->synchronize();
+  }
+
+  // Whether record() is capturing the rank's work now.
+  bool recording() const { return recording_; }
+  std::unique_ptr<recorded_work> record(const std::function<void()>& work) override {
+    if (entered()) throw std::logic_error("tpx: rank_resources::record: called inside a background task");
+    recording_ = true;
+    clock_.pause(true);
+    struct resume {
+      rank_resources* rank;
+      ~resume() {
+        rank->recording_ = false;
+        rank->clock_.pause(false);
+      }
+    } resumed{this};
+    return record_graph(stream_.get(), work);
   }
 
   // The background lane (see the top of the file).
@@ -140,6 +163,7 @@ class rank_resources final : public backend_state, public background_lane {
   std::optional<gemm_plans> lane_gemm_;      // the lane's GEMMs, with a workspace of their own
   event lane_ready_;                         // the lane waits for the rank's work up to here
   cudaStream_t current_ = stream_.get();
+  bool recording_ = false;
   communication_clock clock_;
   host_staging staging_;  // last: its destructor waits for the stream's last upload
 };

@@ -24,12 +24,12 @@
 
 namespace tpx::kernels {
 
-// x + y
 // x itself: with transform's storing, a conversion between element types (cast).
 struct identity {
   TPX_HOST_DEVICE float operator()(float x) const { return x; }
 };
 
+// x + y
 struct add {
   TPX_HOST_DEVICE float operator()(float x, float y) const { return x + y; }
 };
@@ -48,6 +48,12 @@ struct mul {
 struct scale {
   float a;
   TPX_HOST_DEVICE float operator()(float x) const { return a * x; }
+};
+
+// x + b
+struct add_scalar {
+  float b;
+  TPX_HOST_DEVICE float operator()(float x) const { return x + b; }
 };
 
 // a * x + y, as one fused multiply-add (a single rounding, on the host and on the GPU alike).

@@ -23,6 +23,16 @@ struct adamw_update {
   float bias_correction2;  // 1 - beta2^t
   float grad_scale;
 
+  // This update at step t (counting from 1): its bias corrections 1 - beta^t. The device computes
+  // them from a t in its own memory, so that a recorded step (spmd/recorded_step.hpp) replays with
+  // the step number of each replay; the host computes them the same way, with powf.
+  TPX_HOST_DEVICE adamw_update at_step(float t) const {
+    adamw_update u = *this;
+    u.bias_correction1 = 1.0f - powf(beta1, t);
+    u.bias_correction2 = 1.0f - powf(beta2, t);
+    return u;
+  }
+
   // This update with the gradient further multiplied by s (the clipping factor, which the
   // device reads from its own memory, kernel by kernel).
   TPX_HOST_DEVICE adamw_update scaled_by(float s) const {

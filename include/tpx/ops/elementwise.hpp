@@ -6,6 +6,7 @@
 //   auto s  = tpx::add(partial_a, partial_b);                 // sums of partial sums are fine
 //   auto d  = a - b;  auto e = 0.5f * (a + b);                 // tpx::sub, tpx::add, tpx::scale
 //   auto hb = tpx::cast<tpx::bf16>(h);                        // element type only
+//   tpx::map_into(s, fn, s);  tpx::assign(out, y);            // into an existing tensor
 //
 // Operands must have the same sharding: mixing [B_X, D_Y] with [B_X, D] would pair elements of
 // different global indices, so it is a compile error naming both (reshard one first). map
@@ -58,6 +59,29 @@ auto map(const Fn& fn, const A& a, const Rest&... rest) {
   Result out(a.context(), typename Result::shape_type(a.global_extents()), for_overwrite);
   A::space::transform(a.context(), a.size(), fn, out.data(), a.data(), rest.data()...);
   return out;
+}
+
+// out[i] = fn(a[i], rest[i]...) into the existing tensor out, whose buffer stays: for state that
+// a step updates in place, and for the inputs and outputs of a step recorded once and replayed
+// (spmd/recorded_step.hpp), which must keep their buffers. out may be one of the operands.
+template <class Fn, AnyTensor Out, AnyTensor A, AnyTensor... Rest>
+void map_into(Out& out, const Fn& fn, const A& a, const Rest&... rest) {
+  detail::check_same_sharding<Out, A, Rest...>();
+  if constexpr (!std::is_same_v<typename A::unreduced, Unreduced<>>)
+    compile_error<"tpx: map_into on " + A::notation +
+                  ": a function of partial sums is not the partial sum of the function; reduce "
+                  "first">{};
+  Out::space::transform(a.context(), a.size(), fn, out.data(), a.data(), rest.data()...);
+}
+
+// out's elements = a's, in out's buffer (map_into with the identity). Elementwise ops compute in
+// float, so integer tensors are not assigned this way (their values would pass through float).
+template <AnyTensor Out, AnyTensor A>
+void assign(Out& out, const A& a) {
+  static_assert(std::is_same_v<typename Out::value_type, typename A::value_type> &&
+                    !std::is_integral_v<typename A::value_type>,
+                "tpx: assign: out and a must have the same floating-point element type");
+  map_into(out, kernels::identity{}, a);
 }
 
 // a + b, for partial sums too (both unreduced over the same axes).

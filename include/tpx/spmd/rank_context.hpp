@@ -15,6 +15,8 @@
 // the adjoint steps) so runs unchanged on either thread.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -23,6 +25,7 @@
 #include "tpx/comm/any_communicator.hpp"
 #include "tpx/sharding/mesh_axis.hpp"
 #include "tpx/spmd/background_lane.hpp"
+#include "tpx/spmd/recorded_work.hpp"
 #include "tpx/tensor/memory_meter.hpp"
 
 namespace tpx {
@@ -46,13 +49,6 @@ struct axis_place {
   int coord = 0;  // this rank's coordinate on it
 };
 
-// What a backend keeps for one rank besides its communicators: for CUDA, the rank's device,
-// stream, memory pool and cuBLASLt handle (cuda/rank_resources.hpp). The launcher owns it, sets
-// it with set_backend() before the rank's function runs and keeps it alive until that function
-// returns; the memory space of a tensor finds it through the tensor's context. The host backend
-// sets none. A backend that queues work (CUDA) also offers a background lane, where
-// tpx::in_background runs a rank's tasks when the rank has no communication thread
-// (spmd/background_lane.hpp).
 // A rank's communication so far, in seconds: all of it, and the part its computation waited for
 // (tpx::communication_time, spmd/background.hpp).
 struct communication_seconds {
@@ -60,6 +56,13 @@ struct communication_seconds {
   double exposed = 0;
 };
 
+// What a backend keeps for one rank besides its communicators: for CUDA, the rank's device,
+// stream, memory pool and cuBLASLt handle (cuda/rank_resources.hpp). The launcher owns it, sets
+// it with set_backend() before the rank's function runs and keeps it alive until that function
+// returns; the memory space of a tensor finds it through the tensor's context. The host backend
+// sets none. A backend that queues work (CUDA) also offers a background lane, where
+// tpx::in_background runs a rank's tasks when the rank has no communication thread
+// (spmd/background_lane.hpp), and recordings of work (spmd/recorded_work.hpp).
 class backend_state {
  public:
   virtual ~backend_state() = default;
@@ -68,6 +71,12 @@ class backend_state {
   // The rank's communication as the backend measures it, or nullopt where the time the rank's
   // threads spend in collectives is the measure (the host's).
   virtual std::optional<communication_seconds> measured_communication() { return std::nullopt; }
+  // The work `work` queues, recorded without running it, for replays; null where the backend does
+  // its work as it is called (the host), so that recording means nothing. Throws where the work
+  // cannot be recorded, saying why.
+  virtual std::unique_ptr<recorded_work> record(const std::function<void()>& /*work*/) {
+    return nullptr;
+  }
 };
 
 class rank_context {

@@ -14,8 +14,9 @@
 //   gemm_batched(ctx, ...)      gemm on a batch of matrices at fixed strides (ops/einsum.hpp)
 //   transform(ctx, n, f, out, in...)   out[i] = f(in[i]...), f a kernels/ functor
 //   to_host / from_host         copies between the space and host memory
-//   adamw(ctx, n, update, scale, p, g, m, v)   kernels/optimizer.hpp's AdamW step on n
-//                               parameters, the gradient multiplied by *scale (in the space)
+//   adamw(ctx, n, update, step, scale, p, g, m, v)   kernels/optimizer.hpp's AdamW step on n
+//                               parameters, the gradient multiplied by *scale, at step *step
+//                               (both in the space; a null step: update's bias corrections)
 //   sum_of_squares(ctx, n, x, out)      *out (in the space) = the sum of x[i]^2
 // and, for the layers of nn/ (norms, losses, embeddings), four loops over a rows x cols grid
 // whose per-element math is a kernels/ functor of (r, c):
@@ -115,8 +116,10 @@ struct host_space {
 
   template <class G>
   static void adamw(const rank_context&, std::size_t n, const kernels::adamw_update& update,
-                    const float* scale, float* p, const G* g, float* m, float* v) {
-    const kernels::adamw_update scaled = update.scaled_by(*scale);
+                    const float* step, const float* scale, float* p, const G* g, float* m,
+                    float* v) {
+    const kernels::adamw_update scaled =
+        (step != nullptr ? update.at_step(*step) : update).scaled_by(*scale);
     kernels::for_each_index(static_cast<std::int64_t>(n), [=](std::int64_t i) {
       scaled(p[i], static_cast<float>(g[i]), m[i], v[i]);
     });

@@ -8,12 +8,15 @@
 //   in_space<Space>(h)    a tensor of Space with the elements of the host tensor h: h itself,
 //                         moved, when Space is the host
 //   scalar_on_host(s)     the value of a scalar tensor (a loss, a norm), read through on_host
+//   copy_from_host(t, h)  h's elements into the existing tensor t, whose buffer stays (the input
+//                         of a step recorded once and replayed, spmd/recorded_step.hpp)
 //
 // What crosses in a training step is the batch (in_space, once per step) and, on the steps that
 // report them, the loss and gradient norm (on_host of two scalars). Initial weights and
 // checkpoints cross too, outside the step. tests/trainer/staging_test.cpp counts the bytes.
 #pragma once
 
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -51,6 +54,14 @@ BasicTensor<Space, T, Spec...> in_space(BasicTensor<host_space, T, Spec...>&& h)
     Space::from_host(h.context(), h.data(), h.size(), t.data());
     return t;
   }
+}
+
+template <class Space, class T, class... Spec>
+void copy_from_host(BasicTensor<Space, T, Spec...>& t, const BasicTensor<host_space, T, Spec...>& h) {
+  if (t.local_extents() != h.local_extents())
+    throw std::invalid_argument("tpx: copy_from_host: the host tensor's block has other extents "
+                                "than the tensor it is copied into");
+  Space::from_host(h.context(), h.data(), h.size(), t.data());
 }
 
 template <AnyTensor Tn>
