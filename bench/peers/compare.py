@@ -18,8 +18,8 @@ both. This script runs them and prints the table and the ratios:
     D=1024, F=4096, L=4, context 3) and the demo shape; samples/s and the ratios of the targets
     (bf16 >= 1.0x eager bf16 and >= 0.8x compile bf16, fp32 >= 1.0x eager fp32, demo >= 1.0x
     eager). Written without a GPU at hand: not yet run on one.
-  --gpt (issue 11): tpx-gpt-cuda --mesh 1x1 --bf16, with the reference attention and with
-    --fused-attention, against bench/peers/torch_gpt.py (the same transformer, SDPA attention,
+  --gpt (issue 11): tpx-gpt-cuda --mesh 1x1 --bf16, with the reference attention, with
+    --fused-attention, and with both --fused-attention and --cuda-graph, against bench/peers/torch_gpt.py (the same transformer, SDPA attention,
     fused AdamW, bf16 autocast) eager and torch.compile, at GPT-2 124M's shape (B=16, T=1024, 12 heads of 64, F=3072, L=12, V=50304) and the test size;
     tokens/s, MFU against --peak-tflops and the ratios (target: tpx >= 1.1x torch.compile).
     Written without a GPU at hand: not yet run on one.
@@ -326,7 +326,8 @@ def gpt(a):
               f"L={shape[5]} V={shape[6]}, {n} timed steps after {w}")
         tokens = shape[0] * shape[1]
         r = {}
-        for name_, extra in (("tpx bf16", ("--bf16",)), ("tpx bf16 fused", ("--bf16", "--fused-attention"))):
+        for name_, extra in (("tpx bf16", ("--bf16",)), ("tpx bf16 fused", ("--bf16", "--fused-attention")),
+                             ("tpx bf16 fused graph", ("--bf16", "--fused-attention", "--cuda-graph"))):
             sec, loss = tpx_step_seconds(binary, "1x1", gpt_flags(shape), n, w, workdir, extra)
             r[name_] = {"ms_per_step": sec * 1e3, "tokens_per_s": tokens / sec, "loss_last": loss}
         common = (["--device", a.torch_device, "--dtype", "bf16", "--steps", str(n), "--warmup", str(w)]
@@ -343,7 +344,7 @@ def gpt(a):
         for k, v in r.items():
             print(f"  {k:20s} {v['tokens_per_s']:>12,.0f} tokens/s  ({v['ms_per_step']:.2f} ms, "
                   f"MFU {100 * v['mfu']:.1f}%)")
-        for mine in ("tpx bf16", "tpx bf16 fused"):
+        for mine in ("tpx bf16", "tpx bf16 fused", "tpx bf16 fused graph"):
             for peer, target in (("torch eager bf16", None), ("torch compile bf16", 1.1)):
                 ratio = r[mine]["tokens_per_s"] / r[peer]["tokens_per_s"]
                 goal = f"target >= {target}" if target else "no target"

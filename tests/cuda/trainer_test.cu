@@ -119,13 +119,15 @@ TEST_CASE("gpt: overlapped communication on the simulated CUDA mesh gives the sa
   CHECK(worst <= 1e-4f);
 }
 
-// --cuda-graph (examples/trainer/recorded_training.hpp): on mesh 1x1 of the simulated launcher,
-// the MLP trainer's step is recorded as a CUDA graph at its second step and every later step
-// replays it; its 20 losses equal the unrecorded run's within 1e-5 relative (the same kernels on
-// the same data, launched as a graph; the embedding's backward sums by fp32 atomics, whose order
-// varies from run to run). The GPT example's, with overlap on (a background lane inside the
-// recording), the same over 10 steps.
-TEST_CASE("trainer: --cuda-graph replays the recorded step with the unrecorded run's losses") {
+// --cuda-graph (examples/trainer/recorded_training.hpp): on mesh 1x1, of the simulated launcher
+// and over NCCL, the MLP trainer's step is recorded as a CUDA graph at its second step and every
+// later step replays it; its 20 losses equal the unrecorded run's within 1e-5 relative (the same
+// kernels on the same data, launched as a graph; the embedding's backward sums by fp32 atomics,
+// whose order varies from run to run). The GPT example's, with overlap on (a background lane
+// inside the recording), the same over 10 steps.
+namespace {
+template <class Launcher>
+void check_graph_replays(Launcher launcher) {
   trainer::options o = trainer_test::small(1, 1);
   o.steps = 20;
   std::vector<float> losses[2];
@@ -138,7 +140,7 @@ TEST_CASE("trainer: --cuda-graph replays the recorded step with the unrecorded r
           losses[graph ? 1 : 0].push_back(r.loss);
           if (graph) replayed.push_back(r.replayed);
         },
-        tpx::cuda_simulated);
+        launcher);
   }
   REQUIRE(losses[1].size() == 20);
   CHECK_FALSE(replayed[0]);  // the first step runs unrecorded
@@ -148,6 +150,12 @@ TEST_CASE("trainer: --cuda-graph replays the recorded step with the unrecorded r
     worst = std::max(worst, std::abs(losses[1][s] - losses[0][s]) / std::abs(losses[0][s]));
   INFO("worst relative loss difference " << worst);
   CHECK(worst <= 1e-5f);
+}
+}  // namespace
+
+TEST_CASE("trainer: --cuda-graph replays the recorded step with the unrecorded run's losses") {
+  check_graph_replays(tpx::cuda_simulated);
+  check_graph_replays(tpx::cuda_devices);
 
   trainer::run_options<gpt::family> g = gpt_test::training(1, 1, 1);
   g.steps = 10;

@@ -138,6 +138,7 @@ class NcclCommunicator {
         size_(other.size_),
         stream_(std::move(other.stream_)),
         ready_(std::move(other.ready_)),
+        recorded_(std::move(other.recorded_)),
         pending_(std::move(other.pending_)),
         spare_(std::move(other.spare_)),
         sequence_(other.sequence_),
@@ -366,10 +367,21 @@ class NcclCommunicator {
 
   // Runs `enqueue` (the NCCL calls of one collective) ordered after the rank's compute stream,
   // and orders the compute stream after it.
+  // While the rank's step is being recorded (a CUDA graph, step_graph.hpp; a group of one rank:
+  // spmd/recorded_step.hpp) the events only order the streams: a recorded event never fires, so
+  // none is polled or kept, and nothing is timed.
   template <class Enqueue>
   void run(const std::string& what, Enqueue&& enqueue) {
-    poll();
     const nvtx_range range(what);
+    if (resources_->recording()) {
+      ready_.record(resources_->stream());
+      stream_.wait_for(ready_);
+      enqueue();
+      recorded_.record(stream_.get());
+      TPX_CUDA_CHECK(cudaStreamWaitEvent(resources_->stream(), recorded_.get(), 0));
+      return;
+    }
+    poll();
     ready_.record(resources_->stream());
     stream_.wait_for(ready_);
     // Timed where it is communication: not on a group of one rank, a copy the step pays for once
@@ -593,6 +605,7 @@ class NcclCommunicator {
   int rank_ = 0, size_ = 1;
   cuda::stream stream_;
   event ready_;
+  event recorded_;  // the end of a collective being recorded, for the compute stream to wait on
   std::deque<pending_call> pending_;
   std::vector<event> spare_;
   // The signature exchange, when collectives are checked (after stream_: freed on it).

@@ -14,10 +14,11 @@
 // unrecorded first (the trainer does), so that what a first call sets up for good (GEMM plans, a
 // background lane's stream and workspace) is not made inside the recording.
 //
-// Only a rank alone in its world records. The ranks of tpx::cuda_simulated meet on the host in
-// every collective and wait for each other's streams, which a replay would skip; NCCL
-// collectives can be recorded, but tpx's NCCL communicator polls its events at every call, which
-// a recording forbids (not yet done). When the step cannot be recorded (the backend throws, or
+// Only a rank alone in its world records (mesh 1x1, on any CUDA launcher: NCCL's calls are
+// recorded too). The ranks of tpx::cuda_simulated meet on the host in every collective and wait
+// for each other's streams, which a replay would skip; NCCL collectives between ranks can be
+// recorded, but tpx's NCCL communicator watches each one's completion for its timeout, which a
+// replay would bypass (not yet done). When the step cannot be recorded (the backend throws, or
 // the world has more ranks), it runs as written from then on and failure() says why, for the
 // program to report; an error of the work itself then recurs unrecorded and propagates.
 #pragma once
