@@ -7,7 +7,7 @@
 //   - AdamW with its step number in a scalar tensor (what a replay reads) updates the parameters
 //     and moments bit for bit as with the host int, over ten steps counted by map_into;
 //   - map_into and assign write into the tensor's own buffer (a replay reuses the recorded
-//     addresses) and compute what map computes.
+//     addresses) and compute what map computes; they and copy_from_host refuse other extents.
 #include <doctest/doctest.h>
 
 #include <functional>
@@ -155,5 +155,10 @@ TEST_CASE("map_into and assign write into the tensor's own buffer what map compu
     tpx::assign(out, a);
     CHECK(out.data() == buffer);
     for (std::size_t i = 0; i < out.local().size(); ++i) CHECK(out.local()[i] == a.local()[i]);
+    Vec longer(rank, {D(11)});
+    CHECK_THROWS_WITH_AS(tpx::assign(longer, a),
+                         "tpx: map_into on [D_X]: an operand's extents differ from the output's",
+                         std::invalid_argument);
+    CHECK_THROWS_AS(tpx::copy_from_host(longer, a), std::invalid_argument);
   });
 }

@@ -14,6 +14,8 @@
 // linear and accept them when both operands are unreduced over the same axes.
 #pragma once
 
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -71,6 +73,12 @@ void map_into(Out& out, const Fn& fn, const A& a, const Rest&... rest) {
     compile_error<"tpx: map_into on " + A::notation +
                   ": a function of partial sums is not the partial sum of the function; reduce "
                   "first">{};
+  const auto same_extents = [&](const auto& t) {
+    return t.global_extents() == out.global_extents();
+  };
+  if (!same_extents(a) || !(same_extents(rest) && ...))
+    throw std::invalid_argument("tpx: map_into on " + std::string(Out::notation.c_str()) +
+                                ": an operand's extents differ from the output's");
   Out::space::transform(a.context(), a.size(), fn, out.data(), a.data(), rest.data()...);
 }
 

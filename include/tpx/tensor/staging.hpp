@@ -57,10 +57,11 @@ BasicTensor<Space, T, Spec...> in_space(BasicTensor<host_space, T, Spec...>&& h)
 }
 
 template <class Space, class T, class... Spec>
-void copy_from_host(BasicTensor<Space, T, Spec...>& t, const BasicTensor<host_space, T, Spec...>& h) {
-  if (t.local_extents() != h.local_extents())
-    throw std::invalid_argument("tpx: copy_from_host: the host tensor's block has other extents "
-                                "than the tensor it is copied into");
+void copy_from_host(BasicTensor<Space, T, Spec...>& t,
+                    const BasicTensor<host_space, T, Spec...>& h) {
+  if (t.global_extents() != h.global_extents())
+    throw std::invalid_argument("tpx: copy_from_host: the host tensor's extents differ from "
+                                "those of the tensor it is copied into");
   Space::from_host(h.context(), h.data(), h.size(), t.data());
 }
 
