@@ -3,7 +3,7 @@
 // kernel launches become one graph launch (tpx::recorded_step), which is what a small,
 // launch-bound step needs. The host records nothing and runs the same step as written, so the
 // host backend checks that this form of the step computes what train_step does, bit for bit
-// (tests/trainer/recorded_step_test.cpp).
+// (tests/trainer/recorded_training_test.cpp).
 //
 // A recording replays the same kernels on the same buffers, so the step is arranged as
 // spmd/recorded_work.hpp asks:

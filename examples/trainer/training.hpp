@@ -9,8 +9,9 @@
 // forward and backward, clip by the global gradient norm, and apply AdamW to its shards
 // (train_step.hpp; with --cuda-graph, recorded once and replayed: recorded_training.hpp). The
 // step runs in the rank's memory space from end to end: the batch is copied in, and nothing
-// comes back unless the step reports, every --report-every steps and before every save, when the loss and gradient norm (two scalars) are read back and rank 0 reports progress;
-// a non-finite loss or norm stops the run there, before the step is saved or logged. Checkpoints
+// comes back unless the step reports, every --report-every steps and before every save, when the
+// loss and gradient norm (two scalars) are read back and rank 0 reports progress; a non-finite
+// loss or norm stops the run there, before the step is saved or logged. Checkpoints
 // (io/checkpoint.hpp) hold every rank's shards of the parameters and Adam moments; --resume loads
 // the newest valid one onto whatever mesh this run has, and since a batch is a function of the
 // step number, the step is the whole data position. The checkpoint folder is created, locked and
