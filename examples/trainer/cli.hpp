@@ -45,8 +45,9 @@ concept gpu_launcher = requires(typename Launcher::options o) { o.device; };
 template <class Family, class... Launchers>
 int train_main(int argc, char** argv, const char* program, const std::string& about,
                backend<Launchers>... backends) {
+  constexpr bool on_gpu = (gpu_launcher<Launchers> || ...);
   const parsed_command_line<Family> parsed = parse_command_line<Family>(
-      argc, argv, program, about, {std::string(backends.name)...}, (gpu_launcher<Launchers> || ...));
+      argc, argv, program, about, {std::string(backends.name)...}, on_gpu);
   if (!parsed.options) {
     std::cout << parsed.out;
     std::cerr << parsed.error << std::flush;
