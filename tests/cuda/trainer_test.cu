@@ -145,9 +145,7 @@ void check_graph_replays(Launcher launcher) {
   REQUIRE(losses[1].size() == 20);
   CHECK_FALSE(replayed[0]);  // the first step runs unrecorded
   for (std::size_t s = 1; s < replayed.size(); ++s) CHECK(replayed[s]);
-  float worst = 0;
-  for (std::size_t s = 0; s < losses[0].size(); ++s)
-    worst = std::max(worst, std::abs(losses[1][s] - losses[0][s]) / std::abs(losses[0][s]));
+  const float worst = gpt_test::worst_relative_difference(losses[1], losses[0]);
   INFO("worst relative loss difference " << worst);
   CHECK(worst <= 1e-5f);
 }

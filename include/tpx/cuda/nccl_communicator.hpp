@@ -372,18 +372,17 @@ class NcclCommunicator {
   // none is polled or kept, and nothing is timed.
   template <class Enqueue>
   void run(const std::string& what, Enqueue&& enqueue) {
+    const bool recording = resources_->recording();
+    if (!recording) poll();
     const nvtx_range range(what);
-    if (resources_->recording()) {
-      ready_.record(resources_->stream());
-      stream_.wait_for(ready_);
+    ready_.record(resources_->stream());
+    stream_.wait_for(ready_);
+    if (recording) {
       enqueue();
       recorded_.record(stream_.get());
       TPX_CUDA_CHECK(cudaStreamWaitEvent(resources_->stream(), recorded_.get(), 0));
       return;
     }
-    poll();
-    ready_.record(resources_->stream());
-    stream_.wait_for(ready_);
     // Timed where it is communication: not on a group of one rank, a copy the step pays for once
     // per collective in timing events.
     communication_clock& timer = resources_->clock();

@@ -41,6 +41,13 @@ struct adamw_update {
     return u;
   }
 
+  // This update at step *step and scaled by *scale, each read from the memory of the space that
+  // runs it where given (null: as it is): what the host loop and the CUDA kernel apply.
+  TPX_HOST_DEVICE adamw_update read(const float* step, const float* scale) const {
+    const adamw_update stepped = step != nullptr ? at_step(*step) : *this;
+    return scale != nullptr ? stepped.scaled_by(*scale) : stepped;
+  }
+
   TPX_HOST_DEVICE void operator()(float& p, float grad, float& m, float& v) const {
     const float g = grad * grad_scale;
     m = beta1 * m + (1.0f - beta1) * g;

@@ -58,7 +58,9 @@ void adamw_step(P& param, const G& grad, P& m, P& v, const adamw_config& c, int 
 
 // The same with t a float scalar in the parameter's memory space, read there: a step recorded
 // once and replayed (a CUDA graph, spmd/recorded_step.hpp) advances t on the device. A float
-// holds every step number up to 2^24 exactly; the results equal the int t's bit for bit.
+// holds every step number up to 2^24 exactly. On the host the results equal the int t's bit for
+// bit; on a GPU the bias corrections come from the device's powf, which may differ from the
+// host's in the last bit.
 template <AnyTensor P, AnyTensor G, AnyTensor T, AnyTensor S>
 void adamw_step(P& param, const G& grad, P& m, P& v, const adamw_config& c, const T& t,
                 const S& grad_scale) {

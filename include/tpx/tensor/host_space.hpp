@@ -118,10 +118,9 @@ struct host_space {
   static void adamw(const rank_context&, std::size_t n, const kernels::adamw_update& update,
                     const float* step, const float* scale, float* p, const G* g, float* m,
                     float* v) {
-    const kernels::adamw_update scaled =
-        (step != nullptr ? update.at_step(*step) : update).scaled_by(*scale);
+    const kernels::adamw_update stepped = update.read(step, scale);
     kernels::for_each_index(static_cast<std::int64_t>(n), [=](std::int64_t i) {
-      scaled(p[i], static_cast<float>(g[i]), m[i], v[i]);
+      stepped(p[i], static_cast<float>(g[i]), m[i], v[i]);
     });
   }
 

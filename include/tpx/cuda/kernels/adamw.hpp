@@ -26,8 +26,7 @@ template <class G, class M>
 __global__ void __launch_bounds__(block_threads)
     adamw_kernel(std::int64_t n, kernels::adamw_update base, const float* step, const float* scale, float* master,
                  const G* grad, float* m, float* v, M* model) {
-  const kernels::adamw_update stepped = step != nullptr ? base.at_step(*step) : base;
-  const kernels::adamw_update update = scale != nullptr ? stepped.scaled_by(*scale) : stepped;
+  const kernels::adamw_update update = base.read(step, scale);
   for (std::int64_t i = global_thread(); i < n; i += grid_stride()) {
     float p = master[i], mi = m[i], vi = v[i];
     update(p, static_cast<float>(grad[i]), mi, vi);
