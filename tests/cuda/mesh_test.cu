@@ -23,6 +23,10 @@
 // tests/unit/rendezvous_test.cpp exercises it between processes) and check a world size that is
 // not the mesh's. On both meshes, background tasks (tpx::in_background on a rank's second stream)
 // equal the rank's own collectives while the rank's kernels reuse the pool's memory beside them.
+// On a rank alone on the simulated mesh, a step recorded as a CUDA graph (tpx::recorded_step)
+// that frees a buffer made before it, or leaves one it made alive, is refused with the rule it
+// broke (spmd/recording_ledger.hpp, as the host stand-in for a graph shows in
+// tests/unit/replay_tape_test.cpp) and runs as written instead; one that keeps the rules replays.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -32,6 +36,7 @@
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -40,6 +45,8 @@
 #include <tpx/cuda/cuda.hpp>
 #include <tpx/launch/this_host.hpp>
 #include <tpx/spmd/background.hpp>
+#include <tpx/spmd/recorded_step.hpp>
+#include <tpx/tensor/staging.hpp>
 
 #include "support/collective_cases.hpp"
 #include "support/typed_program.hpp"
@@ -228,6 +235,45 @@ void check_background_equals_own(Launcher launcher, int x, int y) {
 TEST_CASE("simulated mesh: background tasks on each rank's lane equal the rank's own collectives") {
   check_background_equals_own(tpx::cuda_simulated, 2, 2);
   check_background_equals_own(tpx::cuda_simulated, 1, 1);
+}
+
+TEST_CASE("simulated mesh: a recorded step that breaks a memory rule is refused, saying which") {
+  tpx::spmd(tpx::cuda_simulated, tpx::Mesh<t::X>{1}, [](auto& rank) {
+    using Vec = tpx::BasicTensor<tpx::space_of_t<decltype(rank)>, float, t::D<t::X>>;
+    const auto filled = [&] {
+      tpx::Tensor<float, t::D<t::X>> h(rank, {t::D(10)});
+      tpx::fill_with(h, [](std::int64_t i) { return static_cast<float>(i); });
+      Vec x(rank, {t::D(10)});
+      tpx::copy_from_host(x, h);
+      return x;
+    };
+    const auto failure_of = [&](auto work) {
+      tpx::recorded_step step;
+      step(rank, work);
+      CHECK_FALSE(step.recorded());
+      return step.failure();
+    };
+    std::optional<Vec> made_before(filled());
+    CHECK(failure_of([&] { made_before.reset(); }).find("frees 1 buffer (40 bytes) made before it") !=
+          std::string::npos);
+    const Vec x = filled();
+    std::optional<Vec> kept;
+    CHECK(failure_of([&] { kept.emplace(tpx::map(tpx::kernels::add{}, x, x)); })
+              .find("leaves 1 buffer (40 bytes) it made alive after it") != std::string::npos);
+    REQUIRE(kept.has_value());  // made by the unrecorded run
+    CHECK(tpx::to_global(*kept)[9] == 18.0f);
+
+    Vec y = filled();
+    tpx::recorded_step step;
+    auto doubled = [&] {
+      const Vec sum = tpx::map(tpx::kernels::add{}, y, y);
+      tpx::assign(y, sum);
+    };
+    for (int i = 0; i < 3; ++i) step(rank, doubled);
+    INFO(step.failure());
+    CHECK(step.recorded());
+    CHECK(tpx::to_global(y)[9] == 72.0f);
+  });
 }
 
 TEST_CASE("NCCL: background tasks on each rank's lane equal the rank's own collectives") {

@@ -16,7 +16,10 @@
 // task (rank_resources.hpp), it is freed on the rank's own stream once the rank has joined the
 // task, after the rank's kernels that read it; freed by a task, after the task's collectives. A buffer
 // made with a memory_meter (device_space gives the rank's: tensor/memory_meter.hpp) counts its
-// bytes there from allocation to free; its copies count on the same meter.
+// bytes there from allocation to free; its copies count on the same meter. While the thread
+// records a step (rank_resources::record), each allocation and free is entered in the
+// recording's ledger (spmd/recording_ledger.hpp), which checks that the step frees exactly what
+// it makes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,6 +30,7 @@
 
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/stream.hpp"
+#include "tpx/spmd/recording_ledger.hpp"
 #include "tpx/tensor/memory_meter.hpp"
 
 namespace tpx::cuda {
@@ -48,8 +52,7 @@ class device_buffer {
     if (size_ == 0) return;
     void* p = nullptr;
     TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_.get()));
-    data_ = static_cast<T*>(p);
-    if (meter_ != nullptr) meter_->add(static_cast<std::int64_t>(bytes()));
+    made(p);
     TPX_CUDA_CHECK(cudaMemcpyAsync(data_, other.data_, bytes(), cudaMemcpyDeviceToDevice, stream_.get()));
   }
   device_buffer(device_buffer&& other) noexcept
@@ -64,8 +67,11 @@ class device_buffer {
   }
   ~device_buffer() {
     if (data_ == nullptr) return;
-    cudaFreeAsync(data_, stream_.get());  // a destructor cannot report failure
+    // A destructor cannot report failure, so its error is taken here rather than left for the next
+    // kernel launch's check to report as its own (a buffer of a graph that was refused, say).
+    if (cudaFreeAsync(data_, stream_.get()) != cudaSuccess) (void)cudaGetLastError();
     if (meter_ != nullptr) meter_->remove(static_cast<std::int64_t>(bytes()));
+    if (recording_ledger* ledger = recording_ledger::current()) ledger->freed(data_, bytes());
   }
 
   friend void swap(device_buffer& a, device_buffer& b) noexcept {
@@ -92,9 +98,15 @@ class device_buffer {
     if (n == 0) return;
     void* p = nullptr;
     TPX_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes(), pool_, stream_.get()));
+    made(p);
+    if (zeroed) TPX_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), stream_.get()));
+  }
+
+  // Takes the allocation at p: counted on the meter, entered in the ledger of a recording.
+  void made(void* p) {
     data_ = static_cast<T*>(p);
     if (meter_ != nullptr) meter_->add(static_cast<std::int64_t>(bytes()));
-    if (zeroed) TPX_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), stream_.get()));
+    if (recording_ledger* ledger = recording_ledger::current()) ledger->made(data_, bytes());
   }
 
   std::size_t bytes() const { return size_ * sizeof(T); }

@@ -24,7 +24,8 @@
 // record(work) captures what the work queues as a CUDA graph (step_graph.hpp) for
 // tpx::recorded_step. Meanwhile recording() is true: the device space then refuses copies to and
 // from the host (a replay would repeat the recorded bytes, and a read would wait on work that has
-// not run), and the clock is paused.
+// not run), and the clock is paused; and a recording_ledger (spmd/recording_ledger.hpp) checks
+// that the work frees exactly the buffers it makes, refusing the graph if not.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,6 +46,7 @@
 #include "tpx/cuda/step_graph.hpp"
 #include "tpx/cuda/stream.hpp"
 #include "tpx/spmd/rank_context.hpp"
+#include "tpx/spmd/recording_ledger.hpp"
 
 namespace tpx::cuda {
 
@@ -98,7 +100,14 @@ class rank_resources final : public backend_state, public background_lane {
         rank->clock_.pause(false);
       }
     } resumed{this};
-    return record_graph(stream_.get(), work);
+    recording_ledger ledger;
+    std::unique_ptr<recorded_work> graph;
+    {
+      const recording_ledger::scope entered(ledger);
+      graph = record_graph(stream_.get(), work);
+    }
+    ledger.check();
+    return graph;
   }
 
   // The background lane (see the top of the file).

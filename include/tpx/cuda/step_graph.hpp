@@ -9,7 +9,7 @@
 // same). Allocations the work makes from the rank's pool become the graph's own memory, allocated
 // and freed within every launch; a buffer allocated inside and not freed there would fail the
 // next launch (no cudaGraphInstantiateFlagAutoFreeOnLaunch: it would free memory a tensor still
-// points to).
+// points to), which is why rank_resources::record refuses such work (spmd/recording_ledger.hpp).
 //
 // Capture is per thread (cudaStreamCaptureModeThreadLocal): the other ranks' threads of the
 // process go on. A call the capture forbids (a synchronization, an event query, a host copy)
