@@ -102,9 +102,14 @@ class rank_resources final : public backend_state, public background_lane {
     } resumed{this};
     recording_ledger ledger;
     std::unique_ptr<recorded_work> graph;
-    {
+    try {
       const recording_ledger::scope entered(ledger);
       graph = record_graph(stream_.get(), work);
+    } catch (...) {
+      // Freeing memory the graph did not allocate fails the capture itself; the broken rule says
+      // more than CUDA's error about it.
+      ledger.check();
+      throw;
     }
     ledger.check();
     return graph;
