@@ -25,7 +25,8 @@
 // tpx::recorded_step. Meanwhile recording() is true: the device space then refuses copies to and
 // from the host (a replay would repeat the recorded bytes, and a read would wait on work that has
 // not run), and the clock is paused; and a recording_ledger (spmd/recording_ledger.hpp) checks
-// that the work frees exactly the buffers it makes, refusing the graph if not.
+// that the work frees exactly the buffers it makes, refusing the graph if not. A graph's
+// allocations have memory of their own, so a recording trims the pool of what it keeps.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -112,6 +113,10 @@ class rank_resources final : public backend_state, public background_lane {
       throw;
     }
     ledger.check();
+    // The step's temporaries come from the graph's own memory from now on, which its first launch
+    // maps: what the pool kept of the unrecorded steps' goes back to the device first, so that
+    // the device does not hold them twice (cudaMemPoolTrimTo releases only memory not in use).
+    TPX_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
     return graph;
   }
 
