@@ -13,8 +13,9 @@
 //
 // Capture is per thread (cudaStreamCaptureModeThreadLocal): the other ranks' threads of the
 // process go on. A call the capture forbids (a synchronization, an event query, a host copy)
-// fails the capture with CUDA's error, which record_graph throws after ending the capture, so the
-// stream is usable again and the caller can run the work unrecorded.
+// fails the capture with CUDA's error, which record_graph throws after ending the capture and
+// taking the error from CUDA's last-error slot (where the next kernel launch's check would find
+// it as its own), so the stream is usable again and the caller can run the work unrecorded.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -54,11 +55,15 @@ inline std::unique_ptr<recorded_work> record_graph(cudaStream_t stream,
     (void)cudaGetLastError();  // a failed capture leaves its error for the next check to find
     throw;
   }
-  TPX_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  detail::check_cuda(instantiated, "cudaGraphInstantiate", __FILE__, __LINE__);
+  const cudaError_t made = ended == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : ended;
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (made != cudaSuccess) {
+    (void)cudaGetLastError();  // the error is thrown here, not left for the next launch's check
+    detail::check_cuda(made, ended == cudaSuccess ? "cudaGraphInstantiate" : "cudaStreamEndCapture",
+                       __FILE__, __LINE__);
+  }
   return std::make_unique<graph_replay>(exec, stream);
 }
 
