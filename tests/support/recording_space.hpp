@@ -48,10 +48,7 @@ class recording_buffer {
   static recording_buffer for_overwrite(std::size_t n) { return recording_buffer(n); }
 
   recording_buffer(const recording_buffer& other) : recording_buffer(other.size_) {
-    const T* from = other.data_;
-    T* to = data_;
-    const std::size_t n = size_;
-    if (n > 0) replay_tape::run_or_record([from, to, n] { std::copy_n(from, n, to); });
+    replay_tape::copy(other.data_, size_, data_);
   }
   recording_buffer(recording_buffer&& other) noexcept { swap(*this, other); }
   recording_buffer& operator=(recording_buffer other) noexcept {
@@ -266,10 +263,7 @@ class recording_group {
       throw std::logic_error("recording_group: a collective of one rank with " +
                              std::to_string(in.size()) + " elements in and " +
                              std::to_string(out.size()) + " out");
-    const T* from = in.data();
-    T* to = out.data();
-    const std::size_t n = in.size();
-    if (from != to) replay_tape::run_or_record([from, to, n] { std::copy_n(from, n, to); });
+    if (in.data() != out.data()) replay_tape::copy(in.data(), in.size(), out.data());
   }
 };
 

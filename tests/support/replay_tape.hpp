@@ -11,6 +11,7 @@
 // keeps the same way, checks the memory rules of recorded_work.hpp when the recording ends.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -38,6 +39,12 @@ class replay_tape {
       tape->operations_.emplace_back(std::move(op));
     else
       op();
+  }
+
+  // n elements from `from` to `to` (a device-to-device copy), run now or recorded.
+  template <class T>
+  static void copy(const T* from, std::size_t n, T* to) {
+    if (n > 0) run_or_record([from, n, to] { std::copy_n(from, n, to); });
   }
 
   // Memory freed while recording: the recording's from then on.

@@ -37,12 +37,11 @@ class recording_ledger {
 
   // A buffer of `bytes` at `address`, made while recording.
   void made(const void* address, std::size_t bytes) { live_[address] = bytes; }
-  // The buffer at `address` freed while recording; whether the recording made it.
-  bool freed(const void* address, std::size_t bytes) {
-    if (live_.erase(address) == 1) return true;
+  // The buffer of `bytes` at `address`, freed while recording.
+  void freed(const void* address, std::size_t bytes) {
+    if (live_.erase(address) == 1) return;
     ++freed_before_;
     freed_before_bytes_ += bytes;
-    return false;
   }
 
   // Throws std::logic_error saying which rule the recorded work broke, if any.
