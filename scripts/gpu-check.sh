@@ -18,8 +18,9 @@
 #     libraries, found as the build finds them; what is missing is listed, all at once, with
 #     where to get it, and the script stops
 #   2 build the cuda preset (cmake --preset cuda; cmake --build --preset cuda): every CUDA test
-#     and bench, with nvcc; warnings are not errors here (TPX_WERROR=OFF, as a user's compiler
-#     may warn where CI's does not; TPX_WERROR=ON in the environment checks as CI does)
+#     and bench, with nvcc, for the architectures of the GPUs present (TPX_CUDA_ARCHITECTURES
+#     overrides); warnings are not errors here (TPX_WERROR=OFF, as a user's compiler may warn
+#     where CI's does not; TPX_WERROR=ON in the environment checks as CI does)
 #   3 run every CUDA test (ctest --preset cuda, label cuda): each kernel and GEMM against the
 #     host on the same inputs; every collective and the typed program on the simulated mesh and,
 #     with 2 or more GPUs, over NCCL
@@ -131,6 +132,20 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L; then
   gpus=$(nvidia-smi -L | grep -c '^GPU')
 fi
 nvcc=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+# The GPU architectures to compile for: TPX_CUDA_ARCHITECTURES (CMake's list, e.g. "90" or
+# "80;90"), else those of the GPUs here (nvidia-smi's compute capabilities, 9.0 -> 90), else the
+# project's default (80 and 90). One architecture is one device pass per file instead of two: a
+# fifth of the build.
+cuda_architectures=${TPX_CUDA_ARCHITECTURES:-}
+if [[ -z $cuda_architectures ]] && ((gpus > 0)); then
+  cuda_architectures=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
+                       tr -d '. ' | sort -u | paste -sd ';')
+fi
+if [[ -n $cuda_architectures && ! $cuda_architectures =~ ^[0-9]+[a-z]?(\;[0-9]+[a-z]?)*$ ]]; then
+  echo "gpu-check: ignoring the GPU architectures '$cuda_architectures' (not a list like 90 or" \
+       "80;90), so the build compiles for the project's default" >&2
+  cuda_architectures=
+fi
 
 # What the build needs, each found as the build finds it; everything missing is listed at once.
 echo "=== tools and libraries"
@@ -204,8 +219,10 @@ echo "all found (CMAKE_PREFIX_PATH=${CMAKE_PREFIX_PATH:-(unset)}, NCCL_ROOT=${NC
 
 export CUDACXX=$nvcc CMAKE_BUILD_PARALLEL_LEVEL=$jobs
 werror=${TPX_WERROR:-OFF}
-step "build (cuda preset, TPX_WERROR=$werror)" \
-  bash -c "cmake --preset cuda -DTPX_WERROR=$werror >/dev/null && cmake --build --preset cuda"
+configure=(-DTPX_WERROR="$werror")
+[[ -n $cuda_architectures ]] && configure+=(-DCMAKE_CUDA_ARCHITECTURES="$cuda_architectures")
+step "build (cuda preset, TPX_WERROR=$werror, GPU architectures ${cuda_architectures:-80;90})" \
+  bash -c 'cmake --preset cuda "$@" >/dev/null && cmake --build --preset cuda' _ "${configure[@]}"
 built=$((failed == 0))
 bench=build/cuda/bench/cuda/tpx-bench-cuda
 train=build/cuda/examples/tpx-train-cuda

@@ -4,7 +4,8 @@
 # steps, ctest and nvidia-smi are stand-ins here (its probe of the libraries runs for real, so the
 # test is skipped where the CUDA toolkit is missing): an unknown part is refused, a part not asked
 # for does not run, a step that outlives TPX_GPU_STEP_SECONDS is cut off and reported as such,
-# and the parts that need a GPU say they were skipped for want of one.
+# the parts that need a GPU say they were skipped for want of one, and the build compiles for
+# the GPUs' architectures (nvidia-smi's compute capabilities) unless told otherwise.
 #   bash tests/scripts/gpu_check_test.sh SOURCE_DIR
 set -uo pipefail
 root=$1
@@ -17,12 +18,25 @@ trap 'rm -rf "$stub"' EXIT
 real_cmake=$(command -v cmake)
 cat >"$stub/cmake" <<EOF
 #!/usr/bin/env bash
-case "\$1" in --preset | --build) echo "stand-in: cmake \$*"; exit 0 ;; esac
+case "\$1" in --preset | --build) echo "stand-in: cmake \$*" | tee -a "$stub/cmake-calls"; exit 0 ;; esac
 exec "$real_cmake" "\$@"
 EOF
 printf '#!/usr/bin/env bash\necho "stand-in: ctest $*"; sleep 5\n' >"$stub/ctest"
-printf '#!/usr/bin/env bash\nexit 1\n' >"$stub/nvidia-smi"
+printf '#!/usr/bin/env bash\nexit 1\n' >"$stub/no-gpus"
+# GPUs of the compute capabilities in TPX_STUB_GPUS (e.g. "9.0 9.0"), as nvidia-smi lists them.
+cat >"$stub/gpus" <<'EOF'
+#!/usr/bin/env bash
+i=0
+for cap in $TPX_STUB_GPUS; do
+  case "$*" in
+    -L) echo "GPU $i: NVIDIA stand-in (UUID: GPU-$i)" ;;
+    *compute_cap*) echo "$cap" ;;
+  esac
+  i=$((i + 1))
+done
+EOF
 chmod +x "$stub"/*
+cp "$stub/no-gpus" "$stub/nvidia-smi"
 
 failures=0
 check() {  # check WHAT CONDITION...
@@ -51,6 +65,25 @@ check "parts that need a GPU pass as skipped without one" test $? -eq 0
 check "the trainer part is skipped without a GPU" grep -q "^skipped  trainer: no GPU" <<<"$out"
 check "the peers part is skipped without a GPU" grep -q "^skipped  peers: no GPU" <<<"$out"
 check "the tests part does not run when not asked for" bash -c '! grep -q "CUDA tests" <<<"$1"' _ "$out"
+
+# The architectures the build compiles for: the GPUs', an override, or the project's default.
+configured() {  # configured "CAPABILITIES" [VAR=VALUE...]: the cuda preset's configure line
+  rm -f "$stub/cmake-calls"
+  [[ -n $1 ]] && cp "$stub/gpus" "$stub/nvidia-smi"
+  (export TPX_STUB_GPUS="$1" "${@:2}"; TPX_GPU_STEP_SECONDS=1 gpu_check tests >/dev/null)
+  cp "$stub/no-gpus" "$stub/nvidia-smi"
+  grep -- "--preset cuda" "$stub/cmake-calls"
+}
+line=$(configured "9.0 9.0")
+check "two H100s: the build compiles for 90 alone" \
+  grep -q -- "-DCMAKE_CUDA_ARCHITECTURES=90$" <<<"$line"
+line=$(configured "8.0 9.0")
+check "an A100 and an H100: for both" grep -q -- "-DCMAKE_CUDA_ARCHITECTURES=80;90$" <<<"$line"
+line=$(configured "9.0" TPX_CUDA_ARCHITECTURES=100)
+check "TPX_CUDA_ARCHITECTURES overrides the GPUs'" \
+  grep -q -- "-DCMAKE_CUDA_ARCHITECTURES=100$" <<<"$line"
+line=$(configured "")
+check "no GPU: the project's default" bash -c '[[ -n $1 && $1 != *ARCHITECTURES* ]]' _ "$line"
 
 ((failures == 0)) || { echo "$failures check(s) failed; gpu-check's last output:"; echo "$out"; }
 exit $((failures > 0))
