@@ -5,6 +5,7 @@
 //
 //   tpx-gpt --mesh 2x2 --steps 300 --log gpt.jsonl
 #include "../trainer/launch_main.hpp"
-#include "family.hpp"
+// After launch_main.hpp, whose launchers training.hpp's qualified tpx::spmd calls must see:
+#include "host_ranks.hpp"  // the loop of a rank, compiled in host_rank_*.cpp
 
 int main(int argc, char** argv) { return trainer::launch_main<gpt::family>(argc, argv, "tpx-gpt"); }

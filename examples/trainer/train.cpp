@@ -5,6 +5,8 @@
 //   tpx-train --mesh 2x2 --steps 300 --log train.jsonl
 //   mpirun -np 4 tpx-train --mesh 2x2 --steps 300 --log train.jsonl
 #include "launch_main.hpp"
+// After launch_main.hpp, whose launchers training.hpp's qualified tpx::spmd calls must see:
+#include "host_ranks.hpp"  // the loop of a rank, compiled in host_rank_*.cpp
 
 int main(int argc, char** argv) {
   return trainer::launch_main<trainer::mlp>(argc, argv, "tpx-train");

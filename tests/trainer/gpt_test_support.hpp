@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "../../examples/gpt/family.hpp"
+#include "../../examples/gpt/host_ranks.hpp"  // family.hpp, its rank loops compiled once
 #include "../../examples/trainer/training.hpp"
 #include "trainer_test_support.hpp"  // TPX_TRAINER_RUN
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "../../examples/trainer/training.hpp"
+#include "../../examples/trainer/host_ranks.hpp"  // training.hpp, its rank loops compiled once
 
 // trainer::run of a model family on a launcher, as an explicit instantiation names it:
 // `extern template TPX_TRAINER_RUN(F, L);` in a header, `template TPX_TRAINER_RUN(F, L);` in the
