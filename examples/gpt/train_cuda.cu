@@ -5,6 +5,6 @@
 //   tpx-gpt-cuda --mesh 2x2 --steps 300 --log gpt.jsonl
 //   tpx-gpt-cuda --backend nccl --mesh 1x1 --steps 100 --bf16
 #include "../trainer/cuda_main.hpp"
-#include "cuda_ranks.hpp"  // the loop of a rank, compiled in cuda_rank_*.cu
+#include "family.hpp"
 
 int main(int argc, char** argv) { return trainer::cuda_main<gpt::family>(argc, argv, "tpx-gpt-cuda"); }

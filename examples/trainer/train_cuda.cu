@@ -5,7 +5,7 @@
 //   tpx-train-cuda --mesh 2x2 --steps 300 --log train.jsonl
 //   tpx-train-cuda --backend nccl --mesh 1x1 --steps 100
 #include "cuda_main.hpp"
-#include "cuda_ranks.hpp"  // the loop of a rank, compiled in cuda_rank_*.cu
+#include "mlp_family.hpp"
 
 int main(int argc, char** argv) {
   return trainer::cuda_main<trainer::mlp>(argc, argv, "tpx-train-cuda");

@@ -273,8 +273,7 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
 
 // train_rank of a compute type, model family and rank type, as an explicit instantiation names
 // it: `extern template TPX_TRAINER_TRAIN_RANK(Tc, F, R);` where it is used, `template
-// TPX_TRAINER_TRAIN_RANK(Tc, F, R);` in the one file that compiles it (the CUDA trainers'
-// cuda_ranks.hpp). It is most of a trainer program's compile time.
+// TPX_TRAINER_TRAIN_RANK(Tc, F, R);` in the one file that compiles it (host_ranks.hpp).
 #define TPX_TRAINER_TRAIN_RANK(Tc, Family, Rank)                                      \
   void trainer::train_rank<Tc, Family, Rank>(                                         \
       Rank&, const trainer::run_options<Family>&, const trainer::checkpointing&,      \

@@ -27,7 +27,6 @@
 #include <utility>
 #include <vector>
 
-#include "../../examples/gpt/cuda_ranks.hpp"  // the trainers' CUDA ranks, compiled once
 #include "../trainer/gpt_test_support.hpp"
 #include "../trainer/trainer_test_support.hpp"
 

@@ -1,5 +1,0 @@
-// The training loop of one CUDA rank of tpx-gpt-cuda's GPT in fp32, compiled here once
-// (cuda_ranks.hpp says why).
-#include "cuda_ranks.hpp"
-
-template TPX_TRAINER_CUDA_RANK(float, gpt::family);
