@@ -4,9 +4,10 @@
 // the object libraries tpx_trainer_ranks and tpx_gpt_ranks (examples/trainer_ranks.cmake) that
 // tpx-train, tpx-gpt and the trainer tests link. Before, every program compiled it again: the
 // tests' thread runs (tests/trainer/trainer_run.cpp) and MPI runs (tests/mpi/mpi_trainer_runs.cpp)
-// each took 110 s in CI, tpx-train 76 s and tpx-gpt 112 s. Now these four files take 24 to 53 s
-// beside the four loops' 37 to 61 s (with both cores busy), 59 s less in all, and a machine of 3
-// cores or more builds a program's loops beside its own file.
+// each took 110 s in CI's default stage, tpx-train 76 s and tpx-gpt 112 s. Now these four files
+// take 28 to 56 s beside the four loops' 41 to 69 s: about the same in all (382 s against 408 s),
+// but a machine of 3 cores or more builds a program's loops beside its own file, so tpx-train
+// and tpx-gpt rebuild in the time of their longest file.
 //
 // TPX_TRAINER_HOST_RANK(Tc, Family) names one as an explicit instantiation does: `extern
 // template TPX_TRAINER_HOST_RANK(float, trainer::mlp);` where it is used (below for the MLP,
