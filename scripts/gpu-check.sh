@@ -221,7 +221,7 @@ export CUDACXX=$nvcc CMAKE_BUILD_PARALLEL_LEVEL=$jobs
 werror=${TPX_WERROR:-OFF}
 configure=(-DTPX_WERROR="$werror")
 [[ -n $cuda_architectures ]] && configure+=(-DCMAKE_CUDA_ARCHITECTURES="$cuda_architectures")
-step "build (cuda preset, TPX_WERROR=$werror, GPU architectures ${cuda_architectures:-80;90})" \
+step "build (cuda preset, TPX_WERROR=$werror, GPU architectures ${cuda_architectures:-as configured})" \
   bash -c 'cmake --preset cuda "$@" >/dev/null && cmake --build --preset cuda' _ "${configure[@]}"
 built=$((failed == 0))
 bench=build/cuda/bench/cuda/tpx-bench-cuda

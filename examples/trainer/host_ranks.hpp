@@ -17,8 +17,11 @@
 
 #include "training.hpp"
 
-#define TPX_TRAINER_HOST_RANK(Tc, Family) \
-  TPX_TRAINER_TRAIN_RANK(Tc, Family, tpx::Rank<Family::mesh>)
+#define TPX_TRAINER_HOST_RANK(Tc, Family)                            \
+  void trainer::train_rank<Tc, Family, tpx::Rank<Family::mesh>>(     \
+      tpx::Rank<Family::mesh>&, const trainer::run_options<Family>&, \
+      const trainer::checkpointing&, const trainer::text_data&,      \
+      const std::function<void(const trainer::step_report&)>&)
 
 extern template TPX_TRAINER_HOST_RANK(float, trainer::mlp);
 extern template TPX_TRAINER_HOST_RANK(tpx::bf16, trainer::mlp);

@@ -271,14 +271,6 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
   }
 }
 
-// train_rank of a compute type, model family and rank type, as an explicit instantiation names
-// it: `extern template TPX_TRAINER_TRAIN_RANK(Tc, F, R);` where it is used, `template
-// TPX_TRAINER_TRAIN_RANK(Tc, F, R);` in the one file that compiles it (host_ranks.hpp).
-#define TPX_TRAINER_TRAIN_RANK(Tc, Family, Rank)                                      \
-  void trainer::train_rank<Tc, Family, Rank>(                                         \
-      Rank&, const trainer::run_options<Family>&, const trainer::checkpointing&,      \
-      const trainer::text_data&, const std::function<void(const trainer::step_report&)>&)
-
 // Trains on the mesh of o's sizes (mesh_of) of the launcher's ranks (tpx::host by default);
 // report(r) is called by rank 0 after every step. before_training runs once the checkpoint folder
 // and the text have been checked, just before the ranks start. Errors of any rank come back as
