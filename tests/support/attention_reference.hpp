@@ -21,15 +21,17 @@ struct attention_case {
   std::int64_t sequences, t_len;
 };
 
-// out, lse, delta and, for dout, the gradients.
+// out, lse, delta and, for dout, the gradients; and for dq and dk the sums of their terms'
+// magnitudes, the scale of their rounding error: ds = p (dp - delta) cancels (exactly, at T = 1,
+// where dq and dk are 0 but the kernel's bf16 dp and delta leave about 1e-7).
 struct naive_attention {
-  std::vector<double> out, lse, dq, dk, dv, delta;
+  std::vector<double> out, lse, dq, dk, dv, delta, dq_terms, dk_terms;
   naive_attention(const attention_case& c, int e, const std::vector<tpx::bf16>& q,
                   const std::vector<tpx::bf16>& k, const std::vector<tpx::bf16>& v,
                   const std::vector<tpx::bf16>& dout) {
     const std::int64_t n = c.sequences * c.t_len;
     out.assign(n * e, 0.0);
-    dq = dk = dv = out;
+    dq = dk = dv = dq_terms = dk_terms = out;
     lse.assign(n, 0.0);
     delta = lse;
     const double scale = 1.0 / std::sqrt(double(e));
@@ -59,9 +61,12 @@ struct naive_attention {
         for (std::int64_t s = 0; s <= t; ++s) {
           const std::int64_t rs = sq * c.t_len + s;
           const double ds = p[s] * (dp[s] - delta[rt]);
+          const double ds_terms = p[s] * (std::abs(dp[s]) + std::abs(delta[rt]));
           for (int i = 0; i < e; ++i) {
             dq[rt * e + i] += scale * ds * double(k[rs * e + i]);
             dk[rs * e + i] += scale * ds * double(q[rt * e + i]);
+            dq_terms[rt * e + i] += scale * ds_terms * std::abs(double(k[rs * e + i]));
+            dk_terms[rs * e + i] += scale * ds_terms * std::abs(double(q[rt * e + i]));
             dv[rs * e + i] += p[s] * double(dout[rt * e + i]);
           }
         }
@@ -79,10 +84,13 @@ inline std::vector<tpx::bf16> draws(std::int64_t n, std::uint64_t seed) {
 
 // Checks got against want within 1e-2 of want's largest magnitude plus 1e-2 relative (bf16
 // outputs, P and dS rounded to bf16 inside the kernels), naming the first few elements off.
+// Given the sums of its terms' magnitudes, a tenth of their largest floors that scale, for
+// gradients that cancel to about 0.
 inline void check_close(const std::string& what, const std::vector<tpx::bf16>& got,
-                        const std::vector<double>& want) {
+                        const std::vector<double>& want, const std::vector<double>& terms = {}) {
   double largest = 0;
   for (double w : want) largest = std::max(largest, std::abs(w));
+  for (double w : terms) largest = std::max(largest, 0.1 * w);
   int wrong = 0;
   for (std::size_t i = 0; i < want.size(); ++i)
     if (std::abs(double(got[i]) - want[i]) > 1e-2 * largest + 1e-2 * std::abs(want[i]) &&

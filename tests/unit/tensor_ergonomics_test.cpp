@@ -3,7 +3,8 @@
 // global coordinates against the block each rank holds; one target spelling for matmul and
 // reshard; a target over an axis the mesh lacks named at run time before any collective (the
 // rank-first forms, which reject it at compile time: tests/compile_fail); rename moving a block
-// under new dim names; permute reordering dims against the naive index mapping.
+// under new dim names; permute reordering dims against the naive index mapping; the space of a
+// rank read through a reference (static_asserts at the end).
 // Meshes 1x1 and 2x2, with extents that divide and that do not.
 #include <doctest/doctest.h>
 
@@ -275,3 +276,16 @@ TEST_CASE("rename relabels a dim in place: same elements, same splits, the buffe
     CHECK(tpx::to_global(c) == before);
   });
 }
+
+// The space of a rank type that names one is the same read through a reference, as
+// space_of_t<decltype(rank)> reads it for an `auto& rank`: not host memory by default, which on a
+// CUDA rank would make host tensors that every device operation then misreads.
+namespace {
+struct rank_with_a_space {
+  struct space : tpx::host_space {};
+};
+}  // namespace
+static_assert(std::is_same_v<tpx::space_of_t<rank_with_a_space&>, rank_with_a_space::space>);
+static_assert(std::is_same_v<tpx::space_of_t<const rank_with_a_space&>, rank_with_a_space::space>);
+static_assert(std::is_same_v<tpx::space_of_t<rank_with_a_space>, rank_with_a_space::space>);
+static_assert(std::is_same_v<tpx::space_of_t<tpx::rank_context&>, tpx::host_space>);

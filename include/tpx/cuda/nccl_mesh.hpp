@@ -4,8 +4,9 @@
 // groups the host and simulated launchers register. The set of all axes is the world itself.
 //
 // Every communicator is nonblocking (ncclConfig_t::blocking = 0), so creating one cannot hang:
-// each creation is polled with ncclCommGetAsyncError until it is ready, and one that is not
-// ready within the timeout (a rank that never joined) is aborted with an error naming it.
+// each creation is polled with ncclCommGetAsyncError until it is ready (a split: the parent first,
+// which is what fills in the new communicator), and one that is not ready within the timeout (a
+// rank that never joined) is aborted with an error naming it.
 // All ranks must build their nccl_mesh with the same mesh and unique id, at the same time.
 // Each communicator knows its members' world ranks and mesh axes, to name its group in messages
 // ("group {0,2} (mesh axis X)", as the host and MPI backends do), and every world rank's host,
@@ -52,8 +53,9 @@ inline ncclUniqueId nccl_unique_id() {
 }
 
 namespace detail {
-// Polls a nonblocking communicator being created until it is ready; aborts it after `timeout`.
-inline void await_ready(ncclComm_t comm, const char* what, const nccl_watch& watch) {
+// Polls a nonblocking communicator being created until it is ready; aborts it after `timeout`,
+// unless `owned`: then its owner, which the throw unwinds, aborts it.
+inline void await_ready(ncclComm_t comm, const char* what, const nccl_watch& watch, bool owned = false) {
   const auto deadline = std::chrono::steady_clock::now() + watch.timeout;
   ncclResult_t state = ncclInProgress;
   while (state == ncclInProgress) {
@@ -61,7 +63,7 @@ inline void await_ready(ncclComm_t comm, const char* what, const nccl_watch& wat
     const bool late = std::chrono::steady_clock::now() > deadline;
     const bool peer_failed = watch.failure != nullptr && watch.failure->happened();
     if (state == ncclInProgress && (late || peer_failed)) {
-      ncclCommAbort(comm);
+      if (!owned) ncclCommAbort(comm);
       throw nccl_error(std::string("tpx: ") + what + ": " +
                        (peer_failed ? watch.failure->reason()
                                     : "not ready after " + std::to_string(watch.timeout.count()) +
@@ -70,7 +72,7 @@ inline void await_ready(ncclComm_t comm, const char* what, const nccl_watch& wat
     std::this_thread::yield();
   }
   if (state != ncclSuccess) {
-    ncclCommAbort(comm);
+    if (!owned) ncclCommAbort(comm);
     throw nccl_error(std::string("tpx: ") + what + " failed: " + ncclGetErrorString(state));
   }
 }
@@ -109,6 +111,13 @@ class nccl_mesh {
                         &split_config);
       if (status != ncclSuccess && status != ncclInProgress)
         throw nccl_error(detail::nccl_message(status, "ncclCommSplit", __FILE__, __LINE__));
+      // A nonblocking split fills in `part` only once the parent's state has left ncclInProgress
+      // (NCCL 2.28 on an H200: NVIDIA/nccl#1472; PyTorch's ProcessGroupNCCL waits the same way),
+      // so the world is polled first; polling the still-null `part` fails with "invalid argument".
+      detail::await_ready(world, "ncclCommSplit (the world communicator it splits)", watch, true);
+      if (part == nullptr)
+        throw nccl_error("tpx: ncclCommSplit: the world communicator is ready but gave no communicator for " +
+                         tpx::detail::axes_label<MeshT>(mask));
       detail::await_ready(part, "ncclCommSplit", watch);
       comms_.push_back(std::make_unique<model>(NcclCommunicator(
           part, members(mesh, boot.world_rank, mask), tpx::detail::axes_label<MeshT>(mask),

@@ -22,6 +22,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "tpx/core/compile_error.hpp"
 #include "tpx/kernels/random.hpp"
@@ -31,14 +32,16 @@
 namespace tpx {
 
 // The memory space of the tensors a rank makes: R::space when R names one, else host memory.
+// R may be a reference (space_of_t<decltype(rank)> for an `auto& rank`): read as the rank it
+// refers to, not as a type without a space, which would give a CUDA rank host tensors.
 template <class R>
 struct space_of {
   using type = host_space;
 };
 template <class R>
-requires requires { typename R::space; }
+requires requires { typename std::remove_cvref_t<R>::space; }
 struct space_of<R> {
-  using type = typename R::space;
+  using type = typename std::remove_cvref_t<R>::space;
 };
 template <class R>
 using space_of_t = typename space_of<R>::type;
