@@ -4,6 +4,7 @@
 #   bash scripts/gpu-check.sh                  # everything below
 #   bash scripts/gpu-check.sh tests trainer    # the build, then only these parts
 #   TPX_JOBS=8 TPX_GPU_STEP_SECONDS=240 TPX_GPU_CHECK_OUT=/tmp/figures bash scripts/gpu-check.sh
+#   TPX_GPU_PREBUILT=1 bash scripts/gpu-check.sh tests    # build/cuda built elsewhere, used as is
 #
 # Parts (arguments; none: all): tests, memcheck, trainer, bench, peers-train, peers-gpt,
 # peers-attention (peers: the three). The build runs first whatever is asked (a no-op when
@@ -20,10 +21,14 @@
 #   2 build the cuda preset (cmake --preset cuda; cmake --build --preset cuda): every CUDA test
 #     and bench, with nvcc, for the architectures of the GPUs present (TPX_CUDA_ARCHITECTURES
 #     overrides); warnings are not errors here (TPX_WERROR=OFF, as a user's compiler may warn
-#     where CI's does not; TPX_WERROR=ON in the environment checks as CI does)
+#     where CI's does not; TPX_WERROR=ON in the environment checks as CI does). With
+#     TPX_GPU_PREBUILT=1 nothing is built: build/cuda is used as found, compiled on another
+#     machine at the same path (a login node for the GPU nodes; a GPU lent for minutes, whose
+#     minutes should not go to nvcc) for these GPUs' architectures
 #   3 run every CUDA test (ctest --preset cuda, label cuda): each kernel and GEMM against the
 #     host on the same inputs; every collective and the typed program on the simulated mesh and,
-#     with 2 or more GPUs, over NCCL
+#     with 2 or more GPUs, over NCCL (prebuilt: all but the consumer builds, which would compile
+#     with the build machine's tools)
 #   4 compute-sanitizer memcheck on the kernel tests (cuda_kernels_test, cuda_nn_layers_test)
 #     and racecheck on cuda_kernels_test (shared-memory hazards of the block reductions and the
 #     tensor-core attention), when compute-sanitizer is on PATH
@@ -221,17 +226,30 @@ export CUDACXX=$nvcc CMAKE_BUILD_PARALLEL_LEVEL=$jobs
 werror=${TPX_WERROR:-OFF}
 configure=(-DTPX_WERROR="$werror")
 [[ -n $cuda_architectures ]] && configure+=(-DCMAKE_CUDA_ARCHITECTURES="$cuda_architectures")
-step "build (cuda preset, TPX_WERROR=$werror, GPU architectures ${cuda_architectures:-as configured})" \
-  bash -c 'cmake --preset cuda "$@" >/dev/null && cmake --build --preset cuda' _ "${configure[@]}"
-built=$((failed == 0))
 bench=build/cuda/bench/cuda/tpx-bench-cuda
 train=build/cuda/examples/tpx-train-cuda
 gpt=build/cuda/examples/tpx-gpt-cuda
+ctest_filter=()
+if [[ ${TPX_GPU_PREBUILT:-0} == 1 ]]; then
+  absent=()
+  for f in "$bench" "$train" "$gpt" build/cuda/CTestTestfile.cmake; do [[ -e $f ]] || absent+=("$f"); done
+  if ((${#absent[@]})); then
+    summary+=("FAILED   build: TPX_GPU_PREBUILT=1 but build/cuda lacks ${absent[*]}")
+    failed=1
+  else
+    skip "build" "TPX_GPU_PREBUILT=1: build/cuda as found, built elsewhere"
+  fi
+  ctest_filter=(-LE consumer)
+else
+  step "build (cuda preset, TPX_WERROR=$werror, GPU architectures ${cuda_architectures:-as configured})" \
+    bash -c 'cmake --preset cuda "$@" >/dev/null && cmake --build --preset cuda' _ "${configure[@]}"
+fi
+built=$((failed == 0))
 
 if ! wanted tests; then
   :
 elif ((built)); then
-  step "CUDA tests" ctest --preset cuda
+  step "CUDA tests" ctest --preset cuda "${ctest_filter[@]}"
 else
   skip "CUDA tests" "the build failed"
 fi

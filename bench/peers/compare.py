@@ -123,6 +123,18 @@ def run_peer(python, script, args, env=None):
     return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
+def attempt(results, key, job, brief):
+    """Runs one configuration into results[key] and prints it at once. A failure is printed and
+    left out, and the other configurations still run: on a GPU lent for minutes one broken mode
+    (say --cuda-graph) must not cost every figure, nor a run cut off the figures made before."""
+    try:
+        results[key] = job()
+    except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
+        print(f"  {key}: FAILED ({e})", flush=True)
+        return
+    print(f"  {key}: {brief(results[key])}", flush=True)
+
+
 SGEMM_PROBE = r"""
 import json, sys, time
 import numpy as np
@@ -259,16 +271,19 @@ def gpu(a):
         n, w = a.gpu_steps, a.gpu_warmup
         print(f"shape {name}: B={shape[0]} D={shape[1]} F={shape[2]} L={shape[3]} context={shape[4]}, "
               f"{n} timed steps after {w}")
-        r = {"tpx fp32": run_tpx(binary, "1x1", shape, n, w, workdir),
-             "tpx bf16": run_tpx(binary, "1x1", shape, n, w, workdir, ("--bf16",)),
-             "tpx fp32 graph": run_tpx(binary, "1x1", shape, n, w, workdir, ("--cuda-graph",)),
-             "tpx bf16 graph": run_tpx(binary, "1x1", shape, n, w, workdir, ("--bf16", "--cuda-graph"))}
+        r = {}
+        brief = lambda v: f"{v['samples_per_s']:,.0f} samples/s ({v['ms_per_step']:.3f} ms)"
+        for key, extra in (("tpx fp32", ()), ("tpx bf16", ("--bf16",)),
+                           ("tpx fp32 graph", ("--cuda-graph",)),
+                           ("tpx bf16 graph", ("--bf16", "--cuda-graph"))):
+            attempt(r, key, lambda extra=extra: run_tpx(binary, "1x1", shape, n, w, workdir, extra), brief)
         if have_torch:
             common = ["--device", a.torch_device] + shape_flags(shape) + ["--steps", str(n), "--warmup", str(w)]
             for mode in ("eager", "compile"):
                 for dt in ("fp32", "bf16"):
                     extra = ["--dtype", dt] + (["--compile"] if mode == "compile" else [])
-                    r[f"torch {mode} {dt}"] = run_peer(a.python, "torch_mlp.py", common + extra)
+                    attempt(r, f"torch {mode} {dt}",
+                            lambda extra=extra: run_peer(a.python, "torch_mlp.py", common + extra), brief)
         results[name] = r
     print()
     print("samples/s (ms per step)")
@@ -281,7 +296,7 @@ def gpu(a):
                    ("tpx bf16", "torch eager bf16", 1.0), ("tpx bf16", "torch compile bf16", 0.8)]
         targets += [(mine + " graph", peer, target) for mine, peer, target in targets]
         for mine, peer, target in targets:
-            if peer in r:
+            if mine in r and peer in r:
                 ratio = r[mine]["samples_per_s"] / r[peer]["samples_per_s"]
                 goal = f"target >= {target}" if target else "no target"
                 ok = "" if target is None else (" met" if ratio >= target else " NOT met")
@@ -326,17 +341,24 @@ def gpt(a):
               f"L={shape[5]} V={shape[6]}, {n} timed steps after {w}")
         tokens = shape[0] * shape[1]
         r = {}
-        for name_, extra in (("tpx bf16", ("--bf16",)), ("tpx bf16 fused", ("--bf16", "--fused-attention")),
-                             ("tpx bf16 fused graph", ("--bf16", "--fused-attention", "--cuda-graph"))):
+        mfu = lambda v: gpt_flops_per_token(shape) * v["tokens_per_s"] / (a.peak_tflops * 1e12)
+        brief = lambda v: f"{v['tokens_per_s']:,.0f} tokens/s ({v['ms_per_step']:.2f} ms, MFU {100 * mfu(v):.1f}%)"
+
+        def run_gpt(extra):
             sec, loss = tpx_step_seconds(binary, "1x1", gpt_flags(shape), n, w, workdir, extra)
-            r[name_] = {"ms_per_step": sec * 1e3, "tokens_per_s": tokens / sec, "loss_last": loss}
+            return {"ms_per_step": sec * 1e3, "tokens_per_s": tokens / sec, "loss_last": loss}
+        for key, extra in (("tpx bf16", ("--bf16",)), ("tpx bf16 fused", ("--bf16", "--fused-attention")),
+                           ("tpx bf16 fused graph", ("--bf16", "--fused-attention", "--cuda-graph"))):
+            attempt(r, key, lambda extra=extra: run_gpt(extra), brief)
         common = (["--device", a.torch_device, "--dtype", "bf16", "--steps", str(n), "--warmup", str(w)]
                   + gpt_flags(shape))
         for mode in ("eager", "compile"):
-            r[f"torch {mode} bf16"] = run_peer(a.python, "torch_gpt.py",
-                                              common + (["--compile"] if mode == "compile" else []))
+            attempt(r, f"torch {mode} bf16",
+                    lambda mode=mode: run_peer(a.python, "torch_gpt.py",
+                                               common + (["--compile"] if mode == "compile" else [])),
+                    brief)
         for v in r.values():
-            v["mfu"] = gpt_flops_per_token(shape) * v["tokens_per_s"] / (a.peak_tflops * 1e12)
+            v["mfu"] = mfu(v)
         results[name] = r
     print()
     for name, r in results.items():
@@ -346,6 +368,8 @@ def gpt(a):
                   f"MFU {100 * v['mfu']:.1f}%)")
         for mine in ("tpx bf16", "tpx bf16 fused", "tpx bf16 fused graph"):
             for peer, target in (("torch eager bf16", None), ("torch compile bf16", 1.1)):
+                if mine not in r or peer not in r:
+                    continue
                 ratio = r[mine]["tokens_per_s"] / r[peer]["tokens_per_s"]
                 goal = f"target >= {target}" if target else "no target"
                 ok = "" if target is None else (" met" if ratio >= target else " NOT met")

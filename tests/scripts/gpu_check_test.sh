@@ -5,7 +5,8 @@
 # test is skipped where the CUDA toolkit is missing): an unknown part is refused, a part not asked
 # for does not run, a step that outlives TPX_GPU_STEP_SECONDS is cut off and reported as such,
 # the parts that need a GPU say they were skipped for want of one, and the build compiles for
-# the GPUs' architectures (nvidia-smi's compute capabilities) unless told otherwise.
+# the GPUs' architectures (nvidia-smi's compute capabilities) unless told otherwise, and a build
+# made elsewhere is used as found when asked (TPX_GPU_PREBUILT=1).
 #   bash tests/scripts/gpu_check_test.sh SOURCE_DIR
 set -uo pipefail
 root=$1
@@ -84,6 +85,26 @@ check "TPX_CUDA_ARCHITECTURES overrides the GPUs'" \
   grep -q -- "-DCMAKE_CUDA_ARCHITECTURES=100$" <<<"$line"
 line=$(configured "")
 check "no GPU: the project's default" bash -c '[[ -n $1 && $1 != *ARCHITECTURES* ]]' _ "$line"
+
+# A build made elsewhere (TPX_GPU_PREBUILT=1) is used as found, in a copy of the scripts with a
+# build/cuda of its own: nothing is built, and ctest leaves out the consumer builds.
+copy=$stub/copy
+mkdir -p "$copy/scripts" && cp "$root/scripts/gpu-check.sh" "$copy/scripts/" && cp -r "$root/cmake" "$copy/"
+prebuilt() { (cd "$copy" && PATH="$stub:$PATH" TPX_GPU_PREBUILT=1 TPX_GPU_CHECK_OUT="$stub/out" \
+                bash scripts/gpu-check.sh tests 2>&1); }
+rm -f "$stub/cmake-calls"
+out=$(prebuilt)
+check "prebuilt without a build fails" test $? -eq 1
+check "prebuilt without a build names what is missing" \
+  grep -q "FAILED   build: TPX_GPU_PREBUILT=1 but build/cuda lacks build/cuda/bench/cuda/tpx-bench-cuda" <<<"$out"
+mkdir -p "$copy/build/cuda/bench/cuda" "$copy/build/cuda/examples"
+touch "$copy/build/cuda/"{bench/cuda/tpx-bench-cuda,examples/tpx-train-cuda,examples/tpx-gpt-cuda,CTestTestfile.cmake}
+out=$(prebuilt)
+check "prebuilt with a build passes" test $? -eq 0
+check "prebuilt: the build is skipped" grep -q "^skipped  build: TPX_GPU_PREBUILT=1" <<<"$out"
+check "prebuilt: nothing is configured or built" test ! -e "$stub/cmake-calls"
+check "prebuilt: the tests leave out the consumer builds" \
+  grep -q "stand-in: ctest --preset cuda -LE consumer" <<<"$out"
 
 ((failures == 0)) || { echo "$failures check(s) failed; gpu-check's last output:"; echo "$out"; }
 exit $((failures > 0))
