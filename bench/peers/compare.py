@@ -17,19 +17,19 @@ both. This script runs them and prints the table and the ratios:
     torch_mlp.py eager and torch.compile, fp32 and bf16 autocast, at gpu-h100.md's shape (B=8192,
     D=1024, F=4096, L=4, context 3) and the demo shape; samples/s and the ratios of the targets
     (bf16 >= 1.0x eager bf16 and >= 0.8x compile bf16, fp32 >= 1.0x eager fp32, demo >= 1.0x
-    eager). Written without a GPU at hand: not yet run on one.
+    eager). Run on an H200 on 2026-11-27: bench/README.md has the figures.
   --gpt (issue 11): tpx-gpt-cuda --mesh 1x1 --bf16, with the reference attention, with
     --fused-attention, and with both --fused-attention and --cuda-graph, against bench/peers/torch_gpt.py (the same transformer, SDPA attention,
     fused AdamW, bf16 autocast) eager and torch.compile, at GPT-2 124M's shape (B=16, T=1024, 12 heads of 64, F=3072, L=12, V=50304) and the test size;
     tokens/s, MFU against --peak-tflops and the ratios (target: tpx >= 1.1x torch.compile).
-    Written without a GPU at hand: not yet run on one.
+    Run on an H200 on 2026-11-27: bench/README.md has the figures.
   --attention (issue 11): the fused causal attention kernels alone (tpx-bench-cuda attention)
     against PyTorch's scaled_dot_product_attention with the flash backend (bench/peers/
     torch_sdpa.py), forward and backward, at B=16 x H=12 heads of E=64, T=1024 and 4096, bf16
     (--attention-types bf16,fp32 adds fp32, where SDPA has no flash kernel); ms per call,
     TFLOP/s as FlashAttention counts them (forward 4 B H T^2 E / 2, backward 2.5x) and the speed
-    ratios SDPA ms / tpx ms (target: >= 0.9 forward and backward). Written without a GPU at
-    hand: not yet run on one.
+    ratios SDPA ms / tpx ms (target: >= 0.9 forward and backward). Run on an H200 on
+    2026-11-27: bench/README.md has the figures.
 
 On a shared machine --rounds R runs every host configuration R times, alternating the order, and
 keeps each one's best round (the JSON keeps every round, with the load average before each run).
