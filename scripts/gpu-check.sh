@@ -24,7 +24,8 @@
 #     where CI's does not; TPX_WERROR=ON in the environment checks as CI does). With
 #     TPX_GPU_PREBUILT=1 nothing is built: build/cuda is used as found, compiled on another
 #     machine at the same path (a login node for the GPU nodes; a GPU lent for minutes, whose
-#     minutes should not go to nvcc) for these GPUs' architectures
+#     minutes should not go to nvcc) for these GPUs' architectures, or unpacked from the
+#     .gpu/build.tgz that scripts/gpu-prepare.sh --build made there
 #   3 run every CUDA test (ctest --preset cuda, label cuda): each kernel and GEMM against the
 #     host on the same inputs; every collective and the typed program on the simulated mesh and,
 #     with 2 or more GPUs, over NCCL (prebuilt: all but the consumer builds, which would compile
@@ -231,6 +232,16 @@ train=build/cuda/examples/tpx-train-cuda
 gpt=build/cuda/examples/tpx-gpt-cuda
 ctest_filter=()
 if [[ ${TPX_GPU_PREBUILT:-0} == 1 ]]; then
+  # What scripts/gpu-prepare.sh --build packed on the build machine: unpacked, and since ctest's
+  # files name that machine's path, that path made a link to this checkout if it is free.
+  if [[ ! -e build/cuda/CTestTestfile.cmake && -f .gpu/build.tgz ]]; then
+    tar xzf .gpu/build.tgz && echo "unpacked .gpu/build.tgz into build/cuda"
+    built_at=$(cat .gpu/build-root 2>/dev/null || true)
+    if [[ -n $built_at && $built_at != "$PWD" && ! -e $built_at ]] &&
+       mkdir -p "$(dirname "$built_at")" 2>/dev/null && ln -s "$PWD" "$built_at"; then
+      echo "linked $built_at (where build/cuda was built) to $PWD, for ctest's paths"
+    fi
+  fi
   absent=()
   for f in "$bench" "$train" "$gpt" build/cuda/CTestTestfile.cmake; do [[ -e $f ]] || absent+=("$f"); done
   if ((${#absent[@]})); then

@@ -5,6 +5,14 @@
 #   bash scripts/gpu-prepare.sh          # here: .gpu/debs, .gpu/setup.sh, .gpu/ kept out of git
 #   source .gpu/setup.sh && bash scripts/gpu-check.sh tests trainer     # there, from the root
 #
+#   bash scripts/gpu-prepare.sh --build  # also the programs and tests of build/cuda, built here
+#   source .gpu/setup.sh && TPX_GPU_PREBUILT=1 bash scripts/gpu-check.sh  # there: nothing to build
+#
+# --build packs build/cuda's executables (tests, benches, example programs; debug info stripped)
+# and its ctest files into .gpu/build.tgz, and this checkout's path into .gpu/build-root, for a
+# GPU whose minutes should go to running, not to nvcc (build for its architecture: configure the
+# cuda preset with -DCMAKE_CUDA_ARCHITECTURES=90 for Hopper). gpu-check unpacks them there.
+#
 # It downloads (installs nothing) the Debian packages of every library the build finds with
 # find_package and such an image lacks: OpenBLAS (with its gfortran and quadmath), doctest,
 # nlohmann-json, CLI11 and libxxhash, the checkpoints' checksums; gpu-check's own probe lists the
@@ -16,6 +24,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dir=.gpu
+with_build=0
+for a in "$@"; do
+  case $a in
+    --build) with_build=1 ;;
+    *) echo "gpu-prepare: unknown argument '$a' (--build: also pack build/cuda)" >&2; exit 2 ;;
+  esac
+done
 packages=(libopenblas-dev libopenblas-pthread-dev libopenblas0 libopenblas0-pthread libgfortran5
           libquadmath0 doctest-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libxxhash0)
 
@@ -35,4 +50,21 @@ else
 fi
 exclude=$(git rev-parse --git-path info/exclude)
 grep -qxF "/$dir/" "$exclude" 2>/dev/null || echo "/$dir/" >>"$exclude"
+if ((with_build)); then
+  [[ -f build/cuda/CTestTestfile.cmake ]] || {
+    echo "gpu-prepare: --build needs a built build/cuda (cmake --preset cuda" \
+         "-DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build --preset cuda)" >&2
+    exit 1
+  }
+  staging=$(mktemp -d)
+  trap 'rm -rf "$staging"' EXIT
+  mkdir -p "$staging/build/cuda"
+  (cd build/cuda && { find . -name CTestTestfile.cmake
+                      find tests bench examples -maxdepth 2 -type f -executable ! -path '*/CMakeFiles/*'
+                    } | tar cf - -T -) | tar xf - -C "$staging/build/cuda"
+  find "$staging/build/cuda" -type f -executable -exec strip --strip-debug {} + 2>/dev/null || true
+  tar czf "$dir/build.tgz" -C "$staging" build
+  pwd >"$dir/build-root"
+  echo "gpu-prepare: build/cuda's programs and tests in $dir/build.tgz ($(du -h "$dir/build.tgz" | cut -f1))"
+fi
 echo "gpu-prepare: $(find "$dir/debs" -name '*.deb' | wc -l) packages in $dir/debs ($(du -sh "$dir" | cut -f1))"

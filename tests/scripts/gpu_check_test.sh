@@ -106,5 +106,19 @@ check "prebuilt: nothing is configured or built" test ! -e "$stub/cmake-calls"
 check "prebuilt: the tests leave out the consumer builds" \
   grep -q "stand-in: ctest --preset cuda -LE consumer" <<<"$out"
 
+# The same from what gpu-prepare.sh --build packed elsewhere: unpacked, and the build machine's
+# path (ctest's files name it) linked to the checkout.
+rm -rf "$copy/build"
+packed=$stub/packed
+mkdir -p "$packed/build/cuda/bench/cuda" "$packed/build/cuda/examples" "$copy/.gpu"
+touch "$packed/build/cuda/"{bench/cuda/tpx-bench-cuda,examples/tpx-train-cuda,examples/tpx-gpt-cuda,CTestTestfile.cmake}
+tar czf "$copy/.gpu/build.tgz" -C "$packed" build
+echo "$stub/elsewhere/main" >"$copy/.gpu/build-root"
+out=$(prebuilt)
+check "prebuilt from .gpu/build.tgz passes" test $? -eq 0
+check "prebuilt from .gpu/build.tgz unpacks it" test -e "$copy/build/cuda/examples/tpx-gpt-cuda"
+check "prebuilt from .gpu/build.tgz links the build machine's path to the checkout" \
+  test "$(readlink "$stub/elsewhere/main")" = "$copy"
+
 ((failures == 0)) || { echo "$failures check(s) failed; gpu-check's last output:"; echo "$out"; }
 exit $((failures > 0))
