@@ -12,11 +12,14 @@
 // timeout, as on the host (a collective that a returned rank never joined is named, and ranks
 // that all wait in collectives that can never complete fail with who waits where). fn receives a
 // DeviceRank, so tensors made for it live on the GPU; when fn returns, the launcher waits for
-// the rank's stream, so device faults are reported as that rank's failure.
+// the rank's stream, so device faults are reported as that rank's failure. The resources and
+// communicators are destroyed when every rank has returned, since peers read each other's events.
 #pragma once
 
+#include <cstddef>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -56,13 +59,25 @@ void spmd(cuda_simulated_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::laun
   for (unsigned mask = 1; mask < masks; ++mask)
     set_of_mask[mask] = world.add_groups(detail::groups_of_axes(mesh, mask), detail::axes_label<MeshT>(mask));
 
+  // Each rank's CUDA state outlives every rank's thread: a peer still finishing its last
+  // collective reads the events this rank published for it (step 3 of simulated_communicator.hpp)
+  // after this rank may have returned, so a rank's resources and communicators are destroyed only
+  // once all threads have joined (seen on an H200: "context is destroyed" from a peer's
+  // cudaStreamWaitEvent on a returned rank's event). Members go in reverse: communicators first.
+  struct rank_state {
+    std::optional<cuda::rank_resources> resources;
+    std::vector<std::unique_ptr<communicator_model<cuda::SimulatedCommunicator>>> comms;
+  };
+  std::vector<rank_state> states(static_cast<std::size_t>(mesh.rank_count()));
+
   spmd(
       host, mesh,
       [&](auto& host_rank) {
         const int r = host_rank.world_rank();
         try {
-          cuda::rank_resources resources(options.device, options.rank);
-          std::vector<std::unique_ptr<communicator_model<cuda::SimulatedCommunicator>>> comms;
+          rank_state& state = states[static_cast<std::size_t>(r)];
+          cuda::rank_resources& resources = state.resources.emplace(options.device, options.rank);
+          auto& comms = state.comms;
           std::vector<any_communicator*> groups(masks, nullptr);
           for (unsigned mask = 1; mask < masks; ++mask) {
             comms.push_back(std::make_unique<communicator_model<cuda::SimulatedCommunicator>>(
