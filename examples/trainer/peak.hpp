@@ -37,7 +37,7 @@ double measured_peak_flops(Launcher launcher, int ranks, bool bf16) {
   // A failure here (out of memory, most often) says where it happened: mesh P is this one's.
   try {
     tpx::spmd(launcher, tpx::Mesh<P>{ranks}, [&](auto& rank) {
-      using Space = tpx::space_of_t<std::remove_cvref_t<decltype(rank)>>;
+      using Space = tpx::space_of_t<decltype(rank)>;
       const auto measure = [&]<class T>(T*) {
         const tpx::BasicTensor<Space, T, M<>, K<>> a(rank, {M(n), K(n)});
         const tpx::BasicTensor<Space, T, K<>, N<>> b(rank, {K(n), N(n)});

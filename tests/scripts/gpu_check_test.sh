@@ -92,13 +92,16 @@ copy=$stub/copy
 mkdir -p "$copy/scripts" && cp "$root/scripts/gpu-check.sh" "$copy/scripts/" && cp -r "$root/cmake" "$copy/"
 prebuilt() { (cd "$copy" && PATH="$stub:$PATH" TPX_GPU_PREBUILT=1 TPX_GPU_CHECK_OUT="$stub/out" \
                 bash scripts/gpu-check.sh tests 2>&1); }
+fake_build() {  # fake_build DIR: the files of a build/cuda that gpu-check looks for, under DIR
+  mkdir -p "$1/build/cuda/bench/cuda" "$1/build/cuda/examples"
+  touch "$1/build/cuda/"{bench/cuda/tpx-bench-cuda,examples/tpx-train-cuda,examples/tpx-gpt-cuda,CTestTestfile.cmake}
+}
 rm -f "$stub/cmake-calls"
 out=$(prebuilt)
 check "prebuilt without a build fails" test $? -eq 1
 check "prebuilt without a build names what is missing" \
   grep -q "FAILED   build: TPX_GPU_PREBUILT=1 but build/cuda lacks build/cuda/bench/cuda/tpx-bench-cuda" <<<"$out"
-mkdir -p "$copy/build/cuda/bench/cuda" "$copy/build/cuda/examples"
-touch "$copy/build/cuda/"{bench/cuda/tpx-bench-cuda,examples/tpx-train-cuda,examples/tpx-gpt-cuda,CTestTestfile.cmake}
+fake_build "$copy"
 out=$(prebuilt)
 check "prebuilt with a build passes" test $? -eq 0
 check "prebuilt: the build is skipped" grep -q "^skipped  build: TPX_GPU_PREBUILT=1" <<<"$out"
@@ -110,8 +113,8 @@ check "prebuilt: the tests leave out the consumer builds" \
 # path (ctest's files name it) linked to the checkout.
 rm -rf "$copy/build"
 packed=$stub/packed
-mkdir -p "$packed/build/cuda/bench/cuda" "$packed/build/cuda/examples" "$copy/.gpu"
-touch "$packed/build/cuda/"{bench/cuda/tpx-bench-cuda,examples/tpx-train-cuda,examples/tpx-gpt-cuda,CTestTestfile.cmake}
+fake_build "$packed"
+mkdir -p "$copy/.gpu"
 tar czf "$copy/.gpu/build.tgz" -C "$packed" build
 echo "$stub/elsewhere/main" >"$copy/.gpu/build-root"
 out=$(prebuilt)

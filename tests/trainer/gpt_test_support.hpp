@@ -51,7 +51,7 @@ run_result gradients(const gpt::mesh& mesh, Launcher launcher = {}, const gpt::c
   run_result out;
   std::mutex m;
   tpx::spmd(launcher, mesh, [&](auto& rank) {
-    using Space = tpx::space_of_t<std::remove_cvref_t<decltype(rank)>>;
+    using Space = tpx::space_of_t<decltype(rank)>;
     gpt::model_tensors params(rank, c), grads(rank, c);
     gpt::initialize(params, c);
     const gpt::model<float, Space> net(rank, c);
