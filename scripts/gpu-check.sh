@@ -7,7 +7,7 @@
 #   TPX_GPU_PREBUILT=1 bash scripts/gpu-check.sh tests    # build/cuda built elsewhere, used as is
 #
 # Parts (arguments; none: all): tests, memcheck, trainer, bench, peers-train, peers-gpt,
-# peers-attention (peers: the three). The build runs first whatever is asked (a no-op when
+# peers-attention (peers: the three), profile. The build runs first whatever is asked (a no-op when
 # build/cuda is up to date), so a GPU lent for minutes can be used in short calls: the build and
 # the tests in one, the peers in the next, each well inside its limit. TPX_GPU_STEP_SECONDS
 # caps every step, the build too (timeout(1); a step cut off counts as failed, saying so), so
@@ -41,9 +41,7 @@
 #     each), and over NCCL on one GPU; tpx-train-cuda as one process of a torchrun-style
 #     launch of world size 1 (RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 and a free
 #     MASTER_PORT: NCCL's id through the TCP rendezvous; NCCL refuses two ranks on one GPU, so
-#     launches of more processes need more GPUs); with nsys on PATH, a profile of 20 steps whose
-#     memory copy summary shows what crossed between host and device (one upload of tokens per
-#     step, and two 4-byte reads on each reporting step)
+#     launches of more processes need more GPUs)
 #   6 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
 #     >= 0.95), kernel bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), and
 #     the collectives in nccl-tests format on the simulated mesh (4 ranks on GPU 0) and, with 2
@@ -57,6 +55,13 @@
 #     the flash backend (bench/peers/torch_sdpa.py), forward and backward, bf16, 16 x 12 heads of
 #     64 at T = 1024 and 4096: ms, TFLOP/s and the ratios (target >= 0.9x); when python3 can
 #     import torch
+#   8 profile: where a step's GPU time goes, kernel by kernel, at the peers' shapes (bf16, 1x1):
+#     with ncu on PATH, 2 steps of tpx-gpt-cuda at GPT-2 124M's shape (fused attention) and of
+#     tpx-train-cuda at the MLP peer's, each kernel timed alone (gpu__time_duration.sum), summed
+#     by scripts/kernel-profile.py into profile-gpt.txt and profile-mlp.txt: share, ms and
+#     launches per step, heaviest first; with nsys on PATH, a profile of 20 steps whose memory
+#     copy summary shows what crossed between host and device (one upload of tokens per step,
+#     and two 4-byte reads on each reporting step)
 #
 # The exit status is 0 when every step passed (a step with nothing to do counts as skipped, not
 # failed), 1 otherwise. Without a GPU the build still runs and everything else reports skipped.
@@ -81,13 +86,14 @@ step_seconds=${TPX_GPU_STEP_SECONDS:-0}
 summary=()
 failed=0
 
-all_parts=(tests memcheck trainer bench peers-train peers-gpt peers-attention)
+all_parts=(tests memcheck trainer bench peers-train peers-gpt peers-attention profile)
 parts=()
 for a in "$@"; do
   case $a in
     all) parts+=("${all_parts[@]}") ;;
     peers) parts+=(peers-train peers-gpt peers-attention) ;;
-    tests | memcheck | trainer | bench | peers-train | peers-gpt | peers-attention) parts+=("$a") ;;
+    tests | memcheck | trainer | bench | peers-train | peers-gpt | peers-attention | profile)
+      parts+=("$a") ;;
     *)
       echo "gpu-check: unknown part '$a'; the parts are: ${all_parts[*]}" \
            "(peers: the three; all)" >&2
@@ -290,14 +296,6 @@ else
     "$gpt" --backend nccl --mesh 1x1 --steps 50 --log-every 10 --bf16
   step "GPT with fused attention (tpx-gpt-cuda --fused-attention --bf16: tensor cores, 1x1)" \
     "$gpt" --mesh 1x1 --steps 50 --log-every 10 --bf16 --fused-attention --head-dim 64
-  if command -v nsys >/dev/null; then
-    step "profile of 20 steps (nsys; memory copies in $out/profile-copies.txt)" \
-      bash -o pipefail -c "nsys profile --force-overwrite true -o $out/step-profile $train --mesh 1x1 --steps 20 \
-        --report-every 10 >/dev/null && nsys stats --report cuda_gpu_mem_size_sum $out/step-profile.nsys-rep \
-        | tee $out/profile-copies.txt"
-  else
-    skip "profile" "nsys is not on PATH"
-  fi
 fi
 
 if ! wanted memcheck; then
@@ -363,6 +361,48 @@ else
       --json "$out/peers-gpt.json"
   wanted peers-attention && step "peers: fused attention kernels vs PyTorch SDPA (flash), forward and backward" \
     python3 bench/peers/compare.py --attention --tpx-bench-cuda "$bench" --json "$out/peers-attention.json"
+fi
+
+if ! wanted profile; then
+  :
+elif ((gpus == 0)); then
+  skip "profile" "no GPU (nvidia-smi lists none)"
+elif ((!built)); then
+  skip "profile" "the build failed"
+else
+  mkdir -p "$out"
+  if command -v ncu >/dev/null; then
+    # The peers' shapes, bf16 on a 1x1 mesh; --peak-gflops spares the GEMM peak measurement,
+    # which ncu would time kernel by kernel too. Each kernel runs alone under ncu: the table is
+    # the sum of kernel times, not the step's wall time (the peers part has that).
+    profile_kernels() {  # profile_kernels TITLE NAME PROGRAM ARGS...: ncu's CSV, then the table
+      local title=$1 name=$2
+      shift 2
+      step "$title" bash -o pipefail -c '
+        out=$1 name=$2 steps=2
+        shift 2
+        ncu --csv --print-units base --clock-control none --metrics gpu__time_duration.sum \
+          --log-file "$out/profile-$name.csv" "$@" --mesh 1x1 --bf16 --steps $steps \
+          --log-every 1000 --peak-gflops 989000 >/dev/null &&
+          python3 scripts/kernel-profile.py "$out/profile-$name.csv" --steps $steps \
+            --json "$out/profile-$name.json" | tee "$out/profile-$name.txt"' _ "$out" "$name" "$@"
+    }
+    profile_kernels "profile: kernels of a GPT step (ncu; GPT-2 124M's shape, fused attention; profile-gpt.txt)" \
+      gpt "$gpt" --fused-attention --batch 16 --seq 1024 --heads 12 --head-dim 64 --ffn 3072 \
+      --layers 12 --vocab 50304
+    profile_kernels "profile: kernels of an MLP step (ncu; B=8192 D=1024 F=4096 L=4; profile-mlp.txt)" \
+      mlp "$train" --batch 8192 --d-model 1024 --ffn 4096 --layers 4 --context 3
+  else
+    skip "profile: kernels" "ncu (Nsight Compute) is not on PATH"
+  fi
+  if command -v nsys >/dev/null; then
+    step "profile of 20 steps (nsys; memory copies in $out/profile-copies.txt)" \
+      bash -o pipefail -c "nsys profile --force-overwrite true -o $out/step-profile $train --mesh 1x1 --steps 20 \
+        --report-every 10 >/dev/null && nsys stats --report cuda_gpu_mem_size_sum $out/step-profile.nsys-rep \
+        | tee $out/profile-copies.txt"
+  else
+    skip "profile: copies" "nsys (Nsight Systems) is not on PATH"
+  fi
 fi
 
 echo "=== summary ($gpus GPU(s))"

@@ -6,7 +6,8 @@
 # for does not run, a step that outlives TPX_GPU_STEP_SECONDS is cut off and reported as such,
 # the parts that need a GPU say they were skipped for want of one, and the build compiles for
 # the GPUs' architectures (nvidia-smi's compute capabilities) unless told otherwise, and a build
-# made elsewhere is used as found when asked (TPX_GPU_PREBUILT=1).
+# made elsewhere is used as found when asked (TPX_GPU_PREBUILT=1), and the profile part sums
+# ncu's kernel times by kernel.
 #   bash tests/scripts/gpu_check_test.sh SOURCE_DIR
 set -uo pipefail
 root=$1
@@ -122,6 +123,38 @@ check "prebuilt from .gpu/build.tgz passes" test $? -eq 0
 check "prebuilt from .gpu/build.tgz unpacks it" test -e "$copy/build/cuda/examples/tpx-gpt-cuda"
 check "prebuilt from .gpu/build.tgz links the build machine's path to the checkout" \
   test "$(readlink "$stub/elsewhere/main")" = "$copy"
+
+# The profile part: ncu's CSV, summed kernel by kernel per step. A stand-in ncu writes what ncu
+# --csv --print-units base writes for three launches: a GEMM of 2.5 ms and the attention kernel
+# twice, 1 ms and 0.5 ms; the two steps asked for then take 2 ms each, 62.5 % of it the GEMM.
+cat >"$stub/ncu" <<'EOF'
+#!/usr/bin/env bash
+while [[ $1 != --log-file ]]; do shift; done
+metric='"Command line profiler metrics","gpu__time_duration.sum","nsecond"'
+cat >"$2" <<CSV
+==PROF== Connected to process 1 (/stand-in)
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","p","h","void tpx::flash_forward_kernel<64>(tpx::arguments)","1","7","(128, 1, 1)","(8, 1, 1)","0","9.0",$metric,"1,000,000"
+"1","1","p","h","sm90_xmma_gemm_bf16","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0",$metric,"2,500,000"
+"2","1","p","h","void tpx::flash_forward_kernel<64>(tpx::arguments)","1","7","(128, 1, 1)","(8, 1, 1)","0","9.0",$metric,"500,000"
+CSV
+EOF
+chmod +x "$stub/ncu"
+cp "$stub/gpus" "$stub/nvidia-smi"
+cp "$root/scripts/kernel-profile.py" "$copy/scripts/"
+out=$(cd "$copy" && PATH="$stub:$PATH" TPX_STUB_GPUS=9.0 TPX_GPU_PREBUILT=1 \
+        TPX_GPU_CHECK_OUT="$stub/out" bash scripts/gpu-check.sh profile 2>&1)
+check "profile with ncu passes" test $? -eq 0
+check "profile: the GPT's and the MLP's kernels are profiled" \
+  test "$(grep -c "^passed   profile: kernels of a" <<<"$out")" -eq 2
+check "profile: the GEMM first, 62.5 % of the time, 1.25 ms and half a launch per step" \
+  grep -Eq "^ 62\.5% +1\.250 +0\.5 +2500\.0  sm90_xmma_gemm_bf16$" "$stub/out/profile-gpt.txt"
+check "profile: the attention kernel's two launches grouped under its name" \
+  grep -Eq "^ 37\.5% +0\.750 +1 +750\.0  tpx::flash_forward_kernel<64>$" "$stub/out/profile-gpt.txt"
+check "profile: the total per step" grep -Eq "^100\.0% +2\.000 +1\.5 " "$stub/out/profile-mlp.txt"
+check "profile: without nsys, the copies are skipped, saying why" \
+  grep -q "^skipped  profile: copies: nsys (Nsight Systems) is not on PATH" <<<"$out"
+cp "$stub/no-gpus" "$stub/nvidia-smi"
 
 ((failures == 0)) || { echo "$failures check(s) failed; gpu-check's last output:"; echo "$out"; }
 exit $((failures > 0))

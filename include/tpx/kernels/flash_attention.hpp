@@ -20,8 +20,11 @@
 //            dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 //   dk, dv   per block of 64 keys, over the query tiles that see it (t >= s): S^T = K Q^T,
 //            P^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
-// Scores are formed as q . k in fp32 from bf16 products, then scaled; exponentials are base 2
-// on scores pre-multiplied by log2(e) (one multiply, and exp2 is the hardware's instruction).
+// Scores are formed as q . k in fp32 from bf16 products; exponentials are base 2, of scores
+// times scale log2(e) (exp2 is the hardware's instruction; the backward passes fold that multiply
+// and the subtraction of lse into one fma). In the query passes, masking (causal, and the end of
+// the sequence) costs one comparison per score: the last key column each row sees is found once
+// per tile; a forward warp skips the key tiles its rows see none of.
 // P and dS are rounded to bf16 to enter the second product, as in FlashAttention-2; every sum
 // is fp32. Each output element is written by one lane: results do not depend on scheduling.
 //
@@ -29,7 +32,7 @@
 // [sequences, T] fp32; E is HeadDim, a multiple of 16 (32, 64, 128 are instantiated).
 #pragma once
 
-#include <math.h>  // exp2f, log2f, fmaxf, INFINITY
+#include <math.h>  // exp2f, log2f, fmaf, fmaxf, INFINITY
 
 #include <cstddef>
 #include <cstdint>
@@ -211,6 +214,17 @@ TPX_HOST_DEVICE float group_sum(Block& block, float x) {
   return x + block.shfl_xor(x, 2);
 }
 
+// A tile column bound: `last`, a key offset from the tile's start, clamped to [-1, tile_rows).
+TPX_HOST_DEVICE inline int last_column_at_most(std::int64_t last) {
+  return static_cast<int>(last < -1 ? -1 : least(last, tile_rows - 1));
+}
+
+// Whether accumulator element i of column tile n (the lane's columns 8n + 2 pair + {0, 1}) is at
+// or left of column `last`.
+TPX_HOST_DEVICE inline bool seen_within(mma::lane_coordinates at, int n, int i, int last) {
+  return 8 * n + mma::accumulator_column(at, i) <= last;
+}
+
 // Loads the warp's R x 16 rows (starting at `first`, of a sequence of t_len rows) of a
 // [*, HeadDim] array as A fragments; rows past the sequence are zero.
 template <int HeadDim, int R>
@@ -276,13 +290,16 @@ struct query_block {
         [&](int buffer, std::int64_t s0) { body(keys.first(buffer), keys.second(buffer), s0); });
   }
 
-  // Whether element i of the lane's accumulators [r][n] of the scores against the key tile at
-  // s0 is a key its query row sees (key <= row, and key inside the sequence).
-  TPX_HOST_DEVICE bool sees(std::int64_t s0, int r, int n, int i) const {
-    const std::int64_t row = first + 16 * r + mma::accumulator_row(at, i);
-    const std::int64_t key = s0 + 8 * n + mma::accumulator_column(at, i);
-    return key <= row && key < t_len;
+  // The last column of the key tile at s0 that the lane's row h (of rows group and group + 8)
+  // of row tile r sees (key <= row, and key inside the sequence), -1 if none: one comparison
+  // per score then masks the tile (seen_within).
+  TPX_HOST_DEVICE int last_seen_column(std::int64_t s0, int r, int h) const {
+    const std::int64_t row = first + 16 * r + at.group + 8 * h;
+    return last_column_at_most(least(row, t_len - 1) - s0);
   }
+  // Whether the tile at s0 lies right of the warp's last row: none of its keys is seen, and the
+  // warp (all its lanes alike, so the branch does not diverge) skips it.
+  TPX_HOST_DEVICE bool sees_none(std::int64_t s0) const { return s0 > first + 16 * R - 1; }
 };
 
 }  // namespace detail
@@ -305,16 +322,19 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
   TPX_UNROLL
   for (int r = 0; r < R; ++r) m[r][0] = m[r][1] = -INFINITY, l[r][0] = l[r][1] = 0;
   self.over_key_tiles(block, args, [&](const bf16* k_tile, const bf16* v_tile, std::int64_t s0) {
+    if (self.sees_none(s0)) return;  // changes no row of the warp
     detail::tile_accumulators<R> s;
     detail::times_tile_transposed<HeadDim, R>(block, q, k_tile, s);
     TPX_UNROLL
     for (int r = 0; r < R; ++r) {
+      const int last_seen[2] = {self.last_seen_column(s0, r, 0), self.last_seen_column(s0, r, 1)};
       float tile_max[2] = {-INFINITY, -INFINITY};
       TPX_UNROLL
       for (int n = 0; n < 8; ++n) {
         TPX_UNROLL
         for (int i = 0; i < 4; ++i) {
-          s[r][n][i] = self.sees(s0, r, n, i) ? score_scale * s[r][n][i] : -INFINITY;
+          s[r][n][i] = detail::seen_within(at, n, i, last_seen[i >> 1]) ? score_scale * s[r][n][i]
+                                                                     : -INFINITY;
           tile_max[i >> 1] = fmaxf(tile_max[i >> 1], s[r][n][i]);
         }
       }
@@ -382,12 +402,14 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
     detail::tile_accumulators<1> ds, dp;
     detail::times_tile_transposed<HeadDim, 1>(block, q, k_tile, ds);
     detail::times_tile_transposed<HeadDim, 1>(block, dout, v_tile, dp);
+    const int last_seen[2] = {self.last_seen_column(s0, 0, 0), self.last_seen_column(s0, 0, 1)};
     TPX_UNROLL
     for (int n = 0; n < 8; ++n) {
       TPX_UNROLL
       for (int i = 0; i < 4; ++i) {
-        const float p =
-            self.sees(s0, 0, n, i) ? exp2f(score_scale * ds[0][n][i] - lse[i >> 1]) : 0.0f;
+        const float p = detail::seen_within(at, n, i, last_seen[i >> 1])
+                            ? exp2f(fmaf(ds[0][n][i], score_scale, -lse[i >> 1]))
+                            : 0.0f;
         ds[0][n][i] = p * (dp[0][n][i] - delta[i >> 1]);
       }
     }
@@ -440,7 +462,7 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
             const int column = 8 * n + mma::accumulator_column(at, i);
             const std::int64_t query = t0 + column;
             p[0][n][i] = key <= query && query < t_len
-                             ? exp2f(score_scale * p[0][n][i] - lse_tile[column])
+                             ? exp2f(fmaf(p[0][n][i], score_scale, -lse_tile[column]))
                              : 0.0f;
           }
         }

@@ -18,14 +18,17 @@
 // memory while the block computes on the current one. K, Q and dO are read as B operands by
 // ldmatrix.x4 and V by ldmatrix.x4.trans, two fragments per instruction, from tiles whose rows
 // are padded so those reads hit distinct banks.
-// Registers (ptxas -v, sm_90): forward 168 / 241 / 173 at widths 32 / 64 / 128 (two row tiles
+// Registers (ptxas -v, sm_90): forward 167 / 255 / 174 at widths 32 / 64 / 128 (two row tiles
 // per warp at 32 and 64: each fragment loaded from shared memory feeds two mma, and the
-// registers leave room for two blocks per SM), dq 99 / 138 / 243, dk-dv 168 / 249 / 255 with
-// 24 bytes spilled at 128 (its K and V fragments and two accumulators of E floats per lane).
+// registers leave room for three, two and two blocks per SM), dq 101 / 135 / 240, dk-dv
+// 168 / 249 / 255 with 24 bytes spilled at 128 (its K and V fragments and two accumulators of E
+// floats per lane).
 // Run on an H200 (2026-11-27): correct (cuda_kernels_test, racecheck clean), at 75-112 TFLOP/s
-// for bf16 heads of 64, 0.38-0.52x PyTorch's SDPA flash kernels (bench/README.md). At 241
-// registers the forward of width 64 fits two blocks, 8 warps, per SM; its occupancy,
-// FlashAttention-2's swizzled tiles (instead of padding) and its other tuning come next.
+// for bf16 heads of 64, 0.38-0.52x PyTorch's SDPA flash kernels (bench/README.md). Since then
+// (not yet measured on a GPU) the query passes mask with one comparison per score and the
+// forward skips the key tiles a warp's rows do not see. The forward of width 64 fits two blocks,
+// 8 warps, per SM; its occupancy, FlashAttention-2's swizzled tiles (instead of padding) and its
+// other tuning come next.
 #pragma once
 
 #include <cuda_runtime.h>
