@@ -453,9 +453,14 @@ class model {
     std::optional<tpx::pending<block_weights>> ahead_;
   };
 
+  // Attention's operands and results are stored heads first, [B, H, T, E], the layout its
+  // kernels read: q, k and v are copied into it once, as the forward pass makes them, and kept so
+  // for the backward pass; its gradients dq, dk, dv are copied back to [B, T, H, E] once each,
+  // the layout in which both products that use each (its weight's gradient, dh1) run without
+  // copying (einsum's plans say "Transpose" where an operand must be copied first).
   using whole = Tensor<Tc, B<R, X>, T<>, D<>>;        // a sublayer's input, sequence gathered
-  using heads = Tensor<Tc, B<R, X>, H<Y>, T<>, E<>>;  // attention's output
-  using keys = Tensor<Tc, B<R, X>, S<>, H<Y>, E<>>;   // k and v, their positions named S
+  using heads = Tensor<Tc, B<R, X>, H<Y>, T<>, E<>>;  // q, and attention's output
+  using keys = Tensor<Tc, B<R, X>, H<Y>, S<>, E<>>;   // k and v, their positions named S
   using rstd = Tensor<float, B<R, X>, T<Y>>;
   // Attention's output and what its backward pass needs: the reference's probabilities, or the
   // fused kernels' log-sum-exp of each query row (config::fused_attention).
@@ -465,8 +470,7 @@ class model {
     std::optional<Tensor<float, B<R, X>, H<Y>, T<>>> lse;
   };
 
-  attention_result attend(const Tensor<Tc, B<R, X>, T<>, H<Y>, E<>>& q, const keys& k,
-                          const keys& v) const {
+  attention_result attend(const heads& q, const keys& k, const keys& v) const {
     if (c_.fused_attention) {
       auto f = tpx::nn::fused_causal_attention_forward(q, k, v);
       return {std::move(f.out), std::nullopt, std::move(f.lse)};
@@ -479,7 +483,7 @@ class model {
     stream x;                                   // block input
     rstd rstd1;                                 // RMSNorm statistics before attention
     whole h1;                                   // normalized input, gathered along T
-    Tensor<Tc, B<R, X>, T<>, H<Y>, E<>> q;      // queries
+    heads q;                                    // queries
     keys k, v;                                  // keys and values
     attention_result att;                       // attention output and what its backward needs
     stream mid;                                 // input + attention
@@ -493,9 +497,9 @@ class model {
   block_state block_forward(const block_weights& w, const stream& x) const {
     auto n1 = tpx::nn::rmsnorm_forward(x, w.norm1);
     whole h1 = gather_sequence::forward(n1.y);
-    auto q = tpx::einsum<D>(h1, w.wq);  // [B_RX, T, H_Y, E]
-    keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk));
-    keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv));
+    heads q = tpx::permute<B, H, T, E>(tpx::einsum<D>(h1, w.wq));  // [B_RX, T, H_Y, E] -> heads first
+    keys k = tpx::permute<B, H, S, E>(tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk)));
+    keys v = tpx::permute<B, H, S, E>(tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv)));
     attention_result att = attend(q, k, v);
     // [B_RX, H_Y, T, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
     stream mid = tpx::add(x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, w.wo)));
@@ -542,14 +546,18 @@ class model {
     auto g = s.att.lse ? tpx::nn::fused_causal_attention_backward(
                              s.q, s.k, s.v, s.att.out, *s.att.lse, tpx::permute<B, H, T, E>(datt))
                        : tpx::nn::causal_attention_backward(s.q, s.k, s.v, *s.att.probs, datt);
-    const auto dk = tpx::rename<S, T>(std::move(g.dk));  // [B_RX, H_Y, T, E], as dq
-    const auto dv = tpx::rename<S, T>(std::move(g.dv));
-    reductions.add(gather_weight{}, grads.wq[l], tpx::einsum<B, T>(s.h1, g.dq));  // [D_X, H_Y, E]
+    // [B_RX, H_Y, T, E] -> [B_RX, T, H_Y, E], the layout of h1's rows and of the weights' H, E;
+    // each heads-first gradient is released as soon as it is copied.
+    const auto tokens_first = [](auto t) { return tpx::permute<B, T, H, E>(t); };
+    const auto dq = tokens_first(std::move(g.dq));
+    const auto dk = tokens_first(tpx::rename<S, T>(std::move(g.dk)));
+    const auto dv = tokens_first(tpx::rename<S, T>(std::move(g.dv)));
+    reductions.add(gather_weight{}, grads.wq[l], tpx::einsum<B, T>(s.h1, dq));  // [D_X, H_Y, E]
     reductions.add(gather_weight{}, grads.wk[l], tpx::einsum<B, T>(s.h1, dk));
     reductions.add(gather_weight{}, grads.wv[l], tpx::einsum<B, T>(s.h1, dv));
     // dh1 = sum over q, k, v of d(proj) *_{H, E} W: partial sums over Y, added, then scattered.
     const stream dh1 = gather_sequence::backward(
-        tpx::add(tpx::add(tpx::einsum<H, E>(g.dq, w.wq), tpx::einsum<H, E>(dk, w.wk)),
+        tpx::add(tpx::add(tpx::einsum<H, E>(dq, w.wq), tpx::einsum<H, E>(dk, w.wk)),
                  tpx::einsum<H, E>(dv, w.wv)));
     auto dn1 = tpx::nn::rmsnorm_backward(s.x, w.norm1, s.rstd1, dh1);
     reductions.add(gather_norm{}, grads.norm1[l], std::move(dn1.dw));
