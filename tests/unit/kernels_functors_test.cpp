@@ -20,8 +20,10 @@
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/kernels/cross_entropy.hpp"
 #include "tpx/kernels/elementwise.hpp"
+#include "tpx/kernels/grid_walk.hpp"
 #include "tpx/kernels/layernorm.hpp"
 #include "tpx/kernels/optimizer.hpp"
+#include "tpx/kernels/permute.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/kernels/rmsnorm.hpp"
 #include "tpx/kernels/vectorizable_expf.hpp"
@@ -547,4 +549,62 @@ TEST_CASE("adamw_update: one step against the formula in double") {
     CHECK(std::abs(v - v_ref) <= 16 * u);
     CHECK(std::abs(p - p_ref) <= 16 * u);
   }
+}
+
+// src [2, 3, 4, 5] (dims 0..3, row-major) stored as dst in the order `order`: every row of dst
+// (every dim but its last) starts in src where the coordinates say, and copies what they say.
+TEST_CASE("a permute's rows start in the source at their coordinates; the last dim may stay last") {
+  const std::int64_t src_extent[4] = {2, 3, 4, 5}, src_stride[4] = {60, 20, 5, 1};
+  std::vector<int> src(120);
+  for (int i = 0; i < 120; ++i) src[i] = i;
+  for (const std::vector<int>& order : std::vector<std::vector<int>>{{0, 2, 1, 3}, {1, 0, 3, 2}}) {
+    CAPTURE(order[3]);
+    std::vector<int> dst(120, -1);
+    tpx::kernels::permute_into<int> f;
+    f.src = src.data();
+    f.dst = dst.data();
+    f.ndims = 4;
+    for (int d = 0; d < 4; ++d) {
+      f.extent[d] = src_extent[order[d]];
+      f.src_stride[d] = src_stride[order[d]];
+    }
+    CHECK(f.keeps_last_dim() == (order[3] == 3));
+    const std::int64_t cols = f.extent[3], rows = 120 / cols;
+    std::size_t wrong_starts = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      // dst's coordinates of row r, then src's offset of them, the long way
+      const std::int64_t coordinate[3] = {r / (f.extent[1] * f.extent[2]), r / f.extent[2] % f.extent[1],
+                                          r % f.extent[2]};
+      std::int64_t want = 0;
+      for (int d = 0; d < 3; ++d) want += coordinate[d] * src_stride[order[d]];
+      wrong_starts += f.source_of_row(r) != want;
+      for (std::int64_t c = 0; c < cols; ++c) f(r, c);
+    }
+    CHECK(wrong_starts == 0);
+    std::size_t wrong = 0;
+    for (std::int64_t i = 0; i < 120; ++i) {  // dst element i at src's coordinates
+      std::int64_t at = 0, rest = i;
+      for (int d = 3; d >= 0; --d) {
+        at += rest % f.extent[d] * src_stride[order[d]];
+        rest /= f.extent[d];
+      }
+      wrong += dst[i] != src[at];
+    }
+    CHECK(wrong == 0);
+  }
+}
+
+// Every thread's walk of a grid-stride loop (first index, stride) over grids of a few widths,
+// strides under, at and over a row, and over several rows at once.
+TEST_CASE("grid_walk visits the rows and columns that dividing each index gives") {
+  std::size_t steps = 0, wrong = 0;
+  for (const std::int64_t cols : {1, 3, 7, 64})
+    for (const std::int64_t stride : {1, 5, 64, 1000})
+      for (const std::int64_t first : {0, 2, 63, 999}) {
+        const std::int64_t n = 50 * cols + 3;
+        for (tpx::kernels::grid_walk walk(first, stride, cols); walk.flat < n; walk.advance(), ++steps)
+          wrong += walk.row != walk.flat / cols || walk.column != walk.flat % cols;
+      }
+  CHECK(steps > 1000);
+  CHECK(wrong == 0);
 }

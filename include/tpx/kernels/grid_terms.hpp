@@ -123,15 +123,18 @@ struct exp_shifted_at {
   }
 };
 
-// x[r, c] where column c is row r's target, else 0: summed, the target's logit on the rank holding it.
+// out[r] = row r's logit of its target when this rank holds that column, else 0 (a grid of one
+// column per row): one element of the row read, not a pass over the row.
 template <class T>
-struct target_logit_at {
+struct target_logit_of_row {
   const T* x;
   token_at target;
   std::int64_t first;
   std::int64_t cols;
-  TPX_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
-    return target(r) == first + c ? static_cast<float>(x[r * cols + c]) : 0.0f;
+  float* out;
+  TPX_HOST_DEVICE void operator()(std::int64_t r, std::int64_t) const {
+    const std::int64_t c = target(r) - first;
+    out[r] = c >= 0 && c < cols ? static_cast<float>(x[r * cols + c]) : 0.0f;
   }
 };
 

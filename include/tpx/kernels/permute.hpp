@@ -28,14 +28,23 @@ struct permute_into {
 
   // dst[r, c] (r the row-major index over dst's dims but the last) = src at the same coordinates.
   TPX_HOST_DEVICE void operator()(std::int64_t r, std::int64_t c) const {
-    std::int64_t at = c * src_stride[ndims - 1];
-    std::int64_t rest = r;
-    for (int d = ndims - 2; d >= 0; --d) {
-      at += (rest % extent[d]) * src_stride[d];
-      rest /= extent[d];
-    }
-    dst[r * extent[ndims - 1] + c] = src[at];
+    dst[r * extent[ndims - 1] + c] = src[source_of_row(r) + c * src_stride[ndims - 1]];
   }
+
+  // Where dst's row r starts in src: the row's coordinates, one division per dim.
+  TPX_HOST_DEVICE std::int64_t source_of_row(std::int64_t r) const {
+    std::int64_t at = 0;
+    for (int d = ndims - 2; d >= 0; --d) {
+      at += (r % extent[d]) * src_stride[d];
+      r /= extent[d];
+    }
+    return at;
+  }
+
+  // Whether the last dim stays last (attention's [B, T, H, E] <-> [B, H, T, E]): then each row
+  // of dst is one contiguous run of src, and the GPU copies it in vectors, finding where it
+  // starts once per vector instead of once per element (cuda/kernels/grid.hpp).
+  TPX_HOST_DEVICE bool keeps_last_dim() const { return src_stride[ndims - 1] == 1; }
 };
 
 }  // namespace tpx::kernels

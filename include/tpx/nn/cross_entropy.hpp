@@ -84,8 +84,10 @@ auto cross_entropy(const Lt& logits, const Tok& tokens, std::int64_t column) {
       typename Vocab::axes{});
   const Whole row_sum = reshard<Whole>(partial_rows(
       kernels::sum_reducer<float>{}, kernels::exp_shifted_at<T>{logits.data(), row_max.data(), cols}));
-  const Whole target_logit = reshard<Whole>(partial_rows(
-      kernels::sum_reducer<float>{}, kernels::target_logit_at<T>{logits.data(), target, first, cols}));
+  auto target_partial = make_per_row<Partial>(logits);  // 0 on the ranks without the target
+  Space::for_each_element(ctx, rows, 1,
+                          kernels::target_logit_of_row<T>{logits.data(), target, first, cols, target_partial.data()});
+  const Whole target_logit = reshard<Whole>(std::move(target_partial));
 
   const float share = 1.0f / static_cast<float>(global_rows(logits));
   using LossPartial =

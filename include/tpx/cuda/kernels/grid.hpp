@@ -6,6 +6,12 @@
 //   reduce_rows<R>(stream, rows, cols, term, out)    out[r] = R-fold over c of term(r, c):
 //                                                    one block per row, cub::BlockReduce
 //   for_each_element(stream, rows, cols, fn)         fn(r, c) on every element, grid-stride
+//                                                    (kernels/grid_walk.hpp: no division per
+//                                                    element);
+//                                                    a permute (kernels::permute_into) whose
+//                                                    last dim stays last is copied in 16-byte
+//                                                    vectors instead, its row located once per
+//                                                    vector rather than once per element
 //   sum_columns(stream, pool, rows, cols, term, out) out[c] += sum over r of term(r, c):
 //                                                    rows.hpp's two deterministic passes
 //   scatter_add_rows(stream, rows, cols, index, term, out)
@@ -24,6 +30,8 @@
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/kernels/launch.hpp"
 #include "tpx/cuda/kernels/rows.hpp"
+#include "tpx/kernels/grid_walk.hpp"
+#include "tpx/kernels/permute.hpp"
 
 namespace tpx::cuda {
 
@@ -53,7 +61,38 @@ __global__ void __launch_bounds__(block_threads)
 template <class Fn>
 __global__ void __launch_bounds__(block_threads) for_each_element_kernel(std::int64_t rows, std::int64_t cols, Fn fn) {
   const std::int64_t n = rows * cols;
-  for (std::int64_t i = global_thread(); i < n; i += grid_stride()) fn(i / cols, i % cols);
+  for (kernels::grid_walk walk(global_thread(), grid_stride(), cols); walk.flat < n; walk.advance())
+    fn(walk.row, walk.column);
+}
+
+template <class Fn>
+inline constexpr bool is_permute = false;
+template <class T>
+inline constexpr bool is_permute<kernels::permute_into<T>> = true;
+
+// permute_into's copy, W elements (16 bytes) at a time along dst's rows.
+template <int W, class T>
+__global__ void __launch_bounds__(block_threads)
+    permute_vectors_kernel(std::int64_t rows, std::int64_t cols, kernels::permute_into<T> f) {
+  const std::int64_t per_row = cols / W, n = rows * per_row;
+  for (kernels::grid_walk walk(global_thread(), grid_stride(), per_row); walk.flat < n; walk.advance()) {
+    const std::int64_t c = walk.column * W;
+    *reinterpret_cast<vec<T, W>*>(f.dst + walk.row * cols + c) =
+        *reinterpret_cast<const vec<T, W>*>(f.src + f.source_of_row(walk.row) + c);
+  }
+}
+
+// Runs f in vectors if it can be: its last dim stays last (so a dst row is a run of src, and
+// every row of either starts a multiple of cols from the start, as src's other strides are
+// multiples of it), cols is a multiple of the vector, and both blocks are aligned to it.
+template <class T>
+bool permute_in_vectors(cudaStream_t stream, std::int64_t rows, std::int64_t cols,
+                        const kernels::permute_into<T>& f) {
+  constexpr int W = common_width<T>;
+  if (!f.keeps_last_dim() || cols % W != 0 || !vectors_fit(f.src, static_cast<const T*>(f.dst))) return false;
+  permute_vectors_kernel<W, T><<<grid_for(rows * cols / W), block_threads, 0, stream>>>(rows, cols, f);
+  TPX_CUDA_CHECK(cudaGetLastError());
+  return true;
 }
 
 template <class Term>
@@ -66,10 +105,8 @@ template <class Index, class Term>
 __global__ void __launch_bounds__(block_threads)
     scatter_add_rows_kernel(std::int64_t rows, std::int64_t cols, Index index, Term term, float* out) {
   const std::int64_t n = rows * cols;
-  for (std::int64_t i = global_thread(); i < n; i += grid_stride()) {
-    const std::int64_t r = i / cols, c = i % cols;
-    atomicAdd(out + index(r) * cols + c, term(r, c));
-  }
+  for (kernels::grid_walk walk(global_thread(), grid_stride(), cols); walk.flat < n; walk.advance())
+    atomicAdd(out + index(walk.row) * cols + walk.column, term(walk.row, walk.column));
 }
 
 }  // namespace detail
@@ -84,6 +121,9 @@ void reduce_rows(cudaStream_t stream, std::int64_t rows, std::int64_t cols, cons
 template <class Fn>
 void for_each_element(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const Fn& fn) {
   if (rows <= 0 || cols <= 0) return;
+  if constexpr (detail::is_permute<Fn>) {
+    if (detail::permute_in_vectors(stream, rows, cols, fn)) return;
+  }
   detail::for_each_element_kernel<<<grid_for(rows * cols), block_threads, 0, stream>>>(rows, cols, fn);
   TPX_CUDA_CHECK(cudaGetLastError());
 }
