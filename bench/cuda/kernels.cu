@@ -19,12 +19,15 @@
 #include "tpx/cuda/device_buffer.hpp"
 #include "tpx/cuda/kernels/adamw.hpp"
 #include "tpx/cuda/kernels/elementwise.hpp"
+#include "tpx/cuda/kernels/grid.hpp"
 #include "tpx/cuda/kernels/norms.hpp"
 #include "tpx/cuda/kernels/softmax.hpp"
 #include "tpx/cuda/rank_resources.hpp"
 #include "tpx/kernels/elementwise.hpp"
+#include "tpx/kernels/grid_terms.hpp"
 #include "tpx/kernels/layernorm.hpp"
 #include "tpx/kernels/optimizer.hpp"
+#include "tpx/kernels/permute.hpp"
 
 namespace tpx::bench::cuda {
 
@@ -78,6 +81,30 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int i
   add_row("cross_entropy fwd fp32", 4, [&] {
     cu::cross_entropy_forward<float>(s, rows, d, x32.data(), targets.data(), losses.data(), nullptr);
   });
+  // The heaviest pass of the trainers' vocab-parallel cross-entropy (nn/cross_entropy.hpp):
+  // dlogits from the logits and each row's max and sum, a grid loop over [rows, d].
+  cu::device_buffer<std::int32_t> tokens(rows, r.pool(), s);  // zeros: class 0
+  TPX_CUDA_CHECK(cudaMemsetAsync(tokens.data(), 0, rows * sizeof(std::int32_t), s));
+  add_row("cross_entropy grad bf16 (nn)", 4, [&] {
+    cu::for_each_element(s, rows, d,
+                         kernels::cross_entropy_gradient_at<bf16, bf16>{
+                             x16.data(), r_out.data(), r_out.data(), {tokens.data(), 1, 0}, 0, d, 1.0f, y16.data()});
+  });
+  // The layout copies of attention's operands (GPT-2's 12 heads of 64, T = 1024), as
+  // tpx::permute and einsum make them: 16-byte vectors along E.
+  const std::int64_t t_len = 1024, heads = 12, e = 64, batch = n / (t_len * heads * e);
+  if (batch > 0) {
+    kernels::permute_into<bf16> f;
+    f.src = x16.data();
+    f.dst = y16.data();
+    f.ndims = 4;
+    const std::int64_t dst_extent[4] = {batch, heads, t_len, e};
+    const std::int64_t src_stride[4] = {t_len * heads * e, e, heads * e, 1};  // of B, H, T, E in src
+    for (int i = 0; i < 4; ++i) f.extent[i] = dst_extent[i], f.src_stride[i] = src_stride[i];
+    const std::int64_t copied = batch * t_len * heads * e;
+    add_row("permute bf16 [B,T,H,E]->[B,H,T,E]", 4.0 * static_cast<double>(copied) / static_cast<double>(n),
+            [&] { cu::for_each_element(s, copied / e, e, f); });
+  }
   const kernels::adamw_update update{1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1.0f, 1.0f};
   add_row("adamw fp32 master, bf16 grad+model", 28, [&] {
     cu::adamw_step(s, n, update, nullptr, nullptr, z32.data(), static_cast<const bf16*>(x16.data()), m32.data(), v32.data(), y16.data());
