@@ -94,13 +94,9 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int i
   // tpx::permute and einsum make them: 16-byte vectors along E.
   const std::int64_t t_len = 1024, heads = 12, e = 64, batch = n / (t_len * heads * e);
   if (batch > 0) {
-    kernels::permute_into<bf16> f;
-    f.src = x16.data();
-    f.dst = y16.data();
-    f.ndims = 4;
-    const std::int64_t dst_extent[4] = {batch, heads, t_len, e};
-    const std::int64_t src_stride[4] = {t_len * heads * e, e, heads * e, 1};  // of B, H, T, E in src
-    for (int i = 0; i < 4; ++i) f.extent[i] = dst_extent[i], f.src_stride[i] = src_stride[i];
+    const std::int64_t src_extent[4] = {batch, t_len, heads, e};
+    const int order[4] = {0, 2, 1, 3};
+    const auto f = kernels::permute_into<bf16>::of(x16.data(), src_extent, 4, order, y16.data());
     const std::int64_t copied = batch * t_len * heads * e;
     add_row("permute bf16 [B,T,H,E]->[B,H,T,E]", 4.0 * static_cast<double>(copied) / static_cast<double>(n),
             [&] { cu::for_each_element(s, copied / e, e, f); });

@@ -26,6 +26,24 @@ struct permute_into {
   std::int64_t extent[capacity]{};      // dst's extents, in dst's order
   std::int64_t src_stride[capacity]{};  // the stride, in src, of dst's dim d
 
+  // The copy of src, a row-major block of `ndims` dims with these extents, into dst in the
+  // order `order` (dst dim i is src dim order[i]).
+  static permute_into of(const T* src, const std::int64_t* src_extent, int ndims, const int* order,
+                         T* dst) {
+    permute_into f;
+    f.src = src;
+    f.dst = dst;
+    f.ndims = ndims;
+    std::int64_t stride[capacity]{};
+    stride[ndims - 1] = 1;
+    for (int d = ndims - 1; d > 0; --d) stride[d - 1] = stride[d] * src_extent[d];
+    for (int i = 0; i < ndims; ++i) {
+      f.extent[i] = src_extent[order[i]];
+      f.src_stride[i] = stride[order[i]];
+    }
+    return f;
+  }
+
   // dst[r, c] (r the row-major index over dst's dims but the last) = src at the same coordinates.
   TPX_HOST_DEVICE void operator()(std::int64_t r, std::int64_t c) const {
     dst[r * extent[ndims - 1] + c] = src[source_of_row(r) + c * src_stride[ndims - 1]];

@@ -30,17 +30,7 @@ template <class Space, class T, std::size_t N>
 void permute_block_into(const rank_context& ctx, const T* src, const index_array<N>& extents,
                         const int* order, T* dst) {
   static_assert(N >= 1 && N <= kernels::permute_into<T>::capacity);
-  kernels::permute_into<T> f;
-  f.src = src;
-  f.dst = dst;
-  f.ndims = static_cast<int>(N);
-  std::int64_t stride[N]{};
-  stride[N - 1] = 1;
-  for (std::size_t d = N - 1; d > 0; --d) stride[d - 1] = stride[d] * extents[d];
-  for (std::size_t i = 0; i < N; ++i) {
-    f.extent[i] = extents[order[i]];
-    f.src_stride[i] = stride[order[i]];
-  }
+  const auto f = kernels::permute_into<T>::of(src, extents.data(), static_cast<int>(N), order, dst);
   const std::int64_t count = element_count(extents);
   if (count > 0) Space::for_each_element(ctx, count / f.extent[N - 1], f.extent[N - 1], f);
 }
