@@ -7,7 +7,9 @@
 // delta[t] = dout_t . out_t (reduce_rows over product_term, as nn/fused_attention.hpp forms it)
 // and then the backward kernels, because SDPA's backward does that preprocessing inside its own
 // call too. The backward runs on the last timed forward's out and lse. Inputs are N(0, 1), the
-// scale 1/sqrt(e).
+// scale 1/sqrt(e), laid out heads first ([B x H, T, E]), as the peer's [B, H, T, E]; the GPT's
+// layers pass [B, T, H, E] (kernels::attention_layout with H heads per position), which these
+// rows do not time.
 //
 // After timing, the first sequence's out, dq, dk and dv are compared with the host twin
 // (tensor/host_fused_attention.hpp) computed from the same inputs: the largest difference,
@@ -82,14 +84,15 @@ attention_row measure_one(const std::string& type, std::int64_t batch, std::int6
   cu::device_buffer<float> lse(static_cast<std::size_t>(rows), r.pool(), s);
   cu::device_buffer<float> delta(static_cast<std::size_t>(rows), r.pool(), s);
 
+  const kernels::attention_layout layout{t_len};  // heads first
   const auto forward = [&] {
-    cu::fused_attention_forward(s, sequences, t_len, e, scale, q.data(), k.data(), v.data(),
+    cu::fused_attention_forward(s, sequences, layout, e, scale, q.data(), k.data(), v.data(),
                                 out.data(), lse.data());
   };
   const auto backward = [&] {
     cu::reduce_rows<kernels::sum_reducer<float>>(
         s, rows, e, kernels::product_term<T>{out.data(), dout.data(), e}, delta.data());
-    cu::fused_attention_backward(s, sequences, t_len, e, scale, q.data(), k.data(), v.data(),
+    cu::fused_attention_backward(s, sequences, layout, e, scale, q.data(), k.data(), v.data(),
                                  dout.data(), lse.data(), delta.data(), dq.data(), dk.data(),
                                  dv.data());
   };
@@ -103,12 +106,12 @@ attention_row measure_one(const std::string& type, std::int64_t batch, std::int6
                        hv = first_elements(v, one), hdout = first_elements(dout, one);
   std::vector<T> hout(hq.size()), hdq(hq.size()), hdk(hq.size()), hdv(hq.size());
   std::vector<float> hlse(static_cast<std::size_t>(t_len)), hdelta(static_cast<std::size_t>(t_len));
-  tpx::detail::host_fused_attention_forward(1, t_len, e, scale, hq.data(), hk.data(), hv.data(),
+  tpx::detail::host_fused_attention_forward(1, layout, e, scale, hq.data(), hk.data(), hv.data(),
                                             hout.data(), hlse.data());
   for (std::int64_t t = 0; t < t_len; ++t)
     for (std::int64_t i = 0; i < e; ++i)
       hdelta[t] += kernels::product_term<T>{hout.data(), hdout.data(), e}(t, i);
-  tpx::detail::host_fused_attention_backward(1, t_len, e, scale, hq.data(), hk.data(), hv.data(),
+  tpx::detail::host_fused_attention_backward(1, layout, e, scale, hq.data(), hk.data(), hv.data(),
                                              hdout.data(), hlse.data(), hdelta.data(), hdq.data(),
                                              hdk.data(), hdv.data());
   const double diff = std::max({relative_difference(first_elements(out, one), hout),

@@ -453,39 +453,77 @@ class model {
     std::optional<tpx::pending<block_weights>> ahead_;
   };
 
-  // Attention's operands and results are stored heads first, [B, H, T, E], the layout its
-  // kernels read: q, k and v are copied into it once, as the forward pass makes them, and kept so
-  // for the backward pass; its gradients dq, dk, dv are copied back to [B, T, H, E] once each,
-  // the layout in which both products that use each (its weight's gradient, dh1) run without
-  // copying (einsum's plans say "Transpose" where an operand must be copied first).
-  using whole = Tensor<Tc, B<R, X>, T<>, D<>>;        // a sublayer's input, sequence gathered
-  using heads = Tensor<Tc, B<R, X>, H<Y>, T<>, E<>>;  // q, and attention's output
-  using keys = Tensor<Tc, B<R, X>, H<Y>, S<>, E<>>;   // k and v, their positions named S
+  // Attention's operands come from the projections as [B, T, H, E], and its output and
+  // gradients are needed in that layout, where the products with the weights (Wo's, and the
+  // weights' gradients and dh1) run without copying (einsum's plans say "Transpose" where an
+  // operand must be copied first). The fused kernels read and write that layout in place; the
+  // reference's products read heads first, [B, H, T, E], so its path copies q, k, v there once
+  // and keeps them for the backward pass, and copies its results back once each.
+  using whole = Tensor<Tc, B<R, X>, T<>, D<>>;             // a sublayer's input, sequence gathered
+  using tokens = Tensor<Tc, B<R, X>, T<>, H<Y>, E<>>;      // q, attention's output, dq, dk, dv
+  using token_keys = Tensor<Tc, B<R, X>, S<>, H<Y>, E<>>;  // k and v, their positions named S
+  using heads = Tensor<Tc, B<R, X>, H<Y>, T<>, E<>>;       // the reference's q
+  using keys = Tensor<Tc, B<R, X>, H<Y>, S<>, E<>>;        // the reference's k and v
   using rstd = Tensor<float, B<R, X>, T<Y>>;
-  // Attention's output and what its backward pass needs: the reference's probabilities, or the
-  // fused kernels' log-sum-exp of each query row (config::fused_attention).
-  struct attention_result {
-    heads out;
-    std::optional<Tensor<Tc, B<R, X>, H<Y>, T<>, S<>>> probs;
-    std::optional<Tensor<float, B<R, X>, H<Y>, T<>>> lse;
+  // Attention's output and what its backward pass needs (config::fused_attention): the fused
+  // kernels' operands as projected and the log-sum-exp of each query row, or the reference's
+  // operands heads first and its probabilities.
+  struct fused_saved {
+    tokens q;
+    token_keys k, v;
+    Tensor<float, B<R, X>, T<>, H<Y>> lse;
+  };
+  struct reference_saved {
+    heads q;
+    keys k, v;
+    Tensor<Tc, B<R, X>, H<Y>, T<>, S<>> probs;
+  };
+  struct attention_state {
+    tokens out;
+    std::optional<fused_saved> fused;
+    std::optional<reference_saved> reference;
+  };
+  struct attention_gradients {
+    tokens dq, dk, dv;
   };
 
-  attention_result attend(const heads& q, const keys& k, const keys& v) const {
+  attention_state attend(tokens q, token_keys k, token_keys v) const {
     if (c_.fused_attention) {
       auto f = tpx::nn::fused_causal_attention_forward(q, k, v);
-      return {std::move(f.out), std::nullopt, std::move(f.lse)};
+      return {std::move(f.out),
+              fused_saved{std::move(q), std::move(k), std::move(v), std::move(f.lse)},
+              std::nullopt};
     }
-    auto f = tpx::nn::causal_attention_forward(q, k, v);
-    return {std::move(f.out), std::move(f.probs), std::nullopt};
+    // Each projection is released as soon as it is copied heads first.
+    heads hq = [](tokens t) { return tpx::permute<B, H, T, E>(t); }(std::move(q));
+    const auto keys_first = [](token_keys t) { return tpx::permute<B, H, S, E>(t); };
+    keys hk = keys_first(std::move(k)), hv = keys_first(std::move(v));
+    auto f = tpx::nn::causal_attention_forward(hq, hk, hv);
+    return {tpx::permute<B, T, H, E>(f.out), std::nullopt,
+            reference_saved{std::move(hq), std::move(hk), std::move(hv), std::move(f.probs)}};
+  }
+
+  attention_gradients attend_backward(const attention_state& a, const tokens& dout) const {
+    if (a.fused) {
+      const fused_saved& f = *a.fused;
+      auto g = tpx::nn::fused_causal_attention_backward(f.q, f.k, f.v, a.out, f.lse, dout);
+      return {std::move(g.dq), tpx::rename<S, T>(std::move(g.dk)),
+              tpx::rename<S, T>(std::move(g.dv))};
+    }
+    const reference_saved& r = *a.reference;
+    auto g =
+        tpx::nn::causal_attention_backward(r.q, r.k, r.v, r.probs, tpx::permute<B, H, T, E>(dout));
+    // Each heads-first gradient is released as soon as it is copied.
+    const auto tokens_first = [](auto t) { return tpx::permute<B, T, H, E>(t); };
+    return {tokens_first(std::move(g.dq)), tokens_first(tpx::rename<S, T>(std::move(g.dk))),
+            tokens_first(tpx::rename<S, T>(std::move(g.dv)))};
   }
 
   struct block_state {
     stream x;                                   // block input
     rstd rstd1;                                 // RMSNorm statistics before attention
     whole h1;                                   // normalized input, gathered along T
-    heads q;                                    // queries
-    keys k, v;                                  // keys and values
-    attention_result att;                       // attention output and what its backward needs
+    attention_state att;                        // attention output and what its backward needs
     stream mid;                                 // input + attention
     rstd rstd2;                                 // RMSNorm statistics before the MLP
     whole h2;                                   // normalized mid, gathered along T
@@ -497,11 +535,10 @@ class model {
   block_state block_forward(const block_weights& w, const stream& x) const {
     auto n1 = tpx::nn::rmsnorm_forward(x, w.norm1);
     whole h1 = gather_sequence::forward(n1.y);
-    heads q = tpx::permute<B, H, T, E>(tpx::einsum<D>(h1, w.wq));  // [B_RX, T, H_Y, E] -> heads first
-    keys k = tpx::permute<B, H, S, E>(tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk)));
-    keys v = tpx::permute<B, H, S, E>(tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv)));
-    attention_result att = attend(q, k, v);
-    // [B_RX, H_Y, T, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
+    attention_state att = attend(tpx::einsum<D>(h1, w.wq),  // [B_RX, T, H_Y, E]
+                                 tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk)),
+                                 tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv)));
+    // [B_RX, T, H_Y, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
     stream mid = tpx::add(x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, w.wo)));
     auto n2 = tpx::nn::rmsnorm_forward(mid, w.norm2);
     whole h2 = gather_sequence::forward(n2.y);
@@ -511,9 +548,6 @@ class model {
     return {x,
             std::move(n1.rstd),
             std::move(h1),
-            std::move(q),
-            std::move(k),
-            std::move(v),
             std::move(att),
             std::move(mid),
             std::move(n2.rstd),
@@ -542,16 +576,8 @@ class model {
     // Attention: mid = x + RS(attention(q, k, v) Wo)
     const whole do1 = scatter_sequence::backward(dmid);
     reductions.add(gather_weight{}, grads.wo[l], tpx::einsum<B, T>(s.att.out, do1));  // [H_Y, E, D_X]
-    const auto datt = tpx::einsum<D>(do1, w.wo);  // [B_RX, T, H_Y, E]
-    auto g = s.att.lse ? tpx::nn::fused_causal_attention_backward(
-                             s.q, s.k, s.v, s.att.out, *s.att.lse, tpx::permute<B, H, T, E>(datt))
-                       : tpx::nn::causal_attention_backward(s.q, s.k, s.v, *s.att.probs, datt);
-    // [B_RX, H_Y, T, E] -> [B_RX, T, H_Y, E], the layout of h1's rows and of the weights' H, E;
-    // each heads-first gradient is released as soon as it is copied.
-    const auto tokens_first = [](auto t) { return tpx::permute<B, T, H, E>(t); };
-    const auto dq = tokens_first(std::move(g.dq));
-    const auto dk = tokens_first(tpx::rename<S, T>(std::move(g.dk)));
-    const auto dv = tokens_first(tpx::rename<S, T>(std::move(g.dv)));
+    // dq, dk, dv: [B_RX, T, H_Y, E]
+    const auto [dq, dk, dv] = attend_backward(s.att, tpx::einsum<D>(do1, w.wo));
     reductions.add(gather_weight{}, grads.wq[l], tpx::einsum<B, T>(s.h1, dq));  // [D_X, H_Y, E]
     reductions.add(gather_weight{}, grads.wk[l], tpx::einsum<B, T>(s.h1, dk));
     reductions.add(gather_weight{}, grads.wv[l], tpx::einsum<B, T>(s.h1, dv));

@@ -364,41 +364,55 @@ TEST_CASE("copy_box on the device equals the host copy_box: memcpy, pitched and 
 // entry points the layers call, against naive attention in double on the same bf16 inputs:
 // the real mma and shuffles behind the block programs that tests/unit/flash_attention_test.cpp
 // checks on an emulated block. Widths 32, 64, 128; one row, partial tiles (T = 130) and a
-// sequence of 16 tiles (T = 1024, where the causal grid's heaviest-first order matters).
-// A misaligned array takes the CUDA-core kernels (checked by flash_attention_applies).
+// sequence of 16 tiles (T = 1024, where the causal grid's heaviest-first order matters); heads
+// first, and [B, T, H, E] read in place (H = 2, 3). A misaligned array takes the CUDA-core
+// kernels (checked by flash_attention_applies).
 TEST_CASE("tensor-core attention equals naive attention, forward and backward") {
   cu::rank_resources gpu(0, {});
   using tpx::testing::attention_case;
-  const auto run = [&]<int E>(attention_case c) {
+  const auto run = [&]<int E>(attention_case c, std::int64_t heads = 1) {
     CAPTURE(E);
     CAPTURE(c.t_len);
+    CAPTURE(heads);
     const std::int64_t n = c.sequences * c.t_len * E, rows = c.sequences * c.t_len;
     const auto q = tpx::testing::draws(n, 1), k = tpx::testing::draws(n, 2), v = tpx::testing::draws(n, 3),
                dout = tpx::testing::draws(n, 4);
     const tpx::testing::naive_attention want(c, E, q, k, v, dout);
-    const std::vector<float> delta(want.delta.begin(), want.delta.end());
-    auto gq = to_device(gpu, q), gk = to_device(gpu, k), gv = to_device(gpu, v), gdout = to_device(gpu, dout);
-    auto gdelta = to_device(gpu, delta);
+    const auto in_layout = [&](const auto& x, std::int64_t width) {
+      return to_device(gpu, tpx::testing::interleaved(x, c.t_len, heads, width));
+    };
+    const auto heads_first = [&](const auto& x, std::int64_t width) {
+      return tpx::testing::interleaved(to_host(gpu, x), c.t_len, heads, width, true);
+    };
+    auto gq = in_layout(q, E), gk = in_layout(k, E), gv = in_layout(v, E),
+         gdout = in_layout(dout, E);
+    auto gdelta = in_layout(std::vector<float>(want.delta.begin(), want.delta.end()), 1);
     cu::device_buffer<bf16> out(n, gpu.pool(), gpu.stream()), dq(n, gpu.pool(), gpu.stream()),
         dk(n, gpu.pool(), gpu.stream()), dv(n, gpu.pool(), gpu.stream());
     cu::device_buffer<float> lse(rows, gpu.pool(), gpu.stream());
     REQUIRE(cu::flash_attention_applies(E, {gq.data(), out.data()}));
     const float scale = 1.0f / std::sqrt(float(E));
-    cu::fused_attention_forward(gpu.stream(), c.sequences, c.t_len, E, scale, gq.data(), gk.data(), gv.data(),
-                                out.data(), lse.data());
-    cu::fused_attention_backward(gpu.stream(), c.sequences, c.t_len, E, scale, gq.data(), gk.data(), gv.data(),
-                                 gdout.data(), lse.data(), gdelta.data(), dq.data(), dk.data(), dv.data());
-    tpx::testing::check_close("out", to_host(gpu, out), want.out);
-    const std::vector<float> got_lse = to_host(gpu, lse);
-    for (std::int64_t i = 0; i < rows; ++i) CHECK(got_lse[i] == doctest::Approx(want.lse[i]).epsilon(1e-4));
-    tpx::testing::check_close("dq", to_host(gpu, dq), want.dq, want.dq_terms);
-    tpx::testing::check_close("dk", to_host(gpu, dk), want.dk, want.dk_terms);
-    tpx::testing::check_close("dv", to_host(gpu, dv), want.dv);
+    const tpx::kernels::attention_layout layout{c.t_len, heads};
+    cu::fused_attention_forward(gpu.stream(), c.sequences, layout, E, scale, gq.data(), gk.data(),
+                                gv.data(), out.data(), lse.data());
+    cu::fused_attention_backward(gpu.stream(), c.sequences, layout, E, scale, gq.data(), gk.data(),
+                                 gv.data(), gdout.data(), lse.data(), gdelta.data(), dq.data(),
+                                 dk.data(), dv.data());
+    tpx::testing::check_close("out", heads_first(out, E), want.out);
+    const std::vector<float> got_lse = heads_first(lse, 1);
+    for (std::int64_t i = 0; i < rows; ++i)
+      CHECK(got_lse[i] == doctest::Approx(want.lse[i]).epsilon(1e-4));
+    tpx::testing::check_close("dq", heads_first(dq, E), want.dq, want.dq_terms);
+    tpx::testing::check_close("dk", heads_first(dk, E), want.dk, want.dk_terms);
+    tpx::testing::check_close("dv", heads_first(dv, E), want.dv);
   };
   run.operator()<32>({3, 1});
   run.operator()<64>({3, 130});
   run.operator()<128>({2, 130});
   run.operator()<64>({2, 1024});
+  run.operator()<64>({4, 130}, 2);
+  run.operator()<32>({6, 100}, 3);
+  run.operator()<128>({4, 1024}, 2);
   cu::device_buffer<bf16> buffer(64 * 64 + 1, gpu.pool(), gpu.stream());
   CHECK_FALSE(cu::flash_attention_applies(64, {buffer.data() + 1}));
   CHECK_FALSE(cu::flash_attention_applies(48, {buffer.data()}));

@@ -2,7 +2,8 @@
 // host (tests/unit/flash_attention_test.cpp, on an emulated block) and on the GPU
 // (tests/cuda/kernels_test.cu): [sequences, T, E] bf16 inputs, every output and gradient from
 // the definitions (softmax of scale q.k over keys s <= t; dv = p dout, ds = p (dp - delta),
-// dq = scale ds k, dk = scale ds q), and the comparison both use.
+// dq = scale ds k, dk = scale ds q), the comparison both use, and the move of rows between
+// that heads-first order and the projections' [B, T, H, E], which the kernels also read in place.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -98,6 +99,25 @@ inline void check_close(const std::string& what, const std::vector<tpx::bf16>& g
       FAIL_CHECK(what << "[" << i << "] = " << float(got[i]) << ", want " << want[i] << " (largest "
                       << largest << ")");
   CHECK_MESSAGE(wrong == 0, what << ": " << wrong << " of " << want.size() << " elements off");
+}
+
+// Rows of `width` elements: from heads-first [sequences, T, width] to heads interleaved (row t of
+// sequence s = b * heads + h at ((b * T + t) * heads + h), written out here independently of
+// attention_layout::row_of), and back.
+template <class V>
+V interleaved(const V& heads_first, std::int64_t t_len, std::int64_t heads, std::int64_t width,
+              bool back = false) {
+  V out(heads_first.size());
+  const std::int64_t sequences = static_cast<std::int64_t>(heads_first.size()) / (t_len * width);
+  for (std::int64_t s = 0; s < sequences; ++s)
+    for (std::int64_t t = 0; t < t_len; ++t)
+      for (std::int64_t i = 0; i < width; ++i) {
+        const std::int64_t first = (s * t_len + t) * width + i;
+        const std::int64_t spread = (((s / heads) * t_len + t) * heads + s % heads) * width + i;
+        out[static_cast<std::size_t>(back ? first : spread)] =
+            heads_first[static_cast<std::size_t>(back ? spread : first)];
+      }
+  return out;
 }
 
 }  // namespace tpx::testing

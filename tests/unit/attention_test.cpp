@@ -4,7 +4,8 @@
 // gradients as central finite differences of that double forward (so the backward's formulas are
 // checked, not restated). Batch and heads split over X and Y in several ways, on meshes 1x1, 2x1,
 // 1x2, 2x2 and 3x2, with extents that do not divide (uneven and empty blocks), in the
-// heads-first layout [B, H, T, E] and in a projection's [B, T, H, E]. Sequences longer than the
+// heads-first layout [B, H, T, E] and in a projection's [B, T, H, E] (which the fused layer
+// reads in place and answers in). Sequences longer than the
 // fused kernels' tile (T = 70: three tiles of keys, the last partial) against the reference
 // layer, at E = 6 and at the largest E, 128.
 // Tolerances: fp32 against double, |got - want| <= 2e-5 (outputs, of magnitude ~1) and 1e-4
@@ -170,15 +171,25 @@ void check_layout() {
 }
 
 // [B, H, P, E] -> [B, P, H, E]: the layout a projection x[B, T, D] *_D W[D, H, E] gives.
-std::vector<float> sequence_major(const std::vector<double>& v) {
-  std::vector<float> out(v.size());
+std::vector<double> sequence_major(const std::vector<double>& v) {
+  std::vector<double> out(v.size());
   for (std::int64_t b = 0; b < nb; ++b)
     for (std::int64_t h = 0; h < nh; ++h)
       for (std::int64_t p = 0; p < nt; ++p)
         for (std::int64_t e = 0; e < ne; ++e)
-          out[((b * nt + p) * nh + h) * ne + e] =
-              static_cast<float>(v[((b * nh + h) * nt + p) * ne + e]);
+          out[((b * nt + p) * nh + h) * ne + e] = v[((b * nh + h) * nt + p) * ne + e];
   return out;
+}
+
+// A reference array ([B, H, T, E]) as a projection gives it, [B_X, T, H_Y, E]; keys along S.
+template <class Rank>
+auto as_projection(Rank& rank, const std::vector<double>& x) {
+  return tpx::from_global<float, B<X>, T<>, H<Y>, E<>>(rank, {B(nb), T(nt), H(nh), E(ne)},
+                                                       as_float(sequence_major(x)));
+}
+template <class Rank>
+auto as_key_projection(Rank& rank, const std::vector<double>& x) {
+  return tpx::rename<T, S>(as_projection(rank, x));
 }
 
 }  // namespace
@@ -190,12 +201,9 @@ TEST_CASE("causal attention on the projection layout [B, T, H, E] gives heads-fi
     CAPTURE(mx);
     CAPTURE(my);
     tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
-      const auto q = tpx::from_global<float, B<X>, T<>, H<Y>, E<>>(
-          rank, {B(nb), T(nt), H(nh), E(ne)}, sequence_major(r.q));
-      const auto k = tpx::from_global<float, B<X>, S<>, H<Y>, E<>>(
-          rank, {B(nb), S(nt), H(nh), E(ne)}, sequence_major(r.k));
-      const auto v = tpx::from_global<float, B<X>, S<>, H<Y>, E<>>(
-          rank, {B(nb), S(nt), H(nh), E(ne)}, sequence_major(r.v));
+      const auto q = as_projection(rank, r.q);
+      const auto k = as_key_projection(rank, r.k);
+      const auto v = as_key_projection(rank, r.v);
       const auto dout = tpx::from_global<float, B<X>, H<Y>, T<>, E<>>(
           rank, {B(nb), H(nh), T(nt), E(ne)}, as_float(r.dout));
       const auto fwd = tpx::nn::causal_attention_forward(q, k, v);
@@ -207,12 +215,45 @@ TEST_CASE("causal attention on the projection layout [B, T, H, E] gives heads-fi
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dk)>, KeyHeads>);
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dv)>, KeyHeads>);
       check_against_reference(fwd, grad);
-      // The fused layer reorders the projection layout itself, and gives the same types.
+    });
+  }
+}
+
+TEST_CASE("fused attention reads the projection layout [B, T, H, E] in place, results alike") {
+  const auto& r = ref();
+  for (const auto& [mx_, my_] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {3, 2}, {1, 2}}) {
+    const int mx = mx_, my = my_;
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      using Tokens = tpx::Tensor<float, B<X>, T<>, H<Y>, E<>>;
+      using KeyTokens = tpx::Tensor<float, B<X>, S<>, H<Y>, E<>>;
+      const auto q = as_projection(rank, r.q);
+      const auto k = as_key_projection(rank, r.k);
+      const auto v = as_key_projection(rank, r.v);
+      const auto dout = as_projection(rank, r.dout);
       const auto fused = tpx::nn::fused_causal_attention_forward(q, k, v);
-      const auto fused_grad =
+      const auto grad =
           tpx::nn::fused_causal_attention_backward(q, k, v, fused.out, fused.lse, dout);
-      static_assert(std::is_same_v<decltype(fused_grad), decltype(grad)>);
-      check_against_reference(fused, fused_grad);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(fused.out)>, Tokens>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(fused.lse)>,
+                                   tpx::Tensor<float, B<X>, T<>, H<Y>>>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dq)>, Tokens>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dk)>, KeyTokens>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dv)>, KeyTokens>);
+      check_close(tpx::to_global(fused.out), sequence_major(r.out), 2e-5, "out");
+      check_close(tpx::to_global(grad.dq), sequence_major(r.dq), 1e-4, "dq");
+      check_close(tpx::to_global(grad.dk), sequence_major(r.dk), 1e-4, "dk");
+      check_close(tpx::to_global(grad.dv), sequence_major(r.dv), 1e-4, "dv");
+      // k and v heads first, q not: they are copied into q's order, and dk, dv come in it.
+      const auto kh = tpx::permute<B, H, S, E>(k), vh = tpx::permute<B, H, S, E>(v);
+      const auto mixed = tpx::nn::fused_causal_attention_forward(q, kh, vh);
+      const auto mixed_grad =
+          tpx::nn::fused_causal_attention_backward(q, kh, vh, mixed.out, mixed.lse, dout);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(mixed_grad.dk)>, KeyTokens>);
+      check_close(tpx::to_global(mixed.out), sequence_major(r.out), 2e-5, "out, k heads first");
+      check_close(tpx::to_global(mixed_grad.dk), sequence_major(r.dk), 1e-4, "dk, k heads first");
+      check_close(tpx::to_global(mixed_grad.dv), sequence_major(r.dv), 1e-4, "dv, k heads first");
     });
   }
 }
@@ -269,18 +310,24 @@ void check_long_sequence(int mx, int my, std::int64_t e) {
     const auto dout = tpx::randn<float, B<X>, H<Y>, T<>, E<>>(rank, {B(b), H(h), T(t), E(e)}, 14);
     const auto want = tpx::nn::causal_attention_forward(q, k, v);
     const auto want_grad = tpx::nn::causal_attention_backward(q, k, v, want.probs, dout);
+    // The fused layer reads q, k, v [B, T, H, E] in place and answers in that layout; the
+    // reference answers heads first.
     const auto fused = tpx::nn::fused_causal_attention_forward(tpx::cast<Tc>(q), tpx::cast<Tc>(k),
                                                                tpx::cast<Tc>(v));
-    const auto grad = tpx::nn::fused_causal_attention_backward(tpx::cast<Tc>(q), tpx::cast<Tc>(k),
-                                                               tpx::cast<Tc>(v), fused.out,
-                                                               fused.lse, tpx::cast<Tc>(dout));
+    const auto grad = tpx::nn::fused_causal_attention_backward(
+        tpx::cast<Tc>(q), tpx::cast<Tc>(k), tpx::cast<Tc>(v), fused.out, fused.lse,
+        tpx::cast<Tc>(tpx::permute<B, T, H, E>(dout)));
     const double tol = std::is_same_v<Tc, float> ? 2e-5 : 2e-2;
     const double rel = std::is_same_v<Tc, float> ? 1e-5 : 2e-2;
     const auto global = [](const auto& x) { return tpx::to_global(tpx::cast<float>(x)); };
-    check_near(global(fused.out), tpx::to_global(want.out), tol, rel, "out");
-    check_near(global(grad.dq), tpx::to_global(want_grad.dq), tol, rel, "dq");
-    check_near(global(grad.dk), tpx::to_global(want_grad.dk), tol, rel, "dk");
-    check_near(global(grad.dv), tpx::to_global(want_grad.dv), tol, rel, "dv");
+    check_near(global(tpx::permute<B, H, T, E>(fused.out)), tpx::to_global(want.out), tol, rel,
+               "out");
+    check_near(global(tpx::permute<B, H, T, E>(grad.dq)), tpx::to_global(want_grad.dq), tol, rel,
+               "dq");
+    check_near(global(tpx::permute<B, H, S, E>(grad.dk)), tpx::to_global(want_grad.dk), tol, rel,
+               "dk");
+    check_near(global(tpx::permute<B, H, S, E>(grad.dv)), tpx::to_global(want_grad.dv), tol, rel,
+               "dv");
   });
 }
 

@@ -4,12 +4,14 @@
 // small integers, and the forward, dq and dk/dv programs against naive causal attention in
 // double on the same bf16-rounded inputs, at head widths 32, 64 and 128, sequences of 1 row,
 // one whole tile, and several tiles with a partial last one (T = 100, 130), so masking, tails
-// and the online softmax's rescaling all run. Under ThreadSanitizer the same run checks the programs' shared memory for
-// races between syncs (tests/support/simt_block.hpp).
-// Tolerances: the fragment tests are exact (integers below 2^8 and their sums are exact in bf16
-// and fp32). Outputs are bf16 and P and dS enter their second product rounded to bf16 (8
-// significant bits), so each of out, dq, dk, dv is within 1e-2 of its largest magnitude plus
-// 1e-2 relative; lse is fp32 throughout: 1e-4.
+// and the online softmax's rescaling all run; heads first ([sequences, T, E]) and read in place
+// from the projections' [B, T, H, E] (kernels::attention_layout with H = 2, 3), whose rows the
+// test moves from and back to the reference's heads-first order itself. Under ThreadSanitizer the
+// same run checks the programs' shared memory for races between syncs
+// (tests/support/simt_block.hpp). Tolerances: the fragment tests are exact (integers below 2^8 and
+// their sums are exact in bf16 and fp32). Outputs are bf16 and P and dS enter their second product
+// rounded to bf16 (8 significant bits), so each of out, dq, dk, dv is within 1e-2 of its largest
+// magnitude plus 1e-2 relative; lse is fp32 throughout: 1e-4.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -28,6 +30,7 @@ namespace mma = tpx::kernels::mma;
 using tpx::testing::attention_case;
 using tpx::testing::check_close;
 using tpx::testing::draws;
+using tpx::testing::interleaved;
 using tpx::testing::naive_attention;
 using tpx::testing::simt_block;
 
@@ -118,21 +121,28 @@ TEST_CASE("mma fragment loads agree with the PTX layout") {
 }
 
 template <int E>
-void check_programs(const attention_case& c) {
+void check_programs(const attention_case& c, std::int64_t heads = 1) {
   CAPTURE(E);
   CAPTURE(c.sequences);
   CAPTURE(c.t_len);
+  CAPTURE(heads);
   const std::int64_t n = c.sequences * c.t_len * E;
   const auto q = draws(n, 1), k = draws(n, 2), v = draws(n, 3), dout = draws(n, 4);
   const naive_attention want(c, E, q, k, v, dout);
+  const auto in_layout = [&](const auto& x, std::int64_t width) {
+    return interleaved(x, c.t_len, heads, width);
+  };
+  const auto lq = in_layout(q, E), lk = in_layout(k, E), lv = in_layout(v, E),
+             ldout = in_layout(dout, E);
   std::vector<bf16> out(n), dq(n), dk(n), dv(n);
-  std::vector<float> lse(c.sequences * c.t_len), delta(want.delta.begin(), want.delta.end());
-  const flash::arguments args{c.t_len,     1.0f / std::sqrt(float(E)),
-                              q.data(),    k.data(),
-                              v.data(),    out.data(),
-                              lse.data(),  lse.data(),
-                              dout.data(), delta.data(),
-                              dq.data(),   dk.data(),
+  std::vector<float> lse(c.sequences * c.t_len),
+      delta = in_layout(std::vector<float>(want.delta.begin(), want.delta.end()), 1);
+  const flash::arguments args{{c.t_len, heads}, 1.0f / std::sqrt(float(E)),
+                              lq.data(),        lk.data(),
+                              lv.data(),        out.data(),
+                              lse.data(),       lse.data(),
+                              ldout.data(),     delta.data(),
+                              dq.data(),        dk.data(),
                               dv.data()};
   const auto blocks = [&](int rows) { return (c.t_len + rows - 1) / rows; };
   for (std::int64_t sq = 0; sq < c.sequences; ++sq)
@@ -147,12 +157,16 @@ void check_programs(const attention_case& c) {
       simt_block dkdv_pass(flash::warps, flash::dkdv_shared_bytes<E>);
       dkdv_pass.run([&](auto& t) { flash::dkdv_block<E>(t, args, b, sq); });
     }
-  check_close("out", out, want.out);
-  for (std::size_t i = 0; i < lse.size(); ++i)
-    CHECK(lse[i] == doctest::Approx(want.lse[i]).epsilon(1e-4));
-  check_close("dq", dq, want.dq, want.dq_terms);
-  check_close("dk", dk, want.dk, want.dk_terms);
-  check_close("dv", dv, want.dv);
+  const auto heads_first = [&](const auto& x, std::int64_t width) {
+    return interleaved(x, c.t_len, heads, width, true);
+  };
+  check_close("out", heads_first(out, E), want.out);
+  const auto lse_rows = heads_first(lse, 1);
+  for (std::size_t i = 0; i < lse_rows.size(); ++i)
+    CHECK(lse_rows[i] == doctest::Approx(want.lse[i]).epsilon(1e-4));
+  check_close("dq", heads_first(dq, E), want.dq, want.dq_terms);
+  check_close("dk", heads_first(dk, E), want.dk, want.dk_terms);
+  check_close("dv", heads_first(dv, E), want.dv);
 }
 
 TEST_CASE("tensor-core attention programs match naive causal attention") {
@@ -162,6 +176,12 @@ TEST_CASE("tensor-core attention programs match naive causal attention") {
   check_programs<64>({1, 100});
   check_programs<32>({1, 200});
   check_programs<128>({1, 70});
+}
+
+TEST_CASE("tensor-core attention programs read and write [B, T, H, E] in place") {
+  check_programs<64>({4, 130}, 2);
+  check_programs<32>({6, 100}, 3);
+  check_programs<128>({2, 70}, 2);
 }
 
 }  // namespace

@@ -168,16 +168,19 @@ struct device_space {
   }
 
   template <class T>
-  static void fused_attention_forward(const rank_context& ctx, std::int64_t sequences, std::int64_t t_len, int e,
-                                      float scale, const T* q, const T* k, const T* v, T* out, float* lse) {
-    cuda::fused_attention_forward(resources_of(ctx).stream(), sequences, t_len, e, scale, q, k, v, out, lse);
+  static void fused_attention_forward(const rank_context& ctx, std::int64_t sequences,
+                                      kernels::attention_layout layout, int e, float scale,
+                                      const T* q, const T* k, const T* v, T* out, float* lse) {
+    cuda::fused_attention_forward(resources_of(ctx).stream(), sequences, layout, e, scale, q, k, v,
+                                  out, lse);
   }
   template <class T>
-  static void fused_attention_backward(const rank_context& ctx, std::int64_t sequences, std::int64_t t_len, int e,
-                                       float scale, const T* q, const T* k, const T* v, const T* dout,
+  static void fused_attention_backward(const rank_context& ctx, std::int64_t sequences,
+                                       kernels::attention_layout layout, int e, float scale,
+                                       const T* q, const T* k, const T* v, const T* dout,
                                        const float* lse, const float* delta, T* dq, T* dk, T* dv) {
-    cuda::fused_attention_backward(resources_of(ctx).stream(), sequences, t_len, e, scale, q, k, v, dout, lse, delta,
-                                   dq, dk, dv);
+    cuda::fused_attention_backward(resources_of(ctx).stream(), sequences, layout, e, scale, q, k, v,
+                                   dout, lse, delta, dq, dk, dv);
   }
 };
 

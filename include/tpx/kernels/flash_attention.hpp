@@ -28,8 +28,10 @@
 // P and dS are rounded to bf16 to enter the second product, as in FlashAttention-2; every sum
 // is fp32. Each output element is written by one lane: results do not depend on scheduling.
 //
-// Shapes: q, k, v, out, dout, dq, dk, dv are [sequences, T, E] row-major bf16, lse and delta
-// [sequences, T] fp32; E is HeadDim, a multiple of 16 (32, 64, 128 are instantiated).
+// Shapes: q, k, v, out, dout, dq, dk, dv are rows of E bf16 in an attention_layout
+// (kernels/fused_attention.hpp): [sequences, T, E], or [B, T, H, E] read in place, a sequence's
+// rows then H rows apart; lse and delta are fp32, one per row, in the same order. E is HeadDim,
+// a multiple of 16 (32, 64, 128 are instantiated).
 #pragma once
 
 #include <math.h>  // exp2f, log2f, fmaf, fmaxf, INFINITY
@@ -39,6 +41,7 @@
 
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/core/config.hpp"
+#include "tpx/kernels/fused_attention.hpp"
 #include "tpx/kernels/mma_fragments.hpp"
 
 namespace tpx::kernels::flash {
@@ -73,7 +76,7 @@ inline constexpr std::size_t dkdv_shared_bytes = forward_shared_bytes<HeadDim> +
                                                  2 * 2 * tile_rows * sizeof(float);
 
 struct arguments {
-  std::int64_t t_len;
+  attention_layout layout;
   float scale;  // 1 / sqrt(E)
   const bf16* q;
   const bf16* k;
@@ -102,17 +105,17 @@ using tile_accumulators = float[R][8][4];
 template <int HeadDim, int R>
 using row_accumulators = float[R][HeadDim / 8][4];
 
-// Starts copying rows [0, rows) of a [*, HeadDim] array into a [tile_rows, pitch] tile, rows
-// past `rows` zero, in chunks of 8 elements (16 bytes: one cp.async per thread and chunk on the
-// device). The copies land by the block's next wait_async.
+// Starts copying rows [0, rows) of HeadDim elements, `stride` apart from src, into a
+// [tile_rows, pitch] tile, rows past `rows` zero, in chunks of 8 elements (16 bytes: one
+// cp.async per thread and chunk on the device). The copies land by the block's next wait_async.
 template <int HeadDim, class Block>
-TPX_HOST_DEVICE void stage(Block& block, const bf16* src, std::int64_t rows, bf16* tile) {
+TPX_HOST_DEVICE void stage(Block& block, const bf16* src, int stride, std::int64_t rows,
+                           bf16* tile) {
   constexpr int chunks = HeadDim / 8;
   for (int c = block.thread(); c < tile_rows * chunks; c += threads) {
     const int r = c / chunks, col = (c % chunks) * 8;
     const bool real = r < rows;
-    block.copy_async_16(tile + r * pitch<HeadDim> + col, real ? src + r * HeadDim + col : src,
-                        real);
+    block.copy_async_16(tile + r * pitch<HeadDim> + col, real ? src + r * stride + col : src, real);
   }
 }
 
@@ -225,26 +228,27 @@ TPX_HOST_DEVICE inline bool seen_within(mma::lane_coordinates at, int n, int i, 
   return 8 * n + mma::accumulator_column(at, i) <= last;
 }
 
-// Loads the warp's R x 16 rows (starting at `first`, of a sequence of t_len rows) of a
-// [*, HeadDim] array as A fragments; rows past the sequence are zero.
+// Loads the warp's R x 16 rows (starting at `first`, of a sequence of t_len rows `stride`
+// elements apart from m) as A fragments; rows past the sequence are zero.
 template <int HeadDim, int R>
-TPX_HOST_DEVICE void load_rows(row_fragments<HeadDim, R>& a, const bf16* m, std::int64_t first,
-                               std::int64_t t_len, mma::lane_coordinates at) {
+TPX_HOST_DEVICE void load_rows(row_fragments<HeadDim, R>& a, const bf16* m, int stride,
+                               std::int64_t first, std::int64_t t_len, mma::lane_coordinates at) {
   TPX_UNROLL
   for (int r = 0; r < R; ++r) {
     const std::int64_t rows_first = first + 16 * r;
     const int valid = static_cast<int>(least(16, t_len - rows_first));
     TPX_UNROLL
     for (int kk = 0; kk < HeadDim / 16; ++kk)
-      mma::load_a(a[r][kk], m + rows_first * HeadDim + 16 * kk, HeadDim, valid, at);
+      mma::load_a(a[r][kk], m + rows_first * stride + 16 * kk, stride, valid, at);
   }
 }
 
-// Writes scale times the warp's accumulators to its rows (from `first`) of a [*, HeadDim] array.
+// Writes scale times the warp's accumulators to its rows (from `first`, `stride` elements apart
+// from m).
 template <int HeadDim, int R>
 TPX_HOST_DEVICE void store_rows(const row_accumulators<HeadDim, R>& acc, float scale,
                                 std::int64_t first, std::int64_t t_len, mma::lane_coordinates at,
-                                bf16* m) {
+                                bf16* m, int stride) {
   TPX_UNROLL
   for (int r = 0; r < R; ++r) {
     TPX_UNROLL
@@ -253,30 +257,46 @@ TPX_HOST_DEVICE void store_rows(const row_accumulators<HeadDim, R>& acc, float s
       for (int i = 0; i < 4; ++i) {
         const std::int64_t row = first + 16 * r + mma::accumulator_row(at, i);
         if (row < t_len)
-          m[row * HeadDim + 8 * e + mma::accumulator_column(at, i)] = bf16(scale * acc[r][e][i]);
+          m[row * stride + 8 * e + mma::accumulator_column(at, i)] = bf16(scale * acc[r][e][i]);
       }
     }
   }
 }
 
+// Where a sequence's rows lie in the arrays: row t at element base + t * stride; lse and delta
+// hold one element per row of HeadDim elements, so row t's is at (base + t * stride) / HeadDim.
+// The stride is 32-bit (a position's heads times HeadDim; checked by the launcher), which keeps
+// the address arithmetic of the tile loops in fewer registers.
+template <int HeadDim>
+struct sequence_rows {
+  std::int64_t t_len, base;
+  int stride;
+
+  TPX_HOST_DEVICE sequence_rows(const attention_layout& layout, std::int64_t sequence)
+      : t_len(layout.t_len),
+        base(layout.row_of(sequence, 0) * HeadDim),
+        stride(static_cast<int>(layout.row_step() * HeadDim)) {}
+  TPX_HOST_DEVICE std::int64_t stat(std::int64_t t) const { return (base + t * stride) / HeadDim; }
+};
+
 // What the lanes of a query block (forward, dq) work from: the key and value tiles in shared
-// memory, the lane's fragment coordinates, where the sequence starts, the warp's first row (of
-// its R row tiles) and the block's last row (its key tiles are those up to it).
+// memory, the lane's fragment coordinates, where the sequence's rows lie, the warp's first row
+// (of its R row tiles) and the block's last row (its key tiles are those up to it).
 template <int HeadDim, int R>
 struct query_block {
   tile_pairs<HeadDim> keys;  // K, then V
   mma::lane_coordinates at;
-  std::int64_t t_len, base, first, last;
+  sequence_rows<HeadDim> rows;
+  std::int64_t first, last;
 
   template <class Block>
   TPX_HOST_DEVICE query_block(Block& block, const arguments& args, std::int64_t block_index,
                               std::int64_t sequence)
       : keys{reinterpret_cast<bf16*>(block.shared())},
         at(block.lane()),
-        t_len(args.t_len),
-        base(sequence * args.t_len * HeadDim),
+        rows(args.layout, sequence),
         first(block_index * 16 * warps * R + 16 * R * block.warp()),
-        last(least((block_index + 1) * 16 * warps * R, args.t_len) - 1) {}
+        last(least((block_index + 1) * 16 * warps * R, rows.t_len) - 1) {}
 
   // Runs body(k_tile, v_tile, s0) over the key tiles the block sees.
   template <class Block, class Body>
@@ -284,8 +304,9 @@ struct query_block {
     over_staged_tiles(
         block, 0, last,
         [&](int buffer, std::int64_t s0) {
-          stage<HeadDim>(block, args.k + base + s0 * HeadDim, t_len - s0, keys.first(buffer));
-          stage<HeadDim>(block, args.v + base + s0 * HeadDim, t_len - s0, keys.second(buffer));
+          const std::int64_t at_s0 = rows.base + s0 * rows.stride;
+          stage<HeadDim>(block, args.k + at_s0, rows.stride, rows.t_len - s0, keys.first(buffer));
+          stage<HeadDim>(block, args.v + at_s0, rows.stride, rows.t_len - s0, keys.second(buffer));
         },
         [&](int buffer, std::int64_t s0) { body(keys.first(buffer), keys.second(buffer), s0); });
   }
@@ -295,7 +316,7 @@ struct query_block {
   // per score then masks the tile (seen_within).
   TPX_HOST_DEVICE int last_seen_column(std::int64_t s0, int r, int h) const {
     const std::int64_t row = first + 16 * r + at.group + 8 * h;
-    return last_column_at_most(least(row, t_len - 1) - s0);
+    return last_column_at_most(least(row, rows.t_len - 1) - s0);
   }
   // Whether the tile at s0 lies right of the warp's last row: none of its keys is seen, and the
   // warp (all its lanes alike, so the branch does not diverge) skips it.
@@ -313,9 +334,10 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
                 "the head width must be a multiple of 32 (k-steps of 16, loaded in pairs)");
   constexpr int R = forward_row_tiles<HeadDim>;
   const detail::query_block<HeadDim, R> self(block, args, block_index, sequence);
-  const auto& [keys, at, t_len, base, first, last] = self;
+  const auto& [keys, at, rows, first, last] = self;
+  const auto& [t_len, base, stride] = rows;
   detail::row_fragments<HeadDim, R> q;
-  detail::load_rows<HeadDim, R>(q, args.q + base, first, t_len, at);
+  detail::load_rows<HeadDim, R>(q, args.q + base, stride, first, t_len, at);
   const float score_scale = args.scale * log2e;
   float m[R][2], l[R][2];  // per row tile, of rows group and group + 8
   detail::row_accumulators<HeadDim, R> o = {};
@@ -373,9 +395,9 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
       for (int e = 0; e < HeadDim / 8; ++e) {
         TPX_UNROLL
         for (int j = 0; j < 2; ++j)
-          args.out[base + row * HeadDim + 8 * e + 2 * at.pair + j] = bf16(o[r][e][2 * h + j] / sum);
+          args.out[base + row * stride + 8 * e + 2 * at.pair + j] = bf16(o[r][e][2 * h + j] / sum);
       }
-      if (at.pair == 0) args.lse_out[sequence * t_len + row] = (m[r][h] + log2f(sum)) * ln2;
+      if (at.pair == 0) args.lse_out[rows.stat(row)] = (m[r][h] + log2f(sum)) * ln2;
     }
   }
 }
@@ -385,16 +407,17 @@ template <int HeadDim, class Block>
 TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t block_index,
                               std::int64_t sequence) {
   const detail::query_block<HeadDim, 1> self(block, args, block_index, sequence);
-  const auto& [keys, at, t_len, base, first, last] = self;
+  const auto& [keys, at, rows, first, last] = self;
+  const auto& [t_len, base, stride] = rows;
   detail::row_fragments<HeadDim, 1> q, dout;
-  detail::load_rows<HeadDim, 1>(q, args.q + base, first, t_len, at);
-  detail::load_rows<HeadDim, 1>(dout, args.dout + base, first, t_len, at);
+  detail::load_rows<HeadDim, 1>(q, args.q + base, stride, first, t_len, at);
+  detail::load_rows<HeadDim, 1>(dout, args.dout + base, stride, first, t_len, at);
   float lse[2], delta[2];  // of rows group and group + 8, lse in base 2
   TPX_UNROLL
   for (int h = 0; h < 2; ++h) {
     const std::int64_t row = first + at.group + 8 * h;
-    lse[h] = row < t_len ? args.lse[sequence * t_len + row] * log2e : 0.0f;
-    delta[h] = row < t_len ? args.delta[sequence * t_len + row] : 0.0f;
+    lse[h] = row < t_len ? args.lse[rows.stat(row)] * log2e : 0.0f;
+    delta[h] = row < t_len ? args.delta[rows.stat(row)] : 0.0f;
   }
   const float score_scale = args.scale * log2e;
   detail::row_accumulators<HeadDim, 1> dq = {};
@@ -415,7 +438,7 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
     }
     detail::accumulate_times_tile<HeadDim, 1>(block, ds, k_tile, dq);
   });
-  detail::store_rows<HeadDim, 1>(dq, args.scale, first, t_len, at, args.dq + base);
+  detail::store_rows<HeadDim, 1>(dq, args.scale, first, t_len, at, args.dq + base, stride);
 }
 
 // dk and dv of key block `block_index` (of backward_block_rows) of sequence `sequence`.
@@ -424,24 +447,26 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
                                 std::int64_t sequence) {
   const detail::tile_pairs<HeadDim> queries{reinterpret_cast<bf16*>(block.shared())};  // Q, dO
   // [buffer][lse (base 2), delta][tile_rows], after the tiles
-  float* rows = reinterpret_cast<float*>(block.shared() + forward_shared_bytes<HeadDim>);
+  float* row_stats = reinterpret_cast<float*>(block.shared() + forward_shared_bytes<HeadDim>);
   const mma::lane_coordinates at(block.lane());
-  const std::int64_t t_len = args.t_len, base = sequence * t_len * HeadDim;
+  const detail::sequence_rows<HeadDim> rows(args.layout, sequence);
+  const std::int64_t t_len = rows.t_len, base = rows.base;
+  const int stride = rows.stride;
   const std::int64_t first = block_index * backward_block_rows + 16 * block.warp();  // its keys
   detail::row_fragments<HeadDim, 1> k, v;
-  detail::load_rows<HeadDim, 1>(k, args.k + base, first, t_len, at);
-  detail::load_rows<HeadDim, 1>(v, args.v + base, first, t_len, at);
+  detail::load_rows<HeadDim, 1>(k, args.k + base, stride, first, t_len, at);
+  detail::load_rows<HeadDim, 1>(v, args.v + base, stride, first, t_len, at);
   const float score_scale = args.scale * log2e;
   detail::row_accumulators<HeadDim, 1> dk = {}, dv = {};
   const auto stage_queries = [&](int buffer, std::int64_t t0) {
-    detail::stage<HeadDim>(block, args.q + base + t0 * HeadDim, t_len - t0, queries.first(buffer));
-    detail::stage<HeadDim>(block, args.dout + base + t0 * HeadDim, t_len - t0,
+    detail::stage<HeadDim>(block, args.q + base + t0 * stride, stride, t_len - t0,
+                           queries.first(buffer));
+    detail::stage<HeadDim>(block, args.dout + base + t0 * stride, stride, t_len - t0,
                            queries.second(buffer));
     for (int j = block.thread(); j < tile_rows; j += threads) {
       const bool real = t0 + j < t_len;
-      rows[(2 * buffer) * tile_rows + j] =
-          real ? args.lse[sequence * t_len + t0 + j] * log2e : 0.0f;
-      rows[(2 * buffer + 1) * tile_rows + j] = real ? args.delta[sequence * t_len + t0 + j] : 0.0f;
+      row_stats[(2 * buffer) * tile_rows + j] = real ? args.lse[rows.stat(t0 + j)] * log2e : 0.0f;
+      row_stats[(2 * buffer + 1) * tile_rows + j] = real ? args.delta[rows.stat(t0 + j)] : 0.0f;
     }
   };
   // The query tiles that see the block's keys (t >= s).
@@ -450,7 +475,7 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
       [&](int buffer, std::int64_t t0) {
         const bf16* q_tile = queries.first(buffer);
         const bf16* dout_tile = queries.second(buffer);
-        const float* lse_tile = rows + 2 * buffer * tile_rows;
+        const float* lse_tile = row_stats + 2 * buffer * tile_rows;
         const float* delta_tile = lse_tile + tile_rows;
         detail::tile_accumulators<1> p, dp;
         detail::times_tile_transposed<HeadDim, 1>(block, k, q_tile, p);  // S^T: keys x queries
@@ -476,8 +501,8 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
         }
         detail::accumulate_times_tile<HeadDim, 1>(block, p, q_tile, dk);
       });
-  detail::store_rows<HeadDim, 1>(dk, args.scale, first, t_len, at, args.dk + base);
-  detail::store_rows<HeadDim, 1>(dv, 1.0f, first, t_len, at, args.dv + base);
+  detail::store_rows<HeadDim, 1>(dk, args.scale, first, t_len, at, args.dk + base, stride);
+  detail::store_rows<HeadDim, 1>(dv, 1.0f, first, t_len, at, args.dv + base, stride);
 }
 
 }  // namespace tpx::kernels::flash

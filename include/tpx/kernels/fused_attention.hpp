@@ -21,9 +21,10 @@
 // row, so a score is the same fp32 sum of the same products in the forward and in both backward
 // passes, and the recomputed probabilities are the forward's.
 //
-// Rows and tiles: q, k, v, out, dout are [sequences, T, E] row-major, lse and delta [sequences,
-// T]; a tile is up to fused_attention_tile consecutive rows at a stride ld between rows (E in
-// global memory, the staging pitch in shared memory).
+// Rows and tiles: q, k, v, out, dout are arrays of rows of E elements, in the attention_layout
+// below ([sequences, T, E], or [B, T, H, E] read in place), lse and delta one element per such
+// row; a tile is up to fused_attention_tile rows of one sequence at a stride ld between rows (the
+// layout's row step times E in global memory, the staging pitch in shared memory).
 #pragma once
 
 #include <math.h>  // expf, logf, fmaxf, INFINITY
@@ -38,6 +39,24 @@ namespace tpx::kernels {
 // 2 E floats lives in each thread's registers on the GPU).
 inline constexpr int fused_attention_tile = 32;
 inline constexpr int fused_attention_max_head = 128;
+
+// Where row t of sequence s lies, as a row of E elements, in attention's arrays (q, k, v, out
+// and their gradients; lse and delta hold one element per such row, in the same order). A
+// sequence is one (batch, head) pair; `heads` sequences are interleaved at each position:
+//   heads = 1   [sequences, T, E], heads first: a sequence's rows are consecutive
+//   heads = H   [B, T, H, E], the layout the projections produce, read in place (as
+//               FlashAttention reads strided inputs): a sequence's rows are H rows apart
+// with s = b * H + h. Row t of sequence s is row ((s / heads) * t_len + t) * heads + s % heads.
+struct attention_layout {
+  std::int64_t t_len;
+  std::int64_t heads = 1;
+
+  TPX_HOST_DEVICE std::int64_t row_of(std::int64_t s, std::int64_t t) const {
+    return ((s / heads) * t_len + t) * heads + s % heads;
+  }
+  // Rows between positions t and t + 1 of one sequence.
+  TPX_HOST_DEVICE std::int64_t row_step() const { return heads; }
+};
 
 // Row `row` of a [rows, e] array as fp32, times `factor`.
 template <class T>

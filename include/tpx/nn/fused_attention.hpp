@@ -4,13 +4,18 @@
 //
 //   // q[B_X, T, H_Y, E], k and v [B_X, S, H_Y, E]
 //   auto fwd = tpx::nn::fused_causal_attention_forward(q, k, v);
-//   // fwd.out: [B_X, H_Y, T, E]; fwd.lse: [B_X, H_Y, T], the log of each row's softmax sum
+//   // fwd.out: [B_X, T, H_Y, E], like q; fwd.lse: [B_X, T, H_Y], the log of each row's softmax sum
 //   auto g = tpx::nn::fused_causal_attention_backward(q, k, v, fwd.out, fwd.lse, dout);
+//   // g.dq like q, g.dk and g.dv like k
 //
-// Operands, results and their sharding are the reference's (nn/attention.hpp): dims found by
-// name, batch dims (heads, batch) split alike on q, k and v so that nothing is communicated, T,
-// S and E whole; results in [batch dims in q's order, T, E]. An operand whose batch dims do not
-// lead is first copied into that order (ops/permute.hpp), as einsum does for the reference.
+// Operands and their sharding are the reference's (nn/attention.hpp): dims found by name, batch
+// dims (heads, batch) split alike on q, k and v so that nothing is communicated, T, S and E
+// whole. The kernels read the operands where they lie, as FlashAttention reads strided inputs:
+// q in its own order [lead..., T, inner..., E], any batch dims before T and after it (the
+// projections' [B, T, H, E] has H between T and E), and results come in that order too: out and
+// dq like q, lse like q without E, dk and dv like k. So attention between projections copies
+// nothing (the reference's einsums put batch dims first). k or v in another order than q's is
+// first copied into it (ops/permute.hpp).
 // The math (kernels/fused_attention.hpp) is one definition for the host loops
 // (tensor/host_fused_attention.hpp) and the CUDA kernels (cuda/kernels/fused_attention.hpp),
 // which the CUDA tests compare; on the GPU, bf16 with heads of 32, 64 or 128 runs on tensor
@@ -20,6 +25,7 @@
 // kernels::fused_attention_max_head (128).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -39,7 +45,7 @@ namespace tpx::nn {
 namespace detail {
 
 // t itself if its dims are already in the order Order (a type_list of unsplit dims), else a
-// copy in that order.
+// copy in that order (which keeps each dim's split).
 template <class Order, AnyTensor Tn>
 decltype(auto) in_order(const Tn& t) {
   if constexpr (std::is_same_v<unsplit_dims_t<Tn>, Order>) {
@@ -49,38 +55,54 @@ decltype(auto) in_order(const Tn& t) {
   }
 }
 
-// The layout the fused kernels read: the batch dims in q's order, then the sequence dim, then E.
+// Dims with the one at position At replaced by New, and without it.
+template <class Dims, std::size_t At, class New,
+          class Indices = std::make_index_sequence<Dims::size>>
+struct dims_replacing;
+template <class Dims, std::size_t At, class New, std::size_t... I>
+struct dims_replacing<Dims, At, New, std::index_sequence<I...>> {
+  using type = type_list<std::conditional_t<I == At, New, type_at_t<I, Dims>>...>;
+};
+template <class Dims, std::size_t At, class Indices = std::make_index_sequence<Dims::size>>
+struct dims_without;
+template <class Dims, std::size_t At, std::size_t... I>
+struct dims_without<Dims, At, std::index_sequence<I...>> {
+  using type = concat_t<type_list<>,
+                        std::conditional_t<I == At, type_list<>, type_list<type_at_t<I, Dims>>>...>;
+};
+
+// The layout the fused kernels read: q's own order [lead..., T, inner..., E], and k and v in
+// the same order with S in T's place. query_position is where T (and S) stands (0 for operands
+// check_attention_operands rejects, so that only its error is reported).
 template <class Qt, class Kt>
 struct fused_layout {
   using dims = attention_dims<Qt, Kt>;
-  using batch = remove_all_t<unsplit_dims_t<Qt>,
-                             type_list<typename dims::query_sequence, typename dims::head>>;
-  using query_order =
-      concat_t<batch, type_list<typename dims::query_sequence, typename dims::head>>;
-  using key_order = concat_t<batch, type_list<typename dims::key_sequence, typename dims::head>>;
+  using query_order = unsplit_dims_t<Qt>;
+  static constexpr std::size_t query_position =
+      static_cast<std::size_t>(std::max(index_of_v<typename dims::query_sequence, query_order>, 0));
+  using key_order =
+      typename dims_replacing<query_order, query_position, typename dims::key_sequence>::type;
 };
 
-template <class Qb, class Kb>
+template <class Qb, class Kb, std::size_t Position>
 constexpr bool check_batch_splits() {
-  using q_batch =
-      typename leading_dims<typename Qb::dims, std::make_index_sequence<Qb::order - 2>>::type;
-  using k_batch =
-      typename leading_dims<typename Kb::dims, std::make_index_sequence<Kb::order - 2>>::type;
-  if constexpr (!std::is_same_v<q_batch, k_batch>)
+  if constexpr (!std::is_same_v<typename dims_without<typename Qb::dims, Position>::type,
+                                typename dims_without<typename Kb::dims, Position>::type>)
     compile_error<"tpx: fused_causal_attention: the batch dims of q " + Qb::notation + " and k " +
                   Kb::notation + " must be split over the same mesh axes">{};
   return true;
 }
 
-// sequences (the local batch rows), T and E of the operands in fused layout, checked.
+// sequences (the local (batch, head) pairs), the kernels' layout of their rows, E and the
+// scale, of operands in fused layout, checked.
 struct fused_geometry {
   std::int64_t sequences;
-  std::int64_t t_len;
+  kernels::attention_layout layout;
   int e;
   float scale;
 };
 
-template <class Qb, class Kb, class Vb>
+template <std::size_t Position, class Qb, class Kb, class Vb>
 fused_geometry fused_geometry_of(const Qb& q, const Kb& k, const Vb& v) {
   constexpr std::size_t n = Qb::order;
   const auto where = [&] {
@@ -91,7 +113,7 @@ fused_geometry fused_geometry_of(const Qb& q, const Kb& k, const Vb& v) {
   for (std::size_t d = 0; d < n; ++d)
     if (q.global_extent(d) != k.global_extent(d) || k.global_extent(d) != v.global_extent(d))
       throw std::invalid_argument(
-          where() + "dim " + std::to_string(d) + " of the batch-first layout has extents " +
+          where() + "dim " + std::to_string(d) + " of q's order has extents " +
           std::to_string(q.global_extent(d)) + ", " + std::to_string(k.global_extent(d)) + " and " +
           std::to_string(v.global_extent(d)) + " in q, k and v; self-attention needs them equal");
   const std::int64_t e = q.global_extent(n - 1);
@@ -100,67 +122,71 @@ fused_geometry fused_geometry_of(const Qb& q, const Kb& k, const Vb& v) {
                                 " is more than the fused kernels' " +
                                 std::to_string(kernels::fused_attention_max_head) +
                                 "; use causal_attention_forward (nn/attention.hpp)");
-  const std::int64_t t = q.global_extent(n - 2);
-  std::int64_t rows = 1;
-  for (std::size_t d = 0; d + 2 < n; ++d) rows *= q.local_extent(d);
-  return {rows, t, static_cast<int>(e), e > 0 ? 1.0f / std::sqrt(static_cast<float>(e)) : 1.0f};
+  const std::int64_t t = q.global_extent(Position);
+  std::int64_t sequences = 1, heads = 1;  // heads: the sequences interleaved at each position
+  for (std::size_t d = 0; d + 1 < n; ++d) {
+    if (d != Position) sequences *= q.local_extent(d);
+    if (d > Position) heads *= q.local_extent(d);
+  }
+  return {sequences,
+          {t, heads},
+          static_cast<int>(e),
+          e > 0 ? 1.0f / std::sqrt(static_cast<float>(e)) : 1.0f};
 }
 
 }  // namespace detail
 
 template <class Ot, class Lt>
 struct fused_attention_output {
-  Ot out;  // [batch..., T, E]
-  Lt lse;  // [batch..., T], fp32: log of each query row's softmax denominator
+  Ot out;  // like q
+  Lt lse;  // like q without E, fp32: log of each query row's softmax denominator
 };
 
 template <AnyTensor Qt, AnyTensor Kt, AnyTensor Vt>
 auto fused_causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
   static_assert(detail::check_attention_operands<Qt, Kt, Vt>());
   using layout = detail::fused_layout<Qt, Kt>;
-  const auto& qb = detail::in_order<typename layout::query_order>(q);
+  constexpr std::size_t position = layout::query_position;
   const auto& kb = detail::in_order<typename layout::key_order>(k);
   const auto& vb = detail::in_order<typename layout::key_order>(v);
-  using Qb = std::remove_cvref_t<decltype(qb)>;
-  static_assert(detail::check_batch_splits<Qb, std::remove_cvref_t<decltype(kb)>>());
-  const detail::fused_geometry g = detail::fused_geometry_of(qb, kb, vb);
+  static_assert(detail::check_batch_splits<Qt, std::remove_cvref_t<decltype(kb)>, position>());
+  const detail::fused_geometry g = detail::fused_geometry_of<position>(q, kb, vb);
   const rank_context& ctx = q.context();
-  Qb out(ctx, qb.shape(), for_overwrite);
-  auto lse = make_per_row<per_row_t<Qb>>(out);
-  Qb::space::fused_attention_forward(ctx, g.sequences, g.t_len, g.e, g.scale, qb.data(), kb.data(),
+  Qt out(ctx, q.shape(), for_overwrite);
+  auto lse = make_per_row<per_row_t<Qt>>(out);
+  Qt::space::fused_attention_forward(ctx, g.sequences, g.layout, g.e, g.scale, q.data(), kb.data(),
                                      vb.data(), out.data(), lse.data());
-  return fused_attention_output<Qb, decltype(lse)>{std::move(out), std::move(lse)};
+  return fused_attention_output<Qt, decltype(lse)>{std::move(out), std::move(lse)};
 }
 
-// dq [batch..., T, E], dk and dv [batch..., S, E] from the forward's out and lse and dout (laid
-// out as out).
+// dq like q, dk and dv like k (in q's order) from the forward's out and lse and dout (laid out
+// as out).
 template <AnyTensor Qt, AnyTensor Kt, AnyTensor Vt, AnyTensor Ot, AnyTensor Lt>
 auto fused_causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, const Ot& out,
                                      const Lt& lse, const Ot& dout) {
   static_assert(detail::check_attention_operands<Qt, Kt, Vt>());
   using layout = detail::fused_layout<Qt, Kt>;
-  const auto& qb = detail::in_order<typename layout::query_order>(q);
+  constexpr std::size_t position = layout::query_position;
   const auto& kb = detail::in_order<typename layout::key_order>(k);
   const auto& vb = detail::in_order<typename layout::key_order>(v);
-  using Qb = std::remove_cvref_t<decltype(qb)>;
   using Kb = std::remove_cvref_t<decltype(kb)>;
-  static_assert(std::is_same_v<Ot, Qb> && std::is_same_v<Lt, per_row_t<Qb>>,
+  static_assert(std::is_same_v<Ot, Qt> && std::is_same_v<Lt, per_row_t<Qt>>,
                 "tpx: fused_causal_attention_backward: out, lse and dout must be the forward's");
-  const detail::fused_geometry g = detail::fused_geometry_of(qb, kb, vb);
+  const detail::fused_geometry g = detail::fused_geometry_of<position>(q, kb, vb);
   const rank_context& ctx = q.context();
-  using T = typename Qb::value_type;
-  using Space = typename Qb::space;
-  auto delta = make_per_row<per_row_t<Qb>>(out);  // dout . out per query row
+  using T = typename Qt::value_type;
+  using Space = typename Qt::space;
+  auto delta = make_per_row<per_row_t<Qt>>(out);  // dout . out per query row
   Space::template reduce_rows<kernels::sum_reducer<float>>(
-      ctx, g.sequences * g.t_len, g.e, kernels::product_term<T>{out.data(), dout.data(), g.e},
+      ctx, local_rows(out), g.e, kernels::product_term<T>{out.data(), dout.data(), g.e},
       delta.data());
-  Qb dq(ctx, qb.shape(), for_overwrite);
+  Qt dq(ctx, q.shape(), for_overwrite);
   Kb dk(ctx, kb.shape(), for_overwrite);
   Kb dv(ctx, kb.shape(), for_overwrite);
-  Space::fused_attention_backward(ctx, g.sequences, g.t_len, g.e, g.scale, qb.data(), kb.data(),
+  Space::fused_attention_backward(ctx, g.sequences, g.layout, g.e, g.scale, q.data(), kb.data(),
                                   vb.data(), dout.data(), lse.data(), delta.data(), dq.data(),
                                   dk.data(), dv.data());
-  return attention_gradients<Qb, Kb, Kb>{std::move(dq), std::move(dk), std::move(dv)};
+  return attention_gradients<Qt, Kb, Kb>{std::move(dq), std::move(dk), std::move(dv)};
 }
 
 }  // namespace tpx::nn

@@ -18,9 +18,10 @@
 // (keys after the query, rows past the sequence) get the score -inf or an lse of +inf, so their
 // probability is exactly 0.
 //
-// Layout (nn/fused_attention.hpp arranges it): q, k, v, out, dout [sequences, t_len, e]
-// row-major, lse and delta [sequences, t_len]; query t sees keys s <= t. Staging holds one
-// sequence at a time: 4 (forward) or 8 (backward) arrays of about t_len x e floats.
+// Layout (nn/fused_attention.hpp chooses it): q, k, v, out, dout are rows of e elements and lse,
+// delta one element per row, sequence s's row t at layout.row_of(s, t) (kernels::attention_layout:
+// [sequences, t_len, e], or [B, t_len, H, e] read in place); query t sees keys s <= t. Staging
+// holds one sequence at a time: 4 (forward) or 8 (backward) arrays of about t_len x e floats.
 #pragma once
 
 #include <math.h>  // INFINITY, logf
@@ -67,11 +68,12 @@ struct staged_rows {
         columns(has(forms, staging::columns) ? static_cast<std::size_t>(pitch * column_pitch) : 0,
                 0.0f) {}
 
+  // Rows t of src at src + t * stride.
   template <class T>
-  void load(const T* src, int e, float factor) {
+  void load(const T* src, std::int64_t stride, int e, float factor) {
     for (std::int64_t t = 0; t < t_len; ++t)
       for (int i = 0; i < e; ++i) {
-        const float x = factor * static_cast<float>(src[t * e + i]);
+        const float x = factor * static_cast<float>(src[t * stride + i]);
         if (!rows.empty()) rows[static_cast<std::size_t>(t * pitch + i)] = x;
         if (!columns.empty()) columns[static_cast<std::size_t>(i * column_pitch + t)] = x;
       }
@@ -120,18 +122,20 @@ struct staged_rows {
 }
 
 template <class T>
-[[gnu::always_inline]] inline void forward_pass(std::int64_t sequences, std::int64_t t_len, int e,
+[[gnu::always_inline]] inline void forward_pass(std::int64_t sequences,
+                                                kernels::attention_layout layout, int e,
                                                 float scale, const T* q, const T* k, const T* v,
                                                 T* out, float* lse) {
+  const std::int64_t t_len = layout.t_len, step = layout.row_step(), stride = step * e;
   staged_rows qs(t_len, e, staging::rows), ks(t_len, e, staging::columns),
       vs(t_len, e, staging::rows);
   std::vector<float> acc(static_cast<std::size_t>(qs.pitch));
   alignas(64) float x[tile], p[tile], m[tile];
   for (std::int64_t b = 0; b < sequences; ++b) {
-    const std::int64_t base = b * t_len;
-    qs.load(q + base * e, e, scale);
-    ks.load(k + base * e, e, 1.0f);
-    vs.load(v + base * e, e, 1.0f);
+    const std::int64_t first = layout.row_of(b, 0);  // row t is first + t * step
+    qs.load(q + first * e, stride, e, scale);
+    ks.load(k + first * e, stride, e, 1.0f);
+    vs.load(v + first * e, stride, e, 1.0f);
     for (std::int64_t t = 0; t < t_len; ++t) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       kernels::attention_row_state state;
@@ -151,16 +155,19 @@ template <class T>
           add_scaled_row(p[j], vs.row(s0 + j), vs.pitch, acc.data());
         }
       }
-      lse[base + t] = kernels::finish_row(state, acc.data(), e, out + (base + t) * e);
+      const std::int64_t row = first + t * step;
+      lse[row] = kernels::finish_row(state, acc.data(), e, out + row * e);
     }
   }
 }
 
 template <class T>
-[[gnu::always_inline]] inline void backward_pass(std::int64_t sequences, std::int64_t t_len, int e,
+[[gnu::always_inline]] inline void backward_pass(std::int64_t sequences,
+                                                 kernels::attention_layout layout, int e,
                                                  float scale, const T* q, const T* k, const T* v,
                                                  const T* dout, const float* lse,
                                                  const float* delta, T* dq, T* dk, T* dv) {
+  const std::int64_t t_len = layout.t_len, step = layout.row_step(), stride = step * e;
   staged_rows qs(t_len, e), ks(t_len, e), vs(t_len, e), ds_out(t_len, e);
   // lse and delta of a sequence with a tile of padding: +inf and 0, so rows past the end get
   // probability 0.
@@ -168,13 +175,15 @@ template <class T>
       delta_pad(static_cast<std::size_t>(t_len + tile), 0.0f), grad(2 * qs.pitch);
   alignas(64) float x[tile], p[tile], dp[tile], shift[tile];
   for (std::int64_t b = 0; b < sequences; ++b) {
-    const std::int64_t base = b * t_len;
-    qs.load(q + base * e, e, scale);
-    ks.load(k + base * e, e, 1.0f);
-    vs.load(v + base * e, e, 1.0f);
-    ds_out.load(dout + base * e, e, 1.0f);
-    std::copy_n(lse + base, t_len, lse_pad.begin());
-    std::copy_n(delta + base, t_len, delta_pad.begin());
+    const std::int64_t first = layout.row_of(b, 0);  // row t is first + t * step
+    qs.load(q + first * e, stride, e, scale);
+    ks.load(k + first * e, stride, e, 1.0f);
+    vs.load(v + first * e, stride, e, 1.0f);
+    ds_out.load(dout + first * e, stride, e, 1.0f);
+    for (std::int64_t t = 0; t < t_len; ++t) {
+      lse_pad[static_cast<std::size_t>(t)] = lse[first + t * step];
+      delta_pad[static_cast<std::size_t>(t)] = delta[first + t * step];
+    }
     // dq, a query row at a time, over its keys.
     for (std::int64_t t = 0; t < t_len; ++t) {
       std::fill(grad.begin(), grad.end(), 0.0f);
@@ -188,7 +197,7 @@ template <class T>
           add_scaled_row(scale * kernels::score_gradient(p[j], dp[j], delta_pad[t]), ks.row(s0 + j),
                          ks.pitch, grad.data());
       }
-      for (int i = 0; i < e; ++i) dq[(base + t) * e + i] = static_cast<T>(grad[i]);
+      for (int i = 0; i < e; ++i) dq[(first + t * step) * e + i] = static_cast<T>(grad[i]);
     }
     // dk and dv, a key row at a time, over the queries that see it (t >= s).
     for (std::int64_t s = 0; s < t_len; ++s) {
@@ -207,8 +216,8 @@ template <class T>
         }
       }
       for (int i = 0; i < e; ++i) {
-        dk[(base + s) * e + i] = static_cast<T>(dk_row[i]);
-        dv[(base + s) * e + i] = static_cast<T>(dv_row[i]);
+        dk[(first + s * step) * e + i] = static_cast<T>(dk_row[i]);
+        dv[(first + s * step) * e + i] = static_cast<T>(dv_row[i]);
       }
     }
   }
@@ -217,42 +226,46 @@ template <class T>
 #if TPX_HOST_LOOP_AVX2
 template <class T>
 __attribute__((target("avx2,fma"))) void forward_pass_avx2(std::int64_t sequences,
-                                                           std::int64_t t_len, int e, float scale,
-                                                           const T* q, const T* k, const T* v,
-                                                           T* out, float* lse) {
-  forward_pass(sequences, t_len, e, scale, q, k, v, out, lse);
+                                                           kernels::attention_layout layout, int e,
+                                                           float scale, const T* q, const T* k,
+                                                           const T* v, T* out, float* lse) {
+  forward_pass(sequences, layout, e, scale, q, k, v, out, lse);
 }
 template <class T>
-__attribute__((target("avx2,fma"))) void backward_pass_avx2(
-    std::int64_t sequences, std::int64_t t_len, int e, float scale, const T* q, const T* k,
-    const T* v, const T* dout, const float* lse, const float* delta, T* dq, T* dk, T* dv) {
-  backward_pass(sequences, t_len, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
+__attribute__((target("avx2,fma"))) void backward_pass_avx2(std::int64_t sequences,
+                                                            kernels::attention_layout layout, int e,
+                                                            float scale, const T* q, const T* k,
+                                                            const T* v, const T* dout,
+                                                            const float* lse, const float* delta,
+                                                            T* dq, T* dk, T* dv) {
+  backward_pass(sequences, layout, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
 }
 #endif
 
 }  // namespace fused_host
 
 template <class T>
-void host_fused_attention_forward(std::int64_t sequences, std::int64_t t_len, int e, float scale,
-                                  const T* q, const T* k, const T* v, T* out, float* lse) {
+void host_fused_attention_forward(std::int64_t sequences, kernels::attention_layout layout, int e,
+                                  float scale, const T* q, const T* k, const T* v, T* out,
+                                  float* lse) {
 #if TPX_HOST_LOOP_AVX2
   if (kernels::host_loop_detail::cpu_has_avx2_fma())
-    return fused_host::forward_pass_avx2(sequences, t_len, e, scale, q, k, v, out, lse);
+    return fused_host::forward_pass_avx2(sequences, layout, e, scale, q, k, v, out, lse);
 #endif
-  fused_host::forward_pass(sequences, t_len, e, scale, q, k, v, out, lse);
+  fused_host::forward_pass(sequences, layout, e, scale, q, k, v, out, lse);
 }
 
 // dq, dk, dv (overwritten) from dout and the forward's lse; delta[t] = dout_t . out_t.
 template <class T>
-void host_fused_attention_backward(std::int64_t sequences, std::int64_t t_len, int e, float scale,
-                                   const T* q, const T* k, const T* v, const T* dout,
+void host_fused_attention_backward(std::int64_t sequences, kernels::attention_layout layout, int e,
+                                   float scale, const T* q, const T* k, const T* v, const T* dout,
                                    const float* lse, const float* delta, T* dq, T* dk, T* dv) {
 #if TPX_HOST_LOOP_AVX2
   if (kernels::host_loop_detail::cpu_has_avx2_fma())
-    return fused_host::backward_pass_avx2(sequences, t_len, e, scale, q, k, v, dout, lse, delta, dq,
-                                          dk, dv);
+    return fused_host::backward_pass_avx2(sequences, layout, e, scale, q, k, v, dout, lse, delta,
+                                          dq, dk, dv);
 #endif
-  fused_host::backward_pass(sequences, t_len, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
+  fused_host::backward_pass(sequences, layout, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
 }
 
 }  // namespace tpx::detail

@@ -11,24 +11,27 @@
 //
 // cuda::fused_attention_forward / _backward (fused_attention.hpp) send bf16 here when
 // flash_attention_applies: head width 32, 64 or 128, every array 16-byte aligned (the tiles are
-// staged with 16-byte loads), and a device of compute capability 8.0 or newer; everything else
-// takes the CUDA-core kernels.
+// staged with 16-byte loads), and a device of compute capability 8.0 or newer, and
+// flash_attention_addresses: fewer than 2^24 elements per position (heads x width); everything
+// else takes the CUDA-core kernels.
 //
 // Tiles are double-buffered: cp.async copies the next tile of K and V (Q and dO) from global
 // memory while the block computes on the current one. K, Q and dO are read as B operands by
 // ldmatrix.x4 and V by ldmatrix.x4.trans, two fragments per instruction, from tiles whose rows
 // are padded so those reads hit distinct banks.
-// Registers (ptxas -v, sm_90): forward 167 / 255 / 174 at widths 32 / 64 / 128 (two row tiles
+// Registers (ptxas -v, sm_90): forward 184 / 255 / 176 at widths 32 / 64 / 128 (two row tiles
 // per warp at 32 and 64: each fragment loaded from shared memory feeds two mma, and the
-// registers leave room for three, two and two blocks per SM), dq 101 / 135 / 240, dk-dv
-// 168 / 249 / 255 with 24 bytes spilled at 128 (its K and V fragments and two accumulators of E
-// floats per lane).
+// registers leave room for two blocks per SM), dq 105 / 136 / 237, dk-dv 167 / 252 / 255 with
+// 28 bytes spilled at 128 (its K and V fragments and two accumulators of E floats per lane).
+// Reading [B, T, H, E] in place (a run-time row stride) cost the forward at width 32 its third
+// block per SM (167 registers before); the other widths keep theirs.
 // Run on an H200 (2026-11-27): correct (cuda_kernels_test, racecheck clean), at 75-112 TFLOP/s
 // for bf16 heads of 64, 0.38-0.52x PyTorch's SDPA flash kernels (bench/README.md). Since then
 // (not yet measured on a GPU) the query passes mask with one comparison per score and the
-// forward skips the key tiles a warp's rows do not see. The forward of width 64 fits two blocks,
-// 8 warps, per SM; its occupancy, FlashAttention-2's swizzled tiles (instead of padding) and its
-// other tuning come next.
+// forward skips the key tiles a warp's rows do not see, and the kernels read and write the
+// projections' [B, T, H, E] in place (kernels::attention_layout). The forward of width 64 fits two
+// blocks, 8 warps, per SM; its occupancy, FlashAttention-2's swizzled tiles (instead of padding)
+// and its other tuning come next.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -116,31 +119,40 @@ inline bool flash_attention_applies(int e, std::initializer_list<const void*> ar
   return detail::device_has_bf16_mma();
 }
 
-// sequences <= 65535 (checked by the caller, cuda/kernels/fused_attention.hpp).
-inline void flash_attention_forward(cudaStream_t stream, std::int64_t sequences, std::int64_t t_len,
-                                    int e, float scale, const bf16* q, const bf16* k, const bf16* v,
-                                    bf16* out, float* lse) {
-  const kernels::flash::arguments args{t_len,   scale,   q,       k,       v,       out,    lse,
+// Whether the tensor-core kernels address this layout's rows: their stride between a
+// sequence's rows (heads x e elements) is a 32-bit int, times up to a tile's rows.
+inline bool flash_attention_addresses(kernels::attention_layout layout, int e) {
+  return layout.heads * e < (std::int64_t{1} << 24);
+}
+
+// sequences <= 65535 (checked by the caller, cuda/kernels/fused_attention.hpp). The arrays are
+// in `layout` (kernels/fused_attention.hpp): heads first, or [B, T, H, E] read in place.
+inline void flash_attention_forward(cudaStream_t stream, std::int64_t sequences,
+                                    kernels::attention_layout layout, int e, float scale,
+                                    const bf16* q, const bf16* k, const bf16* v, bf16* out,
+                                    float* lse) {
+  const kernels::flash::arguments args{layout,  scale,   q,       k,       v,       out,    lse,
                                        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
   detail::with_head_dim(e, [&]<int HeadDim>() {
     constexpr std::size_t bytes = kernels::flash::forward_shared_bytes<HeadDim>;
     detail::allow_shared_memory(detail::flash_forward_kernel<HeadDim>, bytes);
     detail::flash_forward_kernel<HeadDim>
-        <<<detail::flash_grid(sequences, t_len, kernels::flash::forward_block_rows<HeadDim>),
+        <<<detail::flash_grid(sequences, layout.t_len, kernels::flash::forward_block_rows<HeadDim>),
            kernels::flash::threads, bytes, stream>>>(args);
   });
   TPX_CUDA_CHECK(cudaGetLastError());
 }
 
 inline void flash_attention_backward(cudaStream_t stream, std::int64_t sequences,
-                                     std::int64_t t_len, int e, float scale, const bf16* q,
-                                     const bf16* k, const bf16* v, const bf16* dout,
+                                     kernels::attention_layout layout, int e, float scale,
+                                     const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
                                      const float* lse, const float* delta, bf16* dq, bf16* dk,
                                      bf16* dv) {
-  const kernels::flash::arguments args{t_len, scale, q,     k,  v,  nullptr, nullptr,
-                                       lse,   dout,  delta, dq, dk, dv};
+  const kernels::flash::arguments args{layout, scale, q,     k,  v,  nullptr, nullptr,
+                                       lse,    dout,  delta, dq, dk, dv};
   detail::with_head_dim(e, [&]<int HeadDim>() {
-    const dim3 grid = detail::flash_grid(sequences, t_len, kernels::flash::backward_block_rows);
+    const dim3 grid =
+        detail::flash_grid(sequences, layout.t_len, kernels::flash::backward_block_rows);
     constexpr std::size_t dq_bytes = kernels::flash::forward_shared_bytes<HeadDim>;
     constexpr std::size_t dkdv_bytes = kernels::flash::dkdv_shared_bytes<HeadDim>;
     detail::allow_shared_memory(detail::flash_dq_kernel<HeadDim>, dq_bytes);

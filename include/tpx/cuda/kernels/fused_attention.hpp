@@ -8,6 +8,7 @@
 //   dq        the same over K and V, with dout, lse and delta per row
 //   dk, dv    one thread per key row; the block walks the query tiles that see its rows (t >= s),
 //             staging the scaled queries (fp32), dout, lse and delta
+// The arrays are in a kernels::attention_layout: [sequences, T, E], or [B, T, H, E] read in place.
 // Each row's state (its scaled query and an accumulator of E floats) stays with its thread, the
 // head width E at most kernels::fused_attention_max_head, instantiated for E up to 32, 64 and
 // 128. Every output element is written by one thread, so results do not depend on scheduling.
@@ -39,25 +40,29 @@ constexpr int attention_rows = kernels::fused_attention_tile;  // threads, and r
 
 __device__ inline std::int64_t least(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
 
-// Rows [first, first + n) of a [rows, e] array into shared memory at pitch e, as U times factor.
+// Rows [first, first + n) of a sequence whose row t starts at src + t * stride into shared
+// memory at pitch e, as U times factor.
 template <class U, class T>
-__device__ void stage_rows(const T* src, std::int64_t first, int n, int e, float factor, U* dst) {
+__device__ void stage_rows(const T* src, std::int64_t stride, std::int64_t first, int n, int e,
+                           float factor, U* dst) {
   for (int i = threadIdx.x; i < n * e; i += blockDim.x)
-    dst[i] = static_cast<U>(factor * static_cast<float>(src[first * e + i]));
+    dst[i] = static_cast<U>(factor * static_cast<float>(src[(first + i / e) * stride + i % e]));
 }
 
 // The key tiles that query rows [first, first + attention_rows) of a sequence see, each staged
 // into k_tile and v_tile by the whole block; visit(n) runs on each thread whose row (first +
-// threadIdx.x) sees n > 0 keys of the tile, k and v pointing at the sequence's first row.
+// threadIdx.x) sees n > 0 keys of the tile, k and v pointing at the sequence's first row, its
+// rows `stride` elements apart.
 template <class T, class Visit>
-__device__ void over_key_tiles(const T* k, const T* v, std::int64_t first, std::int64_t t_len,
-                               int e, T* k_tile, T* v_tile, const Visit& visit) {
+__device__ void over_key_tiles(const T* k, const T* v, std::int64_t stride, std::int64_t first,
+                               std::int64_t t_len, int e, T* k_tile, T* v_tile,
+                               const Visit& visit) {
   const std::int64_t t = first + threadIdx.x;
   const std::int64_t last = least(first + attention_rows, t_len) - 1;
   for (std::int64_t s0 = 0; s0 <= last; s0 += attention_rows) {
     const int staged = static_cast<int>(least(attention_rows, last + 1 - s0));
-    stage_rows(k, s0, staged, e, 1.0f, k_tile);
-    stage_rows(v, s0, staged, e, 1.0f, v_tile);
+    stage_rows(k, stride, s0, staged, e, 1.0f, k_tile);
+    stage_rows(v, stride, s0, staged, e, 1.0f, v_tile);
     __syncthreads();
     if (t < t_len && s0 <= t) visit(static_cast<int>(least(staged, t + 1 - s0)));
     __syncthreads();
@@ -66,78 +71,83 @@ __device__ void over_key_tiles(const T* k, const T* v, std::int64_t first, std::
 
 template <int MaxE, class T>
 __global__ void __launch_bounds__(attention_rows)
-    fused_attention_forward_kernel(std::int64_t t_len, int e, float scale, const T* q, const T* k,
-                                   const T* v, T* out, float* lse) {
+    fused_attention_forward_kernel(kernels::attention_layout layout, int e, float scale, const T* q,
+                                   const T* k, const T* v, T* out, float* lse) {
   extern __shared__ unsigned char staging[];
   T* k_tile = reinterpret_cast<T*>(staging);
   T* v_tile = k_tile + attention_rows * e;
-  const std::int64_t base = blockIdx.y * t_len;  // this sequence's first row
+  const std::int64_t t_len = layout.t_len, step = layout.row_step(), stride = step * e;
+  const std::int64_t base = layout.row_of(blockIdx.y, 0);  // this sequence's first row
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * attention_rows;
   const std::int64_t t = first + threadIdx.x;
   const bool active = t < t_len;
   float qs[MaxE], acc[MaxE];
   kernels::attention_row_state state;
   if (active) {
-    kernels::load_row(q + (base + t) * e, e, scale, qs);
+    kernels::load_row(q + (base + t * step) * e, e, scale, qs);
     for (int i = 0; i < e; ++i) acc[i] = 0;
   }
-  over_key_tiles(k + base * e, v + base * e, first, t_len, e, k_tile, v_tile,
+  over_key_tiles(k + base * e, v + base * e, stride, first, t_len, e, k_tile, v_tile,
                  [&](int n) { kernels::attend_tile(qs, k_tile, v_tile, e, n, e, state, acc); });
-  if (active) lse[base + t] = kernels::finish_row(state, acc, e, out + (base + t) * e);
+  if (active)
+    lse[base + t * step] = kernels::finish_row(state, acc, e, out + (base + t * step) * e);
 }
 
 template <int MaxE, class T>
 __global__ void __launch_bounds__(attention_rows)
-    fused_attention_dq_kernel(std::int64_t t_len, int e, float scale, const T* q, const T* k,
-                              const T* v, const T* dout, const float* lse, const float* delta,
-                              T* dq) {
+    fused_attention_dq_kernel(kernels::attention_layout layout, int e, float scale, const T* q,
+                              const T* k, const T* v, const T* dout, const float* lse,
+                              const float* delta, T* dq) {
   extern __shared__ unsigned char staging[];
   T* k_tile = reinterpret_cast<T*>(staging);
   T* v_tile = k_tile + attention_rows * e;
-  const std::int64_t base = blockIdx.y * t_len;
+  const std::int64_t t_len = layout.t_len, step = layout.row_step(), stride = step * e;
+  const std::int64_t base = layout.row_of(blockIdx.y, 0);
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * attention_rows;
   const std::int64_t t = first + threadIdx.x;
   const bool active = t < t_len;
   float qs[MaxE], d[MaxE], grad[MaxE];
   if (active) {
-    kernels::load_row(q + (base + t) * e, e, scale, qs);
-    kernels::load_row(dout + (base + t) * e, e, 1.0f, d);
+    kernels::load_row(q + (base + t * step) * e, e, scale, qs);
+    kernels::load_row(dout + (base + t * step) * e, e, 1.0f, d);
     for (int i = 0; i < e; ++i) grad[i] = 0;
   }
-  over_key_tiles(k + base * e, v + base * e, first, t_len, e, k_tile, v_tile, [&](int n) {
-    kernels::dq_tile(qs, d, lse[base + t], delta[base + t], k_tile, v_tile, e, n, e, scale, grad);
+  over_key_tiles(k + base * e, v + base * e, stride, first, t_len, e, k_tile, v_tile, [&](int n) {
+    kernels::dq_tile(qs, d, lse[base + t * step], delta[base + t * step], k_tile, v_tile, e, n, e,
+                     scale, grad);
   });
   if (active)
-    for (int i = 0; i < e; ++i) dq[(base + t) * e + i] = static_cast<T>(grad[i]);
+    for (int i = 0; i < e; ++i) dq[(base + t * step) * e + i] = static_cast<T>(grad[i]);
 }
 
 template <int MaxE, class T>
 __global__ void __launch_bounds__(attention_rows)
-    fused_attention_dkdv_kernel(std::int64_t t_len, int e, float scale, const T* q, const T* k,
-                                const T* v, const T* dout, const float* lse, const float* delta,
-                                T* dk, T* dv) {
+    fused_attention_dkdv_kernel(kernels::attention_layout layout, int e, float scale, const T* q,
+                                const T* k, const T* v, const T* dout, const float* lse,
+                                const float* delta, T* dk, T* dv) {
   extern __shared__ unsigned char staging[];
   float* qs_tile = reinterpret_cast<float*>(staging);
   float* lse_tile = qs_tile + attention_rows * e;
   float* delta_tile = lse_tile + attention_rows;
   T* dout_tile = reinterpret_cast<T*>(delta_tile + attention_rows);
-  const std::int64_t base = blockIdx.y * t_len;
+  const std::int64_t t_len = layout.t_len, step = layout.row_step(), stride = step * e;
+  const std::int64_t base = layout.row_of(blockIdx.y, 0);
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * attention_rows;
   const std::int64_t s = first + threadIdx.x;
   const bool active = s < t_len;
   float kf[MaxE], vf[MaxE], gk[MaxE], gv[MaxE];
   if (active) {
-    kernels::load_row(k + (base + s) * e, e, 1.0f, kf);
-    kernels::load_row(v + (base + s) * e, e, 1.0f, vf);
+    kernels::load_row(k + (base + s * step) * e, e, 1.0f, kf);
+    kernels::load_row(v + (base + s * step) * e, e, 1.0f, vf);
     for (int i = 0; i < e; ++i) gk[i] = gv[i] = 0;
   }
   for (std::int64_t t0 = first; t0 < t_len; t0 += attention_rows) {  // queries that see the block
     const int staged = static_cast<int>(least(attention_rows, t_len - t0));
-    stage_rows(q + base * e, t0, staged, e, scale, qs_tile);
-    stage_rows(dout + base * e, t0, staged, e, 1.0f, dout_tile);
+    stage_rows(q + base * e, stride, t0, staged, e, scale, qs_tile);
+    stage_rows(dout + base * e, stride, t0, staged, e, 1.0f, dout_tile);
     for (int j = threadIdx.x; j < staged; j += blockDim.x) {
-      lse_tile[j] = lse[base + t0 + j];
-      delta_tile[j] = delta[base + t0 + j];
+      lse_tile[j] = lse[base + (t0 + j) * step];
+      delta_tile[j] = delta[base + (t0 + j) * step];
     }
     __syncthreads();
     if (active) {
@@ -150,8 +160,8 @@ __global__ void __launch_bounds__(attention_rows)
   }
   if (active)
     for (int i = 0; i < e; ++i) {
-      dk[(base + s) * e + i] = static_cast<T>(gk[i]);
-      dv[(base + s) * e + i] = static_cast<T>(gv[i]);
+      dk[(base + s * step) * e + i] = static_cast<T>(gk[i]);
+      dv[(base + s * step) * e + i] = static_cast<T>(gv[i]);
     }
 }
 
@@ -177,33 +187,36 @@ inline dim3 attention_grid(std::int64_t sequences, std::int64_t t_len) {
 }  // namespace detail
 
 template <class T>
-void fused_attention_forward(cudaStream_t stream, std::int64_t sequences, std::int64_t t_len, int e,
-                             float scale, const T* q, const T* k, const T* v, T* out, float* lse) {
-  if (sequences <= 0 || t_len <= 0) return;
-  const dim3 grid = detail::attention_grid(sequences, t_len);
+void fused_attention_forward(cudaStream_t stream, std::int64_t sequences,
+                             kernels::attention_layout layout, int e, float scale, const T* q,
+                             const T* k, const T* v, T* out, float* lse) {
+  if (sequences <= 0 || layout.t_len <= 0) return;
+  const dim3 grid = detail::attention_grid(sequences, layout.t_len);
   if constexpr (std::is_same_v<T, bf16>) {
-    if (flash_attention_applies(e, {q, k, v, out})) {
-      flash_attention_forward(stream, sequences, t_len, e, scale, q, k, v, out, lse);
+    if (flash_attention_applies(e, {q, k, v, out}) && flash_attention_addresses(layout, e)) {
+      flash_attention_forward(stream, sequences, layout, e, scale, q, k, v, out, lse);
       return;
     }
   }
   const std::size_t bytes = 2 * sizeof(T) * detail::attention_rows * e;
   detail::with_head_capacity(e, [&]<int MaxE>() {
     detail::fused_attention_forward_kernel<MaxE, T>
-        <<<grid, detail::attention_rows, bytes, stream>>>(t_len, e, scale, q, k, v, out, lse);
+        <<<grid, detail::attention_rows, bytes, stream>>>(layout, e, scale, q, k, v, out, lse);
   });
   TPX_CUDA_CHECK(cudaGetLastError());
 }
 
 template <class T>
-void fused_attention_backward(cudaStream_t stream, std::int64_t sequences, std::int64_t t_len,
-                              int e, float scale, const T* q, const T* k, const T* v, const T* dout,
-                              const float* lse, const float* delta, T* dq, T* dk, T* dv) {
-  if (sequences <= 0 || t_len <= 0) return;
-  const dim3 grid = detail::attention_grid(sequences, t_len);
+void fused_attention_backward(cudaStream_t stream, std::int64_t sequences,
+                              kernels::attention_layout layout, int e, float scale, const T* q,
+                              const T* k, const T* v, const T* dout, const float* lse,
+                              const float* delta, T* dq, T* dk, T* dv) {
+  if (sequences <= 0 || layout.t_len <= 0) return;
+  const dim3 grid = detail::attention_grid(sequences, layout.t_len);
   if constexpr (std::is_same_v<T, bf16>) {
-    if (flash_attention_applies(e, {q, k, v, dout, dq, dk, dv})) {
-      flash_attention_backward(stream, sequences, t_len, e, scale, q, k, v, dout, lse, delta, dq,
+    if (flash_attention_applies(e, {q, k, v, dout, dq, dk, dv}) &&
+        flash_attention_addresses(layout, e)) {
+      flash_attention_backward(stream, sequences, layout, e, scale, q, k, v, dout, lse, delta, dq,
                                dk, dv);
       return;
     }
@@ -212,9 +225,9 @@ void fused_attention_backward(cudaStream_t stream, std::int64_t sequences, std::
   const std::size_t dkdv_bytes = (sizeof(float) * (e + 2) + sizeof(T) * e) * detail::attention_rows;
   detail::with_head_capacity(e, [&]<int MaxE>() {
     detail::fused_attention_dq_kernel<MaxE, T><<<grid, detail::attention_rows, dq_bytes, stream>>>(
-        t_len, e, scale, q, k, v, dout, lse, delta, dq);
+        layout, e, scale, q, k, v, dout, lse, delta, dq);
     detail::fused_attention_dkdv_kernel<MaxE, T>
-        <<<grid, detail::attention_rows, dkdv_bytes, stream>>>(t_len, e, scale, q, k, v, dout, lse,
+        <<<grid, detail::attention_rows, dkdv_bytes, stream>>>(layout, e, scale, q, k, v, dout, lse,
                                                                delta, dk, dv);
   });
   TPX_CUDA_CHECK(cudaGetLastError());
