@@ -23,11 +23,13 @@
 #include "tpx/cuda/kernels/norms.hpp"
 #include "tpx/cuda/kernels/softmax.hpp"
 #include "tpx/cuda/rank_resources.hpp"
+#include "tpx/kernels/attention_terms.hpp"
 #include "tpx/kernels/elementwise.hpp"
 #include "tpx/kernels/grid_terms.hpp"
 #include "tpx/kernels/layernorm.hpp"
 #include "tpx/kernels/optimizer.hpp"
 #include "tpx/kernels/permute.hpp"
+#include "tpx/kernels/reduction.hpp"
 
 namespace tpx::bench::cuda {
 
@@ -101,6 +103,21 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int i
     add_row("permute bf16 [B,T,H,E]->[B,H,T,E]", 4.0 * static_cast<double>(copied) / static_cast<double>(n),
             [&] { cu::for_each_element(s, copied / e, e, f); });
   }
+  // The row statistics of the nn layers (cuda::reduce_rows, a warp per row of up to 1024
+  // columns): RMSNorm's sum of squares over rows of GPT-2's width, and fused attention's delta,
+  // dout . out over rows of one head.
+  cu::device_buffer<float> row_stats(n / 64, r.pool(), s);
+  const std::int64_t width = 768, width_rows = n / width;
+  add_row("row sum of squares bf16, rows of 768 (nn rmsnorm)",
+          2.0 * static_cast<double>(width_rows * width) / static_cast<double>(n), [&] {
+            cu::reduce_rows<kernels::sum_of_squares_reducer<float>>(
+                s, width_rows, width, kernels::element_at<bf16>{x16.data(), width},
+                row_stats.data());
+          });
+  add_row("row dot bf16, rows of 64 (attention delta)", 4, [&] {
+    cu::reduce_rows<kernels::sum_reducer<float>>(
+        s, n / 64, 64, kernels::product_term<bf16>{x16.data(), y16.data(), 64}, row_stats.data());
+  });
   const kernels::adamw_update update{1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1.0f, 1.0f};
   add_row("adamw fp32 master, bf16 grad+model", 28, [&] {
     cu::adamw_step(s, n, update, nullptr, nullptr, z32.data(), static_cast<const bf16*>(x16.data()), m32.data(), v32.data(), y16.data());

@@ -4,7 +4,10 @@
 // math is a kernels/ functor of (r, c), the same one the host loops call.
 //
 //   reduce_rows<R>(stream, rows, cols, term, out)    out[r] = R-fold over c of term(r, c):
-//                                                    one block per row, cub::BlockReduce
+//                                                    a warp per row of up to short_row_cols
+//                                                    columns (RMSNorm's rows of D, attention's
+//                                                    of E), combined by shuffles; else one block
+//                                                    per row, cub::BlockReduce
 //   for_each_element(stream, rows, cols, fn)         fn(r, c) on every element, grid-stride
 //                                                    (kernels/grid_walk.hpp: no division per
 //                                                    element);
@@ -43,6 +46,29 @@ struct combine_of {
     return R::combine(a, b);
   }
 };
+
+// The longest row a warp reduces alone: 32 elements per lane. A block per row would leave most of
+// its 256 threads idle on such rows and pay two barriers per row.
+inline constexpr std::int64_t short_row_cols = 1024;
+
+template <class R, class Term>
+__global__ void __launch_bounds__(block_threads)
+    reduce_short_rows_kernel(std::int64_t rows, std::int64_t cols, Term term, float* out) {
+  using Acc = typename R::value_type;
+  constexpr int warp = 32, warps_per_block = block_threads / warp;
+  const int lane = static_cast<int>(threadIdx.x) % warp;
+  const std::int64_t first =
+      static_cast<std::int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / warp;
+  // Every lane of a warp takes the same rows, so the whole warp reaches each shuffle.
+  for (std::int64_t r = first; r < rows;
+       r += static_cast<std::int64_t>(gridDim.x) * warps_per_block) {
+    Acc acc = R::identity();
+    for (std::int64_t c = lane; c < cols; c += warp) acc = R::combine(acc, R::element(term(r, c)));
+    for (int offset = warp / 2; offset > 0; offset /= 2)
+      acc = R::combine(acc, __shfl_xor_sync(0xffffffffu, acc, offset));
+    if (lane == 0) out[r] = static_cast<float>(acc);
+  }
+}
 
 template <class R, class Term>
 __global__ void __launch_bounds__(block_threads)
@@ -114,7 +140,12 @@ __global__ void __launch_bounds__(block_threads)
 template <class R, class Term>
 void reduce_rows(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const Term& term, float* out) {
   if (rows <= 0) return;
-  detail::reduce_rows_kernel<R><<<row_blocks(rows), block_threads, 0, stream>>>(rows, cols, term, out);
+  if (cols <= detail::short_row_cols)
+    detail::reduce_short_rows_kernel<R>
+        <<<grid_for(rows * 32), block_threads, 0, stream>>>(rows, cols, term, out);
+  else
+    detail::reduce_rows_kernel<R>
+        <<<row_blocks(rows), block_threads, 0, stream>>>(rows, cols, term, out);
   TPX_CUDA_CHECK(cudaGetLastError());
 }
 
