@@ -55,22 +55,6 @@ decltype(auto) in_order(const Tn& t) {
   }
 }
 
-// Dims with the one at position At replaced by New, and without it.
-template <class Dims, std::size_t At, class New,
-          class Indices = std::make_index_sequence<Dims::size>>
-struct dims_replacing;
-template <class Dims, std::size_t At, class New, std::size_t... I>
-struct dims_replacing<Dims, At, New, std::index_sequence<I...>> {
-  using type = type_list<std::conditional_t<I == At, New, type_at_t<I, Dims>>...>;
-};
-template <class Dims, std::size_t At, class Indices = std::make_index_sequence<Dims::size>>
-struct dims_without;
-template <class Dims, std::size_t At, std::size_t... I>
-struct dims_without<Dims, At, std::index_sequence<I...>> {
-  using type = concat_t<type_list<>,
-                        std::conditional_t<I == At, type_list<>, type_list<type_at_t<I, Dims>>>...>;
-};
-
 // The layout the fused kernels read: q's own order [lead..., T, inner..., E], and k and v in
 // the same order with S in T's place. query_position is where T (and S) stands (0 for operands
 // check_attention_operands rejects, so that only its error is reported).
@@ -81,13 +65,17 @@ struct fused_layout {
   static constexpr std::size_t query_position =
       static_cast<std::size_t>(std::max(index_of_v<typename dims::query_sequence, query_order>, 0));
   using key_order =
-      typename dims_replacing<query_order, query_position, typename dims::key_sequence>::type;
+      replace_dim_t<query_order, typename dims::query_sequence, typename dims::key_sequence>;
 };
+
+// Tn's dims as they are split, without the sequence dim at Position: its batch dims and E.
+template <class Tn, std::size_t Position>
+using batch_dims_t =
+    remove_all_t<typename Tn::dims, type_list<type_at_t<Position, typename Tn::dims>>>;
 
 template <class Qb, class Kb, std::size_t Position>
 constexpr bool check_batch_splits() {
-  if constexpr (!std::is_same_v<typename dims_without<typename Qb::dims, Position>::type,
-                                typename dims_without<typename Kb::dims, Position>::type>)
+  if constexpr (!std::is_same_v<batch_dims_t<Qb, Position>, batch_dims_t<Kb, Position>>)
     compile_error<"tpx: fused_causal_attention: the batch dims of q " + Qb::notation + " and k " +
                   Kb::notation + " must be split over the same mesh axes">{};
   return true;

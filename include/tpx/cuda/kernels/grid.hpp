@@ -50,12 +50,13 @@ struct combine_of {
 // The longest row a warp reduces alone: 32 elements per lane. A block per row would leave most of
 // its 256 threads idle on such rows and pay two barriers per row.
 inline constexpr std::int64_t short_row_cols = 1024;
+inline constexpr int warp_threads = 32;
 
 template <class R, class Term>
 __global__ void __launch_bounds__(block_threads)
     reduce_short_rows_kernel(std::int64_t rows, std::int64_t cols, Term term, float* out) {
   using Acc = typename R::value_type;
-  constexpr int warp = 32, warps_per_block = block_threads / warp;
+  constexpr int warp = warp_threads, warps_per_block = block_threads / warp;
   const int lane = static_cast<int>(threadIdx.x) % warp;
   const std::int64_t first =
       static_cast<std::int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / warp;
@@ -142,7 +143,8 @@ void reduce_rows(cudaStream_t stream, std::int64_t rows, std::int64_t cols, cons
   if (rows <= 0) return;
   if (cols <= detail::short_row_cols)
     detail::reduce_short_rows_kernel<R>
-        <<<grid_for(rows * 32), block_threads, 0, stream>>>(rows, cols, term, out);
+        <<<grid_for(rows * detail::warp_threads), block_threads, 0, stream>>>(rows, cols, term,
+                                                                              out);
   else
     detail::reduce_rows_kernel<R>
         <<<row_blocks(rows), block_threads, 0, stream>>>(rows, cols, term, out);
