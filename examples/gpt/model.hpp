@@ -65,6 +65,7 @@
 #include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
 #include <tpx/nn/fused_attention.hpp>
+#include <tpx/nn/gelu_product.hpp>
 #include <tpx/nn/rmsnorm.hpp>
 #include <tpx/spmd/background.hpp>
 #include <tpx/tensor/staging.hpp>
@@ -542,9 +543,8 @@ class model {
     stream mid = tpx::add(x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, w.wo)));
     auto n2 = tpx::nn::rmsnorm_forward(mid, w.norm2);
     whole h2 = gather_sequence::forward(n2.y);
-    auto a = tpx::einsum<D>(h2, w.w_in);  // [B_RX, T, F_Y]
-    auto g = tpx::map(tpx::kernels::gelu{}, a);
-    stream out = tpx::add(mid, scatter_sequence::forward(tpx::einsum<F>(g, w.w_out)));
+    auto up = tpx::nn::gelu_product<D>(h2, w.w_in);  // [B_RX, T, F_Y], GELU fused into the GEMM
+    stream out = tpx::add(mid, scatter_sequence::forward(tpx::einsum<F>(up.out, w.w_out)));
     return {x,
             std::move(n1.rstd),
             std::move(h1),
@@ -552,8 +552,8 @@ class model {
             std::move(mid),
             std::move(n2.rstd),
             std::move(h2),
-            std::move(a),
-            std::move(g),
+            std::move(up.pre),
+            std::move(up.out),
             std::move(out)};
   }
 
@@ -565,8 +565,8 @@ class model {
     // MLP: out = mid + RS(GELU(h2 Win) Wout)
     const whole do2 = scatter_sequence::backward(dout);  // [B_RX, T, D]
     reductions.add(gather_weight{}, grads.w_out[l], tpx::einsum<B, T>(s.g, do2));  // [F_Y, D_X]
-    const auto da = tpx::map(tpx::kernels::gelu_backward{}, s.a,
-                             tpx::einsum<D>(do2, w.w_out));  // [B_RX, T, F_Y]
+    // (do2 *_D Wout) * GELU'(a): [B_RX, T, F_Y], GELU' fused into the GEMM
+    const auto da = tpx::nn::gelu_product_backward<D>(s.a, do2, w.w_out);
     reductions.add(gather_weight{}, grads.w_in[l], tpx::einsum<B, T>(s.h2, da));  // [D_X, F_Y]
     const stream dh2 = gather_sequence::backward(tpx::einsum<F>(da, w.w_in));
     auto dn2 = tpx::nn::rmsnorm_backward(s.mid, w.norm2, s.rstd2, dh2);

@@ -33,6 +33,7 @@
 #include <tpx/nn/adamw.hpp>
 #include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
+#include <tpx/nn/gelu_product.hpp>
 #include <tpx/nn/global_norm.hpp>
 #include <tpx/nn/rmsnorm.hpp>
 #include <tpx/tensor/staging.hpp>
@@ -240,12 +241,16 @@ class model {
     const auto norm = gathered<gather_weight>(p.norm[l]);              // [D_Y]
     auto normed = tpx::nn::rmsnorm_forward(x, norm);                   // h[B_X, D_Y]
     auto h_full = tpx::apply<gather_act>(normed.y);                    // [B_X, D]
-    auto a = tpx::matmul(h_full, gathered<gather_weight>(p.w_in[l]));  // [B_X, D] *_D [D, F_Y]
-    auto g = tpx::map(tpx::kernels::gelu{}, a);
-    const auto o_partial = tpx::matmul(g, gathered<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
+    // [B_X, D] *_D [D, F_Y], GELU fused into the product's store
+    auto up = tpx::nn::gelu_product<D>(h_full, gathered<gather_weight>(p.w_in[l]));
+    const auto o_partial = tpx::matmul(up.out, gathered<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
     act out = tpx::add(x, tpx::apply<scatter_out>(o_partial));
-    return {
-        x, std::move(normed.rstd), std::move(h_full), std::move(a), std::move(g), std::move(out)};
+    return {x,
+            std::move(normed.rstd),
+            std::move(h_full),
+            std::move(up.pre),
+            std::move(up.out),
+            std::move(out)};
   }
 
   act block_backward(const params& p, int l, const block_state& s, const act& dout,
@@ -254,8 +259,8 @@ class model {
     const auto w_out = gathered<gather_weight>(p.w_out[l]);              // [F_Y, D]
     grads.w_out[l] = tpx::cast<float>(
         tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(s.g, do_full)));  // [F_Y, D_X]
-    const auto dg = tpx::contract<D>(do_full, w_out);                                // [B_X, F_Y]
-    const auto da = tpx::map(tpx::kernels::gelu_backward{}, s.a, dg);
+    // (dOut *_D W_out) * GELU'(a): [B_X, F_Y], GELU' fused into the product's store
+    const auto da = tpx::nn::gelu_product_backward<D>(s.a, do_full, w_out);
     const auto w_in = gathered<gather_weight>(p.w_in[l]);  // [D, F_Y]
     grads.w_in[l] = tpx::cast<float>(
         tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(s.h_full, da)));  // [D_X, F_Y]

@@ -1,6 +1,7 @@
 // Batched contractions (tpx::einsum, include/tpx/ops/einsum.hpp), the attention built on them
-// (include/tpx/nn/attention.hpp) and the renaming of dims they need (ops/rename.hpp) that tpx
-// must reject at compile time, one per case, each with the sentence the compiler must print. As
+// (include/tpx/nn/attention.hpp), GELU fused into products (nn/gelu_product.hpp) and the
+// renaming of dims they need (ops/rename.hpp) that tpx must reject at compile time, one per
+// case, each with the sentence the compiler must print. As
 // for sharding_errors.cpp, tests/CMakeLists.txt reads the `// expect(CASE): text` lines below,
 // compiles this file once per CASE with -DCASE, and passes only if compilation fails with a
 // diagnostic containing the text.
@@ -14,10 +15,13 @@
 // expect(EINSUM_TOO_MANY_DIMS): the result would have more dims than a tensor may
 // expect(ATTENTION_SPLIT_SEQUENCE): query sequence dim T of \[B, H_Y, T_X, E\] is split over mesh axes X
 // expect(ATTENTION_SPLIT_HEAD_DIM): head dim E of \[B, H, S, E_Y\] is split over mesh axes Y
+// expect(GELU_PRODUCT_PARTIAL_SUM): gelu_product \[B, E_Y\] \*_E \[E_Y, F\]: the product \[B, F\].U_Y. is a partial sum
+// expect(GELU_BACKWARD_SPLIT_DIFFERS): gelu_product_backward: the pre-activation \[B, F\] must be whole values with the dims, splits, element type and memory space of the product \[B, E\] \*_E \[F_Y, E\] -> \[B, F_Y\]
 // expect(RENAME_LVALUE): rename<T, S> of tensor \[B, T, E\]: rename takes over the elements of the tensor
 // expect(RENAME_UNKNOWN_DIM): rename<S, F>: tensor \[B, T, E\] has no dim S
 // expect(RENAME_TO_EXISTING): rename<T, E>: tensor \[B, T, E\] already has a dim E
 #include <tpx/nn/attention.hpp>
+#include <tpx/nn/gelu_product.hpp>
 #include <tpx/tpx.hpp>
 
 TPX_MESH_AXES(X, Y);
@@ -62,6 +66,12 @@ void body() {
   using K = Tensor<float, B<>, H<>, S<>, E<Y>>;
   auto t = tpx::nn::causal_attention_forward(some<Tensor<float, B<>, H<>, T<>, E<>>>(), some<K>(),
                                              some<K>());
+#elif defined(GELU_PRODUCT_PARTIAL_SUM)
+  auto t = tpx::nn::gelu_product<E>(some<Tensor<float, B<>, E<Y>>>(), some<Tensor<float, E<Y>, F<>>>());
+#elif defined(GELU_BACKWARD_SPLIT_DIFFERS)
+  auto t = tpx::nn::gelu_product_backward<E>(some<Tensor<float, B<>, F<>>>(),
+                                             some<Tensor<float, B<>, E<>>>(),
+                                             some<Tensor<float, F<Y>, E<>>>());
 #elif defined(RENAME_LVALUE)
   Tensor<float, B<>, T<>, E<>> k = some<Tensor<float, B<>, T<>, E<>>>();
   auto t = tpx::rename<T, S>(k);

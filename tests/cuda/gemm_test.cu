@@ -1,7 +1,8 @@
 // The device GEMM (cuBLASLt through tpx/cuda/gemm.hpp) against the host GEMM (OpenBLAS) on the
 // same inputs: fp32, TF32, bf16 and fp16, every transpose combination, leading dimensions wider
-// than the matrices, beta != 0, the bias and GELU epilogues, the plan cache, the k == 0 case;
-// and the device space's buffers and host copies.
+// than the matrices, beta != 0, the bias and GELU epilogues, gemm_gelu and gemm_gelu_backward
+// (the GELU_AUX and DGELU epilogues, and their unfused fallback), the plan cache, the k == 0
+// case; and the device space's buffers and host copies.
 //
 // Tolerances: both sides accumulate k products in fp32 in different orders, so an element may
 // differ by k ulps of sum_p |a_ip b_pj| (the bound used here, with k ulps of fp32, of TF32's
@@ -134,6 +135,37 @@ TEST_CASE("bias, GELU and bias+GELU epilogues equal the GEMM followed by the hos
     // |x| 2^-12: 4e-3 for the |x| < 16 of these products.
     const double floor = epilogue == cu::gemm_epilogue::bias ? 4 * k * k * fp32_unit : 4e-3;
     CHECK(mismatches(to_host(gpu, dc), want, 4.0 * k, fp32_unit, floor) == 0);
+  }
+}
+
+TEST_CASE("gemm_gelu and gemm_gelu_backward equal the GEMM followed by the host functors, fused or not") {
+  cu::rank_resources gpu(0, {});
+  const std::int64_t m = 40, k = 32;
+  // n = 24: cuBLASLt's GELU_AUX and DGELU epilogues (n a multiple of 8); n = 20: the GEMM and the
+  // elementwise kernel. Both compute kernels::gelu and kernels::gelu_backward.
+  for (std::int64_t n : {24, 20}) {
+    CAPTURE(n);
+    const auto a = random_values<float>(m * k, -1, 1, 8), b = random_values<float>(n * k, -1, 1, 9);
+    const auto dy = random_values<float>(m * k, -1, 1, 10);
+    std::vector<float> product(m * n), dproduct(m * n);
+    tpx::kernels::gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, product.data(), n);
+    tpx::kernels::gemm(false, true, m, n, k, 1.0f, dy.data(), k, b.data(), k, 0.0f, dproduct.data(), n);
+    auto da = to_device(gpu, a), db = to_device(gpu, b), ddy = to_device(gpu, dy);
+    cu::device_buffer<float> out(m * n, gpu.pool(), gpu.stream()), pre(m * n, gpu.pool(), gpu.stream());
+    cu::gemm_gelu(gpu.gemms(), gpu.stream(), false, true, m, n, k, da.data(), k, db.data(), k, out.data(), pre.data());
+    const auto got_pre = to_host(gpu, pre);
+    std::vector<float> want_out(m * n), want_grad(m * n);
+    for (std::int64_t i = 0; i < m * n; ++i) {
+      want_out[i] = tpx::kernels::gelu{}(product[i]);
+      want_grad[i] = tpx::kernels::gelu_backward{}(got_pre[i], dproduct[i]);
+    }
+    // As for the GELU epilogue above: k ulps of O(k) sums, and 4e-3 for a hardware tanh.
+    CHECK(mismatches(got_pre, product, 4.0 * k, fp32_unit, 4 * k * k * fp32_unit) == 0);
+    CHECK(mismatches(to_host(gpu, out), want_out, 4.0 * k, fp32_unit, 4e-3) == 0);
+    cu::device_buffer<float> grad(m * n, gpu.pool(), gpu.stream());
+    cu::gemm_gelu_backward(gpu.gemms(), gpu.stream(), false, true, m, n, k, ddy.data(), k, db.data(), k, pre.data(),
+                           grad.data());
+    CHECK(mismatches(to_host(gpu, grad), want_grad, 4.0 * k, fp32_unit, 4e-3) == 0);
   }
 }
 

@@ -143,6 +143,24 @@ struct recording_space : host_space {
     });
   }
 
+  template <class T>
+  static void gemm_gelu(const rank_context& ctx, bool trans_a, bool trans_b, std::int64_t m,
+                        std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
+                        std::int64_t ldb, T* out, T* pre) {
+    replay_tape::run_or_record([=, &ctx] {
+      host_space::gemm_gelu(ctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, out, pre);
+    });
+  }
+  template <class T>
+  static void gemm_gelu_backward(const rank_context& ctx, bool trans_a, bool trans_b,
+                                 std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+                                 std::int64_t lda, const T* b, std::int64_t ldb, const T* pre,
+                                 T* out) {
+    replay_tape::run_or_record([=, &ctx] {
+      host_space::gemm_gelu_backward(ctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, pre, out);
+    });
+  }
+
   template <class F, class Out, class... In>
   static void transform(const rank_context& ctx, std::size_t n, const F& f, Out* out,
                         const In*... in) {

@@ -7,6 +7,7 @@
 //                               memory_meter
 //   copy_box                    the pack/unpack of a box (cuda/kernels/copy_box.hpp)
 //   gemm                        cuBLASLt (cuda/gemm.hpp); fp32 uses TF32 when the rank allows
+//   gemm_gelu, gemm_gelu_backward   one cuBLASLt GEMM with the GELU_AUX / DGELU epilogue
 //   transform                   the elementwise kernel running a kernels/ functor
 //   to_host / from_host         to_host returns once the data has arrived; from_host returns
 //                               at once, its bytes passing through the rank's pinned buffer
@@ -86,6 +87,21 @@ struct device_space {
     rank_resources& r = resources_of(ctx);
     cuda::gemm(r.gemms(), r.stream(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                gemm_options<T>{.tf32 = r.options().tf32});
+  }
+
+  template <class T>
+  static void gemm_gelu(const rank_context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                        std::int64_t k, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* out, T* pre) {
+    rank_resources& r = resources_of(ctx);
+    cuda::gemm_gelu(r.gemms(), r.stream(), trans_a, trans_b, m, n, k, a, lda, b, ldb, out, pre, r.options().tf32);
+  }
+  template <class T>
+  static void gemm_gelu_backward(const rank_context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                                 std::int64_t k, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
+                                 const T* pre, T* out) {
+    rank_resources& r = resources_of(ctx);
+    cuda::gemm_gelu_backward(r.gemms(), r.stream(), trans_a, trans_b, m, n, k, a, lda, b, ldb, pre, out,
+                             r.options().tf32);
   }
 
   // gemm on `batch` strided matrix triples (einsum): one cuBLASLt strided-batched call.

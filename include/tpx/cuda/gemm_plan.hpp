@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "tpx/cuda/check.hpp"
@@ -34,9 +35,21 @@
 
 namespace tpx::cuda {
 
-// What the GEMM adds to the product before storing it (cuBLASLt epilogues). gelu is the tanh
-// approximation, kernels::gelu.
-enum class gemm_epilogue : std::uint8_t { none, bias, gelu, bias_gelu };
+// What the GEMM does to the product before storing it (cuBLASLt epilogues). gelu is the tanh
+// approximation, kernels::gelu. gelu_aux also stores the product itself (GELU's input, which the
+// backward pass needs) in the auxiliary matrix; dgelu multiplies the product by GELU's slope at
+// the auxiliary matrix (kernels::gelu_backward). The auxiliary matrix has C's element type and
+// leading dimension.
+enum class gemm_epilogue : std::uint8_t { none, bias, gelu, bias_gelu, gelu_aux, dgelu };
+
+inline bool has_bias(gemm_epilogue e) { return e == gemm_epilogue::bias || e == gemm_epilogue::bias_gelu; }
+inline bool has_aux(gemm_epilogue e) { return e == gemm_epilogue::gelu_aux || e == gemm_epilogue::dgelu; }
+
+// cuBLASLt has no algorithm for a product (its type, shape, alignment and epilogue together).
+class no_gemm_algorithm : public cuda_error {
+ public:
+  using cuda_error::cuda_error;
+};
 
 // Everything a plan depends on.
 struct gemm_key {
@@ -107,7 +120,7 @@ class gemm_plan {
     const char* type = key.type == CUDA_R_32F ? (key.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? "tf32" : "fp32")
                        : key.type == CUDA_R_16BF ? "bf16"
                                                  : "fp16";
-    const char* epilogues[] = {"", " bias", " gelu", " bias_gelu"};
+    const char* epilogues[] = {"", " bias", " gelu", " bias_gelu", " gelu_aux", " dgelu"};
     return std::string(type) + " " + std::to_string(key.m) + "x" + std::to_string(key.n) + "x" +
            std::to_string(key.k) + " " + (key.trans_a ? "T" : "N") + (key.trans_b ? "T" : "N") +
            epilogues[static_cast<int>(key.epilogue)] +
@@ -121,8 +134,8 @@ class gemm_plan {
     set(CUBLASLT_MATMUL_DESC_TRANSA, key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
     set(CUBLASLT_MATMUL_DESC_TRANSB, key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
     set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue_of(key.epilogue));
-    if (key.epilogue == gemm_epilogue::bias || key.epilogue == gemm_epilogue::bias_gelu)
-      set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, key.type);
+    if (has_bias(key.epilogue)) set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, key.type);
+    if (has_aux(key.epilogue)) set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, key.ldc);
     TPX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, key.type, key.trans_b ? key.k : key.n,
                                                 key.trans_b ? key.n : key.k, key.ldb));
     TPX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, key.type, key.trans_a ? key.m : key.k,
@@ -155,7 +168,7 @@ class gemm_plan {
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, desc_, a_, b_, c_, c_, raw, 1, &result, &found);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0)
-      throw cuda_error("tpx: cuBLASLt has no algorithm for gemm " + describe(key) + " (" +
+      throw no_gemm_algorithm("tpx: cuBLASLt has no algorithm for gemm " + describe(key) + " (" +
                        cublasLtGetStatusString(status) + ")");
     algo_ = result.algo;
   }
@@ -172,6 +185,10 @@ class gemm_plan {
         return CUBLASLT_EPILOGUE_GELU;
       case gemm_epilogue::bias_gelu:
         return CUBLASLT_EPILOGUE_GELU_BIAS;
+      case gemm_epilogue::gelu_aux:
+        return CUBLASLT_EPILOGUE_GELU_AUX;
+      case gemm_epilogue::dgelu:
+        return CUBLASLT_EPILOGUE_DGELU;
       case gemm_epilogue::none:
         break;
     }
@@ -218,11 +235,23 @@ class gemm_plans {
       found = plans_.emplace(key, std::make_unique<gemm_plan>(handle_, key, workspace_bytes())).first;
     return *found->second;
   }
+  // The same, or null when cuBLASLt has no algorithm for key (asked once): for the fused
+  // epilogues, whose callers have an unfused way.
+  const gemm_plan* plan_if_any(const gemm_key& key) {
+    if (unplannable_.contains(key)) return nullptr;
+    try {
+      return &plan(key);
+    } catch (const no_gemm_algorithm&) {
+      unplannable_.insert(key);
+      return nullptr;
+    }
+  }
 
  private:
   cublasLtHandle_t handle_ = nullptr;
   device_buffer<std::byte> workspace_;
   std::unordered_map<gemm_key, std::unique_ptr<gemm_plan>, gemm_key_hash> plans_;
+  std::unordered_set<gemm_key, gemm_key_hash> unplannable_;
 };
 
 }  // namespace tpx::cuda

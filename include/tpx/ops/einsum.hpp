@@ -44,6 +44,8 @@
 // one write of its local block, and a temporary of its size. The description says when that
 // happens ("Transpose(rhs -> [B, H, S, E]); "). Of the two orders of the contracted dims (the
 // left's, the right's), the one that copies fewer operands is used.
+// einsum_impl hands the sized GEMMs (local_products) to a store, by default one batched GEMM
+// into the result; nn/gelu_product.hpp's stores fuse GELU into it.
 #pragma once
 
 #include <algorithm>
@@ -425,8 +427,32 @@ inline constexpr bool can_einsum_v = einsum_traits<L, R, unsplit_t<Contracted>..
 
 namespace detail {
 
-template <class Traits, AnyTensor L, AnyTensor R>
-auto einsum_impl(const L& a, const R& b) {
+// The local GEMMs of a contraction, as einsum_impl sizes them: `batch` products
+// op(a)[m, k] op(b)[k, n], the i-th reading a + i * stride_a and b + i * stride_b, whose results
+// are the result's [m, n] blocks, i * m * n elements apart.
+template <class T>
+struct local_products {
+  bool trans_a = false, trans_b = false;
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  const T* a = nullptr;
+  std::int64_t lda = 1, stride_a = 0;
+  const T* b = nullptr;
+  std::int64_t ldb = 1, stride_b = 0;
+};
+
+// How einsum stores the products: plainly, one batched GEMM into the result. A fused store
+// (nn/gelu_product.hpp) applies a function in the GEMM's epilogue instead.
+struct plain_products {
+  template <AnyTensor Result, class T>
+  void operator()(Result& out, const local_products<T>& p) const {
+    Result::space::gemm_batched(out.context(), p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, p.a, p.lda,
+                                p.stride_a, p.b, p.ldb, p.stride_b, 0.0f, out.data(),
+                                std::max<std::int64_t>(p.n, 1), p.m * p.n, p.batch);
+  }
+};
+
+template <class Traits, AnyTensor L, AnyTensor R, class Store = plain_products>
+auto einsum_impl(const L& a, const R& b, Store&& store = {}) {
   using universe = typename Traits::universe;
   using Space = typename L::space;
   using T = typename L::value_type;
@@ -485,10 +511,13 @@ auto einsum_impl(const L& a, const R& b) {
   }
   // lhs read as [m, k] or (trans_a) [k, m]; rhs as [k, n] or (trans_b) [n, k]; out is [m, n].
   auto leading = [](std::int64_t cols) { return std::max<std::int64_t>(cols, 1); };  // BLAS
-  Space::gemm_batched(ctx, Traits::plan.trans_a, Traits::plan.trans_b, m, n, k, 1.0f, a_data,
-                      leading(Traits::plan.trans_a ? m : k), m * k, b_data,
-                      leading(Traits::plan.trans_b ? k : n), k * n, 0.0f, out.data(), leading(n),
-                      m * n, batch);
+  store(out, local_products<T>{.trans_a = Traits::plan.trans_a,
+                               .trans_b = Traits::plan.trans_b,
+                               .batch = batch, .m = m, .n = n, .k = k,
+                               .a = a_data, .lda = leading(Traits::plan.trans_a ? m : k),
+                               .stride_a = m * k,
+                               .b = b_data, .ldb = leading(Traits::plan.trans_b ? k : n),
+                               .stride_b = k * n});
   return out;
 }
 

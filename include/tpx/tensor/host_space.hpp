@@ -12,6 +12,10 @@
 //   copy_box(ctx, ...)          tensor/box_copy.hpp's copy between two arrays of the space
 //   gemm(ctx, ...)              the local matrix product, row-major, BLAS conventions
 //   gemm_batched(ctx, ...)      gemm on a batch of matrices at fixed strides (ops/einsum.hpp)
+//   gemm_gelu(ctx, ..., out, pre)   pre = the product, out = kernels::gelu of it (contiguous)
+//   gemm_gelu_backward(ctx, ..., pre, out)   out = the product times GELU's slope at pre,
+//                               kernels::gelu_backward (nn/gelu_projection.hpp; one fused GEMM
+//                               on the GPU, cuBLASLt's GELU epilogues)
 //   transform(ctx, n, f, out, in...)   out[i] = f(in[i]...), f a kernels/ functor
 //   to_host / from_host         copies between the space and host memory
 //   adamw(ctx, n, update, step, scale, p, g, m, v)   kernels/optimizer.hpp's AdamW step on n
@@ -98,6 +102,24 @@ struct host_space {
     for (std::int64_t i = 0; i < batch; ++i)
       gemm(ctx, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb,
            beta, c + i * stride_c, ldc);
+  }
+
+  // pre[m, n] = op(a) op(b), out[m, n] = gelu(pre): the product, then the elementwise loop.
+  template <class T>
+  static void gemm_gelu(const rank_context& ctx, bool trans_a, bool trans_b, std::int64_t m,
+                        std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
+                        std::int64_t ldb, T* out, T* pre) {
+    gemm(ctx, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, pre, std::max<std::int64_t>(n, 1));
+    kernels::transform(m * n, kernels::gelu{}, out, static_cast<const T*>(pre));
+  }
+  // out[m, n] = (op(a) op(b)) * gelu'(pre), in place in out.
+  template <class T>
+  static void gemm_gelu_backward(const rank_context& ctx, bool trans_a, bool trans_b,
+                                 std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+                                 std::int64_t lda, const T* b, std::int64_t ldb, const T* pre,
+                                 T* out) {
+    gemm(ctx, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, out, std::max<std::int64_t>(n, 1));
+    kernels::transform(m * n, kernels::gelu_backward{}, out, pre, static_cast<const T*>(out));
   }
 
   template <class F, class Out, class... In>
