@@ -43,9 +43,10 @@
 #     MASTER_PORT: NCCL's id through the TCP rendezvous; NCCL refuses two ranks on one GPU, so
 #     launches of more processes need more GPUs)
 #   6 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
-#     >= 0.95), kernel bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), and
-#     the collectives in nccl-tests format on the simulated mesh (4 ranks on GPU 0) and, with 2
-#     or more GPUs, over NCCL on all of them. Tables go to the terminal, JSON to
+#     >= 0.95), the MLP's GEMM with GELU fused into cuBLASLt's epilogue vs unfused, kernel
+#     bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), and the collectives
+#     in nccl-tests format on the simulated mesh (4 ranks on GPU 0) and, with 2 or more GPUs,
+#     over NCCL on all of them. Tables go to the terminal, JSON to
 #     build/cuda/gpu-check/.
 #   7 the peers (bench/peers/compare.py --gpu): tpx-train-cuda against the same model in PyTorch,
 #     eager and torch.compile, fp32 and bf16, samples/s and their ratios from one run;
@@ -325,6 +326,7 @@ elif ((!built)); then
 else
   mkdir -p "$out"
   step "bench gemm" bash -o pipefail -c "$bench gemm -b 1024 -e 8192 --json $out/gemm.json | tee $out/gemm.txt"
+  step "bench gelu" bash -o pipefail -c "$bench gelu --json $out/gelu.json | tee $out/gelu.txt"
   step "bench kernels" bash -o pipefail -c "$bench kernels -N 64M -d 4096 --json $out/kernels.json | tee $out/kernels.txt"
   step "bench attention" bash -o pipefail -c "$bench attention --json $out/attention.json | tee $out/attention.txt"
   step "bench collectives, simulated mesh (4 ranks on GPU 0)" \

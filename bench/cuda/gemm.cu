@@ -1,4 +1,6 @@
-// tpx-bench-cuda gemm: tpx's device GEMM against cuBLASLt called directly (measure.hpp).
+// tpx-bench-cuda gemm: tpx's device GEMM against cuBLASLt called directly (measure.hpp); and
+// tpx-bench-cuda gelu: the MLP's up projection with GELU fused into cuBLASLt's epilogue against
+// the GEMM followed by the elementwise kernel (measure_gelu).
 //
 // The tpx side is cuda::device_space::gemm on a rank_context carrying the rank's resources,
 // exactly what tpx::matmul calls for a device tensor: argument checks, the dynamic lookup of the
@@ -15,6 +17,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -29,6 +32,7 @@
 #include "tpx/cuda/kernels/random.hpp"
 #include "tpx/cuda/rank_resources.hpp"
 #include "tpx/cuda/stream.hpp"
+#include "tpx/kernels/elementwise.hpp"
 #include "tpx/spmd/rank_context.hpp"
 
 namespace tpx::bench::cuda {
@@ -121,7 +125,95 @@ gemm_row measure_one(const std::string& type, std::int64_t n, int iters, int war
   return {type, n, flops / best_tpx / 1e12, flops / best_direct / 1e12, best_direct / best_tpx, diff};
 }
 
+// Largest |x - y| / largest |y| over the two arrays (device memory of ctx's rank).
+template <class T>
+double relative_difference(const rank_context& ctx, const T* x, const T* y, std::size_t n) {
+  std::vector<T> hx(n), hy(n);
+  cu::device_space::to_host(ctx, x, n, hx.data());
+  cu::device_space::to_host(ctx, y, n, hy.data());
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double a = static_cast<float>(hx[i]), b = static_cast<float>(hy[i]);
+    diff = std::max(diff, std::abs(a - b));
+    scale = std::max(scale, std::abs(b));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+template <class T>
+gelu_row measure_gelu_one(const std::string& type, std::int64_t m, std::int64_t n, std::int64_t k, int iters,
+                          int warmup) {
+  cu::rank_resources resources(0, cu::rank_options{.tf32 = type == "fp32"});
+  rank_context ctx(0, 1, {}, {});
+  ctx.set_backend(&resources);
+  using space = cu::device_space;
+  const auto random = [&](std::int64_t count, std::uint64_t seed) {
+    auto buffer = space::make_buffer_for_overwrite<T>(ctx, static_cast<std::size_t>(count));
+    const std::array<std::int64_t, 1> shape{count}, origin{0};
+    cu::fill_normal(resources.stream(), buffer.data(), shape, origin, shape, seed, 1.0f / std::sqrt(float(k)));
+    return buffer;
+  };
+  const auto a = random(m * k, 1), b = random(k * n, 2), g = random(m * k, 3), c = random(n * k, 4);
+  const auto output = [&] { return space::make_buffer_for_overwrite<T>(ctx, static_cast<std::size_t>(m * n)); };
+  auto pre = output(), out = output(), grad = output();
+  auto pre_unfused = output(), out_unfused = output(), grad_unfused = output();
+
+  const auto forward_fused = [&] { space::gemm_gelu(ctx, false, false, m, n, k, a.data(), k, b.data(), n, out.data(), pre.data()); };
+  const auto forward_unfused = [&] {
+    space::gemm(ctx, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, pre_unfused.data(), n);
+    space::transform(ctx, static_cast<std::size_t>(m * n), kernels::gelu{}, out_unfused.data(),
+                     static_cast<const T*>(pre_unfused.data()));
+  };
+  const auto backward_fused = [&] {
+    space::gemm_gelu_backward(ctx, false, true, m, n, k, g.data(), k, c.data(), k, static_cast<const T*>(pre.data()),
+                              grad.data());
+  };
+  const auto backward_unfused = [&] {
+    space::gemm(ctx, false, true, m, n, k, 1.0f, g.data(), k, c.data(), k, 0.0f, grad_unfused.data(), n);
+    space::transform(ctx, static_cast<std::size_t>(m * n), kernels::gelu_backward{}, grad_unfused.data(),
+                     static_cast<const T*>(pre_unfused.data()), static_cast<const T*>(grad_unfused.data()));
+  };
+  for (int i = 0; i < warmup; ++i) {
+    forward_fused();
+    forward_unfused();
+    backward_fused();
+    backward_unfused();
+  }
+  // Rounds alternate between the four; the best round of each counts.
+  gelu_row row{type, m, n, k, 1e30, 1e30, 1e30, 1e30, 0};
+  const cudaStream_t stream = resources.stream();
+  for (int round = 0; round < 3; ++round) {
+    row.forward_fused_ms = std::min(row.forward_fused_ms, 1e3 * time_calls(stream, iters, forward_fused));
+    row.forward_unfused_ms = std::min(row.forward_unfused_ms, 1e3 * time_calls(stream, iters, forward_unfused));
+    row.backward_fused_ms = std::min(row.backward_fused_ms, 1e3 * time_calls(stream, iters, backward_fused));
+    row.backward_unfused_ms = std::min(row.backward_unfused_ms, 1e3 * time_calls(stream, iters, backward_unfused));
+  }
+  const std::size_t elements = static_cast<std::size_t>(m * n);
+  row.max_rel_diff = std::max(relative_difference(ctx, out.data(), out_unfused.data(), elements),
+                              relative_difference(ctx, grad.data(), grad_unfused.data(), elements));
+  return row;
+}
+
 }  // namespace
+
+std::vector<gelu_row> measure_gelu(const std::vector<std::string>& shapes, const std::vector<std::string>& types,
+                                   int iters, int warmup) {
+  std::vector<gelu_row> rows;
+  for (const std::string& type : types)
+    for (const std::string& shape : shapes) {
+      long long m = 0, n = 0, k = 0;
+      char end = 0;
+      if (std::sscanf(shape.c_str(), "%lldx%lldx%lld%c", &m, &n, &k, &end) != 3 || m < 1 || n < 1 || k < 1)
+        throw std::invalid_argument("GELU shape \"" + shape + "\" is not MxNxK with positive M, N, K (e.g. 16384x3072x768)");
+      if (type == "fp32")
+        rows.push_back(measure_gelu_one<float>(type, m, n, k, iters, warmup));
+      else if (type == "bf16")
+        rows.push_back(measure_gelu_one<bf16>(type, m, n, k, iters, warmup));
+      else
+        throw std::invalid_argument("unknown GELU type " + type + " (fp32, bf16)");
+    }
+  return rows;
+}
 
 std::vector<gemm_row> measure_gemm(const std::vector<std::int64_t>& sizes, const std::vector<std::string>& types,
                                    int iters, int warmup) {

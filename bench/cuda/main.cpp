@@ -2,6 +2,9 @@
 //
 //   tpx-bench-cuda gemm -b 1024 -e 8192 -t fp32,tf32,bf16,fp16 --json gemm.json
 //       TFLOP/s of tpx's GEMM vs cuBLASLt called directly (target: ratio >= 0.95)
+//   tpx-bench-cuda gelu -s 16384x3072x768,8192x4096x1024 -t bf16,fp32 --json gelu.json
+//       ms of the MLP's up projection with GELU fused into the GEMM (cuBLASLt's GELU_AUX and
+//       DGELU epilogues) vs the GEMM then the elementwise kernel, forward and backward
 //   tpx-bench-cuda kernels -N 64M -d 4096 --json kernels.json
 //       GB/s of the elementwise, norm, softmax and AdamW kernels vs a device memcpy (target:
 //       ratio >= 0.8 for elementwise and norms)
@@ -12,7 +15,7 @@
 //       nccl-tests' table for the simulated mesh (-g ranks on GPU 0) or NCCL (one GPU per rank)
 //
 // Without a GPU it prints "skipped: no CUDA device (...)" and exits with 77, CTest's skip code
-// in the bench tests. The measuring is in gemm.cu, kernels.cu, attention.cu and collectives.cu
+// in the bench tests. The measuring is in gemm.cu (gemm, gelu), kernels.cu, attention.cu and collectives.cu
 // (measure.hpp);
 // this file parses the command line, prints the tables and writes the JSON of
 // bench/support/report.hpp.
@@ -60,6 +63,39 @@ int run_gemm(const std::vector<std::int64_t>& sizes, const std::vector<std::stri
                     {"direct_tflops", r.direct_tflops}, {"ratio", r.ratio}, {"max_diff", r.max_diff}});
   }
   if (!o.json.empty()) b::write_json(o.json, "cuda_gemm", command, {{"iters", o.iters}, {"warmup", o.warmup}}, rows);
+  return 0;
+}
+
+int run_gelu(const std::vector<std::string>& shapes, const std::vector<std::string>& types, const common_options& o,
+             const std::string& command) {
+  std::printf("# tpx-bench-cuda gelu: out = GELU(A B) keeping A B, and grad = (G C^T) * GELU'(A B),\n");
+  std::printf("# fused into cuBLASLt's epilogue (device_space::gemm_gelu, gemm_gelu_backward) vs the GEMM then\n");
+  std::printf("# the elementwise kernel; fp32 multiplies on TF32\n");
+  std::printf("# %5s %6s %6s %6s %11s %11s %7s %11s %11s %7s %13s\n", "type", "m", "n", "k", "fwd fused", "fwd unfused",
+              "gain", "bwd fused", "bwd unfused", "gain", "max rel diff");
+  std::printf("# %5s %6s %6s %6s %11s %11s %7s %11s %11s %7s %13s\n", "", "", "", "", "(ms)", "(ms)", "", "(ms)", "(ms)",
+              "", "");
+  json rows = json::array();
+  for (const bc::gelu_row& r : bc::measure_gelu(shapes, types, o.iters, o.warmup)) {
+    const double forward_gain = r.forward_unfused_ms / r.forward_fused_ms;
+    const double backward_gain = r.backward_unfused_ms / r.backward_fused_ms;
+    std::printf("  %5s %6lld %6lld %6lld %11.3f %11.3f %7.3f %11.3f %11.3f %7.3f %13.3g\n", r.type.c_str(),
+                static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k),
+                r.forward_fused_ms, r.forward_unfused_ms, forward_gain, r.backward_fused_ms, r.backward_unfused_ms,
+                backward_gain, r.max_rel_diff);
+    rows.push_back({{"type", r.type},
+                    {"m", r.m},
+                    {"n", r.n},
+                    {"k", r.k},
+                    {"forward_fused_ms", r.forward_fused_ms},
+                    {"forward_unfused_ms", r.forward_unfused_ms},
+                    {"forward_gain", forward_gain},
+                    {"backward_fused_ms", r.backward_fused_ms},
+                    {"backward_unfused_ms", r.backward_unfused_ms},
+                    {"backward_gain", backward_gain},
+                    {"max_rel_diff", r.max_rel_diff}});
+  }
+  if (!o.json.empty()) b::write_json(o.json, "cuda_gelu", command, {{"iters", o.iters}, {"warmup", o.warmup}}, rows);
   return 0;
 }
 
@@ -177,6 +213,16 @@ int main(int argc, char** argv) {
   gemm->add_option("-t,--types", types, "fp32, tf32, bf16, fp16")->delimiter(',');
   add_common(*gemm, gemm_o);
 
+  common_options gelu_o;
+  std::vector<std::string> gelu_shapes = {"16384x3072x768", "8192x4096x1024"};
+  std::vector<std::string> gelu_types = {"bf16", "fp32"};
+  CLI::App* gelu = app.add_subcommand("gelu", "the MLP's GEMM with GELU fused into cuBLASLt's epilogue vs unfused, ms");
+  gelu->add_option("-s,--shapes", gelu_shapes,
+                   "MxNxK: rows, F and D (default: GPT-2 124M's up projection, 16 x 1024 tokens, and the MLP peer's)")
+      ->delimiter(',');
+  gelu->add_option("-t,--types", gelu_types, "bf16, fp32")->delimiter(',');
+  add_common(*gelu, gelu_o);
+
   common_options kernels_o;
   std::string elements = "64M";
   std::int64_t row_length = 4096;
@@ -234,6 +280,7 @@ int main(int argc, char** argv) {
       for (std::int64_t s = b::parse_bytes(gemm_min); s <= b::parse_bytes(gemm_max); s *= 2) sizes.push_back(s);
       return run_gemm(sizes, types, gemm_o, command);
     }
+    if (*gelu) return run_gelu(gelu_shapes, gelu_types, gelu_o, command);
     if (*kernels) return run_kernels(b::parse_bytes(elements), row_length, kernels_o, command);
     if (*attention)
       return run_attention(batch, heads, lengths, head_width, attention_types, attention_o,

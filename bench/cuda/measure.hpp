@@ -25,6 +25,22 @@ struct gemm_row {
 std::vector<gemm_row> measure_gemm(const std::vector<std::int64_t>& sizes, const std::vector<std::string>& types,
                                    int iters, int warmup);
 
+// The MLP's up projection with GELU fused into the GEMM (the device space's gemm_gelu and
+// gemm_gelu_backward, which nn::gelu_product calls: cuBLASLt's GELU_AUX and DGELU epilogues)
+// against the GEMM followed by the elementwise kernel, as tpx::map would run it. Forward:
+// pre = A[m, k] B[k, n], out = GELU(pre); backward: grad = (G[m, k] C[n, k]^T) * GELU'(pre).
+struct gelu_row {
+  std::string type;  // fp32 (TF32 products), bf16
+  std::int64_t m = 0, n = 0, k = 0;
+  double forward_fused_ms = 0, forward_unfused_ms = 0;    // per call
+  double backward_fused_ms = 0, backward_unfused_ms = 0;  // per call
+  // Largest |fused - unfused| over GELU's output and the gradient, divided by the largest
+  // |unfused| there (cuBLASLt may evaluate tanh with a hardware approximation).
+  double max_rel_diff = 0;
+};
+std::vector<gelu_row> measure_gelu(const std::vector<std::string>& shapes, const std::vector<std::string>& types,
+                                   int iters, int warmup);
+
 // Memory-bound kernels: effective bandwidth (the bytes each must read and write once, per second)
 // against a device-to-device cudaMemcpyAsync of the same array (read + write).
 struct bandwidth_row {
