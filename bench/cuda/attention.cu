@@ -57,18 +57,6 @@ std::vector<T> first_elements(const cu::device_buffer<T>& b, std::int64_t n) {
   return host;
 }
 
-// max |device - host| / max |host| over one array.
-template <class T>
-double relative_difference(const std::vector<T>& device, const std::vector<T>& host) {
-  double diff = 0, largest = 0;
-  for (std::size_t i = 0; i < host.size(); ++i) {
-    const double h = static_cast<float>(host[i]);
-    diff = std::max(diff, std::abs(static_cast<double>(static_cast<float>(device[i])) - h));
-    largest = std::max(largest, std::abs(h));
-  }
-  return largest > 0 ? diff / largest : diff;
-}
-
 template <class T>
 attention_row measure_one(const std::string& type, std::int64_t batch, std::int64_t heads,
                           std::int64_t t_len, int e, int iters, int warmup) {

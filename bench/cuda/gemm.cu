@@ -125,21 +125,6 @@ gemm_row measure_one(const std::string& type, std::int64_t n, int iters, int war
   return {type, n, flops / best_tpx / 1e12, flops / best_direct / 1e12, best_direct / best_tpx, diff};
 }
 
-// Largest |x - y| / largest |y| over the two arrays (device memory of ctx's rank).
-template <class T>
-double relative_difference(const rank_context& ctx, const T* x, const T* y, std::size_t n) {
-  std::vector<T> hx(n), hy(n);
-  cu::device_space::to_host(ctx, x, n, hx.data());
-  cu::device_space::to_host(ctx, y, n, hy.data());
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double a = static_cast<float>(hx[i]), b = static_cast<float>(hy[i]);
-    diff = std::max(diff, std::abs(a - b));
-    scale = std::max(scale, std::abs(b));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
 template <class T>
 gelu_row measure_gelu_one(const std::string& type, std::int64_t m, std::int64_t n, std::int64_t k, int iters,
                           int warmup) {
@@ -188,9 +173,13 @@ gelu_row measure_gelu_one(const std::string& type, std::int64_t m, std::int64_t 
     row.backward_fused_ms = std::min(row.backward_fused_ms, 1e3 * time_calls(stream, iters, backward_fused));
     row.backward_unfused_ms = std::min(row.backward_unfused_ms, 1e3 * time_calls(stream, iters, backward_unfused));
   }
-  const std::size_t elements = static_cast<std::size_t>(m * n);
-  row.max_rel_diff = std::max(relative_difference(ctx, out.data(), out_unfused.data(), elements),
-                              relative_difference(ctx, grad.data(), grad_unfused.data(), elements));
+  const auto on_host = [&](const T* device) {
+    std::vector<T> host(static_cast<std::size_t>(m * n));
+    space::to_host(ctx, device, host.size(), host.data());
+    return host;
+  };
+  row.max_rel_diff = std::max(relative_difference(on_host(out.data()), on_host(out_unfused.data())),
+                              relative_difference(on_host(grad.data()), on_host(grad_unfused.data())));
   return row;
 }
 

@@ -14,7 +14,7 @@
 //   gemm_batched(ctx, ...)      gemm on a batch of matrices at fixed strides (ops/einsum.hpp)
 //   gemm_gelu(ctx, ..., out, pre)   pre = the product, out = kernels::gelu of it (contiguous)
 //   gemm_gelu_backward(ctx, ..., pre, out)   out = the product times GELU's slope at pre,
-//                               kernels::gelu_backward (nn/gelu_projection.hpp; one fused GEMM
+//                               kernels::gelu_backward (nn/gelu_product.hpp; one fused GEMM
 //                               on the GPU, cuBLASLt's GELU epilogues)
 //   transform(ctx, n, f, out, in...)   out[i] = f(in[i]...), f a kernels/ functor
 //   to_host / from_host         copies between the space and host memory
