@@ -104,12 +104,23 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int i
             [&] { cu::for_each_element(s, copied / e, e, f); });
   }
   // The row statistics of the nn layers (cuda::reduce_rows, a warp per row of up to 1024
-  // columns): RMSNorm's sum of squares over rows of GPT-2's width, and fused attention's delta,
-  // dout . out over rows of one head.
+  // columns): RMSNorm's sum of squares over rows of GPT-2's width (the layer's first pass when D
+  // is split), and fused attention's delta, dout . out over rows of one head.
   cu::device_buffer<float> row_stats(n / 64, r.pool(), s);
   const std::int64_t width = 768, width_rows = n / width;
-  add_row("row sum of squares bf16, rows of 768 (nn rmsnorm)",
-          2.0 * static_cast<double>(width_rows * width) / static_cast<double>(n), [&] {
+  const double width_share = static_cast<double>(width_rows * width) / static_cast<double>(n);
+  // RMSNorm as the trainers run it when a rank holds whole rows of GPT-2's width: a warp per
+  // row, the row in registers (kernels/rmsnorm_warp_rows.hpp); the weight gradient summed in the
+  // same pass.
+  add_row("rmsnorm fwd bf16, rows of 768 (warp per row)", 4 * width_share, [&] {
+    cu::rmsnorm_forward(s, width_rows, width, x16.data(), w32.data(), 1e-5f, y16.data(), row_stats.data());
+  });
+  add_row("rmsnorm bwd bf16, rows of 768 (warp per row)", 6 * width_share, [&] {
+    cu::rmsnorm_backward(s, r.pool(), width_rows, width, x16.data(), w32.data(), row_stats.data(), y16.data(),
+                         y16.data(), w32.data());
+  });
+  add_row("row sum of squares bf16, rows of 768 (nn rmsnorm, D split)",
+          2 * width_share, [&] {
             cu::reduce_rows<kernels::sum_of_squares_reducer<float>>(
                 s, width_rows, width, kernels::element_at<bf16>{x16.data(), width},
                 row_stats.data());

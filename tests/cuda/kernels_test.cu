@@ -160,7 +160,9 @@ TEST_CASE("reduce folds with the shared reducers: sum, sum of squares, maximum")
 
 TEST_CASE("rmsnorm forward and backward vs the host row functions") {
   cu::rank_resources gpu(0, {});
-  for (std::int64_t d : {256, 50}) {  // 256: 16-byte vectors; 50: elements
+  // Up to 1024 columns a warp per row (kernels/rmsnorm_warp_rows.hpp), wider a block per row; in
+  // 16-byte vectors (256, 768, 2048) or element by element (50, 1500).
+  for (std::int64_t d : {256, 50, 768, 2048, 1500}) {
     CAPTURE(d);
     const std::int64_t rows = 33;
     const auto x = random_values<bf16>(rows * d, -2, 2, 30);

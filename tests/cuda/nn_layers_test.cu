@@ -12,6 +12,11 @@
 // (T = 70) and the widest head (E = 128) in fp32 (1e-5 relative) and bf16 (2e-2 relative: at
 // E = 64 and 128 bf16 runs on the tensor-core kernels, which round P and dS to bf16 before
 // their second product, as FlashAttention-2 does, where the host twin keeps them in fp32).
+// RMSNorm over an unsplit D (x[B_X, T_Y, D], sequence parallelism's layout) runs on the device's
+// whole-row kernels instead of the grid loops, which the host keeps: at D = 768 (one warp per row,
+// 16-byte vectors), 36 (a warp per row, element by element) and 1100 (a block per row), in fp32
+// (1e-5 relative) and bf16 inputs (1e-2, about two bf16 ulps of the outputs; rstd and dw are fp32
+// sums: 1e-5).
 // Skipped without a GPU.
 #include <doctest/doctest.h>
 
@@ -124,6 +129,37 @@ std::vector<std::vector<float>> run_fused_attention(Launcher launcher, std::int6
   return out;
 }
 
+// The device space has the whole-row kernels the layer takes when a rank holds whole rows; the
+// host space keeps its grid loops.
+static_assert(tpx::nn::detail::has_whole_row_kernels<tpx::DeviceTensor<tpx::bf16, B<X>, T<Y>, D<>>,
+                                                     tpx::DeviceTensor<tpx::bf16, D<>>>);
+static_assert(tpx::nn::detail::has_whole_row_kernels<tpx::DeviceTensor<float, B<X>, D<Y>>,
+                                                     tpx::DeviceTensor<float, D<Y>>>);
+static_assert(!tpx::nn::detail::has_whole_row_kernels<tpx::Tensor<float, B<X>, T<Y>, D<>>, tpx::Tensor<float, D<>>>);
+
+// RMSNorm's y, rstd, dx and dw over x[B_X, T_Y, D] (D whole on every rank) in element type Tc, as
+// fp32 global arrays.
+template <class Tc, class Launcher>
+std::vector<std::vector<float>> run_whole_row_rmsnorm(Launcher launcher, std::int64_t d) {
+  const std::int64_t b = 3, t = 7;
+  const auto x = values(b * t * d, 21), w = values(d, 22), dy = values(b * t * d, 23);
+  std::vector<std::vector<float>> out;
+  tpx::spmd(launcher, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) {
+    const auto rows = [&](const std::vector<float>& v) {
+      return tpx::cast<Tc>(tpx::from_global<float, B<X>, T<Y>, D<>>(rank, {B(b), T(t), D(d)}, v));
+    };
+    const auto xs = rows(x), dys = rows(dy);
+    const auto ws = tpx::cast<Tc>(tpx::from_global<float, D<>>(rank, {D(d)}, w));
+    const auto fwd = tpx::nn::rmsnorm_forward(xs, ws);
+    const auto bwd = tpx::nn::rmsnorm_backward(xs, ws, fwd.rstd, dys);
+    const auto global = [](const auto& a) { return tpx::to_global(tpx::cast<float>(a)); };
+    std::vector<std::vector<float>> all = {global(fwd.y), tpx::to_global(fwd.rstd), global(bwd.dx),
+                                           tpx::to_global(bwd.dw)};
+    if (rank.world_rank() == 0) out = std::move(all);
+  });
+  return out;
+}
+
 // The number of elements of got farther from want than relative * max |want|.
 std::size_t beyond(const std::vector<float>& got, const std::vector<float>& want, double relative) {
   double scale = 0;
@@ -150,6 +186,26 @@ TEST_CASE("fused attention on the device equals its host twin, over several tile
       CHECK(beyond(device[a], host[a], 1e-5) == 0);
       INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], 2e-2) << " elements beyond 2e-2");
       CHECK(beyond(device_bf16[a], host_bf16[a], 2e-2) == 0);
+    }
+  }
+}
+
+TEST_CASE("RMSNorm over whole rows on the device's row kernels equals the host's grid loops") {
+  const char* names[] = {"y", "rstd", "dx", "dw"};
+  for (std::int64_t d : {std::int64_t{768}, std::int64_t{36}, std::int64_t{1100}}) {
+    CAPTURE(d);
+    const auto host = run_whole_row_rmsnorm<float>(tpx::host, d);
+    const auto device = run_whole_row_rmsnorm<float>(tpx::cuda_simulated, d);
+    const auto host_bf16 = run_whole_row_rmsnorm<tpx::bf16>(tpx::host, d);
+    const auto device_bf16 = run_whole_row_rmsnorm<tpx::bf16>(tpx::cuda_simulated, d);
+    for (std::size_t a = 0; a < host.size(); ++a) {
+      REQUIRE(device[a].size() == host[a].size());
+      INFO(names[a] << " fp32: " << beyond(device[a], host[a], 1e-5) << " elements beyond 1e-5");
+      CHECK(beyond(device[a], host[a], 1e-5) == 0);
+      const double bf16_tolerance = a == 1 || a == 3 ? 1e-5 : 1e-2;
+      INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], bf16_tolerance) << " elements beyond "
+                    << bf16_tolerance);
+      CHECK(beyond(device_bf16[a], host_bf16[a], bf16_tolerance) == 0);
     }
   }
 }

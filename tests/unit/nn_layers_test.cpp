@@ -19,6 +19,7 @@
 #include <tpx/nn/rmsnorm.hpp>
 #include <tpx/tpx.hpp>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -87,6 +88,112 @@ TEST_CASE("rmsnorm over D_Y equals the unsharded rmsnorm, forward and backward")
       check_close(got_dx, dx, 1.0, 1e-5, "dx");
       check_close(got_dw, dw, double(rows), 1e-5, "dw");  // a sum over the rows
     });
+  }
+}
+
+namespace {
+// A host space with whole-row RMSNorm kernels, as the GPU's space has (cuda/device_space.hpp):
+// here the serial row functions of kernels/rmsnorm.hpp, counting the rows they take.
+struct whole_row_space : tpx::host_space {
+  static std::int64_t& rows_taken() {  // by this rank's thread
+    thread_local std::int64_t rows = 0;
+    return rows;
+  }
+  template <class T, class Wt>
+  static void rmsnorm_rows(const tpx::rank_context&, std::int64_t rows, std::int64_t d, const T* x, const Wt* w,
+                           float eps, T* y, float* rstd) {
+    rows_taken() += rows;
+    for (std::int64_t r = 0; r < rows; ++r)
+      rstd[r] = tpx::kernels::rmsnorm_forward_row(d, x + r * d, w, eps, y + r * d);
+  }
+  template <class T, class Wt>
+  static void rmsnorm_rows_backward(const tpx::rank_context&, std::int64_t rows, std::int64_t d, const T* x,
+                                    const Wt* w, const float* rstd, const T* dy, T* dx, float* dw) {
+    rows_taken() += rows;
+    for (std::int64_t r = 0; r < rows; ++r)
+      tpx::kernels::rmsnorm_backward_row(d, x + r * d, w, rstd[r], dy + r * d, dx + r * d, dw);
+  }
+};
+
+// The same tensor in whole_row_space.
+template <class T, class... Spec>
+auto in_whole_row_space(const tpx::Tensor<T, Spec...>& t) {
+  tpx::BasicTensor<whole_row_space, T, Spec...> out(t.context(), t.shape(), tpx::for_overwrite);
+  std::copy_n(t.data(), t.local().size(), out.data());
+  return out;
+}
+
+// RMSNorm's y, rstd, dx and dw (reduced) as global arrays, x of type Xt (a host tensor) moved
+// into Space.
+template <class Space, class Xt, class Wt>
+std::vector<std::vector<float>> rmsnorm_outputs(const Xt& x, const Wt& w, const Xt& dy) {
+  const auto run = [](const auto& xs, const auto& ws, const auto& dys) {
+    const auto fwd = tpx::nn::rmsnorm_forward(xs, ws);
+    const auto bwd = tpx::nn::rmsnorm_backward(xs, ws, fwd.rstd, dys);
+    return std::vector<std::vector<float>>{tpx::to_global(fwd.y), tpx::to_global(fwd.rstd), tpx::to_global(bwd.dx),
+                                           tpx::to_global(bwd.dw)};
+  };
+  if constexpr (std::is_same_v<Space, whole_row_space>)
+    return run(in_whole_row_space(x), in_whole_row_space(w), in_whole_row_space(dy));
+  else
+    return run(x, w, dy);
+}
+}  // namespace
+
+// The layer takes a space's whole-row kernels exactly when every rank holds whole rows, whatever
+// the tensor's type says, and their results equal the grid loops': x[B_X, T_Y, D] (D whole) on
+// every mesh, and x[B_X, D_Y] on meshes whose Y has one rank. Same math, summed in another order:
+// 1e-5 of the largest value.
+TEST_CASE("rmsnorm takes a space's whole-row kernels when every rank holds whole rows") {
+  const std::int64_t b = 3, t = 5, d = 12;
+  const auto x = values(b * t * d, 31), w = values(d, 32), dy = values(b * t * d, 33);
+  for (const auto& values : meshes) {
+    const int mx = std::get<0>(values), my = std::get<1>(values);
+    CAPTURE(mx);
+    CAPTURE(my);
+    std::vector<std::vector<float>> plain[2], kernels[2];
+    std::int64_t rows_taken[2] = {};
+    std::mutex lock;
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const auto xs = tpx::from_global<float, B<X>, T<Y>, D<>>(rank, {B(b), T(t), D(d)}, x);
+      const auto dys = tpx::from_global<float, B<X>, T<Y>, D<>>(rank, {B(b), T(t), D(d)}, dy);
+      const auto ws = tpx::from_global<float, D<>>(rank, {D(d)}, w);
+      const auto xm = tpx::from_global<float, B<X>, D<Y>>(rank, {B(b * t), D(d)}, x);
+      const auto dym = tpx::from_global<float, B<X>, D<Y>>(rank, {B(b * t), D(d)}, dy);
+      const auto wm = tpx::from_global<float, D<Y>>(rank, {D(d)}, w);
+      const std::int64_t before = whole_row_space::rows_taken();
+      auto sequence = rmsnorm_outputs<whole_row_space>(xs, ws, dys);
+      const std::int64_t between = whole_row_space::rows_taken();
+      auto tensor_parallel = rmsnorm_outputs<whole_row_space>(xm, wm, dym);
+      const std::int64_t after = whole_row_space::rows_taken();
+      auto sequence_plain = rmsnorm_outputs<tpx::host_space>(xs, ws, dys);
+      auto tensor_parallel_plain = rmsnorm_outputs<tpx::host_space>(xm, wm, dym);
+      const std::lock_guard<std::mutex> guard(lock);
+      rows_taken[0] += between - before;
+      rows_taken[1] += after - between;
+      if (rank.world_rank() == 0) {
+        kernels[0] = std::move(sequence);
+        kernels[1] = std::move(tensor_parallel);
+        plain[0] = std::move(sequence_plain);
+        plain[1] = std::move(tensor_parallel_plain);
+      }
+    });
+    // Forward and backward take each row once per rank that holds it: the ranks along Y hold
+    // the same rows of [B_X, D_Y] (D whole when Y has one rank) and distinct ones of
+    // [B_X, T_Y, D].
+    CHECK(rows_taken[0] == 2 * b * t);
+    CHECK(rows_taken[1] == (my == 1 ? 2 * b * t : 0));
+    for (int layout = 0; layout < 2; ++layout) {
+      CAPTURE(layout);
+      REQUIRE(kernels[layout].size() == plain[layout].size());
+      for (std::size_t a = 0; a < plain[layout].size(); ++a) {
+        CAPTURE(a);
+        double scale = 0;
+        for (float v : plain[layout][a]) scale = std::max(scale, double(std::abs(v)));
+        check_close(kernels[layout][a], std::vector<double>(plain[layout][a].begin(), plain[layout][a].end()),
+                    scale, 1e-5, "whole-row kernels against grid loops");
+      }
+    }
   }
 }
 

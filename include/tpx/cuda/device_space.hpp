@@ -20,6 +20,10 @@
 //                               the grid loops of the layers (cuda/kernels/grid.hpp)
 //   fused_attention_forward, fused_attention_backward
 //                               fused causal attention (cuda/kernels/fused_attention.hpp)
+//   rmsnorm_rows, rmsnorm_rows_backward
+//                               RMSNorm over whole rows in one pass (cuda/kernels/norms.hpp),
+//                               which nn/rmsnorm.hpp takes when its dim is not split; host_space
+//                               has no such functions, so the host keeps the grid loops
 //
 // host_accessible is false: a device tensor's local() does not compile (tensor.hpp), so host code
 // cannot read device memory by mistake; to_host / from_host are the named way across, refused
@@ -46,6 +50,7 @@
 #include "tpx/cuda/kernels/elementwise.hpp"
 #include "tpx/cuda/kernels/fused_attention.hpp"
 #include "tpx/cuda/kernels/grid.hpp"
+#include "tpx/cuda/kernels/norms.hpp"
 #include "tpx/cuda/kernels/random.hpp"
 #include "tpx/cuda/kernels/reduce.hpp"
 #include "tpx/cuda/rank_resources.hpp"
@@ -175,6 +180,20 @@ struct device_space {
   static void sum_columns(const rank_context& ctx, std::int64_t rows, std::int64_t cols, const Term& term, float* out) {
     const rank_resources& r = resources_of(ctx);
     cuda::sum_columns(r.stream(), r.pool(), rows, cols, term, out);
+  }
+
+  // RMSNorm over whole rows of d (nn/rmsnorm.hpp calls these when its normalized dim is not
+  // split): y and rstd; then dx, and dw += the sum over rows of dy x rstd.
+  template <class T, class W>
+  static void rmsnorm_rows(const rank_context& ctx, std::int64_t rows, std::int64_t d, const T* x, const W* w,
+                           float eps, T* y, float* rstd) {
+    cuda::rmsnorm_forward(resources_of(ctx).stream(), rows, d, x, w, eps, y, rstd);
+  }
+  template <class T, class W>
+  static void rmsnorm_rows_backward(const rank_context& ctx, std::int64_t rows, std::int64_t d, const T* x,
+                                    const W* w, const float* rstd, const T* dy, T* dx, float* dw) {
+    const rank_resources& r = resources_of(ctx);
+    cuda::rmsnorm_backward(r.stream(), r.pool(), rows, d, x, w, rstd, dy, dx, dw);
   }
 
   template <class Index, class Term>

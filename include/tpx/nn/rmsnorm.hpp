@@ -13,7 +13,13 @@
 //
 // Everything runs in the tensors' memory space, through its grid loops (tensor/host_space.hpp,
 // cuda/kernels/grid.hpp) and the functors of kernels/grid_terms.hpp: the same math on the host
-// and the GPU, and nothing copied to the host.
+// and the GPU, and nothing copied to the host. When every rank holds whole rows (Cols unsplit, as
+// in sequence parallelism's x[B_X, T_Y, D], or split over axes of one rank, as on a 1x1 mesh)
+// and the space has whole-row RMSNorm kernels
+// (rmsnorm_rows and rmsnorm_rows_backward: the GPU's, cuda/kernels/norms.hpp), the layer calls
+// those instead: one pass over x forward, one over x and dy backward, where the grid loops take
+// two and three. The host keeps its grid loops, which use its vector lanes better than a row
+// at a time.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +36,29 @@
 namespace tpx::nn {
 
 namespace detail {
+// A space with RMSNorm kernels over whole rows of T, with weights of W.
+template <class Space, class T, class W>
+concept whole_row_rmsnorm_space =
+    requires(const rank_context& ctx, std::int64_t n, const T* x, const W* w, const float* rstd, T* y, float* out) {
+      Space::rmsnorm_rows(ctx, n, n, x, w, 1.0f, y, out);
+      Space::rmsnorm_rows_backward(ctx, n, n, x, w, rstd, x, y, out);
+    };
+
+// Whether the layer may run on Xt with Wt through the space's whole-row kernels: the space has
+// them.
+template <class Xt, class Wt>
+inline constexpr bool has_whole_row_kernels =
+    whole_row_rmsnorm_space<typename Xt::space, typename Xt::value_type, typename Wt::value_type>;
+
+// Whether every rank holds whole rows of x: no mesh axis that splits its last dim has more than
+// one rank (D unsplit, or split over axes of size 1 as on a 1x1 mesh). The same on every rank.
+template <class Xt>
+bool holds_whole_rows(const Xt& x) {
+  return []<class... Axes>(const rank_context& ctx, type_list<Axes...>) {
+    return ((ctx.template axis<Axes>().size == 1) && ...);
+  }(x.context(), typename last_dim_t<Xt>::axes{});
+}
+
 // The tensor of one float per row of Xt, unreduced over the axes that split Xt's last dim: what
 // each rank's row sums over its columns are.
 template <class Xt>
@@ -68,14 +97,22 @@ auto rmsnorm_forward(const Xt& x, const Wt& w, float eps = 1e-5f) {
   detail::check_rmsnorm_operands<Xt, Wt>();
   using T = typename Xt::value_type;
   using W = typename Wt::value_type;
+  using Rstd = per_row_t<Xt>;
   const std::int64_t rows = local_rows(x), cols = local_cols(x);
+  Xt y(x.context(), x.shape(), for_overwrite);
+  if constexpr (detail::has_whole_row_kernels<Xt, Wt>) {
+    if (detail::holds_whole_rows(x)) {
+      auto rstd = make_per_row<Rstd>(x);
+      Xt::space::rmsnorm_rows(x.context(), rows, cols, x.data(), w.data(), eps, y.data(), rstd.data());
+      return rmsnorm_output<Xt, Rstd>{std::move(y), std::move(rstd)};
+    }
+  }
   const auto sums =
       detail::row_sums<kernels::sum_of_squares_reducer<float>>(x, kernels::element_at<T>{x.data(), cols});
-  auto rstd = map(kernels::rmsnorm_inverse{x.global_extent(Xt::order - 1), eps}, sums);
-  Xt y(x.context(), x.shape(), for_overwrite);
+  Rstd rstd = map(kernels::rmsnorm_inverse{x.global_extent(Xt::order - 1), eps}, sums);
   Xt::space::for_each_element(x.context(), rows, cols,
                               kernels::rmsnorm_apply<T, W>{x.data(), w.data(), rstd.data(), cols, y.data()});
-  return rmsnorm_output<Xt, decltype(rstd)>{std::move(y), std::move(rstd)};
+  return rmsnorm_output<Xt, Rstd>{std::move(y), std::move(rstd)};
 }
 
 template <class Xt, class Dw>
@@ -93,16 +130,22 @@ auto rmsnorm_backward(const Xt& x, const Wt& w, const Rstd& rstd, const Xt& dy) 
   using Col = last_dim_t<Xt>;
   const std::int64_t rows = local_rows(x), cols = local_cols(x);
   const std::int64_t n = x.global_extent(Xt::order - 1);
-  const auto dot = detail::row_sums<kernels::sum_reducer<float>>(
-      x, kernels::rmsnorm_backward_term_at<T, W>{x.data(), w.data(), dy.data(), cols});
   Xt dx(x.context(), x.shape(), for_overwrite);
-  Xt::space::for_each_element(x.context(), rows, cols,
-                              kernels::rmsnorm_input_gradient_at<T, W>{x.data(), w.data(), dy.data(), rstd.data(),
-                                                                       dot.data(), cols, n,
-                                                                       dx.data()});
   using Dw = tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Col>,
                            as_unreduced_t<row_axes_t<Xt>>>;
   Dw dw(x.context(), typename Dw::shape_type(index_array<1>{n}));
+  if constexpr (detail::has_whole_row_kernels<Xt, Wt>) {
+    if (detail::holds_whole_rows(x)) {
+      Xt::space::rmsnorm_rows_backward(x.context(), rows, cols, x.data(), w.data(), rstd.data(), dy.data(),
+                                       dx.data(), dw.data());
+      return rmsnorm_gradients<Xt, Dw>{std::move(dx), std::move(dw)};
+    }
+  }
+  const auto dot = detail::row_sums<kernels::sum_reducer<float>>(
+      x, kernels::rmsnorm_backward_term_at<T, W>{x.data(), w.data(), dy.data(), cols});
+  Xt::space::for_each_element(x.context(), rows, cols,
+                              kernels::rmsnorm_input_gradient_at<T, W>{x.data(), w.data(), dy.data(), rstd.data(),
+                                                                       dot.data(), cols, n, dx.data()});
   Xt::space::sum_columns(x.context(), rows, cols,
                          kernels::rmsnorm_weight_term_at<T>{x.data(), dy.data(), rstd.data(), cols}, dw.data());
   return rmsnorm_gradients<Xt, Dw>{std::move(dx), std::move(dw)};

@@ -6,24 +6,32 @@
 //   layernorm_forward(stream, rows, d, x, w, b, eps, y, stats)   y = layernorm(x) * w + b
 //   layernorm_backward(stream, pool, rows, d, x, w, stats, dy, dx, dw, db)
 //
-// One block per row (rows.hpp): each thread adds up the per-element terms of its share of the
-// row, cub::BlockReduce combines them, the row's statistic is finished by the same function the
-// host row function calls, and the outputs follow element by element. The host row functions
-// sum serially and the block in a tree, so results agree to a few ulps per reduction, not bit
-// for bit. The weight (and bias) gradients sum over rows, which a block per row cannot do alone:
-// they are column sums in a second, deterministic pass. y may be x and dx may be dy (in place).
+// RMSNorm's rows of up to 1024 columns (GPT-2's 768, the MLP benchmark's 1024) take one warp
+// each, the row held in registers: kernels/rmsnorm_warp_rows.hpp's block programs, checked on the
+// host on an emulated block. The forward reads x once and writes y; the backward reads x and dy
+// once, writes dx, and keeps the weight gradient's column sums in registers across a warp's
+// rows, then adds the blocks' sums in a second small pass. Wider rows, and LayerNorm, take one
+// block per row (rows.hpp): each thread adds up the per-element terms of its share of the row,
+// cub::BlockReduce combines them, the row's statistic is finished by the same function the host
+// row function calls, and the outputs follow element by element; the weight (and bias)
+// gradients are column sums in a second, deterministic pass over x and dy. The host row
+// functions sum serially and the device in trees, so results agree to a few ulps per reduction,
+// not bit for bit. y may be x and dx may be dy (in place).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/kernels/launch.hpp"
 #include "tpx/cuda/kernels/rows.hpp"
+#include "tpx/cuda/kernels/warp_block.hpp"
 #include "tpx/kernels/layernorm.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/kernels/rmsnorm.hpp"
+#include "tpx/kernels/rmsnorm_warp_rows.hpp"
 
 namespace tpx::cuda {
 
@@ -87,6 +95,30 @@ __global__ void __launch_bounds__(block_threads)
       store_floats<W>(dx + row * d, i, xv);
     });
   }
+}
+
+namespace warp_rows = kernels::warp_rows;
+
+// The blocks of the warp-per-row backward: about two per SM of a 132-SM part, one wave, each warp
+// taking rows / 2048 rows. A count fixed here, not read from the device, keeps the order of the
+// weight gradient's sums, so its bits, the same on every GPU.
+inline constexpr std::int64_t rmsnorm_backward_blocks = 256;
+
+template <int W, class T, class Wt>
+__global__ void __launch_bounds__(block_threads)
+    rmsnorm_warp_rows_forward_kernel(std::int64_t rows, std::int64_t d, const T* x, const Wt* w, float eps, T* y,
+                                     float* r) {
+  warp_block block(nullptr);
+  warp_rows::rmsnorm_forward<W>(block, blockIdx.x, gridDim.x, rows, d, x, w, eps, y, r);
+}
+
+template <int W, class T, class Wt>
+__global__ void __launch_bounds__(block_threads)
+    rmsnorm_warp_rows_backward_kernel(std::int64_t rows, std::int64_t d, const T* x, const Wt* w, const float* r,
+                                      const T* dy, T* dx, float* dw_partials) {
+  extern __shared__ __align__(16) unsigned char rmsnorm_warp_sums[];
+  warp_block block(rmsnorm_warp_sums);
+  warp_rows::rmsnorm_backward<W>(block, blockIdx.x, gridDim.x, rows, d, x, w, r, dy, dx, dw_partials);
 }
 
 template <class T>
@@ -194,9 +226,16 @@ void rmsnorm_forward(cudaStream_t stream, std::int64_t rows, std::int64_t d, con
                      float* r) {
   if (rows <= 0 || d <= 0) return;
   constexpr int W = common_width<T, Wt>;
-  detail::launch_rows(stream, rows, row_vectors_fit(d, x, w, static_cast<const T*>(y)),
-                      detail::rmsnorm_forward_kernel<W, T, Wt>, detail::rmsnorm_forward_kernel<1, T, Wt>, rows, d, x,
-                      w, eps, y, r);
+  const bool vectors = row_vectors_fit(d, x, w, static_cast<const T*>(y));
+  if (d <= detail::warp_rows::max_cols) {
+    static_assert(block_threads == detail::warp_rows::warps_per_block * detail::warp_rows::lanes);
+    (vectors ? detail::rmsnorm_warp_rows_forward_kernel<W, T, Wt> : detail::rmsnorm_warp_rows_forward_kernel<1, T, Wt>)
+        <<<grid_for(rows * detail::warp_rows::lanes), block_threads, 0, stream>>>(rows, d, x, w, eps, y, r);
+    TPX_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  detail::launch_rows(stream, rows, vectors, detail::rmsnorm_forward_kernel<W, T, Wt>,
+                      detail::rmsnorm_forward_kernel<1, T, Wt>, rows, d, x, w, eps, y, r);
 }
 
 // dx from dy, x and the saved r; dw[c] += sum over rows of dy x r (fp32).
@@ -204,12 +243,27 @@ template <class T, class Wt>
 void rmsnorm_backward(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows, std::int64_t d, const T* x,
                       const Wt* w, const float* r, const T* dy, T* dx, float* dw) {
   if (rows <= 0 || d <= 0) return;
+  constexpr int W = common_width<T, Wt>;
+  const bool vectors = row_vectors_fit(d, x, w, dy, static_cast<const T*>(dx));
+  if (d <= detail::warp_rows::max_cols) {
+    const std::int64_t blocks = std::min<std::int64_t>(grid_for(rows * detail::warp_rows::lanes),
+                                                       detail::rmsnorm_backward_blocks);
+    device_buffer<float> partials(static_cast<std::size_t>(blocks * d), pool, stream);
+    (vectors ? detail::rmsnorm_warp_rows_backward_kernel<W, T, Wt>
+             : detail::rmsnorm_warp_rows_backward_kernel<1, T, Wt>)<<<static_cast<unsigned>(blocks), block_threads,
+                                                                      detail::warp_rows::backward_shared_bytes(d),
+                                                                      stream>>>(rows, d, x, w, r, dy, dx,
+                                                                                partials.data());
+    TPX_CUDA_CHECK(cudaGetLastError());
+    detail::column_totals_kernel<1>
+        <<<grid_for(d), block_threads, 0, stream>>>(d, blocks, partials.data(), vec<float*, 1>{{dw}});
+    TPX_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   // The weight gradient reads dy, so it goes first when dx overwrites dy.
   detail::column_sums<1>(stream, pool, rows, d, detail::rmsnorm_weight_term<T>{x, dy, r, d}, vec<float*, 1>{{dw}});
-  constexpr int W = common_width<T, Wt>;
-  detail::launch_rows(stream, rows, row_vectors_fit(d, x, w, dy, static_cast<const T*>(dx)),
-                      detail::rmsnorm_backward_kernel<W, T, Wt>, detail::rmsnorm_backward_kernel<1, T, Wt>, rows, d,
-                      x, w, r, dy, dx);
+  detail::launch_rows(stream, rows, vectors, detail::rmsnorm_backward_kernel<W, T, Wt>,
+                      detail::rmsnorm_backward_kernel<1, T, Wt>, rows, d, x, w, r, dy, dx);
 }
 
 // y[row] = layernorm(x[row]) * w + b; stats[row] = (mean, rstd) (may be null when not needed).
