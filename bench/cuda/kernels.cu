@@ -92,6 +92,11 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int i
                          kernels::cross_entropy_gradient_at<bf16, bf16>{
                              x16.data(), r_out.data(), r_out.data(), {tokens.data(), 1, 0}, 0, d, 1.0f, y16.data()});
   });
+  // The first pass of the same loss on the GPU: each row's max and sum of exps, in one read of
+  // the logits (kernels/softmax_stats_rows.hpp).
+  add_row("cross_entropy stats bf16 (nn, one pass)", 2, [&] {
+    cu::softmax_stats_rows(s, rows, d, x16.data(), r_out.data(), losses.data());
+  });
   // The layout copies of attention's operands (GPT-2's 12 heads of 64, T = 1024), as
   // tpx::permute and einsum make them: 16-byte vectors along E.
   const std::int64_t t_len = 1024, heads = 12, e = 64, batch = n / (t_len * heads * e);

@@ -1,6 +1,7 @@
 // Every CUDA kernel of tpx/cuda/kernels against the host running the same kernels/ functors on
 // the same inputs: elementwise (16-byte vector and element paths), bias add, the sums of partial
-// sums, reductions, RMSNorm and LayerNorm forward and backward, softmax and cross-entropy,
+// sums, reductions, RMSNorm and LayerNorm forward and backward, softmax and cross-entropy (and
+// the one-pass row stats of the nn loss),
 // AdamW, random initialization, copy_box, and the tensor-core attention kernels against naive
 // attention in double.
 //
@@ -257,6 +258,30 @@ TEST_CASE("softmax and cross-entropy vs the host, with a masked logit and an inv
   CHECK(mismatches(to_host(gpu, gp), probs, 2.0 * n, fp32_unit, 1e-12) == 0);
   CHECK(mismatches(to_host(gpu, gloss), losses, 2.0 * n, fp32_unit, 2 * n * fp32_unit) == 0);
   CHECK(mismatches(to_host(gpu, gdl), dlogits, 2.0 * n, fp32_unit, 2 * n * fp32_unit) == 0);
+}
+
+TEST_CASE("one-pass softmax stats vs softmax_stats_of, at GPT-2's vocabulary and with masked logits") {
+  cu::rank_resources gpu(0, {});
+  // 50304: 16-byte vectors; 1001: element by element.
+  for (std::int64_t n : {std::int64_t{50304}, std::int64_t{1001}}) {
+    CAPTURE(n);
+    const std::int64_t rows = 5;
+    auto logits = random_values<bf16>(rows * n, -8, 8, 51);
+    for (std::int64_t c = 0; c < n; c += 3) logits[1 * n + c] = bf16(-std::numeric_limits<float>::infinity());
+    for (std::int64_t c = 0; c < n; ++c) logits[2 * n + c] = bf16(-std::numeric_limits<float>::infinity());
+    std::vector<float> max(rows), sum(rows);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const k::softmax_stats st = k::softmax_stats_of(n, logits.data() + r * n);
+      max[r] = st.max;
+      sum[r] = st.sum;
+    }
+    auto gl = to_device(gpu, logits);
+    cu::device_buffer<float> gmax(rows, gpu.pool(), gpu.stream()), gsum(rows, gpu.pool(), gpu.stream());
+    cu::softmax_stats_rows(gpu.stream(), rows, n, gl.data(), gmax.data(), gsum.data());
+    CHECK(mismatches(to_host(gpu, gmax), max, 0, fp32_unit) == 0);  // a max is exact
+    // The sum of n exponentials in another order: n ulps.
+    CHECK(mismatches(to_host(gpu, gsum), sum, 2.0 * n, fp32_unit) == 0);
+  }
 }
 
 TEST_CASE("adamw_step applies the host's adamw_update to every element, writing a bf16 copy") {

@@ -48,6 +48,18 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
   CHECK(bad == 0);
 }
 
+// Each array of got within tol of the largest magnitude of its twin in want.
+void check_arrays_close(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                        double tol, const char* what) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t a = 0; a < want.size(); ++a) {
+    CAPTURE(a);
+    double scale = 0;
+    for (float v : want[a]) scale = std::max(scale, double(std::abs(v)));
+    check_close(got[a], std::vector<double>(want[a].begin(), want[a].end()), scale, tol, what);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("rmsnorm over D_Y equals the unsharded rmsnorm, forward and backward") {
@@ -92,9 +104,10 @@ TEST_CASE("rmsnorm over D_Y equals the unsharded rmsnorm, forward and backward")
 }
 
 namespace {
-// A host space with whole-row RMSNorm kernels, as the GPU's space has (cuda/device_space.hpp):
-// here the serial row functions of kernels/rmsnorm.hpp, counting the rows they take.
-struct whole_row_space : tpx::host_space {
+// A host space with the row kernels the GPU's space has (cuda/device_space.hpp): RMSNorm over
+// whole rows and the one-pass softmax stats, here the serial row functions of kernels/, counting
+// the rows they take.
+struct row_kernel_space : tpx::host_space {
   static std::int64_t& rows_taken() {  // by this rank's thread
     thread_local std::int64_t rows = 0;
     return rows;
@@ -113,12 +126,22 @@ struct whole_row_space : tpx::host_space {
     for (std::int64_t r = 0; r < rows; ++r)
       tpx::kernels::rmsnorm_backward_row(d, x + r * d, w, rstd[r], dy + r * d, dx + r * d, dw);
   }
+  template <class T>
+  static void softmax_stats_rows(const tpx::rank_context&, std::int64_t rows, std::int64_t cols, const T* logits,
+                                 float* max, float* sum) {
+    rows_taken() += rows;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const tpx::kernels::softmax_stats stats = tpx::kernels::softmax_stats_of(cols, logits + r * cols);
+      max[r] = stats.max;
+      sum[r] = stats.sum;
+    }
+  }
 };
 
-// The same tensor in whole_row_space.
+// The same tensor in row_kernel_space.
 template <class T, class... Spec>
-auto in_whole_row_space(const tpx::Tensor<T, Spec...>& t) {
-  tpx::BasicTensor<whole_row_space, T, Spec...> out(t.context(), t.shape(), tpx::for_overwrite);
+auto in_row_kernel_space(const tpx::BasicTensor<tpx::host_space, T, Spec...>& t) {
+  tpx::BasicTensor<row_kernel_space, T, Spec...> out(t.context(), t.shape(), tpx::for_overwrite);
   std::copy_n(t.data(), t.local().size(), out.data());
   return out;
 }
@@ -133,17 +156,39 @@ std::vector<std::vector<float>> rmsnorm_outputs(const Xt& x, const Wt& w, const 
     return std::vector<std::vector<float>>{tpx::to_global(fwd.y), tpx::to_global(fwd.rstd), tpx::to_global(bwd.dx),
                                            tpx::to_global(bwd.dw)};
   };
-  if constexpr (std::is_same_v<Space, whole_row_space>)
-    return run(in_whole_row_space(x), in_whole_row_space(w), in_whole_row_space(dy));
+  if constexpr (std::is_same_v<Space, row_kernel_space>)
+    return run(in_row_kernel_space(x), in_row_kernel_space(w), in_row_kernel_space(dy));
   else
     return run(x, w, dy);
 }
+// What comparing row_kernel_space with host_space collects on a mesh, for two layouts of the
+// input: rank 0's arrays from each space, and the rows the kernels took on all ranks.
+struct kernel_comparison {
+  std::vector<std::vector<float>> kernels[2], plain[2];
+  std::int64_t rows_taken[2] = {};
+  std::mutex lock;
+
+  void add(int world_rank, int layout, std::int64_t rows, std::vector<std::vector<float>> with_kernels,
+           std::vector<std::vector<float>> with_loops) {
+    const std::lock_guard<std::mutex> guard(lock);
+    rows_taken[layout] += rows;
+    if (world_rank != 0) return;
+    kernels[layout] = std::move(with_kernels);
+    plain[layout] = std::move(with_loops);
+  }
+  // Same math, summed in another order: 1e-5 of the largest value.
+  void check(const char* what) {
+    for (int layout = 0; layout < 2; ++layout) {
+      CAPTURE(layout);
+      check_arrays_close(kernels[layout], plain[layout], 1e-5, what);
+    }
+  }
+};
 }  // namespace
 
 // The layer takes a space's whole-row kernels exactly when every rank holds whole rows, whatever
 // the tensor's type says, and their results equal the grid loops': x[B_X, T_Y, D] (D whole) on
-// every mesh, and x[B_X, D_Y] on meshes whose Y has one rank. Same math, summed in another order:
-// 1e-5 of the largest value.
+// every mesh, and x[B_X, D_Y] on meshes whose Y has one rank.
 TEST_CASE("rmsnorm takes a space's whole-row kernels when every rank holds whole rows") {
   const std::int64_t b = 3, t = 5, d = 12;
   const auto x = values(b * t * d, 31), w = values(d, 32), dy = values(b * t * d, 33);
@@ -151,9 +196,7 @@ TEST_CASE("rmsnorm takes a space's whole-row kernels when every rank holds whole
     const int mx = std::get<0>(values), my = std::get<1>(values);
     CAPTURE(mx);
     CAPTURE(my);
-    std::vector<std::vector<float>> plain[2], kernels[2];
-    std::int64_t rows_taken[2] = {};
-    std::mutex lock;
+    kernel_comparison compared;
     tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
       const auto xs = tpx::from_global<float, B<X>, T<Y>, D<>>(rank, {B(b), T(t), D(d)}, x);
       const auto dys = tpx::from_global<float, B<X>, T<Y>, D<>>(rank, {B(b), T(t), D(d)}, dy);
@@ -161,39 +204,59 @@ TEST_CASE("rmsnorm takes a space's whole-row kernels when every rank holds whole
       const auto xm = tpx::from_global<float, B<X>, D<Y>>(rank, {B(b * t), D(d)}, x);
       const auto dym = tpx::from_global<float, B<X>, D<Y>>(rank, {B(b * t), D(d)}, dy);
       const auto wm = tpx::from_global<float, D<Y>>(rank, {D(d)}, w);
-      const std::int64_t before = whole_row_space::rows_taken();
-      auto sequence = rmsnorm_outputs<whole_row_space>(xs, ws, dys);
-      const std::int64_t between = whole_row_space::rows_taken();
-      auto tensor_parallel = rmsnorm_outputs<whole_row_space>(xm, wm, dym);
-      const std::int64_t after = whole_row_space::rows_taken();
-      auto sequence_plain = rmsnorm_outputs<tpx::host_space>(xs, ws, dys);
-      auto tensor_parallel_plain = rmsnorm_outputs<tpx::host_space>(xm, wm, dym);
-      const std::lock_guard<std::mutex> guard(lock);
-      rows_taken[0] += between - before;
-      rows_taken[1] += after - between;
-      if (rank.world_rank() == 0) {
-        kernels[0] = std::move(sequence);
-        kernels[1] = std::move(tensor_parallel);
-        plain[0] = std::move(sequence_plain);
-        plain[1] = std::move(tensor_parallel_plain);
-      }
+      const std::int64_t before = row_kernel_space::rows_taken();
+      auto sequence = rmsnorm_outputs<row_kernel_space>(xs, ws, dys);
+      const std::int64_t between = row_kernel_space::rows_taken();
+      auto tensor_parallel = rmsnorm_outputs<row_kernel_space>(xm, wm, dym);
+      const std::int64_t after = row_kernel_space::rows_taken();
+      compared.add(rank.world_rank(), 0, between - before, std::move(sequence),
+                   rmsnorm_outputs<tpx::host_space>(xs, ws, dys));
+      compared.add(rank.world_rank(), 1, after - between, std::move(tensor_parallel),
+                   rmsnorm_outputs<tpx::host_space>(xm, wm, dym));
     });
     // Forward and backward take each row once per rank that holds it: the ranks along Y hold
     // the same rows of [B_X, D_Y] (D whole when Y has one rank) and distinct ones of
     // [B_X, T_Y, D].
-    CHECK(rows_taken[0] == 2 * b * t);
-    CHECK(rows_taken[1] == (my == 1 ? 2 * b * t : 0));
-    for (int layout = 0; layout < 2; ++layout) {
-      CAPTURE(layout);
-      REQUIRE(kernels[layout].size() == plain[layout].size());
-      for (std::size_t a = 0; a < plain[layout].size(); ++a) {
-        CAPTURE(a);
-        double scale = 0;
-        for (float v : plain[layout][a]) scale = std::max(scale, double(std::abs(v)));
-        check_close(kernels[layout][a], std::vector<double>(plain[layout][a].begin(), plain[layout][a].end()),
-                    scale, 1e-5, "whole-row kernels against grid loops");
-      }
-    }
+    CHECK(compared.rows_taken[0] == 2 * b * t);
+    CHECK(compared.rows_taken[1] == (my == 1 ? 2 * b * t : 0));
+    compared.check("whole-row kernels against grid loops");
+  }
+}
+
+// The loss takes a space's one-pass softmax stats, split vocabulary or not, and equals the loss
+// by the two folds: the stats of each rank's block of the vocabulary, rescaled to the row's max
+// after its AllReduce(max), add up to the row's.
+TEST_CASE("vocab-parallel cross-entropy takes a space's one-pass softmax stats") {
+  const std::int64_t rows = 9, vocab = 13, width = 2;
+  const auto logits = values(rows * vocab, 41, 3.0f);
+  std::vector<std::int32_t> tokens(rows * width);
+  for (std::int64_t i = 0; i < rows * width; ++i) tokens[i] = static_cast<std::int32_t>((i * 5 + 1) % vocab);
+  const auto outputs = [](const auto& ls, const auto& ts) {
+    const auto ce = tpx::nn::cross_entropy(ls, ts, 1);
+    return std::vector<std::vector<float>>{{tpx::scalar_on_host(ce.loss)}, tpx::to_global(ce.dlogits)};
+  };
+  for (const auto& values : meshes) {
+    const int mx = std::get<0>(values), my = std::get<1>(values);
+    CAPTURE(mx);
+    CAPTURE(my);
+    kernel_comparison compared;
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(width)}, tokens);
+      const auto split = tpx::from_global<float, B<X>, V<Y>>(rank, {B(rows), V(vocab)}, logits);
+      const auto whole = tpx::from_global<float, B<X>, V<>>(rank, {B(rows), V(vocab)}, logits);
+      const std::int64_t before = row_kernel_space::rows_taken();
+      auto split_kernels = outputs(in_row_kernel_space(split), in_row_kernel_space(ts));
+      const std::int64_t between = row_kernel_space::rows_taken();
+      auto whole_kernels = outputs(in_row_kernel_space(whole), in_row_kernel_space(ts));
+      const std::int64_t after = row_kernel_space::rows_taken();
+      compared.add(rank.world_rank(), 0, between - before, std::move(split_kernels), outputs(split, ts));
+      compared.add(rank.world_rank(), 1, after - between, std::move(whole_kernels), outputs(whole, ts));
+    });
+    // Each rank takes the stats of each of its rows once: with V split, every rank along Y
+    // holds a block of the same rows.
+    CHECK(compared.rows_taken[0] == rows * my);
+    CHECK(compared.rows_taken[1] == rows * my);
+    compared.check("one-pass stats against two folds");
   }
 }
 

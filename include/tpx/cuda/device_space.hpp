@@ -22,8 +22,11 @@
 //                               fused causal attention (cuda/kernels/fused_attention.hpp)
 //   rmsnorm_rows, rmsnorm_rows_backward
 //                               RMSNorm over whole rows in one pass (cuda/kernels/norms.hpp),
-//                               which nn/rmsnorm.hpp takes when its dim is not split; host_space
-//                               has no such functions, so the host keeps the grid loops
+//                               which nn/rmsnorm.hpp takes when its dim is not split
+//   softmax_stats_rows          each row's max and sum of exp(x - max) in one pass
+//                               (cuda/kernels/softmax.hpp), nn/cross_entropy.hpp's first pass
+//                               host_space has neither: the host keeps its grid loops, which its
+//                               vector lanes run well
 //
 // host_accessible is false: a device tensor's local() does not compile (tensor.hpp), so host code
 // cannot read device memory by mistake; to_host / from_host are the named way across, refused
@@ -53,6 +56,7 @@
 #include "tpx/cuda/kernels/norms.hpp"
 #include "tpx/cuda/kernels/random.hpp"
 #include "tpx/cuda/kernels/reduce.hpp"
+#include "tpx/cuda/kernels/softmax.hpp"
 #include "tpx/cuda/rank_resources.hpp"
 #include "tpx/spmd/rank_context.hpp"
 #include "tpx/tensor/tensor.hpp"
@@ -194,6 +198,14 @@ struct device_space {
                                     const W* w, const float* rstd, const T* dy, T* dx, float* dw) {
     const rank_resources& r = resources_of(ctx);
     cuda::rmsnorm_backward(r.stream(), r.pool(), rows, d, x, w, rstd, dy, dx, dw);
+  }
+
+  // Each row's softmax stats, max and sum of exp(x - max), in one pass over the logits
+  // (nn/cross_entropy.hpp calls it for each rank's block of the vocabulary).
+  template <class T>
+  static void softmax_stats_rows(const rank_context& ctx, std::int64_t rows, std::int64_t cols, const T* logits,
+                                 float* max, float* sum) {
+    cuda::softmax_stats_rows(resources_of(ctx).stream(), rows, cols, logits, max, sum);
   }
 
   template <class Index, class Term>

@@ -54,6 +54,15 @@ TPX_HOST_DEVICE inline softmax_stats merge(softmax_stats a, softmax_stats b) {
   return {a.max, a.sum + b.sum * vectorizable_expf(b.max - a.max)};
 }
 
+// A piece's sum of exps taken relative to the whole row's max instead of its own:
+// s exp(m_piece - m_row), 0 for an empty piece. With the row's max known (an AllReduce(max) of
+// the pieces' maxima), the pieces' sums so rescaled add up to the row's sum (an AllReduce(sum)).
+struct sum_relative_to_row_max {
+  TPX_HOST_DEVICE float operator()(float piece_sum, float piece_max, float row_max) const {
+    return piece_sum == 0.0f ? 0.0f : piece_sum * vectorizable_expf(piece_max - row_max);
+  }
+};
+
 // log(sum_j exp(x_j)) of the row summarized by s.
 TPX_HOST_DEVICE inline float logsumexp(softmax_stats s) { return s.max + logf(s.sum); }
 

@@ -13,6 +13,12 @@
 // reduction is a typed partial sum (or partial maximum) reduced by the collective its type names,
 // so the same code runs unsharded (no collective at all) and on any mesh.
 //
+// A space with a one-pass kernel for the row stats (softmax_stats_rows: the GPU's,
+// cuda/kernels/softmax.hpp) reads the logits once for m and s instead of twice: each rank takes
+// its block's max m_r and sum s_r = sum exp(x - m_r) together, AllReduce(max) gives m, and the
+// rescaled s_r exp(m_r - m) are the partial sums that AllReduce(sum) adds (the same collectives).
+// The host keeps the two folds, which its vector lanes run well.
+//
 // Any number of leading dims are rows (logits[B_X, T, V_Y] for a sequence model; nn/rows.hpp),
 // and the mean is over all of them. The targets are column `column` of an int32 token tensor
 // [Rows..., W] whose leading dims are split like the logits'. A target outside [0, V) gives a NaN loss. Everything runs in the logits' memory space.
@@ -20,6 +26,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "tpx/kernels/grid_terms.hpp"
 #include "tpx/kernels/reduction.hpp"
@@ -32,6 +39,12 @@
 namespace tpx::nn {
 
 namespace detail {
+// A space with a one-pass kernel for each row's softmax stats over logits of T.
+template <class Space, class T>
+concept row_softmax_stats_space = requires(const rank_context& ctx, std::int64_t n, const T* logits, float* out) {
+  Space::softmax_stats_rows(ctx, n, n, logits, out, out);
+};
+
 // t's partial maxima over every axis of Axes combined: AllReduce(max) over each in turn.
 template <AnyTensor Tn, class... Axes>
 auto all_reduce_max_over(const Tn& t, type_list<Axes...>) {
@@ -73,17 +86,38 @@ auto cross_entropy(const Lt& logits, const Tok& tokens, std::int64_t column) {
   const kernels::token_at target{tokens.data(), local_cols(tokens), column};
   using Partial = per_row_t<Lt, float, as_unreduced_t<typename Vocab::axes>>;
   using Whole = per_row_t<Lt>;
-  const auto partial_rows = [&]<class R>(R, const auto& term) {
-    auto p = make_per_row<Partial>(logits);
-    Space::template reduce_rows<R>(ctx, rows, cols, term, p.data());
-    return p;
-  };
 
-  const Whole row_max = detail::all_reduce_max_over(
-      partial_rows(kernels::max_reducer<float>{}, kernels::element_at<T>{logits.data(), cols}),
-      typename Vocab::axes{});
-  const Whole row_sum = reshard<Whole>(partial_rows(
-      kernels::sum_reducer<float>{}, kernels::exp_shifted_at<T>{logits.data(), row_max.data(), cols}));
+  // Each row's max and sum of exp(x - max) over the whole vocabulary, on every rank of the row.
+  const std::pair<Whole, Whole> stats = [&]() -> std::pair<Whole, Whole> {
+    if constexpr (detail::row_softmax_stats_space<Space, T>) {
+      auto block_max = make_per_row<Partial>(logits);
+      auto block_sum = make_per_row<Partial>(logits);
+      Space::softmax_stats_rows(ctx, rows, cols, logits.data(), block_max.data(), block_sum.data());
+      if constexpr (std::is_same_v<Partial, Whole>) {  // the vocabulary is not split
+        return {std::move(block_max), std::move(block_sum)};
+      } else {
+        Whole m = detail::all_reduce_max_over(block_max, typename Vocab::axes{});
+        Space::transform(ctx, block_sum.size(), kernels::sum_relative_to_row_max{}, block_sum.data(),
+                         static_cast<const float*>(block_sum.data()), static_cast<const float*>(block_max.data()),
+                         static_cast<const float*>(m.data()));
+        return {std::move(m), reshard<Whole>(block_sum)};
+      }
+    } else {
+      const auto partial_rows = [&]<class R>(R, const auto& term) {
+        auto p = make_per_row<Partial>(logits);
+        Space::template reduce_rows<R>(ctx, rows, cols, term, p.data());
+        return p;
+      };
+      Whole m = detail::all_reduce_max_over(
+          partial_rows(kernels::max_reducer<float>{}, kernels::element_at<T>{logits.data(), cols}),
+          typename Vocab::axes{});
+      Whole s = reshard<Whole>(partial_rows(kernels::sum_reducer<float>{},
+                                            kernels::exp_shifted_at<T>{logits.data(), m.data(), cols}));
+      return {std::move(m), std::move(s)};
+    }
+  }();
+  const Whole& row_max = stats.first;
+  const Whole& row_sum = stats.second;
   auto target_partial = make_per_row<Partial>(logits);  // 0 on the ranks without the target
   Space::for_each_element(ctx, rows, 1,
                           kernels::target_logit_of_row<T>{logits.data(), target, first, cols, target_partial.data()});

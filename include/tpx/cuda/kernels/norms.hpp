@@ -255,9 +255,7 @@ void rmsnorm_backward(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows
                                                                       stream>>>(rows, d, x, w, r, dy, dx,
                                                                                 partials.data());
     TPX_CUDA_CHECK(cudaGetLastError());
-    detail::column_totals_kernel<1>
-        <<<grid_for(d), block_threads, 0, stream>>>(d, blocks, partials.data(), vec<float*, 1>{{dw}});
-    TPX_CUDA_CHECK(cudaGetLastError());
+    detail::add_column_totals<1>(stream, d, blocks, partials.data(), vec<float*, 1>{{dw}});
     return;
   }
   // The weight gradient reads dy, so it goes first when dx overwrites dy.

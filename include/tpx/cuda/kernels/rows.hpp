@@ -8,6 +8,9 @@
 //                                      thread (op associative; the order is CUB's tree)
 //   column_sums(...)                   the deterministic sums over rows of per-element terms that
 //                                      the norms' weight gradients need (norms.hpp)
+//   add_column_totals(...)             its second pass, out[c] += the sum of a column of
+//                                      per-chunk partial sums (kernels/column_totals.hpp), also
+//                                      the last pass of the warp-per-row RMSNorm backward
 //
 // A block's threads read a row with consecutive threads on consecutive vectors, so each warp
 // reads 512 contiguous bytes per step: full coalescing, as the bandwidth bench checks.
@@ -22,6 +25,8 @@
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/device_buffer.hpp"
 #include "tpx/cuda/kernels/launch.hpp"
+#include "tpx/cuda/kernels/warp_block.hpp"
+#include "tpx/kernels/column_totals.hpp"
 
 namespace tpx::cuda::detail {
 
@@ -72,17 +77,29 @@ __global__ void __launch_bounds__(block_threads)
   for (int k = 0; k < K; ++k) partial[(k * chunks + chunk) * d + c] = sum[k];
 }
 
+// out_k[c] += sum over chunks of partial[(k * chunks + chunk) * d + c], sum k in grid row k
+// (kernels/column_totals.hpp: 32 columns per block, the chunks in a fixed order).
 template <int K>
 __global__ void __launch_bounds__(block_threads)
     column_totals_kernel(std::int64_t d, std::int64_t chunks, const float* partial, vec<float*, K> out) {
-  for (std::int64_t c = global_thread(); c < d; c += grid_stride()) {
+  namespace totals = kernels::column_totals;
+  __shared__ float slice_sums[totals::slices * totals::columns_per_block];
+  warp_block block(reinterpret_cast<unsigned char*>(slice_sums));
+  const std::int64_t k = blockIdx.y;
+  float* sums = out.v[0];  // out.v[k], chosen without indexing out by a run-time k (local memory)
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      float sum = 0.0f;
-      for (std::int64_t chunk = 0; chunk < chunks; ++chunk) sum += partial[(k * chunks + chunk) * d + c];
-      out.v[k][c] += sum;
-    }
-  }
+  for (int i = 1; i < K; ++i)
+    if (i == k) sums = out.v[i];
+  totals::add_columns(block, blockIdx.x, d, chunks, partial + k * chunks * d, sums);
+}
+
+template <int K>
+void add_column_totals(cudaStream_t stream, std::int64_t d, std::int64_t chunks, const float* partial,
+                       vec<float*, K> out) {
+  static_assert(block_threads == kernels::column_totals::slices * 32);
+  const dim3 grid(static_cast<unsigned>(kernels::column_totals::blocks_for(d)), K);
+  column_totals_kernel<K><<<grid, block_threads, 0, stream>>>(d, chunks, partial, out);
+  TPX_CUDA_CHECK(cudaGetLastError());
 }
 
 // Launches `wide` (the W-wide instantiation of a row kernel) when `vectors`, else `narrow`, one
@@ -107,8 +124,7 @@ void column_sums(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows, std
   const dim3 grid(static_cast<unsigned>((d + block_threads - 1) / block_threads), static_cast<unsigned>(chunks));
   column_partials_kernel<K><<<grid, block_threads, 0, stream>>>(rows, d, rows_per_chunk, term, partial.data());
   TPX_CUDA_CHECK(cudaGetLastError());
-  column_totals_kernel<K><<<grid_for(d), block_threads, 0, stream>>>(d, chunks, partial.data(), out);
-  TPX_CUDA_CHECK(cudaGetLastError());
+  add_column_totals<K>(stream, d, chunks, partial.data(), out);
 }
 
 }  // namespace tpx::cuda::detail

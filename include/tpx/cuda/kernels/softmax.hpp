@@ -6,8 +6,12 @@
 //   cross_entropy_forward(stream, rows, n, logits, targets, losses, stats)
 //   cross_entropy_backward(stream, rows, n, logits, targets, stats, dloss, dlogits)
 //
-// One block per row (rows.hpp). Each thread folds its share of the row into softmax_stats,
-// element by element, with softmax_stats_of and merge(), and cub::BlockReduce merges the
+//   softmax_stats_rows(stream, rows, n, logits, max, sum)   each row's softmax stats, one pass
+//                                      (kernels/softmax_stats_rows.hpp): nn/cross_entropy.hpp's
+//                                      first pass over the logits on the GPU
+//
+// One block per row (rows.hpp). Each thread folds its share of the row into softmax_stats, a
+// 16-byte vector at a time (the vector's stats, then merge()), and cub::BlockReduce merges the
 // threads' stats into the row's: the same functions that combine a vocabulary sharded across
 // ranks, so a masked logit (-inf) is handled as on the host. The loss comes from
 // cross_entropy_loss and the outputs from softmax_element and cross_entropy_gradient. targets are
@@ -23,7 +27,9 @@
 #include "tpx/cuda/check.hpp"
 #include "tpx/cuda/kernels/launch.hpp"
 #include "tpx/cuda/kernels/rows.hpp"
+#include "tpx/cuda/kernels/warp_block.hpp"
 #include "tpx/kernels/cross_entropy.hpp"
+#include "tpx/kernels/softmax_stats_rows.hpp"
 
 namespace tpx::cuda {
 
@@ -44,8 +50,7 @@ __device__ kernels::softmax_stats row_stats(const T* row, std::int64_t n,
   for_row_vectors<W>(n, [&](std::int64_t i) {
     float v[W];
     load_floats<W>(row, i, v);
-#pragma unroll
-    for (int j = 0; j < W; ++j) acc = kernels::merge(acc, kernels::softmax_stats_of(1, &v[j]));
+    acc = kernels::merge(acc, kernels::softmax_rows::stats_of_vector<W>(v));
   });
   return block_combine(scratch, shared, acc, merge_stats{});
 }
@@ -103,7 +108,27 @@ __global__ void __launch_bounds__(block_threads)
   }
 }
 
+template <int W, class T>
+__global__ void __launch_bounds__(block_threads)
+    softmax_stats_rows_kernel(std::int64_t rows, std::int64_t n, const T* logits, float* max, float* sum) {
+  __shared__ kernels::softmax_stats per_warp[kernels::softmax_rows::warps_per_block];
+  warp_block block(reinterpret_cast<unsigned char*>(per_warp));
+  kernels::softmax_rows::softmax_stats_of_rows<W>(block, blockIdx.x, gridDim.x, rows, n, logits, max, sum);
+}
+
 }  // namespace detail
+
+// max[row] and sum[row]: the max of logits[row] and the sum of exp(logits[row] - max), in one
+// pass over the logits.
+template <class T>
+void softmax_stats_rows(cudaStream_t stream, std::int64_t rows, std::int64_t n, const T* logits, float* max,
+                        float* sum) {
+  if (rows <= 0) return;
+  static_assert(block_threads == kernels::softmax_rows::threads);
+  constexpr int W = common_width<T>;
+  detail::launch_rows(stream, rows, row_vectors_fit(n, logits), detail::softmax_stats_rows_kernel<W, T>,
+                      detail::softmax_stats_rows_kernel<1, T>, rows, n, logits, max, sum);
+}
 
 // probs[row] = softmax(logits[row]); probs may be logits.
 template <class T, class P>
