@@ -161,9 +161,10 @@ TEST_CASE("reduce folds with the shared reducers: sum, sum of squares, maximum")
 
 TEST_CASE("rmsnorm forward and backward vs the host row functions") {
   cu::rank_resources gpu(0, {});
-  // Up to 1024 columns a warp per row (kernels/rmsnorm_warp_rows.hpp), wider a block per row; in
-  // 16-byte vectors (256, 768, 2048) or element by element (50, 1500).
-  for (std::int64_t d : {256, 50, 768, 2048, 1500}) {
+  // Rows in registers (kernels/rmsnorm_warp_rows.hpp): a warp per row up to 1024 columns, the
+  // block's 8 warps up to 8192; wider, a block per row with running sums. In 16-byte vectors
+  // (256, 768, 2048, 8200) or element by element (50, 1500).
+  for (std::int64_t d : {256, 50, 768, 2048, 1500, 8200}) {
     CAPTURE(d);
     const std::int64_t rows = 33;
     const auto x = random_values<bf16>(rows * d, -2, 2, 30);

@@ -14,7 +14,8 @@
 // their second product, as FlashAttention-2 does, where the host twin keeps them in fp32).
 // RMSNorm over an unsplit D (x[B_X, T_Y, D], sequence parallelism's layout) runs on the device's
 // whole-row kernels instead of the grid loops, which the host keeps: at D = 768 (one warp per row,
-// 16-byte vectors), 36 (a warp per row, element by element) and 1100 (a block per row), in fp32
+// 16-byte vectors), 36 (a warp per row, element by element), 1100 (the block's 8 warps on a row)
+// and 8200 (a block per row with running sums), in fp32
 // (1e-5 relative) and bf16 inputs (1e-2, about two bf16 ulps of the outputs; rstd and dw are fp32
 // sums: 1e-5).
 // Skipped without a GPU.
@@ -192,7 +193,7 @@ TEST_CASE("fused attention on the device equals its host twin, over several tile
 
 TEST_CASE("RMSNorm over whole rows on the device's row kernels equals the host's grid loops") {
   const char* names[] = {"y", "rstd", "dx", "dw"};
-  for (std::int64_t d : {std::int64_t{768}, std::int64_t{36}, std::int64_t{1100}}) {
+  for (std::int64_t d : {std::int64_t{768}, std::int64_t{36}, std::int64_t{1100}, std::int64_t{8200}}) {
     CAPTURE(d);
     const auto host = run_whole_row_rmsnorm<float>(tpx::host, d);
     const auto device = run_whole_row_rmsnorm<float>(tpx::cuda_simulated, d);

@@ -1,14 +1,15 @@
-// The GPU's warp-per-row RMSNorm programs (kernels/rmsnorm_warp_rows.hpp), run on emulated
-// thread blocks of 8 warps (tests/support/simt_block.hpp), against RMSNorm written out here in
-// double on the same (bf16-rounded) inputs. Rows of 8, 36, 264 and 1024 columns: a lane holding
-// one vector, rows that end inside a lane's vectors, and the widest row a warp takes; in 16-byte
-// vectors (W = 4 for fp32, 8 for bf16) and element by element (W = 1, what the launcher uses when
-// a row is not a whole number of vectors). 37 rows over 2 or 3 blocks, so warps take different
-// numbers of rows and some none; the weight gradient's per-block partial sums are added over
-// blocks here, as the launcher's second pass does. Under ThreadSanitizer the same runs check the
-// backward's shared memory for races between syncs.
+// The GPU's RMSNorm programs over rows held in registers (kernels/rmsnorm_warp_rows.hpp), run on
+// emulated thread blocks of 8 warps (tests/support/simt_block.hpp), against RMSNorm written out
+// here in double on the same (bf16-rounded) inputs. A warp per row: rows of 8, 36, 264 and 1024
+// columns (a thread holding one vector, rows that end inside a thread's vectors, the widest row a
+// warp takes). The block's 8 warps per row: rows of 264, 3000, 4096 and 8192. In 16-byte vectors
+// (W = 4 for fp32, 8 for bf16) and element by element (W = 1, what the launcher uses when a row
+// is not a whole number of vectors). 37 rows over 2 or 3 blocks, so warps take different numbers
+// of rows and some none; the weight gradient's per-block partial sums are added over blocks
+// here, as the launcher's second pass does. Under ThreadSanitizer the same runs check the shared
+// memory for races between syncs.
 // Tolerances: fp32 outputs within 2e-5 of the largest reference value plus 2e-5 relative (sums of
-// up to 1024 terms in another order); bf16 outputs within 1e-2 of the largest plus 1e-2 relative
+// up to 8192 terms in another order); bf16 outputs within 1e-2 of the largest plus 1e-2 relative
 // (two bf16 ulps); rstd and the fp32 weight gradient 2e-5 relative in both.
 #include <doctest/doctest.h>
 
@@ -78,9 +79,10 @@ reference rmsnorm_in_double(std::int64_t rows, std::int64_t d, const std::vector
   return ref;
 }
 
-template <int W, class T, class Wt>
+template <int W, int Warps, class T, class Wt>
 void check_programs(std::int64_t rows, std::int64_t d, std::int64_t blocks) {
   CAPTURE(W);
+  CAPTURE(Warps);
   CAPTURE(d);
   CAPTURE(blocks);
   const float eps = 1e-5f;
@@ -92,14 +94,15 @@ void check_programs(std::int64_t rows, std::int64_t d, std::int64_t blocks) {
   std::vector<T> y(rows * d), dx(rows * d);
   std::vector<float> rstd(rows, -1.0f), partials(blocks * d, -1.0f);
   for (std::int64_t b = 0; b < blocks; ++b) {
-    simt_block forward(rows_program::warps_per_block, 0);
+    simt_block forward(rows_program::warps_per_block, rows_program::shared_bytes<Warps>(d));
     forward.run([&](simt_block::thread_context& t) {
-      rows_program::rmsnorm_forward<W>(t, b, blocks, rows, d, x.data(), w.data(), eps, y.data(), rstd.data());
+      rows_program::rmsnorm_forward<W, Warps>(t, b, blocks, rows, d, x.data(), w.data(), eps, y.data(),
+                                              rstd.data());
     });
-    simt_block backward(rows_program::warps_per_block, rows_program::backward_shared_bytes(d));
+    simt_block backward(rows_program::warps_per_block, rows_program::shared_bytes<Warps>(d));
     backward.run([&](simt_block::thread_context& t) {
-      rows_program::rmsnorm_backward<W>(t, b, blocks, rows, d, x.data(), w.data(), rstd.data(), dy.data(), dx.data(),
-                                        partials.data());
+      rows_program::rmsnorm_backward<W, Warps>(t, b, blocks, rows, d, x.data(), w.data(), rstd.data(), dy.data(),
+                                               dx.data(), partials.data());
     });
   }
   std::vector<float> dw(d, 0.0f);
@@ -113,25 +116,29 @@ void check_programs(std::int64_t rows, std::int64_t d, std::int64_t blocks) {
   check_near("dw", dw, ref.dw, 2e-5);
 }
 
-TEST_CASE("RMSNorm's warp-per-row programs agree with RMSNorm in double") {
+TEST_CASE("RMSNorm's register-row programs agree with RMSNorm in double") {
   const std::int64_t rows = 37;
   SUBCASE("fp32 rows, fp32 weight") {
     for (std::int64_t d : {8, 36, 264, 1024}) {
-      check_programs<4, float, float>(rows, d, 2);
-      check_programs<1, float, float>(rows, d, 3);
+      check_programs<4, 1, float, float>(rows, d, 2);
+      check_programs<1, 1, float, float>(rows, d, 3);
     }
+    for (std::int64_t d : {264, 3000, 8192}) check_programs<4, 8, float, float>(rows, d, 2);
+    check_programs<1, 8, float, float>(rows, 4095, 3);
   }
   SUBCASE("bf16 rows, fp32 weight (the vector is 4 elements, the weight's)") {
-    for (std::int64_t d : {8, 264, 1024}) check_programs<4, bf16, float>(rows, d, 2);
-    check_programs<1, bf16, float>(rows, 36, 3);
+    for (std::int64_t d : {8, 264, 1024}) check_programs<4, 1, bf16, float>(rows, d, 2);
+    check_programs<1, 1, bf16, float>(rows, 36, 3);
+    check_programs<4, 8, bf16, float>(rows, 4096, 2);
   }
   SUBCASE("bf16 rows, bf16 weight") {
-    for (std::int64_t d : {8, 264, 1024}) check_programs<8, bf16, bf16>(rows, d, 2);
-    check_programs<1, bf16, bf16>(rows, 36, 3);
+    for (std::int64_t d : {8, 264, 1024}) check_programs<8, 1, bf16, bf16>(rows, d, 2);
+    check_programs<1, 1, bf16, bf16>(rows, 36, 3);
+    for (std::int64_t d : {264, 4096, 8192}) check_programs<8, 8, bf16, bf16>(rows, d, 2);
   }
 }
 
-TEST_CASE("RMSNorm's warp-per-row backward writes dx over dy") {
+TEST_CASE("RMSNorm's register-row backward writes dx over dy") {
   const std::int64_t rows = 11, d = 40, blocks = 1;
   const auto x = normal_values<float>(rows * d, 7, 0.5f);
   const auto w = normal_values<float>(d, 8, 1.0f);
@@ -139,10 +146,10 @@ TEST_CASE("RMSNorm's warp-per-row backward writes dx over dy") {
   const reference ref = rmsnorm_in_double(rows, d, x, w, dy, 1e-5);
   std::vector<float> rstd(rows), partials(d);
   for (std::int64_t r = 0; r < rows; ++r) rstd[r] = static_cast<float>(ref.rstd[r]);
-  simt_block block(rows_program::warps_per_block, rows_program::backward_shared_bytes(d));
+  simt_block block(rows_program::warps_per_block, rows_program::shared_bytes<1>(d));
   block.run([&](simt_block::thread_context& t) {
-    rows_program::rmsnorm_backward<4>(t, 0, blocks, rows, d, x.data(), w.data(), rstd.data(), dy.data(), dy.data(),
-                                      partials.data());
+    rows_program::rmsnorm_backward<4, 1>(t, 0, blocks, rows, d, x.data(), w.data(), rstd.data(), dy.data(),
+                                         dy.data(), partials.data());
   });
   check_near("dx in dy", dy, ref.dx, 2e-5);
   check_near("dw", partials, ref.dw, 2e-5);

@@ -6,12 +6,12 @@
 //   layernorm_forward(stream, rows, d, x, w, b, eps, y, stats)   y = layernorm(x) * w + b
 //   layernorm_backward(stream, pool, rows, d, x, w, stats, dy, dx, dw, db)
 //
-// RMSNorm's rows of up to 1024 columns (GPT-2's 768, the MLP benchmark's 1024) take one warp
-// each, the row held in registers: kernels/rmsnorm_warp_rows.hpp's block programs, checked on the
-// host on an emulated block. The forward reads x once and writes y; the backward reads x and dy
-// once, writes dx, and keeps the weight gradient's column sums in registers across a warp's
-// rows, then adds the blocks' sums in a second small pass. Wider rows, and LayerNorm, take one
-// block per row (rows.hpp): each thread adds up the per-element terms of its share of the row,
+// RMSNorm holds each row in registers: a warp per row of up to 1024 columns (GPT-2's 768, the MLP
+// benchmark's 1024), the block's 8 warps per row of up to 8192 (kernels/rmsnorm_warp_rows.hpp's
+// block programs, checked on the host on an emulated block). The forward reads x once and writes
+// y; the backward reads x and dy once, writes dx, and keeps the weight gradient's column sums in
+// registers across a thread's rows, then adds the blocks' sums in a second small pass. Wider
+// rows, and LayerNorm, take one block per row (rows.hpp): each thread adds up the per-element terms of its share of the row,
 // cub::BlockReduce combines them, the row's statistic is finished by the same function the host
 // row function calls, and the outputs follow element by element; the weight (and bias)
 // gradients are column sums in a second, deterministic pass over x and dy. The host row
@@ -99,26 +99,47 @@ __global__ void __launch_bounds__(block_threads)
 
 namespace warp_rows = kernels::warp_rows;
 
-// The blocks of the warp-per-row backward: about two per SM of a 132-SM part, one wave, each warp
-// taking rows / 2048 rows. A count fixed here, not read from the device, keeps the order of the
-// weight gradient's sums, so its bits, the same on every GPU.
+// The blocks of the register-row backward: about two per SM of a 132-SM part, one wave, each
+// row group taking its share of the rows in turn. A count fixed here, not read from the device,
+// keeps the order of the weight gradient's sums, so its bits, the same on every GPU.
 inline constexpr std::int64_t rmsnorm_backward_blocks = 256;
 
-template <int W, class T, class Wt>
-__global__ void __launch_bounds__(block_threads)
-    rmsnorm_warp_rows_forward_kernel(std::int64_t rows, std::int64_t d, const T* x, const Wt* w, float eps, T* y,
-                                     float* r) {
-  warp_block block(nullptr);
-  warp_rows::rmsnorm_forward<W>(block, blockIdx.x, gridDim.x, rows, d, x, w, eps, y, r);
+// Calls launch.template operator()<Warps>() with the warps per row that hold a row of d in
+// registers (1 up to 1024 columns, the block's 8 up to 8192); false when none do.
+template <class Launch>
+bool with_register_rows(std::int64_t d, const Launch& launch) {
+  if (d <= warp_rows::max_cols<1>) {
+    launch.template operator()<1>();
+  } else if (d <= warp_rows::max_cols<warp_rows::warps_per_block>) {
+    launch.template operator()<warp_rows::warps_per_block>();
+  } else {
+    return false;
+  }
+  return true;
 }
 
-template <int W, class T, class Wt>
+template <int Warps>
+std::int64_t register_row_blocks(std::int64_t rows, std::int64_t most) {
+  constexpr std::int64_t per_block = warp_rows::row_group<Warps>::per_block;
+  return std::clamp<std::int64_t>((rows + per_block - 1) / per_block, 1, most);
+}
+
+template <int W, int Warps, class T, class Wt>
 __global__ void __launch_bounds__(block_threads)
-    rmsnorm_warp_rows_backward_kernel(std::int64_t rows, std::int64_t d, const T* x, const Wt* w, const float* r,
-                                      const T* dy, T* dx, float* dw_partials) {
-  extern __shared__ __align__(16) unsigned char rmsnorm_warp_sums[];
-  warp_block block(rmsnorm_warp_sums);
-  warp_rows::rmsnorm_backward<W>(block, blockIdx.x, gridDim.x, rows, d, x, w, r, dy, dx, dw_partials);
+    rmsnorm_register_rows_forward_kernel(std::int64_t rows, std::int64_t d, const T* x, const Wt* w, float eps, T* y,
+                                         float* r) {
+  extern __shared__ __align__(16) unsigned char rmsnorm_row_sums[];
+  warp_block block(rmsnorm_row_sums);
+  warp_rows::rmsnorm_forward<W, Warps>(block, blockIdx.x, gridDim.x, rows, d, x, w, eps, y, r);
+}
+
+template <int W, int Warps, class T, class Wt>
+__global__ void __launch_bounds__(block_threads)
+    rmsnorm_register_rows_backward_kernel(std::int64_t rows, std::int64_t d, const T* x, const Wt* w, const float* r,
+                                          const T* dy, T* dx, float* dw_partials) {
+  extern __shared__ __align__(16) unsigned char rmsnorm_column_sums[];
+  warp_block block(rmsnorm_column_sums);
+  warp_rows::rmsnorm_backward<W, Warps>(block, blockIdx.x, gridDim.x, rows, d, x, w, r, dy, dx, dw_partials);
 }
 
 template <class T>
@@ -227,13 +248,17 @@ void rmsnorm_forward(cudaStream_t stream, std::int64_t rows, std::int64_t d, con
   if (rows <= 0 || d <= 0) return;
   constexpr int W = common_width<T, Wt>;
   const bool vectors = row_vectors_fit(d, x, w, static_cast<const T*>(y));
-  if (d <= detail::warp_rows::max_cols) {
-    static_assert(block_threads == detail::warp_rows::warps_per_block * detail::warp_rows::lanes);
-    (vectors ? detail::rmsnorm_warp_rows_forward_kernel<W, T, Wt> : detail::rmsnorm_warp_rows_forward_kernel<1, T, Wt>)
-        <<<grid_for(rows * detail::warp_rows::lanes), block_threads, 0, stream>>>(rows, d, x, w, eps, y, r);
-    TPX_CUDA_CHECK(cudaGetLastError());
+  static_assert(block_threads == detail::warp_rows::warps_per_block * detail::warp_rows::lanes);
+  if (detail::with_register_rows(d, [&]<int Warps>() {
+        const std::size_t bytes = Warps == 1 ? 0 : detail::warp_rows::shared_bytes<Warps>(d);
+        const unsigned blocks = static_cast<unsigned>(detail::register_row_blocks<Warps>(rows, 65535));
+        (vectors ? detail::rmsnorm_register_rows_forward_kernel<W, Warps, T, Wt>
+                 : detail::rmsnorm_register_rows_forward_kernel<1, Warps, T, Wt>)<<<blocks, block_threads, bytes,
+                                                                                    stream>>>(rows, d, x, w, eps,
+                                                                                              y, r);
+        TPX_CUDA_CHECK(cudaGetLastError());
+      }))
     return;
-  }
   detail::launch_rows(stream, rows, vectors, detail::rmsnorm_forward_kernel<W, T, Wt>,
                       detail::rmsnorm_forward_kernel<1, T, Wt>, rows, d, x, w, eps, y, r);
 }
@@ -245,19 +270,17 @@ void rmsnorm_backward(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows
   if (rows <= 0 || d <= 0) return;
   constexpr int W = common_width<T, Wt>;
   const bool vectors = row_vectors_fit(d, x, w, dy, static_cast<const T*>(dx));
-  if (d <= detail::warp_rows::max_cols) {
-    const std::int64_t blocks = std::min<std::int64_t>(grid_for(rows * detail::warp_rows::lanes),
-                                                       detail::rmsnorm_backward_blocks);
-    device_buffer<float> partials(static_cast<std::size_t>(blocks * d), pool, stream);
-    (vectors ? detail::rmsnorm_warp_rows_backward_kernel<W, T, Wt>
-             : detail::rmsnorm_warp_rows_backward_kernel<1, T, Wt>)<<<static_cast<unsigned>(blocks), block_threads,
-                                                                      detail::warp_rows::backward_shared_bytes(d),
-                                                                      stream>>>(rows, d, x, w, r, dy, dx,
-                                                                                partials.data());
-    TPX_CUDA_CHECK(cudaGetLastError());
-    detail::add_column_totals<1>(stream, d, blocks, partials.data(), vec<float*, 1>{{dw}});
+  if (detail::with_register_rows(d, [&]<int Warps>() {
+        const std::int64_t blocks = detail::register_row_blocks<Warps>(rows, detail::rmsnorm_backward_blocks);
+        device_buffer<float> partials(static_cast<std::size_t>(blocks * d), pool, stream);
+        (vectors ? detail::rmsnorm_register_rows_backward_kernel<W, Warps, T, Wt>
+                 : detail::rmsnorm_register_rows_backward_kernel<1, Warps, T, Wt>)<<<
+            static_cast<unsigned>(blocks), block_threads, detail::warp_rows::shared_bytes<Warps>(d), stream>>>(
+            rows, d, x, w, r, dy, dx, partials.data());
+        TPX_CUDA_CHECK(cudaGetLastError());
+        detail::add_column_totals<1>(stream, d, blocks, partials.data(), vec<float*, 1>{{dw}});
+      }))
     return;
-  }
   // The weight gradient reads dy, so it goes first when dx overwrites dy.
   detail::column_sums<1>(stream, pool, rows, d, detail::rmsnorm_weight_term<T>{x, dy, r, d}, vec<float*, 1>{{dw}});
   detail::launch_rows(stream, rows, vectors, detail::rmsnorm_backward_kernel<W, T, Wt>,
