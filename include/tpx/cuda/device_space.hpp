@@ -22,11 +22,11 @@
 //                               fused causal attention (cuda/kernels/fused_attention.hpp)
 //   rmsnorm_rows, rmsnorm_rows_backward
 //                               RMSNorm over whole rows in one pass (cuda/kernels/norms.hpp),
-//                               which nn/rmsnorm.hpp takes when its dim is not split
+//                               which nn/rmsnorm.hpp takes when each rank holds whole rows
 //   softmax_stats_rows          each row's max and sum of exp(x - max) in one pass
 //                               (cuda/kernels/softmax.hpp), nn/cross_entropy.hpp's first pass
-//                               host_space has neither: the host keeps its grid loops, which its
-//                               vector lanes run well
+// host_space has neither of the last two: the host keeps its grid loops, which its vector lanes
+// run well.
 //
 // host_accessible is false: a device tensor's local() does not compile (tensor.hpp), so host code
 // cannot read device memory by mistake; to_host / from_host are the named way across, refused

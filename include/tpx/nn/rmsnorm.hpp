@@ -15,11 +15,10 @@
 // cuda/kernels/grid.hpp) and the functors of kernels/grid_terms.hpp: the same math on the host
 // and the GPU, and nothing copied to the host. When every rank holds whole rows (Cols unsplit, as
 // in sequence parallelism's x[B_X, T_Y, D], or split over axes of one rank, as on a 1x1 mesh)
-// and the space has whole-row RMSNorm kernels
-// (rmsnorm_rows and rmsnorm_rows_backward: the GPU's, cuda/kernels/norms.hpp), the layer calls
-// those instead: one pass over x forward, one over x and dy backward, where the grid loops take
-// two and three. The host keeps its grid loops, which use its vector lanes better than a row
-// at a time.
+// and the space has whole-row RMSNorm kernels (rmsnorm_rows and rmsnorm_rows_backward: the
+// GPU's, cuda/kernels/norms.hpp), the layer calls those instead: one pass over x forward, one
+// over x and dy backward, where the grid loops take two and three. The host keeps its grid
+// loops, which use its vector lanes better than a row at a time.
 #pragma once
 
 #include <cstdint>
