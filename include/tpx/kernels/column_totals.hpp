@@ -8,20 +8,22 @@
 // Why a program of its own: a thread per column adding a few hundred chunks one after the other
 // is a chain of additions, each waiting for its load, and at a transformer's widths (768
 // columns) there are too few columns to fill the device: 768 threads, each waiting on a few
-// hundred loads in turn. Here a block of 8 warps takes 32 columns, one per lane: warp w adds chunks w, w + 8,
-// w + 16, ... in order, and warp 0 then adds the 8 warps' sums in warp order. Each warp reads
-// 32 consecutive floats of a chunk's row at a time (128 bytes), the chains are 8 times shorter,
-// and the order of the additions is fixed: the result does not depend on scheduling.
+// hundred loads in turn. Here a block of 8 warps takes 32 columns, one per lane: warp w adds
+// chunks w, w + 8, w + 16, ... in order, and warp 0 then adds the 8 warps' sums in warp order.
+// Each warp reads 32 consecutive floats of a chunk's row at a time (128 bytes), the chains are
+// 8 times shorter, and the order of the additions is fixed: the result does not depend on
+// scheduling.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "tpx/core/config.hpp"
+#include "tpx/kernels/packs.hpp"  // warp_lanes
 
 namespace tpx::kernels::column_totals {
 
-inline constexpr int columns_per_block = 32;  // one per lane
+inline constexpr int columns_per_block = warp_lanes;  // one per lane
 inline constexpr int slices = 8;              // one per warp: the chunks a warp adds
 inline constexpr std::size_t shared_bytes = sizeof(float) * columns_per_block * slices;
 

@@ -31,11 +31,12 @@
 #include <cstdint>
 
 #include "tpx/core/config.hpp"
+#include "tpx/kernels/packs.hpp"
 #include "tpx/kernels/rmsnorm.hpp"
 
 namespace tpx::kernels::warp_rows {
 
-inline constexpr int lanes = 32;
+inline constexpr int lanes = warp_lanes;
 inline constexpr int warps_per_block = 8;
 inline constexpr int elements_per_thread = 32;
 // The widest row a group of Warps warps holds.
@@ -48,33 +49,6 @@ template <int Warps>
 inline std::int64_t shared_bytes(std::int64_t d) {
   const std::int64_t floats = Warps == 1 ? warps_per_block * d : warps_per_block;
   return floats * static_cast<std::int64_t>(sizeof(float));
-}
-
-// W consecutive elements, read or written as one aligned access on the GPU (element by element
-// on the host, where the emulated block runs).
-template <class T, int W>
-struct alignas(sizeof(T) * W) pack {
-  T v[W];
-};
-
-template <int W, class T>
-TPX_HOST_DEVICE inline pack<T, W> load(const T* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const pack<T, W>*>(p);
-#else
-  pack<T, W> loaded;
-  for (int j = 0; j < W; ++j) loaded.v[j] = p[j];
-  return loaded;
-#endif
-}
-
-template <int W, class T>
-TPX_HOST_DEVICE inline void store(T* p, const pack<T, W>& values) {
-#if defined(__CUDA_ARCH__)
-  *reinterpret_cast<pack<T, W>*>(p) = values;
-#else
-  for (int j = 0; j < W; ++j) p[j] = values.v[j];
-#endif
 }
 
 // Where a thread works when Warps warps share each row: its row group in the block, its place in

@@ -23,27 +23,13 @@
 
 #include "tpx/core/config.hpp"
 #include "tpx/kernels/cross_entropy.hpp"
-#include "tpx/kernels/rmsnorm_warp_rows.hpp"  // warp_rows::pack, load, lanes
-#include "tpx/kernels/vectorizable_expf.hpp"
+#include "tpx/kernels/packs.hpp"
 
 namespace tpx::kernels::softmax_rows {
 
 inline constexpr int warps_per_block = 8;
-inline constexpr int threads = warps_per_block * warp_rows::lanes;
+inline constexpr int threads = warps_per_block * warp_lanes;
 inline constexpr std::size_t shared_bytes = sizeof(softmax_stats) * warps_per_block;
-
-// The stats of W logits: W exponentials, where merging them in one at a time takes 2 W.
-template <int W>
-TPX_HOST_DEVICE inline softmax_stats stats_of_vector(const float (&x)[W]) {
-  float m = -INFINITY;
-  TPX_UNROLL
-  for (int j = 0; j < W; ++j) m = fmaxf(m, x[j]);
-  if (m == -INFINITY) return {m, 0.0f};
-  float s = 0.0f;
-  TPX_UNROLL
-  for (int j = 0; j < W; ++j) s += vectorizable_expf(x[j] - m);
-  return {m, s};
-}
 
 // max_out[row] and sum_out[row]: the softmax stats of each row of logits, for the rows
 // block_index, block_index + blocks, ... W divides cols; logits aligned to W elements.
@@ -54,13 +40,10 @@ TPX_HOST_DEVICE void softmax_stats_of_rows(Block& block, std::int64_t block_inde
   for (std::int64_t row = block_index; row < rows; row += blocks) {
     kernels::softmax_stats acc{-INFINITY, 0.0f};
     for (std::int64_t i = static_cast<std::int64_t>(block.thread()) * W; i < cols; i += threads * W) {
-      const warp_rows::pack<T, W> x = warp_rows::load<W>(logits + row * cols + i);
-      float v[W];
-      TPX_UNROLL
-      for (int j = 0; j < W; ++j) v[j] = static_cast<float>(x.v[j]);
-      acc = merge(acc, stats_of_vector<W>(v));
+      const pack<T, W> x = load<W>(logits + row * cols + i);
+      acc = merge(acc, softmax_stats_of(W, x.v));  // W exponentials, where W merges take 2 W
     }
-    for (int offset = warp_rows::lanes / 2; offset > 0; offset /= 2) {
+    for (int offset = warp_lanes / 2; offset > 0; offset /= 2) {
       const kernels::softmax_stats other{block.shfl_xor(acc.max, offset), block.shfl_xor(acc.sum, offset)};
       acc = merge(acc, other);
     }

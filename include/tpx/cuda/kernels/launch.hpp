@@ -20,6 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tpx/kernels/packs.hpp"
+
 namespace tpx::cuda {
 
 // Threads per block of every tpx kernel (their __launch_bounds__).
@@ -36,10 +38,9 @@ inline unsigned grid_for(std::int64_t work) {
 // Blocks for a kernel that gives each row to one block (grid-stride over the rows).
 inline unsigned row_blocks(std::int64_t rows) { return static_cast<unsigned>(std::clamp<std::int64_t>(rows, 1, 65535)); }
 
+// W elements of T as one aligned access (kernels/packs.hpp).
 template <class T, int W>
-struct alignas(sizeof(T) * W) vec {
-  T v[W];
-};
+using vec = kernels::pack<T, W>;
 
 template <class... T>
 inline constexpr int common_width = static_cast<int>(16 / std::max({sizeof(T)...}));

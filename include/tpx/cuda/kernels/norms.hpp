@@ -11,12 +11,12 @@
 // block programs, checked on the host on an emulated block). The forward reads x once and writes
 // y; the backward reads x and dy once, writes dx, and keeps the weight gradient's column sums in
 // registers across a thread's rows, then adds the blocks' sums in a second small pass. Wider
-// rows, and LayerNorm, take one block per row (rows.hpp): each thread adds up the per-element terms of its share of the row,
-// cub::BlockReduce combines them, the row's statistic is finished by the same function the host
-// row function calls, and the outputs follow element by element; the weight (and bias)
-// gradients are column sums in a second, deterministic pass over x and dy. The host row
-// functions sum serially and the device in trees, so results agree to a few ulps per reduction,
-// not bit for bit. y may be x and dx may be dy (in place).
+// rows, and LayerNorm, take one block per row (rows.hpp): each thread adds up the per-element
+// terms of its share of the row, cub::BlockReduce combines them, the row's statistic is finished
+// by the same function the host row function calls, and the outputs follow element by element;
+// the weight (and bias) gradients are column sums in a second, deterministic pass over x and dy.
+// The host row functions sum serially and the device in trees, so results agree to a few ulps
+// per reduction, not bit for bit. y may be x and dx may be dy (in place).
 #pragma once
 
 #include <cuda_runtime.h>

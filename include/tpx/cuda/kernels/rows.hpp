@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(block_threads)
 template <int K>
 void add_column_totals(cudaStream_t stream, std::int64_t d, std::int64_t chunks, const float* partial,
                        vec<float*, K> out) {
-  static_assert(block_threads == kernels::column_totals::slices * 32);
+  static_assert(block_threads == kernels::column_totals::slices * kernels::warp_lanes);
   const dim3 grid(static_cast<unsigned>(kernels::column_totals::blocks_for(d)), K);
   column_totals_kernel<K><<<grid, block_threads, 0, stream>>>(d, chunks, partial, out);
   TPX_CUDA_CHECK(cudaGetLastError());

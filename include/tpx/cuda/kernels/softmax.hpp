@@ -50,7 +50,7 @@ __device__ kernels::softmax_stats row_stats(const T* row, std::int64_t n,
   for_row_vectors<W>(n, [&](std::int64_t i) {
     float v[W];
     load_floats<W>(row, i, v);
-    acc = kernels::merge(acc, kernels::softmax_rows::stats_of_vector<W>(v));
+    acc = kernels::merge(acc, kernels::softmax_stats_of(W, v));
   });
   return block_combine(scratch, shared, acc, merge_stats{});
 }
