@@ -76,6 +76,10 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int i
   add_row("layernorm fwd bf16", 4, [&] {
     cu::layernorm_forward(s, rows, d, x16.data(), w32.data(), b32.data(), 1e-5f, y16.data(), stats.data());
   });
+  add_row("layernorm bwd bf16", 6, [&] {
+    cu::layernorm_backward(s, r.pool(), rows, d, x16.data(), w32.data(), stats.data(), y16.data(), y16.data(),
+                           z32.data(), z32.data() + d);
+  });
   add_row("rmsnorm bwd bf16", 6, [&] {
     cu::rmsnorm_backward(s, r.pool(), rows, d, x16.data(), w32.data(), r_out.data(), y16.data(), y16.data(), w32.data());
   });
@@ -84,13 +88,12 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int i
     cu::cross_entropy_forward<float>(s, rows, d, x32.data(), targets.data(), losses.data(), nullptr);
   });
   // The heaviest pass of the trainers' vocab-parallel cross-entropy (nn/cross_entropy.hpp):
-  // dlogits from the logits and each row's max and sum, a grid loop over [rows, d].
+  // dlogits from the logits and each row's max and sum, a block per row in 16-byte vectors.
   cu::device_buffer<std::int32_t> tokens(rows, r.pool(), s);  // zeros: class 0
   TPX_CUDA_CHECK(cudaMemsetAsync(tokens.data(), 0, rows * sizeof(std::int32_t), s));
   add_row("cross_entropy grad bf16 (nn)", 4, [&] {
-    cu::for_each_element(s, rows, d,
-                         kernels::cross_entropy_gradient_at<bf16, bf16>{
-                             x16.data(), r_out.data(), r_out.data(), {tokens.data(), 1, 0}, 0, d, 1.0f, y16.data()});
+    cu::cross_entropy_gradient_rows(s, rows, d, x16.data(), r_out.data(), r_out.data(), {tokens.data(), 1, 0}, 0,
+                                    1.0f, y16.data());
   });
   // The first pass of the same loss on the GPU: each row's max and sum of exps, in one read of
   // the logits (kernels/softmax_stats_rows.hpp).
@@ -123,6 +126,16 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int i
   add_row("rmsnorm bwd bf16, rows of 768 (warp per row)", 6 * width_share, [&] {
     cu::rmsnorm_backward(s, r.pool(), width_rows, width, x16.data(), w32.data(), row_stats.data(), y16.data(),
                          y16.data(), w32.data());
+  });
+  // LayerNorm at the same width (GPT-2's norm; kernels/layernorm_warp_rows.hpp).
+  cu::device_buffer<kernels::layernorm_stats> width_stats(width_rows, r.pool(), s);
+  add_row("layernorm fwd bf16, rows of 768 (warp per row)", 4 * width_share, [&] {
+    cu::layernorm_forward(s, width_rows, width, x16.data(), w32.data(), b32.data(), 1e-5f, y16.data(),
+                          width_stats.data());
+  });
+  add_row("layernorm bwd bf16, rows of 768 (warp per row)", 6 * width_share, [&] {
+    cu::layernorm_backward(s, r.pool(), width_rows, width, x16.data(), w32.data(), width_stats.data(), y16.data(),
+                           y16.data(), z32.data(), z32.data() + width);
   });
   add_row("row sum of squares bf16, rows of 768 (nn rmsnorm, D split)",
           2 * width_share, [&] {

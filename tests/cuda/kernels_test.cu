@@ -33,6 +33,7 @@
 #include "tpx/cuda/rank_resources.hpp"
 #include "tpx/kernels/cross_entropy.hpp"
 #include "tpx/kernels/elementwise.hpp"
+#include "tpx/kernels/grid_terms.hpp"
 #include "tpx/kernels/layernorm.hpp"
 #include "tpx/kernels/optimizer.hpp"
 #include "tpx/kernels/random.hpp"
@@ -198,7 +199,10 @@ TEST_CASE("rmsnorm forward and backward vs the host row functions") {
 
 TEST_CASE("layernorm forward and backward vs the host row functions") {
   cu::rank_resources gpu(0, {});
-  for (std::int64_t d : {128, 45}) {
+  // Rows in registers (kernels/layernorm_warp_rows.hpp): a warp per row up to 1024 columns (128,
+  // 768; 45 element by element), the block's 8 warps up to 8192 (1100, 4096); wider (8200), a
+  // block per row with running sums.
+  for (std::int64_t d : {128, 45, 768, 1100, 4096, 8200}) {
     CAPTURE(d);
     const std::int64_t rows = 17;
     const auto x = random_values<float>(rows * d, 1, 3, 40);  // away from zero: the mean matters
@@ -282,6 +286,44 @@ TEST_CASE("one-pass softmax stats vs softmax_stats_of, at GPT-2's vocabulary and
     CHECK(mismatches(to_host(gpu, gmax), max, 0, fp32_unit) == 0);  // a max is exact
     // The sum of n exponentials in another order: n ulps.
     CHECK(mismatches(to_host(gpu, gsum), sum, 2.0 * n, fp32_unit) == 0);
+  }
+}
+
+TEST_CASE("the cross-entropy's row gradient vs the host's grid term, on a block of the vocabulary") {
+  cu::rank_resources gpu(0, {});
+  // A rank's block [first, first + cols) of a vocabulary of 2 cols: 25152 (half of GPT-2's, in
+  // 16-byte vectors) and 1001 (element by element). Rows 0-2 have their target in the block (its
+  // first, middle and last column), rows 3-5 in the other block.
+  for (std::int64_t cols : {std::int64_t{25152}, std::int64_t{1001}}) {
+    CAPTURE(cols);
+    const std::int64_t rows = 6, width = 2, column = 1, first = cols;
+    const auto logits = random_values<bf16>(rows * cols, -8, 8, 52);
+    const std::int32_t block_targets[rows] = {0, 500, static_cast<std::int32_t>(cols - 1), 0, 1, 7};
+    std::vector<std::int32_t> tokens(rows * width, -1);
+    for (std::int64_t r = 0; r < rows; ++r)
+      tokens[r * width + column] = static_cast<std::int32_t>(r < 3 ? first + block_targets[r] : block_targets[r]);
+    std::vector<float> max(rows), sum(rows);
+    for (std::int64_t r = 0; r < rows; ++r) {  // any stats will do: these are the block's own
+      const k::softmax_stats st = k::softmax_stats_of(cols, logits.data() + r * cols);
+      max[r] = st.max;
+      sum[r] = st.sum * 1.5f;
+    }
+    const float share = 1.0f / 48.0f;
+    std::vector<bf16> want(rows * cols);
+    const k::cross_entropy_gradient_at<bf16, bf16> host_term{logits.data(), max.data(), sum.data(),
+                                                             {tokens.data(), width, column},
+                                                             first, cols, share, want.data()};
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) host_term(r, c);
+    auto gl = to_device(gpu, logits);
+    auto gt = to_device(gpu, tokens);
+    auto gmax = to_device(gpu, max), gsum = to_device(gpu, sum);
+    cu::device_buffer<bf16> got(rows * cols, gpu.pool(), gpu.stream());
+    cu::cross_entropy_gradient_rows(gpu.stream(), rows, cols, gl.data(), gmax.data(), gsum.data(),
+                                    k::token_at{gt.data(), width, column}, first, share, got.data());
+    // exp and one multiply against exp and one division: an ulp or two of fp32 before the
+    // rounding to bf16, so the results agree to one bf16 ulp (2 units of roundoff).
+    CHECK(mismatches(to_host(gpu, got), want, 2, bf16_unit, 1e-9) == 0);
   }
 }
 

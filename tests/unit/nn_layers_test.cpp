@@ -136,6 +136,18 @@ struct row_kernel_space : tpx::host_space {
       sum[r] = stats.sum;
     }
   }
+  template <class T>
+  static void cross_entropy_gradient_rows(const tpx::rank_context&, std::int64_t rows, std::int64_t cols,
+                                          const T* logits, const float* max, const float* sum,
+                                          tpx::kernels::token_at target, std::int64_t first, float dloss,
+                                          T* dlogits) {
+    rows_taken() += rows;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto factors = tpx::kernels::cross_entropy_gradient_factors::of({max[r], sum[r]}, dloss);
+      for (std::int64_t c = 0; c < cols; ++c)
+        dlogits[r * cols + c] = static_cast<T>(factors(static_cast<float>(logits[r * cols + c]), first + c == target(r)));
+    }
+  }
 };
 
 // The same tensor in row_kernel_space.
@@ -223,10 +235,11 @@ TEST_CASE("rmsnorm takes a space's whole-row kernels when every rank holds whole
   }
 }
 
-// The loss takes a space's one-pass softmax stats, split vocabulary or not, and equals the loss
-// by the two folds: the stats of each rank's block of the vocabulary, rescaled to the row's max
-// after its AllReduce(max), add up to the row's.
-TEST_CASE("vocab-parallel cross-entropy takes a space's one-pass softmax stats") {
+// The loss takes a space's one-pass softmax stats and row gradient, split vocabulary or not, and
+// equals the loss by the two folds and the grid loop: the stats of each rank's block of the
+// vocabulary, rescaled to the row's max after its AllReduce(max), add up to the row's, and the
+// gradient of each block finds its target by the block's first column.
+TEST_CASE("vocab-parallel cross-entropy takes a space's one-pass softmax stats and row gradient") {
   const std::int64_t rows = 9, vocab = 13, width = 2;
   const auto logits = values(rows * vocab, 41, 3.0f);
   std::vector<std::int32_t> tokens(rows * width);
@@ -252,11 +265,11 @@ TEST_CASE("vocab-parallel cross-entropy takes a space's one-pass softmax stats")
       compared.add(rank.world_rank(), 0, between - before, std::move(split_kernels), outputs(split, ts));
       compared.add(rank.world_rank(), 1, after - between, std::move(whole_kernels), outputs(whole, ts));
     });
-    // Each rank takes the stats of each of its rows once: with V split, every rank along Y
-    // holds a block of the same rows.
-    CHECK(compared.rows_taken[0] == rows * my);
-    CHECK(compared.rows_taken[1] == rows * my);
-    compared.check("one-pass stats against two folds");
+    // Each rank takes the stats and the gradient of each of its rows once: with V split, every
+    // rank along Y holds a block of the same rows.
+    CHECK(compared.rows_taken[0] == 2 * rows * my);
+    CHECK(compared.rows_taken[1] == 2 * rows * my);
+    compared.check("row kernels against folds and grid loops");
   }
 }
 

@@ -1,55 +1,32 @@
 // The GPU's RMSNorm programs over rows held in registers (kernels/rmsnorm_warp_rows.hpp), run on
 // emulated thread blocks of 8 warps (tests/support/simt_block.hpp), against RMSNorm written out
-// here in double on the same (bf16-rounded) inputs. A warp per row: rows of 8, 36, 264 and 1024
-// columns (a thread holding one vector, rows that end inside a thread's vectors, the widest row a
-// warp takes). The block's 8 warps per row: rows of 264, 3000, 4096 and 8192. In 16-byte vectors
-// (W = 4 for fp32, 8 for bf16) and element by element (W = 1, what the launcher uses when a row
-// is not a whole number of vectors). 37 rows over 2 or 3 blocks, so warps take different numbers
-// of rows and some none; the weight gradient's per-block partial sums are added over blocks
-// here, as the launcher's second pass does. Under ThreadSanitizer the same runs check the shared
-// memory for races between syncs.
+// here in double on the same (rounded) inputs, at the shapes of
+// tests/support/row_program_checks.hpp (a warp per row and the block's 8 warps per row, in
+// vectors and element by element, 37 rows over 2 or 3 blocks). The weight gradient's per-block
+// partial sums are added over blocks here, as the launcher's second pass does. Under
+// ThreadSanitizer the same runs check the shared memory for races between syncs.
 // Tolerances: fp32 outputs within 2e-5 of the largest reference value plus 2e-5 relative (sums of
 // up to 8192 terms in another order); bf16 outputs within 1e-2 of the largest plus 1e-2 relative
 // (two bf16 ulps); rstd and the fp32 weight gradient 2e-5 relative in both.
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <string>
 #include <type_traits>
 #include <tpx/core/bfloat16.hpp>
-#include <tpx/kernels/random.hpp>
 #include <tpx/kernels/rmsnorm_warp_rows.hpp>
 #include <vector>
 
+#include "../support/row_program_checks.hpp"
 #include "../support/simt_block.hpp"
 
 namespace {
 
 using tpx::bf16;
+using tpx::testing::check_near;
+using tpx::testing::normal_values;
 using tpx::testing::simt_block;
 namespace rows_program = tpx::kernels::warp_rows;
-
-template <class T>
-std::vector<T> normal_values(std::int64_t n, std::uint64_t seed, float mean = 0.0f) {
-  std::vector<T> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i)
-    v[i] = static_cast<T>(mean + tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i)));
-  return v;
-}
-
-template <class T>
-void check_near(const std::string& what, const std::vector<T>& got, const std::vector<double>& want,
-                double tolerance) {
-  double largest = 0;
-  for (double w : want) largest = std::max(largest, std::abs(w));
-  int wrong = 0;
-  for (std::size_t i = 0; i < want.size(); ++i)
-    if (std::abs(static_cast<double>(got[i]) - want[i]) > tolerance * (largest + std::abs(want[i])) && ++wrong <= 3)
-      FAIL_CHECK(what << "[" << i << "] = " << static_cast<double>(got[i]) << ", want " << want[i]);
-  CHECK_MESSAGE(wrong == 0, what << ": " << wrong << " of " << want.size() << " elements off");
-}
 
 // RMSNorm of every row in double, from the definition.
 struct reference {
@@ -117,25 +94,9 @@ void check_programs(std::int64_t rows, std::int64_t d, std::int64_t blocks) {
 }
 
 TEST_CASE("RMSNorm's register-row programs agree with RMSNorm in double") {
-  const std::int64_t rows = 37;
-  SUBCASE("fp32 rows, fp32 weight") {
-    for (std::int64_t d : {8, 36, 264, 1024}) {
-      check_programs<4, 1, float, float>(rows, d, 2);
-      check_programs<1, 1, float, float>(rows, d, 3);
-    }
-    for (std::int64_t d : {264, 3000, 8192}) check_programs<4, 8, float, float>(rows, d, 2);
-    check_programs<1, 8, float, float>(rows, 4095, 3);
-  }
-  SUBCASE("bf16 rows, fp32 weight (the vector is 4 elements, the weight's)") {
-    for (std::int64_t d : {8, 264, 1024}) check_programs<4, 1, bf16, float>(rows, d, 2);
-    check_programs<1, 1, bf16, float>(rows, 36, 3);
-    check_programs<4, 8, bf16, float>(rows, 4096, 2);
-  }
-  SUBCASE("bf16 rows, bf16 weight") {
-    for (std::int64_t d : {8, 264, 1024}) check_programs<8, 1, bf16, bf16>(rows, d, 2);
-    check_programs<1, 1, bf16, bf16>(rows, 36, 3);
-    for (std::int64_t d : {264, 4096, 8192}) check_programs<8, 8, bf16, bf16>(rows, d, 2);
-  }
+  tpx::testing::for_each_row_program_shape(37, []<int W, int Warps, class T, class Wt>(auto rows, auto d, auto blocks) {
+    check_programs<W, Warps, T, Wt>(rows, d, blocks);
+  });
 }
 
 TEST_CASE("RMSNorm's register-row backward writes dx over dy") {

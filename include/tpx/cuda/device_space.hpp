@@ -25,7 +25,8 @@
 //                               which nn/rmsnorm.hpp takes when each rank holds whole rows
 //   softmax_stats_rows          each row's max and sum of exp(x - max) in one pass
 //                               (cuda/kernels/softmax.hpp), nn/cross_entropy.hpp's first pass
-// host_space has neither of the last two: the host keeps its grid loops, which its vector lanes
+//   cross_entropy_gradient_rows and its gradient pass, in 16-byte vectors
+// host_space has none of the last three: the host keeps its grid loops, which its vector lanes
 // run well.
 //
 // host_accessible is false: a device tensor's local() does not compile (tensor.hpp), so host code
@@ -206,6 +207,15 @@ struct device_space {
   static void softmax_stats_rows(const rank_context& ctx, std::int64_t rows, std::int64_t cols, const T* logits,
                                  float* max, float* sum) {
     cuda::softmax_stats_rows(resources_of(ctx).stream(), rows, cols, logits, max, sum);
+  }
+  // Then the loss's gradient over the rank's block [first, first + cols) of the vocabulary, from
+  // the whole rows' stats, a 16-byte vector at a time.
+  template <class T>
+  static void cross_entropy_gradient_rows(const rank_context& ctx, std::int64_t rows, std::int64_t cols,
+                                          const T* logits, const float* max, const float* sum,
+                                          kernels::token_at target, std::int64_t first, float dloss, T* dlogits) {
+    cuda::cross_entropy_gradient_rows(resources_of(ctx).stream(), rows, cols, logits, max, sum, target, first, dloss,
+                                      dlogits);
   }
 
   template <class Index, class Term>

@@ -17,7 +17,9 @@
 // cuda/kernels/softmax.hpp) reads the logits once for m and s instead of twice: each rank takes
 // its block's max m_r and sum s_r = sum exp(x - m_r) together, AllReduce(max) gives m, and the
 // rescaled s_r exp(m_r - m) are the partial sums that AllReduce(sum) adds (the same collectives).
-// The host keeps the two folds, which its vector lanes run well.
+// The host keeps the two folds, which its vector lanes run well. Such a space's gradient pass
+// (cross_entropy_gradient_rows) takes each row's factors once and the logits in 16-byte vectors
+// (kernels::cross_entropy_gradient_factors), where the host's grid loop divides per element.
 //
 // Any number of leading dims are rows (logits[B_X, T, V_Y] for a sequence model; nn/rows.hpp),
 // and the mean is over all of them. The targets are column `column` of an int32 token tensor
@@ -44,6 +46,13 @@ template <class Space, class T>
 concept row_softmax_stats_space = requires(const rank_context& ctx, std::int64_t n, const T* logits, float* out) {
   Space::softmax_stats_rows(ctx, n, n, logits, out, out);
 };
+
+// A space with a row kernel for the loss's gradient over logits of T.
+template <class Space, class T>
+concept row_cross_entropy_gradient_space =
+    requires(const rank_context& ctx, std::int64_t n, const T* logits, const float* stats, T* out) {
+      Space::cross_entropy_gradient_rows(ctx, n, n, logits, stats, stats, kernels::token_at{}, n, 1.0f, out);
+    };
 
 // t's partial maxima over every axis of Axes combined: AllReduce(max) over each in turn.
 template <AnyTensor Tn, class... Axes>
@@ -133,9 +142,14 @@ auto cross_entropy(const Lt& logits, const Tok& tokens, std::int64_t column) {
       loss.data());
 
   Lt dlogits(ctx, logits.shape(), for_overwrite);
-  Space::for_each_element(ctx, rows, cols,
-                          kernels::cross_entropy_gradient_at<T, T>{logits.data(), row_max.data(), row_sum.data(),
-                                                                   target, first, cols, share, dlogits.data()});
+  if constexpr (detail::row_cross_entropy_gradient_space<Space, T>) {
+    Space::cross_entropy_gradient_rows(ctx, rows, cols, logits.data(), row_max.data(), row_sum.data(), target, first,
+                                       share, dlogits.data());
+  } else {
+    Space::for_each_element(ctx, rows, cols,
+                            kernels::cross_entropy_gradient_at<T, T>{logits.data(), row_max.data(), row_sum.data(),
+                                                                     target, first, cols, share, dlogits.data()});
+  }
   auto total = reshard<BasicTensor<Space, float>>(loss);
   return cross_entropy_result<decltype(total), Lt>{std::move(total), std::move(dlogits)};
 }

@@ -6,17 +6,18 @@
 //   layernorm_forward(stream, rows, d, x, w, b, eps, y, stats)   y = layernorm(x) * w + b
 //   layernorm_backward(stream, pool, rows, d, x, w, stats, dy, dx, dw, db)
 //
-// RMSNorm holds each row in registers: a warp per row of up to 1024 columns (GPT-2's 768, the MLP
-// benchmark's 1024), the block's 8 warps per row of up to 8192 (kernels/rmsnorm_warp_rows.hpp's
-// block programs, checked on the host on an emulated block). The forward reads x once and writes
-// y; the backward reads x and dy once, writes dx, and keeps the weight gradient's column sums in
-// registers across a thread's rows, then adds the blocks' sums in a second small pass. Wider
-// rows, and LayerNorm, take one block per row (rows.hpp): each thread adds up the per-element
-// terms of its share of the row, cub::BlockReduce combines them, the row's statistic is finished
-// by the same function the host row function calls, and the outputs follow element by element;
-// the weight (and bias) gradients are column sums in a second, deterministic pass over x and dy.
-// The host row functions sum serially and the device in trees, so results agree to a few ulps
-// per reduction, not bit for bit. y may be x and dx may be dy (in place).
+// Rows of up to 8192 columns are held in registers: a warp per row of up to 1024 columns (GPT-2's
+// 768, the MLP benchmark's 1024), the block's 8 warps per row of up to 8192 (the block programs
+// of kernels/rmsnorm_warp_rows.hpp and kernels/layernorm_warp_rows.hpp, checked on the host on an
+// emulated block). The forwards read x once and write y; the backwards read x and dy once, write
+// dx, and keep the parameter gradients' column sums in registers across a thread's rows, then add
+// the blocks' sums in a second small pass. Wider rows take one block per row (rows.hpp): each
+// thread adds up the per-element terms of its share of the row, cub::BlockReduce combines them,
+// the row's statistic is finished by the same function the host row function calls, and the
+// outputs follow element by element, rereading the row; the parameter gradients are column sums
+// in a second, deterministic pass over x and dy. The host row functions sum serially and the
+// device in trees, so results agree to a few ulps per reduction, not bit for bit. y may be x and
+// dx may be dy (in place).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,6 +30,7 @@
 #include "tpx/cuda/kernels/rows.hpp"
 #include "tpx/cuda/kernels/warp_block.hpp"
 #include "tpx/kernels/layernorm.hpp"
+#include "tpx/kernels/layernorm_warp_rows.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/kernels/rmsnorm.hpp"
 #include "tpx/kernels/rmsnorm_warp_rows.hpp"
@@ -99,10 +101,10 @@ __global__ void __launch_bounds__(block_threads)
 
 namespace warp_rows = kernels::warp_rows;
 
-// The blocks of the register-row backward: about two per SM of a 132-SM part, one wave, each
+// The blocks of the register-row backwards: about two per SM of a 132-SM part, one wave, each
 // row group taking its share of the rows in turn. A count fixed here, not read from the device,
-// keeps the order of the weight gradient's sums, so its bits, the same on every GPU.
-inline constexpr std::int64_t rmsnorm_backward_blocks = 256;
+// keeps the order of the parameter gradients' sums, so its bits, the same on every GPU.
+inline constexpr std::int64_t register_rows_backward_blocks = 256;
 
 // Calls launch.template operator()<Warps>() with the warps per row that hold a row of d in
 // registers (1 up to 1024 columns, the block's 8 up to 8192); false when none do.
@@ -140,6 +142,26 @@ __global__ void __launch_bounds__(block_threads)
   extern __shared__ __align__(16) unsigned char rmsnorm_column_sums[];
   warp_block block(rmsnorm_column_sums);
   warp_rows::rmsnorm_backward<W, Warps>(block, blockIdx.x, gridDim.x, rows, d, x, w, r, dy, dx, dw_partials);
+}
+
+template <int W, int Warps, class T, class Wt>
+__global__ void __launch_bounds__(block_threads)
+    layernorm_register_rows_forward_kernel(std::int64_t rows, std::int64_t d, const T* x, const Wt* w, const Wt* b,
+                                           float eps, T* y, kernels::layernorm_stats* stats) {
+  extern __shared__ __align__(16) unsigned char layernorm_row_sums[];
+  warp_block block(layernorm_row_sums);
+  warp_rows::layernorm_forward<W, Warps>(block, blockIdx.x, gridDim.x, rows, d, x, w, b, eps, y, stats);
+}
+
+template <int W, int Warps, class T, class Wt>
+__global__ void __launch_bounds__(block_threads)
+    layernorm_register_rows_backward_kernel(std::int64_t rows, std::int64_t d, const T* x, const Wt* w,
+                                            const kernels::layernorm_stats* stats, const T* dy, T* dx,
+                                            float* dw_partials, float* db_partials) {
+  extern __shared__ __align__(16) unsigned char layernorm_column_sums[];
+  warp_block block(layernorm_column_sums);
+  warp_rows::layernorm_backward<W, Warps>(block, blockIdx.x, gridDim.x, rows, d, x, w, stats, dy, dx, dw_partials,
+                                          db_partials);
 }
 
 template <class T>
@@ -271,7 +293,7 @@ void rmsnorm_backward(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows
   constexpr int W = common_width<T, Wt>;
   const bool vectors = row_vectors_fit(d, x, w, dy, static_cast<const T*>(dx));
   if (detail::with_register_rows(d, [&]<int Warps>() {
-        const std::int64_t blocks = detail::register_row_blocks<Warps>(rows, detail::rmsnorm_backward_blocks);
+        const std::int64_t blocks = detail::register_row_blocks<Warps>(rows, detail::register_rows_backward_blocks);
         device_buffer<float> partials(static_cast<std::size_t>(blocks * d), pool, stream);
         (vectors ? detail::rmsnorm_register_rows_backward_kernel<W, Warps, T, Wt>
                  : detail::rmsnorm_register_rows_backward_kernel<1, Warps, T, Wt>)<<<
@@ -293,9 +315,19 @@ void layernorm_forward(cudaStream_t stream, std::int64_t rows, std::int64_t d, c
                        float eps, T* y, kernels::layernorm_stats* stats) {
   if (rows <= 0 || d <= 0) return;
   constexpr int W = common_width<T, Wt>;
-  detail::launch_rows(stream, rows, row_vectors_fit(d, x, w, b, static_cast<const T*>(y)),
-                      detail::layernorm_forward_kernel<W, T, Wt>, detail::layernorm_forward_kernel<1, T, Wt>, rows, d,
-                      x, w, b, eps, y, stats);
+  const bool vectors = row_vectors_fit(d, x, w, b, static_cast<const T*>(y));
+  if (detail::with_register_rows(d, [&]<int Warps>() {
+        const std::size_t bytes = Warps == 1 ? 0 : detail::warp_rows::shared_bytes<Warps>(d);
+        const unsigned blocks = static_cast<unsigned>(detail::register_row_blocks<Warps>(rows, 65535));
+        (vectors ? detail::layernorm_register_rows_forward_kernel<W, Warps, T, Wt>
+                 : detail::layernorm_register_rows_forward_kernel<1, Warps, T, Wt>)<<<blocks, block_threads, bytes,
+                                                                                      stream>>>(rows, d, x, w, b,
+                                                                                                eps, y, stats);
+        TPX_CUDA_CHECK(cudaGetLastError());
+      }))
+    return;
+  detail::launch_rows(stream, rows, vectors, detail::layernorm_forward_kernel<W, T, Wt>,
+                      detail::layernorm_forward_kernel<1, T, Wt>, rows, d, x, w, b, eps, y, stats);
 }
 
 // dx from dy, x and the saved stats; dw[c] += sum over rows of dy xhat, db[c] += sum of dy.
@@ -303,12 +335,25 @@ template <class T, class Wt>
 void layernorm_backward(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows, std::int64_t d, const T* x,
                         const Wt* w, const kernels::layernorm_stats* stats, const T* dy, T* dx, float* dw, float* db) {
   if (rows <= 0 || d <= 0) return;
+  constexpr int W = common_width<T, Wt>;
+  const bool vectors = row_vectors_fit(d, x, w, dy, static_cast<const T*>(dx));
+  if (detail::with_register_rows(d, [&]<int Warps>() {
+        const std::int64_t blocks = detail::register_row_blocks<Warps>(rows, detail::register_rows_backward_blocks);
+        // dw's partial rows, then db's: the layout add_column_totals<2> reads.
+        device_buffer<float> partials(static_cast<std::size_t>(2 * blocks * d), pool, stream);
+        (vectors ? detail::layernorm_register_rows_backward_kernel<W, Warps, T, Wt>
+                 : detail::layernorm_register_rows_backward_kernel<1, Warps, T, Wt>)<<<
+            static_cast<unsigned>(blocks), block_threads, detail::warp_rows::shared_bytes<Warps>(d), stream>>>(
+            rows, d, x, w, stats, dy, dx, partials.data(), partials.data() + blocks * d);
+        TPX_CUDA_CHECK(cudaGetLastError());
+        detail::add_column_totals<2>(stream, d, blocks, partials.data(), vec<float*, 2>{{dw, db}});
+      }))
+    return;
+  // The parameter gradients read dy, so they go first when dx overwrites dy.
   detail::column_sums<2>(stream, pool, rows, d, detail::layernorm_parameter_terms<T>{x, dy, stats, d},
                          vec<float*, 2>{{dw, db}});
-  constexpr int W = common_width<T, Wt>;
-  detail::launch_rows(stream, rows, row_vectors_fit(d, x, w, dy, static_cast<const T*>(dx)),
-                      detail::layernorm_backward_kernel<W, T, Wt>, detail::layernorm_backward_kernel<1, T, Wt>, rows,
-                      d, x, w, stats, dy, dx);
+  detail::launch_rows(stream, rows, vectors, detail::layernorm_backward_kernel<W, T, Wt>,
+                      detail::layernorm_backward_kernel<1, T, Wt>, rows, d, x, w, stats, dy, dx);
 }
 
 }  // namespace tpx::cuda

@@ -9,6 +9,8 @@
 //   softmax_stats_rows(stream, rows, n, logits, max, sum)   each row's softmax stats, one pass
 //                                      (kernels/softmax_stats_rows.hpp): nn/cross_entropy.hpp's
 //                                      first pass over the logits on the GPU
+//   cross_entropy_gradient_rows(stream, rows, cols, logits, max, sum, target, first, dloss,
+//                               dlogits)   its gradient pass, from the whole rows' stats
 //
 // One block per row (rows.hpp). Each thread folds its share of the row into softmax_stats, a
 // 16-byte vector at a time (the vector's stats, then merge()), and cub::BlockReduce merges the
@@ -29,6 +31,7 @@
 #include "tpx/cuda/kernels/rows.hpp"
 #include "tpx/cuda/kernels/warp_block.hpp"
 #include "tpx/kernels/cross_entropy.hpp"
+#include "tpx/kernels/grid_terms.hpp"
 #include "tpx/kernels/softmax_stats_rows.hpp"
 
 namespace tpx::cuda {
@@ -108,6 +111,25 @@ __global__ void __launch_bounds__(block_threads)
   }
 }
 
+template <int W, class T, class G>
+__global__ void __launch_bounds__(block_threads)
+    cross_entropy_gradient_rows_kernel(std::int64_t rows, std::int64_t cols, const T* logits, const float* row_max,
+                                       const float* row_sum, kernels::token_at target, std::int64_t first,
+                                       float dloss, G* dlogits) {
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = logits + row * cols;
+    const auto factors = kernels::cross_entropy_gradient_factors::of({row_max[row], row_sum[row]}, dloss);
+    const std::int64_t t = target(row) - first;  // the target's column here, if this block has it
+    for_row_vectors<W>(cols, [&](std::int64_t i) {
+      float v[W];
+      load_floats<W>(x, i, v);
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[j] = factors(v[j], i + j == t);
+      store_floats<W>(dlogits + row * cols, i, v);
+    });
+  }
+}
+
 template <int W, class T>
 __global__ void __launch_bounds__(block_threads)
     softmax_stats_rows_kernel(std::int64_t rows, std::int64_t n, const T* logits, float* max, float* sum) {
@@ -128,6 +150,22 @@ void softmax_stats_rows(cudaStream_t stream, std::int64_t rows, std::int64_t n, 
   constexpr int W = common_width<T>;
   detail::launch_rows(stream, rows, row_vectors_fit(n, logits), detail::softmax_stats_rows_kernel<W, T>,
                       detail::softmax_stats_rows_kernel<1, T>, rows, n, logits, max, sum);
+}
+
+// dlogits[row, c] = dloss (softmax(x)[row, first + c] - [first + c == target(row)]) for a block
+// of columns [first, first + cols) of rows whose whole-row max and sum of exps are given: the
+// gradient pass of nn/cross_entropy.hpp's vocab-parallel loss, a 16-byte vector at a time
+// (kernels::cross_entropy_gradient_factors). dlogits may be logits.
+template <class T, class G>
+void cross_entropy_gradient_rows(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const T* logits,
+                                 const float* row_max, const float* row_sum, kernels::token_at target,
+                                 std::int64_t first, float dloss, G* dlogits) {
+  if (rows <= 0 || cols <= 0) return;
+  constexpr int W = common_width<T, G>;
+  detail::launch_rows(stream, rows, row_vectors_fit(cols, logits, static_cast<const G*>(dlogits)),
+                      detail::cross_entropy_gradient_rows_kernel<W, T, G>,
+                      detail::cross_entropy_gradient_rows_kernel<1, T, G>, rows, cols, logits, row_max, row_sum,
+                      target, first, dloss, dlogits);
 }
 
 // probs[row] = softmax(logits[row]); probs may be logits.
