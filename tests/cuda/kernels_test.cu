@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -78,6 +79,36 @@ void check_binary(cu::rank_resources& gpu, F f, std::size_t n, std::size_t shift
 }
 
 }  // namespace
+
+TEST_CASE("bf16 rounding on the device (the cvt instruction) equals the host's, bit for bit") {
+  // Every exponent, both signs, and the mantissas where rounding decides: exact, just below,
+  // at and just above the halfway point with the kept bit even and odd, the largest (which
+  // rounds up into the next binade, or to infinity), and subnormals (exponent 0). NaNs must
+  // stay NaNs; their payloads may differ.
+  cu::rank_resources gpu(0, {});
+  const std::uint32_t mantissas[] = {0x000000, 0x000001, 0x007fff, 0x008000, 0x008001, 0x00ffff,
+                                     0x010000, 0x017fff, 0x018000, 0x018001, 0x3a5c3f, 0x400000,
+                                     0x7f7fff, 0x7f8000, 0x7fffff};
+  std::vector<float> values;
+  for (std::uint32_t sign : {0u, 1u})
+    for (std::uint32_t exponent = 0; exponent < 256; ++exponent)
+      for (std::uint32_t mantissa : mantissas)
+        values.push_back(std::bit_cast<float>(sign << 31 | exponent << 23 | mantissa));
+  auto device_values = to_device(gpu, values);
+  cu::device_buffer<bf16> rounded(values.size(), gpu.pool(), gpu.stream());
+  cu::transform(gpu.stream(), static_cast<std::int64_t>(values.size()), k::identity{}, rounded.data(),
+                static_cast<const float*>(device_values.data()));
+  const std::vector<bf16> got = to_host(gpu, rounded);
+  std::int64_t wrong = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::uint16_t want = bf16::round_to_nearest_even(values[i]);
+    const bool ok = std::isnan(values[i]) ? std::isnan(static_cast<float>(got[i])) : got[i].bits == want;
+    if (!ok && wrong++ < 3)
+      MESSAGE("bits " << std::hex << std::bit_cast<std::uint32_t>(values[i]) << ": device " << got[i].bits
+                      << ", host " << want);
+  }
+  CHECK(wrong == 0);
+}
 
 TEST_CASE("transform runs the shared functors, on the vector and on the element path") {
   cu::rank_resources gpu(0, {});

@@ -21,10 +21,13 @@
 //   dk, dv   per block of 64 keys, over the query tiles that see it (t >= s): S^T = K Q^T,
 //            P^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
 // Scores are formed as q . k in fp32 from bf16 products; exponentials are base 2, of scores
-// times scale log2(e) (exp2 is the hardware's instruction; the backward passes fold that multiply
-// and the subtraction of lse into one fma). In the query passes, masking (causal, and the end of
-// the sequence) costs one comparison per score: the last key column each row sees is found once
-// per tile; a forward warp skips the key tiles its rows see none of.
+// times scale log2(e) (exp2 is the hardware's instruction; every pass folds that multiply and
+// the subtraction of the row's max or lse into one fma). Masking (causal, and the end of the
+// sequence) costs one 32-bit comparison per score (the last key column each row sees, or each
+// key's first query, is found once per tile). The forward runs it only on the tiles that cross
+// the diagonal or the sequence's end: a warp decides per tile, all its lanes alike, and most
+// tiles need none (in the backward passes a second copy of the tile's code costs registers that
+// their occupancy cannot spare). A forward warp skips the key tiles its rows see none of.
 // P and dS are rounded to bf16 to enter the second product, as in FlashAttention-2; every sum
 // is fp32. Each output element is written by one lane: results do not depend on scheduling.
 //
@@ -94,6 +97,31 @@ struct arguments {
 namespace detail {
 
 TPX_HOST_DEVICE inline std::int64_t least(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+
+// 2^x with results below fp32's normal range (2^-126) flushed to zero (PTX's .ftz): on the GPU the
+// instruction ex2.approx.ftz (exp2f wraps the same instruction in a test and two multiplies to
+// keep subnormal results, four instructions for each score). A probability that small adds
+// nothing to a row whose sum is at least 1, nor to a gradient.
+TPX_HOST_DEVICE inline float exp2_ftz(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
+// The backward passes' exponential: exp2_ftz, except at width 128, where the dq and dk-dv kernels
+// are at the register limit and ptxas (sm_90) spills with it (48 and 132 bytes) but not with
+// exp2f.
+template <int HeadDim>
+TPX_HOST_DEVICE inline float backward_exp2(float x) {
+  if constexpr (HeadDim > 64)
+    return exp2f(x);
+  else
+    return exp2_ftz(x);
+}
 
 // A warp's rows of a [*, HeadDim] array as A fragments (R tiles of 16 rows, HeadDim / 16
 // k-steps each), and its fp32 accumulators of a product with a staged tile (R x 8 tiles of 8
@@ -321,6 +349,12 @@ struct query_block {
   // Whether the tile at s0 lies right of the warp's last row: none of its keys is seen, and the
   // warp (all its lanes alike, so the branch does not diverge) skips it.
   TPX_HOST_DEVICE bool sees_none(std::int64_t s0) const { return s0 > first + 16 * R - 1; }
+  // Whether every row of the warp sees every key of the tile at s0: the tile ends at or left of
+  // the warp's first row, inside the sequence. Most tiles are such; the warp then skips the
+  // masking (a comparison and a select per score, and their predicate bookkeeping).
+  TPX_HOST_DEVICE bool sees_all(std::int64_t s0) const {
+    return s0 + tile_rows - 1 <= first && s0 + tile_rows <= rows.t_len;
+  }
 };
 
 }  // namespace detail
@@ -347,41 +381,56 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
     if (self.sees_none(s0)) return;  // changes no row of the warp
     detail::tile_accumulators<R> s;
     detail::times_tile_transposed<HeadDim, R>(block, q, k_tile, s);
-    TPX_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const int last_seen[2] = {self.last_seen_column(s0, r, 0), self.last_seen_column(s0, r, 1)};
-      float tile_max[2] = {-INFINITY, -INFINITY};
+    // The online softmax of the tile's raw scores s (the max is taken before scaling, which
+    // keeps the order: scale > 0), p = exp2(s scale - m) in one fma each.
+    const auto softmax_tile = [&]<bool Masked>() {
       TPX_UNROLL
-      for (int n = 0; n < 8; ++n) {
-        TPX_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          s[r][n][i] = detail::seen_within(at, n, i, last_seen[i >> 1]) ? score_scale * s[r][n][i]
-                                                                     : -INFINITY;
-          tile_max[i >> 1] = fmaxf(tile_max[i >> 1], s[r][n][i]);
+      for (int r = 0; r < R; ++r) {
+        int last_seen[2] = {};
+        if constexpr (Masked) {
+          last_seen[0] = self.last_seen_column(s0, r, 0);
+          last_seen[1] = self.last_seen_column(s0, r, 1);
         }
-      }
-      TPX_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        const float m_new = fmaxf(m[r][h], detail::group_max(block, tile_max[h]));
-        // A row that has seen no key yet (only rows past T) keeps m = -inf: no rescale, p = 0.
-        const float rescale = m_new == -INFINITY ? 1.0f : exp2f(m[r][h] - m_new);
-        m[r][h] = m_new;
-        l[r][h] *= rescale;
-        TPX_UNROLL
-        for (int e = 0; e < HeadDim / 8; ++e) {
-          o[r][e][2 * h] *= rescale;
-          o[r][e][2 * h + 1] *= rescale;
-        }
+        float tile_max[2] = {-INFINITY, -INFINITY};
         TPX_UNROLL
         for (int n = 0; n < 8; ++n) {
           TPX_UNROLL
-          for (int j = 2 * h; j < 2 * h + 2; ++j) {
-            s[r][n][j] = m_new == -INFINITY ? 0.0f : exp2f(s[r][n][j] - m_new);
-            l[r][h] += s[r][n][j];
+          for (int i = 0; i < 4; ++i) {
+            if constexpr (Masked)
+              if (!detail::seen_within(at, n, i, last_seen[i >> 1])) s[r][n][i] = -INFINITY;
+            tile_max[i >> 1] = fmaxf(tile_max[i >> 1], s[r][n][i]);
+          }
+        }
+        TPX_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const float m_new = fmaxf(m[r][h], score_scale * detail::group_max(block, tile_max[h]));
+          // Only under a mask can a row have seen no key yet (m = -inf): then no rescale, p = 0.
+          // Unmasked, m_new is finite and a first tile's rescale is exp2(-inf) = 0 of zeros.
+          const bool none_seen = Masked && m_new == -INFINITY;
+          const float rescale = none_seen ? 1.0f : detail::exp2_ftz(m[r][h] - m_new);
+          m[r][h] = m_new;
+          l[r][h] *= rescale;
+          TPX_UNROLL
+          for (int e = 0; e < HeadDim / 8; ++e) {
+            o[r][e][2 * h] *= rescale;
+            o[r][e][2 * h + 1] *= rescale;
+          }
+          TPX_UNROLL
+          for (int n = 0; n < 8; ++n) {
+            TPX_UNROLL
+            for (int j = 2 * h; j < 2 * h + 2; ++j) {
+              const float p = detail::exp2_ftz(fmaf(s[r][n][j], score_scale, -m_new));
+              s[r][n][j] = none_seen ? 0.0f : p;
+              l[r][h] += s[r][n][j];
+            }
           }
         }
       }
-    }
+    };
+    if (self.sees_all(s0))
+      softmax_tile.template operator()<false>();
+    else
+      softmax_tile.template operator()<true>();
     detail::accumulate_times_tile<HeadDim, R>(block, s, v_tile, o);
   });
   TPX_UNROLL
@@ -430,8 +479,9 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
     for (int n = 0; n < 8; ++n) {
       TPX_UNROLL
       for (int i = 0; i < 4; ++i) {
+        const float score = fmaf(ds[0][n][i], score_scale, -lse[i >> 1]);
         const float p = detail::seen_within(at, n, i, last_seen[i >> 1])
-                            ? exp2f(fmaf(ds[0][n][i], score_scale, -lse[i >> 1]))
+                            ? detail::backward_exp2<HeadDim>(score)
                             : 0.0f;
         ds[0][n][i] = p * (dp[0][n][i] - delta[i >> 1]);
       }
@@ -479,16 +529,24 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
         const float* delta_tile = lse_tile + tile_rows;
         detail::tile_accumulators<1> p, dp;
         detail::times_tile_transposed<HeadDim, 1>(block, k, q_tile, p);  // S^T: keys x queries
+        // P^T = exp2(S^T scale - lse) where the query sees the key (key <= query < T), else 0,
+        // in 32-bit offsets from the tile's first query.
+        const int queries_left = static_cast<int>(detail::least(t_len - t0, tile_rows));
         TPX_UNROLL
-        for (int n = 0; n < 8; ++n) {
+        for (int i = 0; i < 4; i += 2) {
+          // The key's offset from the tile's first query: at most 63, and below 0 (seen by
+          // every query) once the tiles pass the warp's keys, where -1 says as much in 32 bits.
+          const std::int64_t offset = first + mma::accumulator_row(at, i) - t0;
+          const int key = static_cast<int>(offset < -1 ? -1 : offset);
           TPX_UNROLL
-          for (int i = 0; i < 4; ++i) {
-            const std::int64_t key = first + mma::accumulator_row(at, i);
-            const int column = 8 * n + mma::accumulator_column(at, i);
-            const std::int64_t query = t0 + column;
-            p[0][n][i] = key <= query && query < t_len
-                             ? exp2f(fmaf(p[0][n][i], score_scale, -lse_tile[column]))
-                             : 0.0f;
+          for (int n = 0; n < 8; ++n) {
+            TPX_UNROLL
+            for (int j = i; j < i + 2; ++j) {
+              const int column = 8 * n + mma::accumulator_column(at, j);
+              const float e =
+                  detail::backward_exp2<HeadDim>(fmaf(p[0][n][j], score_scale, -lse_tile[column]));
+              p[0][n][j] = key <= column && column < queries_left ? e : 0.0f;
+            }
           }
         }
         detail::accumulate_times_tile<HeadDim, 1>(block, p, dout_tile, dv);
