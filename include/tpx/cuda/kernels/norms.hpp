@@ -126,6 +126,31 @@ std::int64_t register_row_blocks(std::int64_t rows, std::int64_t most) {
   return std::clamp<std::int64_t>((rows + per_block - 1) / per_block, 1, most);
 }
 
+// The register-row forwards' launch with Warps warps per row (with_register_rows' choice): as
+// many blocks as the rows' groups fill, the grid's limit at most.
+template <int Warps, class... Params, class... Args>
+void launch_register_rows_forward(cudaStream_t stream, std::int64_t rows, std::int64_t d, bool vectors,
+                                  void (*wide)(Params...), void (*narrow)(Params...), Args... args) {
+  const std::size_t bytes = Warps == 1 ? 0 : warp_rows::shared_bytes<Warps>(d);
+  launch_by_width(stream, register_row_blocks<Warps>(rows, 65535), bytes, vectors, wide, narrow, args...);
+}
+
+// The register-row backwards' launch: register_rows_backward_blocks blocks at most, each writing
+// K rows of d column sums (its share of the parameter gradients, one row per gradient) to the
+// partials the kernel takes as its last argument; add_column_totals then adds the blocks' rows
+// into out in block order.
+template <int Warps, int K, class... Params, class... Args>
+void launch_register_rows_backward(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows, std::int64_t d,
+                                   vec<float*, K> out, bool vectors, void (*wide)(Params...),
+                                   void (*narrow)(Params...), Args... args) {
+  const std::int64_t blocks = register_row_blocks<Warps>(rows, register_rows_backward_blocks);
+  // Every block writes its rows whole (store_block_column_sums), so no zeros first.
+  auto partials = device_buffer<float>::for_overwrite(static_cast<std::size_t>(K * blocks * d), pool, stream);
+  launch_by_width(stream, blocks, warp_rows::shared_bytes<Warps>(d), vectors, wide, narrow, args...,
+                  partials.data());
+  add_column_totals<K>(stream, d, blocks, partials.data(), out);
+}
+
 template <int W, int Warps, class T, class Wt>
 __global__ void __launch_bounds__(block_threads)
     rmsnorm_register_rows_forward_kernel(std::int64_t rows, std::int64_t d, const T* x, const Wt* w, float eps, T* y,
@@ -157,11 +182,12 @@ template <int W, int Warps, class T, class Wt>
 __global__ void __launch_bounds__(block_threads)
     layernorm_register_rows_backward_kernel(std::int64_t rows, std::int64_t d, const T* x, const Wt* w,
                                             const kernels::layernorm_stats* stats, const T* dy, T* dx,
-                                            float* dw_partials, float* db_partials) {
+                                            float* partials) {
   extern __shared__ __align__(16) unsigned char layernorm_column_sums[];
   warp_block block(layernorm_column_sums);
-  warp_rows::layernorm_backward<W, Warps>(block, blockIdx.x, gridDim.x, rows, d, x, w, stats, dy, dx, dw_partials,
-                                          db_partials);
+  // dw's partial rows, then db's: the layout add_column_totals<2> reads.
+  warp_rows::layernorm_backward<W, Warps>(block, blockIdx.x, gridDim.x, rows, d, x, w, stats, dy, dx, partials,
+                                          partials + static_cast<std::int64_t>(gridDim.x) * d);
 }
 
 template <class T>
@@ -272,13 +298,10 @@ void rmsnorm_forward(cudaStream_t stream, std::int64_t rows, std::int64_t d, con
   const bool vectors = row_vectors_fit(d, x, w, static_cast<const T*>(y));
   static_assert(block_threads == detail::warp_rows::warps_per_block * detail::warp_rows::lanes);
   if (detail::with_register_rows(d, [&]<int Warps>() {
-        const std::size_t bytes = Warps == 1 ? 0 : detail::warp_rows::shared_bytes<Warps>(d);
-        const unsigned blocks = static_cast<unsigned>(detail::register_row_blocks<Warps>(rows, 65535));
-        (vectors ? detail::rmsnorm_register_rows_forward_kernel<W, Warps, T, Wt>
-                 : detail::rmsnorm_register_rows_forward_kernel<1, Warps, T, Wt>)<<<blocks, block_threads, bytes,
-                                                                                    stream>>>(rows, d, x, w, eps,
-                                                                                              y, r);
-        TPX_CUDA_CHECK(cudaGetLastError());
+        detail::launch_register_rows_forward<Warps>(stream, rows, d, vectors,
+                                                    detail::rmsnorm_register_rows_forward_kernel<W, Warps, T, Wt>,
+                                                    detail::rmsnorm_register_rows_forward_kernel<1, Warps, T, Wt>,
+                                                    rows, d, x, w, eps, y, r);
       }))
     return;
   detail::launch_rows(stream, rows, vectors, detail::rmsnorm_forward_kernel<W, T, Wt>,
@@ -293,14 +316,10 @@ void rmsnorm_backward(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows
   constexpr int W = common_width<T, Wt>;
   const bool vectors = row_vectors_fit(d, x, w, dy, static_cast<const T*>(dx));
   if (detail::with_register_rows(d, [&]<int Warps>() {
-        const std::int64_t blocks = detail::register_row_blocks<Warps>(rows, detail::register_rows_backward_blocks);
-        device_buffer<float> partials(static_cast<std::size_t>(blocks * d), pool, stream);
-        (vectors ? detail::rmsnorm_register_rows_backward_kernel<W, Warps, T, Wt>
-                 : detail::rmsnorm_register_rows_backward_kernel<1, Warps, T, Wt>)<<<
-            static_cast<unsigned>(blocks), block_threads, detail::warp_rows::shared_bytes<Warps>(d), stream>>>(
-            rows, d, x, w, r, dy, dx, partials.data());
-        TPX_CUDA_CHECK(cudaGetLastError());
-        detail::add_column_totals<1>(stream, d, blocks, partials.data(), vec<float*, 1>{{dw}});
+        detail::launch_register_rows_backward<Warps, 1>(
+            stream, pool, rows, d, vec<float*, 1>{{dw}}, vectors,
+            detail::rmsnorm_register_rows_backward_kernel<W, Warps, T, Wt>,
+            detail::rmsnorm_register_rows_backward_kernel<1, Warps, T, Wt>, rows, d, x, w, r, dy, dx);
       }))
     return;
   // The weight gradient reads dy, so it goes first when dx overwrites dy.
@@ -317,13 +336,10 @@ void layernorm_forward(cudaStream_t stream, std::int64_t rows, std::int64_t d, c
   constexpr int W = common_width<T, Wt>;
   const bool vectors = row_vectors_fit(d, x, w, b, static_cast<const T*>(y));
   if (detail::with_register_rows(d, [&]<int Warps>() {
-        const std::size_t bytes = Warps == 1 ? 0 : detail::warp_rows::shared_bytes<Warps>(d);
-        const unsigned blocks = static_cast<unsigned>(detail::register_row_blocks<Warps>(rows, 65535));
-        (vectors ? detail::layernorm_register_rows_forward_kernel<W, Warps, T, Wt>
-                 : detail::layernorm_register_rows_forward_kernel<1, Warps, T, Wt>)<<<blocks, block_threads, bytes,
-                                                                                      stream>>>(rows, d, x, w, b,
-                                                                                                eps, y, stats);
-        TPX_CUDA_CHECK(cudaGetLastError());
+        detail::launch_register_rows_forward<Warps>(stream, rows, d, vectors,
+                                                    detail::layernorm_register_rows_forward_kernel<W, Warps, T, Wt>,
+                                                    detail::layernorm_register_rows_forward_kernel<1, Warps, T, Wt>,
+                                                    rows, d, x, w, b, eps, y, stats);
       }))
     return;
   detail::launch_rows(stream, rows, vectors, detail::layernorm_forward_kernel<W, T, Wt>,
@@ -338,15 +354,10 @@ void layernorm_backward(cudaStream_t stream, cudaMemPool_t pool, std::int64_t ro
   constexpr int W = common_width<T, Wt>;
   const bool vectors = row_vectors_fit(d, x, w, dy, static_cast<const T*>(dx));
   if (detail::with_register_rows(d, [&]<int Warps>() {
-        const std::int64_t blocks = detail::register_row_blocks<Warps>(rows, detail::register_rows_backward_blocks);
-        // dw's partial rows, then db's: the layout add_column_totals<2> reads.
-        device_buffer<float> partials(static_cast<std::size_t>(2 * blocks * d), pool, stream);
-        (vectors ? detail::layernorm_register_rows_backward_kernel<W, Warps, T, Wt>
-                 : detail::layernorm_register_rows_backward_kernel<1, Warps, T, Wt>)<<<
-            static_cast<unsigned>(blocks), block_threads, detail::warp_rows::shared_bytes<Warps>(d), stream>>>(
-            rows, d, x, w, stats, dy, dx, partials.data(), partials.data() + blocks * d);
-        TPX_CUDA_CHECK(cudaGetLastError());
-        detail::add_column_totals<2>(stream, d, blocks, partials.data(), vec<float*, 2>{{dw, db}});
+        detail::launch_register_rows_backward<Warps, 2>(
+            stream, pool, rows, d, vec<float*, 2>{{dw, db}}, vectors,
+            detail::layernorm_register_rows_backward_kernel<W, Warps, T, Wt>,
+            detail::layernorm_register_rows_backward_kernel<1, Warps, T, Wt>, rows, d, x, w, stats, dy, dx);
       }))
     return;
   // The parameter gradients read dy, so they go first when dx overwrites dy.

@@ -2,7 +2,8 @@
 // per row, threads striding over the row in 16-byte vectors when the row allows, partial results
 // combined across the block with cub::BlockReduce and handed to every thread.
 //
-//   launch_rows(...)                   one block per row, the vector or the scalar instantiation
+//   launch_by_width(...)               the vector or the scalar instantiation of a row kernel
+//   launch_rows(...)                   the same, one block per row
 //   for_row_vectors<W>(d, fn)          calls fn(i) for this thread's vector starts i in [0, d)
 //   block_combine(scratch, v, op)      the block's combination of every thread's v, on every
 //                                      thread (op associative; the order is CUB's tree)
@@ -20,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "tpx/cuda/check.hpp"
@@ -102,13 +104,20 @@ void add_column_totals(cudaStream_t stream, std::int64_t d, std::int64_t chunks,
   TPX_CUDA_CHECK(cudaGetLastError());
 }
 
-// Launches `wide` (the W-wide instantiation of a row kernel) when `vectors`, else `narrow`, one
-// block per row.
+// Launches `wide` (the W-wide instantiation of a row kernel) when `vectors`, else `narrow`, on
+// `blocks` blocks with `shared` bytes of dynamic shared memory.
+template <class... Params, class... Args>
+void launch_by_width(cudaStream_t stream, std::int64_t blocks, std::size_t shared, bool vectors,
+                     void (*wide)(Params...), void (*narrow)(Params...), Args... args) {
+  (vectors ? wide : narrow)<<<static_cast<unsigned>(blocks), block_threads, shared, stream>>>(args...);
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+// The same with one block per row.
 template <class... Params, class... Args>
 void launch_rows(cudaStream_t stream, std::int64_t rows, bool vectors, void (*wide)(Params...),
                  void (*narrow)(Params...), Args... args) {
-  (vectors ? wide : narrow)<<<row_blocks(rows), block_threads, 0, stream>>>(args...);
-  TPX_CUDA_CHECK(cudaGetLastError());
+  launch_by_width(stream, row_blocks(rows), 0, vectors, wide, narrow, args...);
 }
 
 // out.v[k][c] += sum over r of term(r, c).v[k] for every column c of a [rows, d] array; the
@@ -120,7 +129,8 @@ void column_sums(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows, std
   constexpr std::int64_t target_rows_per_chunk = 64;
   const std::int64_t chunks = std::clamp<std::int64_t>((rows + target_rows_per_chunk - 1) / target_rows_per_chunk, 1, 65535);
   const std::int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  device_buffer<float> partial(static_cast<std::size_t>(K * chunks * d), pool, stream);
+  // Every (chunk, column) is written, so no zeros first.
+  auto partial = device_buffer<float>::for_overwrite(static_cast<std::size_t>(K * chunks * d), pool, stream);
   const dim3 grid(static_cast<unsigned>((d + block_threads - 1) / block_threads), static_cast<unsigned>(chunks));
   column_partials_kernel<K><<<grid, block_threads, 0, stream>>>(rows, d, rows_per_chunk, term, partial.data());
   TPX_CUDA_CHECK(cudaGetLastError());

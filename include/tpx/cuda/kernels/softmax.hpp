@@ -16,9 +16,12 @@
 // 16-byte vector at a time (the vector's stats, then merge()), and cub::BlockReduce merges the
 // threads' stats into the row's: the same functions that combine a vocabulary sharded across
 // ranks, so a masked logit (-inf) is handled as on the host. The loss comes from
-// cross_entropy_loss and the outputs from softmax_element and cross_entropy_gradient. targets are
-// class indices (std::int64_t); a target outside [0, n) gives a NaN loss, as on the host. The
-// forward saves each row's stats for the backward, which then reads the logits once.
+// cross_entropy_loss and the probabilities from softmax_element. targets are class indices
+// (std::int64_t); a target outside [0, n) gives a NaN loss, as on the host. The forward saves
+// each row's stats for the backward, which then reads the logits once. Both gradients, the
+// standalone loss's and the vocab-parallel one's, are one kernel: each row's factors taken once
+// (cross_entropy_gradient_factors: one exp, one multiply and one subtraction per element, within
+// an ulp or two of the host's cross_entropy_gradient, which divides).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -92,34 +95,41 @@ __global__ void __launch_bounds__(block_threads)
   }
 }
 
-template <int W, class T, class G>
-__global__ void __launch_bounds__(block_threads)
-    cross_entropy_backward_kernel(std::int64_t rows, std::int64_t n, const T* logits, const std::int64_t* targets,
-                                  const kernels::softmax_stats* stats, const float* dloss, G* dlogits) {
-  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* x = logits + row * n;
-    const std::int64_t t = targets[row];
-    const kernels::softmax_stats s = stats[row];
-    const float g = dloss[row];
-    for_row_vectors<W>(n, [&](std::int64_t i) {
-      float v[W];
-      load_floats<W>(x, i, v);
-#pragma unroll
-      for (int j = 0; j < W; ++j) v[j] = kernels::cross_entropy_gradient(v[j], i + j == t, s, g);
-      store_floats<W>(dlogits + row * n, i, v);
-    });
+// Where a gradient row's factors (kernels::cross_entropy_gradient_factors) and its target's
+// column come from: the standalone loss's saved stats with a dloss per row
+// (cross_entropy_backward), or the vocab-parallel loss's whole-row max and sum with one dloss and
+// a rank's block of columns starting at `first` (cross_entropy_gradient_rows).
+struct saved_row_stats {
+  const std::int64_t* targets;
+  const kernels::softmax_stats* stats;
+  const float* dloss;
+  __device__ kernels::cross_entropy_gradient_factors factors(std::int64_t row) const {
+    return kernels::cross_entropy_gradient_factors::of(stats[row], dloss[row]);
   }
-}
+  __device__ std::int64_t target_column(std::int64_t row) const { return targets[row]; }
+};
 
-template <int W, class T, class G>
+struct whole_row_stats {
+  const float* max;
+  const float* sum;
+  kernels::token_at target;
+  std::int64_t first;
+  float dloss;
+  __device__ kernels::cross_entropy_gradient_factors factors(std::int64_t row) const {
+    return kernels::cross_entropy_gradient_factors::of({max[row], sum[row]}, dloss);
+  }
+  // The target's column here; outside [0, cols) when another rank's block has it.
+  __device__ std::int64_t target_column(std::int64_t row) const { return target(row) - first; }
+};
+
+// dlogits[row] from the row's factors, taken once per row, and the logits a vector at a time.
+template <int W, class T, class G, class Rows>
 __global__ void __launch_bounds__(block_threads)
-    cross_entropy_gradient_rows_kernel(std::int64_t rows, std::int64_t cols, const T* logits, const float* row_max,
-                                       const float* row_sum, kernels::token_at target, std::int64_t first,
-                                       float dloss, G* dlogits) {
+    cross_entropy_gradient_kernel(std::int64_t rows, std::int64_t cols, const T* logits, Rows source, G* dlogits) {
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* x = logits + row * cols;
-    const auto factors = kernels::cross_entropy_gradient_factors::of({row_max[row], row_sum[row]}, dloss);
-    const std::int64_t t = target(row) - first;  // the target's column here, if this block has it
+    const kernels::cross_entropy_gradient_factors factors = source.factors(row);
+    const std::int64_t t = source.target_column(row);
     for_row_vectors<W>(cols, [&](std::int64_t i) {
       float v[W];
       load_floats<W>(x, i, v);
@@ -162,10 +172,11 @@ void cross_entropy_gradient_rows(cudaStream_t stream, std::int64_t rows, std::in
                                  std::int64_t first, float dloss, G* dlogits) {
   if (rows <= 0 || cols <= 0) return;
   constexpr int W = common_width<T, G>;
+  using Rows = detail::whole_row_stats;
   detail::launch_rows(stream, rows, row_vectors_fit(cols, logits, static_cast<const G*>(dlogits)),
-                      detail::cross_entropy_gradient_rows_kernel<W, T, G>,
-                      detail::cross_entropy_gradient_rows_kernel<1, T, G>, rows, cols, logits, row_max, row_sum,
-                      target, first, dloss, dlogits);
+                      detail::cross_entropy_gradient_kernel<W, T, G, Rows>,
+                      detail::cross_entropy_gradient_kernel<1, T, G, Rows>, rows, cols, logits,
+                      Rows{row_max, row_sum, target, first, dloss}, dlogits);
 }
 
 // probs[row] = softmax(logits[row]); probs may be logits.
@@ -196,9 +207,11 @@ void cross_entropy_backward(cudaStream_t stream, std::int64_t rows, std::int64_t
                             G* dlogits) {
   if (rows <= 0 || n <= 0) return;
   constexpr int W = common_width<T, G>;
+  using Rows = detail::saved_row_stats;
   detail::launch_rows(stream, rows, row_vectors_fit(n, logits, static_cast<const G*>(dlogits)),
-                      detail::cross_entropy_backward_kernel<W, T, G>, detail::cross_entropy_backward_kernel<1, T, G>,
-                      rows, n, logits, targets, stats, dloss, dlogits);
+                      detail::cross_entropy_gradient_kernel<W, T, G, Rows>,
+                      detail::cross_entropy_gradient_kernel<1, T, G, Rows>, rows, n, logits,
+                      Rows{targets, stats, dloss}, dlogits);
 }
 
 }  // namespace tpx::cuda
