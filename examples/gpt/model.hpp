@@ -244,31 +244,33 @@ void copy_batch(batch<Space>& d, const batch<tpx::host_space>& h) {
 }
 
 // A chain of collectives named as types, and its adjoint: the adjoints of the steps in reverse.
+// A tensor handed over (an rvalue) goes through as one, so that on an axis of one rank each step
+// moves its buffer on instead of copying it (ops/collectives.hpp).
 template <class... Steps>
 struct step_chain {
   template <tpx::AnyTensor Tn>
-  static auto forward(const Tn& t) {
-    return run<Steps...>(t);
+  static auto forward(Tn&& t) {
+    return run<Steps...>(std::forward<Tn>(t));
   }
   template <tpx::AnyTensor Tn>
-  static auto backward(const Tn& t) {
-    return reversed<Steps...>(t);
+  static auto backward(Tn&& t) {
+    return reversed<Steps...>(std::forward<Tn>(t));
   }
 
  private:
   template <class First, class... Rest, class Tn>
-  static auto run(const Tn& t) {
+  static auto run(Tn&& t) {
     if constexpr (sizeof...(Rest) == 0)
-      return tpx::apply<First>(t);
+      return tpx::apply<First>(std::forward<Tn>(t));
     else
-      return run<Rest...>(tpx::apply<First>(t));
+      return run<Rest...>(tpx::apply<First>(std::forward<Tn>(t)));
   }
   template <class First, class... Rest, class Tn>
-  static auto reversed(const Tn& t) {
+  static auto reversed(Tn&& t) {
     if constexpr (sizeof...(Rest) == 0)
-      return tpx::apply<tpx::adjoint_t<First>>(t);
+      return tpx::apply<tpx::adjoint_t<First>>(std::forward<Tn>(t));
     else
-      return tpx::apply<tpx::adjoint_t<First>>(reversed<Rest...>(t));
+      return tpx::apply<tpx::adjoint_t<First>>(reversed<Rest...>(std::forward<Tn>(t)));
   }
 };
 
@@ -341,8 +343,8 @@ class model {
   // share of the gradient, and AllReduce<R> sums the replicas' shards (HSDP: 1/(X Y) of the
   // parameter crosses R, not all of it). Then fp32, the masters' type.
   template <class Chain, class Partial>
-  static auto parameter_gradient(const Partial& partial) {
-    return tpx::cast<float>(tpx::all_reduce<R>(Chain::backward(partial)));
+  static auto parameter_gradient(Partial&& partial) {
+    return tpx::cast<float>(tpx::all_reduce<R>(Chain::backward(std::forward<Partial>(partial))));
   }
 
   using stream_tokens = decltype(batch<Space>::stream);
@@ -368,8 +370,10 @@ class model {
     // (parameter_gradient), in fp32 like the master.
     template <class Chain, class Grad, class Partial>
     void add(Chain, Grad& grad, Partial partial) {
-      batch_.push_back([&grad, partial = std::make_shared<const Partial>(std::move(partial))] {
-        grad = parameter_gradient<Chain>(*partial);
+      // Handed to the reduction, which runs once: over axes of one rank its steps move the
+      // partial's buffer on.
+      batch_.push_back([&grad, partial = std::make_shared<Partial>(std::move(partial))] {
+        grad = parameter_gradient<Chain>(std::move(*partial));
       });
     }
 
@@ -535,14 +539,14 @@ class model {
 
   block_state block_forward(const block_weights& w, const stream& x) const {
     auto n1 = tpx::nn::rmsnorm_forward(x, w.norm1);
-    whole h1 = gather_sequence::forward(n1.y);
+    whole h1 = gather_sequence::forward(std::move(n1.y));
     attention_state att = attend(tpx::einsum<D>(h1, w.wq),  // [B_RX, T, H_Y, E]
                                  tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk)),
                                  tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv)));
     // [B_RX, T, H_Y, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
     stream mid = tpx::add(x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, w.wo)));
     auto n2 = tpx::nn::rmsnorm_forward(mid, w.norm2);
-    whole h2 = gather_sequence::forward(n2.y);
+    whole h2 = gather_sequence::forward(std::move(n2.y));
     auto up = tpx::nn::gelu_product<D>(h2, w.w_in);  // [B_RX, T, F_Y], GELU fused into the GEMM
     stream out = tpx::add(mid, scatter_sequence::forward(tpx::einsum<F>(up.out, w.w_out)));
     return {x,
@@ -611,9 +615,9 @@ class model {
                                     const decltype(batch<Space>::whole)& tokens, params& grads,
                                     gradient_reductions& reductions) const {
     auto normed = tpx::nn::rmsnorm_forward(x, w.norm);
-    const whole h = gather_sequence::forward(normed.y);
-    const auto logits = tpx::einsum<D>(h, w.head);  // [B_RX, T, V_Y]
-    auto ce = tpx::nn::cross_entropy(logits, tokens, target_byte);
+    const whole h = gather_sequence::forward(std::move(normed.y));
+    // Logits [B_RX, T, V_Y], handed over: their gradient is written in their place.
+    auto ce = tpx::nn::cross_entropy(tpx::einsum<D>(h, w.head), tokens, target_byte);
     reductions.add(gather_weight{}, grads.head, tpx::einsum<B, T>(h, ce.dlogits));  // [D_X, V_Y]
     const stream dh = gather_sequence::backward(tpx::einsum<V>(ce.dlogits, w.head));
     auto dnorm = tpx::nn::rmsnorm_backward(x, w.norm, normed.rstd, dh);

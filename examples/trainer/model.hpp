@@ -240,11 +240,11 @@ class model {
   block_state block_forward(const params& p, int l, const act& x) const {
     const auto norm = gathered<gather_weight>(p.norm[l]);              // [D_Y]
     auto normed = tpx::nn::rmsnorm_forward(x, norm);                   // h[B_X, D_Y]
-    auto h_full = tpx::apply<gather_act>(normed.y);                    // [B_X, D]
+    auto h_full = tpx::apply<gather_act>(std::move(normed.y));         // [B_X, D]
     // [B_X, D] *_D [D, F_Y], GELU fused into the product's store
     auto up = tpx::nn::gelu_product<D>(h_full, gathered<gather_weight>(p.w_in[l]));
-    const auto o_partial = tpx::matmul(up.out, gathered<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
-    act out = tpx::add(x, tpx::apply<scatter_out>(o_partial));
+    auto o_partial = tpx::matmul(up.out, gathered<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
+    act out = tpx::add(x, tpx::apply<scatter_out>(std::move(o_partial)));
     return {x,
             std::move(normed.rstd),
             std::move(h_full),
@@ -268,7 +268,7 @@ class model {
         tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<F>(da, w_in));  // [B_X, D_Y]
     const auto norm = gathered<gather_weight>(p.norm[l]);
     auto dnorm = tpx::nn::rmsnorm_backward(s.x, norm, s.rstd, dh);
-    grads.norm[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(dnorm.dw);  // [D_YX]
+    grads.norm[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(dnorm.dw));  // [D_YX]
     return tpx::add(dout, dnorm.dx);
   }
 
@@ -284,15 +284,16 @@ class model {
                                     params& grads) const {
     const auto norm = gathered<gather_weight>(p.final_norm);
     auto normed = tpx::nn::rmsnorm_forward(x, norm);
-    const auto h_full = tpx::apply<gather_act>(normed.y);            // [B_X, D]
+    const auto h_full = tpx::apply<gather_act>(std::move(normed.y));  // [B_X, D]
     const auto head = gathered<gather_weight>(p.head);               // [D, V_Y]
-    const auto logits = tpx::matmul(h_full, head);                   // [B_X, V_Y]
-    auto ce = tpx::nn::cross_entropy(logits, tokens, c_.context);    // target: the last byte
+    // Logits [B_X, V_Y], handed over: their gradient is written in their place. The target is
+    // the last byte.
+    auto ce = tpx::nn::cross_entropy(tpx::matmul(h_full, head), tokens, c_.context);
     grads.head = tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_weight>>(
         tpx::contract<B>(h_full, ce.dlogits)));                      // [D_X, V_Y]
     const act dh = tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<V>(ce.dlogits, head));
     auto dnorm = tpx::nn::rmsnorm_backward(x, norm, normed.rstd, dh);
-    grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(dnorm.dw);
+    grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(dnorm.dw));
     return {std::move(ce.loss), std::move(dnorm.dx)};
   }
 

@@ -29,6 +29,18 @@ TPX_DIMS(B, D, T, V, W);
 
 const std::vector<std::pair<int, int>> meshes = {{1, 1}, {2, 2}, {2, 3}, {3, 1}};
 
+// fn(rank) on every rank of each mesh above, the mesh named in a failure's message.
+template <class Fn>
+void on_each_mesh(const Fn& fn) {
+  for (const auto& mesh : meshes) {
+    // plain variables, not bindings: clang before 16 cannot capture bindings in lambdas
+    const int mx = mesh.first, my = mesh.second;
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, fn);
+  }
+}
+
 std::vector<float> values(std::int64_t n, std::uint64_t seed, float scale = 1.0f) {
   std::vector<float> v(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i)
@@ -80,27 +92,21 @@ TEST_CASE("rmsnorm over D_Y equals the unsharded rmsnorm, forward and backward")
     for (std::int64_t j = 0; j < d; ++j)
       dx[i * d + j] = r[i] * (w[j] * dy[i * d + j] - x[i * d + j] * r[i] * r[i] / d * dot);
   }
-  for (const auto& values : meshes) {
-    // plain variables, not bindings: clang before 16 cannot capture bindings in lambdas
-    const int mx = std::get<0>(values), my = std::get<1>(values);
-    CAPTURE(mx);
-    CAPTURE(my);
-    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
-      const auto xs = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, x);
-      const auto ws = tpx::from_global<float, D<Y>>(rank, {D(d)}, w);
-      const auto dys = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, dy);
-      const auto fwd = tpx::nn::rmsnorm_forward(xs, ws, eps);
-      const auto bwd = tpx::nn::rmsnorm_backward(xs, ws, fwd.rstd, dys);
-      static_assert(std::is_same_v<std::remove_cvref_t<decltype(bwd.dw)>,
-                                   tpx::Tensor<float, D<Y>, tpx::Unreduced<X>>>);
-      const auto got_y = tpx::to_global(fwd.y), got_r = tpx::to_global(fwd.rstd);
-      const auto got_dx = tpx::to_global(bwd.dx), got_dw = tpx::to_global(bwd.dw);
-      check_close(got_y, y, 1.0, 1e-5, "y");
-      check_close(got_r, r, 1.0, 1e-5, "rstd");
-      check_close(got_dx, dx, 1.0, 1e-5, "dx");
-      check_close(got_dw, dw, double(rows), 1e-5, "dw");  // a sum over the rows
-    });
-  }
+  on_each_mesh([&](auto& rank) {
+    const auto xs = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, x);
+    const auto ws = tpx::from_global<float, D<Y>>(rank, {D(d)}, w);
+    const auto dys = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, dy);
+    const auto fwd = tpx::nn::rmsnorm_forward(xs, ws, eps);
+    const auto bwd = tpx::nn::rmsnorm_backward(xs, ws, fwd.rstd, dys);
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(bwd.dw)>,
+                                 tpx::Tensor<float, D<Y>, tpx::Unreduced<X>>>);
+    const auto got_y = tpx::to_global(fwd.y), got_r = tpx::to_global(fwd.rstd);
+    const auto got_dx = tpx::to_global(bwd.dx), got_dw = tpx::to_global(bwd.dw);
+    check_close(got_y, y, 1.0, 1e-5, "y");
+    check_close(got_r, r, 1.0, 1e-5, "rstd");
+    check_close(got_dx, dx, 1.0, 1e-5, "dx");
+    check_close(got_dw, dw, double(rows), 1e-5, "dw");  // a sum over the rows
+  });
 }
 
 namespace {
@@ -290,20 +296,37 @@ TEST_CASE("vocab-parallel cross-entropy over V_Y equals the unsharded loss and g
     for (std::int64_t v = 0; v < vocab; ++v)
       dlogits[r * vocab + v] = (std::exp(logits[r * vocab + v] - m) / s - (v == t)) / rows;
   }
-  for (const auto& values : meshes) {
-    const int mx = std::get<0>(values), my = std::get<1>(values);
-    CAPTURE(mx);
-    CAPTURE(my);
-    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
-      const auto ls = tpx::from_global<float, B<X>, V<Y>>(rank, {B(rows), V(vocab)}, logits);
-      const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(width)}, tokens);
-      const auto ce = tpx::nn::cross_entropy(ls, ts, column);
-      static_assert(std::is_same_v<std::remove_cvref_t<decltype(ce.dlogits)>,
-                                   tpx::Tensor<float, B<X>, V<Y>>>);
-      check_close({tpx::scalar_on_host(ce.loss)}, {loss}, loss, 1e-5, "loss");
-      check_close(tpx::to_global(ce.dlogits), dlogits, 1.0 / rows, 1e-5, "dlogits");
-    });
-  }
+  on_each_mesh([&](auto& rank) {
+    const auto ls = tpx::from_global<float, B<X>, V<Y>>(rank, {B(rows), V(vocab)}, logits);
+    const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(width)}, tokens);
+    const auto ce = tpx::nn::cross_entropy(ls, ts, column);
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(ce.dlogits)>,
+                                 tpx::Tensor<float, B<X>, V<Y>>>);
+    check_close({tpx::scalar_on_host(ce.loss)}, {loss}, loss, 1e-5, "loss");
+    check_close(tpx::to_global(ce.dlogits), dlogits, 1.0 / rows, 1e-5, "dlogits");
+  });
+}
+
+// Handed over as an rvalue, the logits' buffer becomes the gradient's: no second [Rows, V] buffer,
+// and the same bits as the gradient of logits left untouched.
+TEST_CASE("cross-entropy of moved logits writes the gradient in their place, with the same bits") {
+  const std::int64_t rows = 7, vocab = 12, width = 2;
+  const auto logits = values(rows * vocab, 43, 3.0f);
+  std::vector<std::int32_t> tokens(rows * width);
+  for (std::int64_t i = 0; i < rows * width; ++i) tokens[i] = static_cast<std::int32_t>((i * 5 + 2) % vocab);
+  on_each_mesh([&](auto& rank) {
+    const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(width)}, tokens);
+    const auto kept = tpx::from_global<float, B<X>, V<Y>>(rank, {B(rows), V(vocab)}, logits);
+    auto handed = tpx::from_global<float, B<X>, V<Y>>(rank, {B(rows), V(vocab)}, logits);
+    const float* buffer = handed.data();
+    const auto reference = tpx::nn::cross_entropy(kept, ts, 1);
+    const auto in_place = tpx::nn::cross_entropy(std::move(handed), ts, 1);
+    CHECK(in_place.dlogits.data() == buffer);
+    CHECK(reference.dlogits.data() != kept.data());
+    CHECK(tpx::to_global(kept) == logits);  // an lvalue's logits are left as they were
+    CHECK(tpx::scalar_on_host(in_place.loss) == tpx::scalar_on_host(reference.loss));
+    CHECK(tpx::to_global(in_place.dlogits) == tpx::to_global(reference.dlogits));
+  });
 }
 
 TEST_CASE("cross-entropy of a target outside the vocabulary is NaN, not a read out of bounds") {
@@ -327,23 +350,18 @@ TEST_CASE("embedding lookup and its gradient over D_Y equal the unsharded table"
       for (std::int64_t j = 0; j < d; ++j) x[r * d + j] += table[tokens[r * width + k] * d + j];
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t j = 0; j < d; ++j) dtable[tokens[r * width + 1] * d + j] += dx[r * d + j];
-  for (const auto& values : meshes) {
-    const int mx = std::get<0>(values), my = std::get<1>(values);
-    CAPTURE(mx);
-    CAPTURE(my);
-    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
-      const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(width)}, tokens);
-      const auto tab = tpx::from_global<float, V<>, D<Y>>(rank, {V(vocab), D(d)}, table);
-      auto xs = tpx::zeros<float, B<X>, D<Y>>(rank, {B(rows), D(d)});
-      for (std::int64_t k = 0; k < width; ++k) tpx::nn::embedding_add(xs, tab, ts, k);
-      check_close(tpx::to_global(xs), x, 1.0, 1e-6, "x");
-      const auto dxs = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, dx);
-      const auto grad = tpx::nn::embedding_gradient<V>(dxs, ts, 1, vocab);
-      static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad)>,
-                                   tpx::Tensor<float, V<>, D<Y>, tpx::Unreduced<X>>>);
-      check_close(tpx::to_global(grad), dtable, double(rows), 1e-6, "dtable");
-    });
-  }
+  on_each_mesh([&](auto& rank) {
+    const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(width)}, tokens);
+    const auto tab = tpx::from_global<float, V<>, D<Y>>(rank, {V(vocab), D(d)}, table);
+    auto xs = tpx::zeros<float, B<X>, D<Y>>(rank, {B(rows), D(d)});
+    for (std::int64_t k = 0; k < width; ++k) tpx::nn::embedding_add(xs, tab, ts, k);
+    check_close(tpx::to_global(xs), x, 1.0, 1e-6, "x");
+    const auto dxs = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, dx);
+    const auto grad = tpx::nn::embedding_gradient<V>(dxs, ts, 1, vocab);
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad)>,
+                                 tpx::Tensor<float, V<>, D<Y>, tpx::Unreduced<X>>>);
+    check_close(tpx::to_global(grad), dtable, double(rows), 1e-6, "dtable");
+  });
 }
 
 namespace {
@@ -426,21 +444,16 @@ void check_sequence_layout() {
   const char* names[] = {"rmsnorm y",  "rmsnorm rstd",       "rmsnorm dx",
                          "rmsnorm dw", "cross-entropy loss", "cross-entropy dlogits",
                          "embedding",  "embedding gradient"};
-  for (const auto& values : meshes) {
-    const int mx = std::get<0>(values), my = std::get<1>(values);
-    CAPTURE(mx);
-    CAPTURE(my);
-    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
-      const auto got = C::run(rank, false);
-      REQUIRE(got.size() == want.size());
-      for (std::size_t a = 0; a < got.size(); ++a) {
-        std::vector<double> reference(want[a].begin(), want[a].end());
-        double scale = 0;
-        for (double v : reference) scale = std::max(scale, std::abs(v));
-        check_close(got[a], reference, scale, 1e-5, names[a]);
-      }
-    });
-  }
+  on_each_mesh([&](auto& rank) {
+    const auto got = C::run(rank, false);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t a = 0; a < got.size(); ++a) {
+      std::vector<double> reference(want[a].begin(), want[a].end());
+      double scale = 0;
+      for (double v : reference) scale = std::max(scale, std::abs(v));
+      check_close(got[a], reference, scale, 1e-5, names[a]);
+    }
+  });
 }
 
 }  // namespace

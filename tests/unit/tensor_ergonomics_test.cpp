@@ -277,6 +277,58 @@ TEST_CASE("rename relabels a dim in place: same elements, same splits, the buffe
   });
 }
 
+// Over an axis of one rank (Y of a 2x1 mesh) a collective given an rvalue moves its buffer into
+// the result, with the elements the copy an lvalue gets holds; over X (two ranks) an rvalue is
+// gathered or reduced as an lvalue is. Partial sums come from a matmul contracting a split dim.
+TEST_CASE("a collective over an axis of one rank moves an rvalue's buffer and copies an lvalue") {
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{2, 1}, [](auto& rank) {
+    const auto t = tpx::randn<float, I<X>, J<>, K<Y>>(rank, {I(5), J(3), K(4)}, 11);
+    const std::vector<float> whole = tpx::to_global(t);
+    auto handed = t;
+    const float* block = handed.data();
+    const auto kept = tpx::all_gather<Y>(t);
+    const auto moved = tpx::all_gather<Y>(std::move(handed));
+    static_assert(std::is_same_v<decltype(moved), const Tensor<float, I<X>, J<>, K<>>>);
+    CHECK(moved.data() == block);
+    CHECK(kept.data() != t.data());
+    CHECK(tpx::to_global(moved) == whole);
+    CHECK(tpx::to_global(kept) == whole);
+    // A step applied to an rvalue goes on as one, and over X it gathers.
+    auto again = t;
+    const float* again_block = again.data();
+    const auto stepped = tpx::apply<tpx::AllGather<Y, K<>>>(std::move(again));
+    CHECK(stepped.data() == again_block);
+    auto over_x = tpx::all_gather<X>(tpx::all_gather<Y>(tpx::Tensor<float, I<X>, J<>, K<Y>>(t)));
+    static_assert(std::is_same_v<decltype(over_x), Tensor<float, I<>, J<>, K<>>>);
+    CHECK(tpx::to_global(over_x) == whole);
+
+    const auto a = tpx::randn<float, I<>, J<Y>>(rank, {I(6), J(5)}, 12);
+    const auto b = tpx::randn<float, J<Y>, K<X>>(rank, {J(5), K(4)}, 13);
+    const auto partial = tpx::matmul(a, b);  // [I, K_X]{U_Y}
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(partial)>, Tensor<float, I<>, K<X>, Unreduced<Y>>>);
+    const auto moves = [&](auto collective) {
+      auto copy = partial;
+      const float* copy_block = copy.data();
+      const auto from_lvalue = collective(partial);
+      const auto from_rvalue = collective(std::move(copy));
+      CHECK(from_rvalue.data() == copy_block);
+      CHECK(from_lvalue.data() != partial.data());
+      CHECK(tpx::to_global(from_rvalue) == tpx::to_global(from_lvalue));
+    };
+    moves([](auto&& p) { return tpx::all_reduce<Y>(std::forward<decltype(p)>(p)); });
+    moves([](auto&& p) { return tpx::all_reduce_max<Y>(std::forward<decltype(p)>(p)); });
+    moves([](auto&& p) { return tpx::reduce_scatter<Y, I>(std::forward<decltype(p)>(p)); });
+    moves([](auto&& p) { return tpx::reduce_scatter<Y, I<>>(std::forward<decltype(p)>(p)); });
+
+    // Over X, partial sums of two ranks: the rvalue's sum is the lvalue's.
+    const auto c = tpx::randn<float, I<>, J<X>>(rank, {I(6), J(5)}, 14);
+    const auto d = tpx::randn<float, J<X>, K<>>(rank, {J(5), K(4)}, 15);
+    const auto over_two = tpx::matmul(c, d);  // [I, K]{U_X}
+    auto over_two_copy = over_two;
+    CHECK(tpx::to_global(tpx::all_reduce<X>(std::move(over_two_copy))) == tpx::to_global(tpx::all_reduce<X>(over_two)));
+  });
+}
+
 // The space of a rank type that names one is the same read through a reference, as
 // space_of_t<decltype(rank)> reads it for an `auto& rank`: not host memory by default, which on a
 // CUDA rank would make host tensors that every device operation then misreads.

@@ -74,9 +74,13 @@ struct cross_entropy_result {
 };
 
 // logits: [Rows..., Vocab] (Vocab may be sharded); tokens: int32 [Rows..., W] with the logits'
-// rows, split alike.
-template <AnyTensor Lt, AnyTensor Tok>
-auto cross_entropy(const Lt& logits, const Tok& tokens, std::int64_t column) {
+// rows, split alike. Logits passed as an rvalue (std::move) are overwritten by their gradient,
+// which then needs no buffer of its own: at GPT-2's shape (16 x 1024 rows of 50,304 bf16) that is
+// 1.65 GB less at the step's peak. Passed as an lvalue they are left as they are.
+template <class L, AnyTensor Tok>
+requires AnyTensor<std::remove_cvref_t<L>>
+auto cross_entropy(L&& logits, const Tok& tokens, std::int64_t column) {
+  using Lt = std::remove_cvref_t<L>;
   using Space = typename Lt::space;
   using Vocab = last_dim_t<Lt>;
   static_assert(Lt::order >= 2 && std::is_same_v<typename Lt::unreduced, Unreduced<>>,
@@ -141,14 +145,22 @@ auto cross_entropy(const Lt& logits, const Tok& tokens, std::int64_t column) {
       kernels::cross_entropy_loss_at{row_max.data(), row_sum.data(), target_logit.data(), target, vocab, share},
       loss.data());
 
-  Lt dlogits(ctx, logits.shape(), for_overwrite);
+  // Every read of the logits is above: from here each element is read once, then its gradient
+  // written in its place when the logits are the gradient's buffer.
+  const T* x = logits.data();
+  Lt dlogits = [&] {
+    if constexpr (std::is_lvalue_reference_v<L> || std::is_const_v<std::remove_reference_t<L>>)
+      return Lt(ctx, logits.shape(), for_overwrite);
+    else
+      return Lt(std::move(logits));
+  }();
   if constexpr (detail::row_cross_entropy_gradient_space<Space, T>) {
-    Space::cross_entropy_gradient_rows(ctx, rows, cols, logits.data(), row_max.data(), row_sum.data(), target, first,
-                                       share, dlogits.data());
+    Space::cross_entropy_gradient_rows(ctx, rows, cols, x, row_max.data(), row_sum.data(), target, first, share,
+                                       dlogits.data());
   } else {
     Space::for_each_element(ctx, rows, cols,
-                            kernels::cross_entropy_gradient_at<T, T>{logits.data(), row_max.data(), row_sum.data(),
-                                                                     target, first, cols, share, dlogits.data()});
+                            kernels::cross_entropy_gradient_at<T, T>{x, row_max.data(), row_sum.data(), target, first,
+                                                                     cols, share, dlogits.data()});
   }
   auto total = reshard<BasicTensor<Space, float>>(loss);
   return cross_entropy_result<decltype(total), Lt>{std::move(total), std::move(dlogits)};

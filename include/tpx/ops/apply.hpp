@@ -6,6 +6,8 @@
 // forward sharding changes the backward collective with it.
 #pragma once
 
+#include <utility>
+
 #include "tpx/ops/collectives.hpp"
 #include "tpx/sharding/steps.hpp"
 
@@ -16,22 +18,22 @@ struct step_runner;
 template <class A, class D>
 struct step_runner<AllGather<A, D>> {
   template <AnyTensor Tn>
-  static auto run(const Tn& t) {
-    return all_gather<A>(t);
+  static auto run(Tn&& t) {
+    return all_gather<A>(std::forward<Tn>(t));
   }
 };
 template <class A, class D>
 struct step_runner<ReduceScatter<A, D>> {
   template <AnyTensor Tn>
-  static auto run(const Tn& t) {
-    return reduce_scatter<A, D>(t);
+  static auto run(Tn&& t) {
+    return reduce_scatter<A, D>(std::forward<Tn>(t));
   }
 };
 template <class A>
 struct step_runner<AllReduce<A>> {
   template <AnyTensor Tn>
-  static auto run(const Tn& t) {
-    return all_reduce<A>(t);
+  static auto run(Tn&& t) {
+    return all_reduce<A>(std::forward<Tn>(t));
   }
 };
 template <class A, class From, class To>
@@ -56,9 +58,11 @@ struct step_runner<Embed<A, D>> {
   }
 };
 
+// An rvalue goes on as one: a gather or reduction over an axis of one rank then moves its buffer
+// instead of copying it (ops/collectives.hpp).
 template <class Step, AnyTensor Tn>
-auto apply(const Tn& t) {
-  return step_runner<Step>::run(t);
+auto apply(Tn&& t) {
+  return step_runner<Step>::run(std::forward<Tn>(t));
 }
 
 }  // namespace tpx

@@ -21,11 +21,19 @@
 // are packed into contiguous buffers before the communicator sees them and unpacked after, with
 // the memory space's copy_box (tensor/host_space.hpp), so the same code serves every backend.
 // Uneven blocks (extents that do not divide) are handled by per-rank counts.
+//
+// all_gather, reduce_scatter, all_reduce and all_reduce_max given an rvalue (a result passed on,
+// or std::move(t)) over an axis of one rank (every axis of a 1x1 mesh) run no collective: the
+// operand's block is the result's, so its buffer moves into the result, where an lvalue is
+// copied (a communicator of one rank copies). At GPT-2's shape on one GPU that is each
+// sequence-parallel gather and scatter of a block's activations not copied.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tpx/comm/communicator.hpp"
@@ -69,6 +77,19 @@ template <std::size_t N>
 index_array<N> with_entry(index_array<N> a, std::size_t k, std::int64_t v) {
   a[k] = v;
   return a;
+}
+
+// An operand that is an rvalue, and may therefore give up its buffer.
+template <class Tn>
+concept handed_over = AnyTensor<Tn> && !std::is_lvalue_reference_v<Tn> && !std::is_const_v<Tn>;
+
+// collective(t), or, when axis A has one rank, t's buffer under the result's type: the block is
+// the same, and nothing needs exchanging.
+template <MeshAxis A, class Tn, class Collective>
+auto unless_one_rank(Tn&& t, Collective collective) {
+  using Result = decltype(collective(std::as_const(t)));
+  if (t.context().template group<A>().size() == 1) return Result(relabel_t{}, std::move(t));
+  return collective(std::as_const(t));
 }
 
 }  // namespace detail
@@ -125,6 +146,11 @@ auto all_gather(const Tn& t) {
   }
 }
 
+template <MeshAxis A, detail::handed_over Tn>
+auto all_gather(Tn&& t) {
+  return detail::unless_one_rank<A>(std::move(t), [](const Tn& u) { return all_gather<A>(u); });
+}
+
 // [.., D_.., ..]{U_X} -> [.., D_..X, ..]: sum the partial sums over X, each rank keeping its
 // block of D.
 template <MeshAxis A, Dim D, AnyTensor Tn>
@@ -169,9 +195,13 @@ auto reduce_scatter(const Tn& t) {
     return out;
   }
 }
+template <MeshAxis A, Dim D, detail::handed_over Tn>
+auto reduce_scatter(Tn&& t) {
+  return detail::unless_one_rank<A>(std::move(t), [](const Tn& u) { return reduce_scatter<A, D>(u); });
+}
 template <MeshAxis A, template <class...> class D, AnyTensor Tn>
-auto reduce_scatter(const Tn& t) {
-  return reduce_scatter<A, D<>>(t);
+auto reduce_scatter(Tn&& t) {
+  return reduce_scatter<A, D<>>(std::forward<Tn>(t));
 }
 
 namespace detail {
@@ -196,6 +226,10 @@ auto all_reduce(const Tn& t) {
                   " is not unreduced over " + A::name + " (nothing to reduce)">{};
   if constexpr (q::unreduced) return detail::all_reduce_by<A>(t, reduction::sum);
 }
+template <MeshAxis A, detail::handed_over Tn>
+auto all_reduce(Tn&& t) {
+  return detail::unless_one_rank<A>(std::move(t), [](const Tn& u) { return all_reduce<A>(u); });
+}
 
 // [..]{U_X} -> [..]: every rank along X ends with the maximum of the partial maxima (NaN if any
 // is NaN, except over NCCL: comm/communicator.hpp). The type change is all_reduce's.
@@ -206,6 +240,10 @@ auto all_reduce_max(const Tn& t) {
     compile_error<"tpx: all_reduce_max<" + A::name + ">: tensor " + Tn::notation +
                   " is not unreduced over " + A::name + " (nothing to reduce)">{};
   if constexpr (q::unreduced) return detail::all_reduce_by<A>(t, reduction::max);
+}
+template <MeshAxis A, detail::handed_over Tn>
+auto all_reduce_max(Tn&& t) {
+  return detail::unless_one_rank<A>(std::move(t), [](const Tn& u) { return all_reduce_max<A>(u); });
 }
 
 // [.., F_..X, .., T_.., ..] -> [.., F_.., .., T_..X, ..]: X moves from dim F to dim T.

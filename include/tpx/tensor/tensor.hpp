@@ -152,8 +152,10 @@ class BasicTensor {
                   " is a collective; call tpx::reshard<Target>(t) (or matmul<Target>(a, b))">{};
   }
 
-  // The elements of `from`, whose dims have the same extents and splits under other names: its
-  // buffer moves here, nothing is copied (tpx::rename, ops/rename.hpp, checks the names).
+  // The elements of `from`, whose dims have the same extents and splits under other names (or
+  // splits that differ only by axes of one rank): its buffer moves here, nothing is copied. The
+  // callers check that: tpx::rename the names (ops/rename.hpp), the collectives the axis's size
+  // (ops/collectives.hpp).
   template <class... Other>
   BasicTensor(relabel_t, BasicTensor<Space, T, Other...>&& from)
       : context_(from.context_),
