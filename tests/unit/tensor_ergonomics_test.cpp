@@ -298,6 +298,13 @@ TEST_CASE("a collective over an axis of one rank moves an rvalue's buffer and co
     const float* again_block = again.data();
     const auto stepped = tpx::apply<tpx::AllGather<Y, K<>>>(std::move(again));
     CHECK(stepped.data() == again_block);
+    // reshard hands an rvalue to its first step: over Y it moves, then over X it gathers.
+    auto for_reshard = t;
+    const float* reshard_block = for_reshard.data();
+    const auto to_whole_k = tpx::reshard<I<X>, J<>, K<>>(std::move(for_reshard));
+    CHECK(to_whole_k.data() == reshard_block);
+    CHECK(tpx::reshard<I<X>, J<>, K<>>(t).data() != t.data());
+    CHECK(tpx::to_global(tpx::reshard<I<>, J<>, K<>>(tpx::Tensor<float, I<X>, J<>, K<Y>>(t))) == whole);
     auto over_x = tpx::all_gather<X>(tpx::all_gather<Y>(tpx::Tensor<float, I<X>, J<>, K<Y>>(t)));
     static_assert(std::is_same_v<decltype(over_x), Tensor<float, I<>, J<>, K<>>>);
     CHECK(tpx::to_global(over_x) == whole);
@@ -319,6 +326,8 @@ TEST_CASE("a collective over an axis of one rank moves an rvalue's buffer and co
     moves([](auto&& p) { return tpx::all_reduce_max<Y>(std::forward<decltype(p)>(p)); });
     moves([](auto&& p) { return tpx::reduce_scatter<Y, I>(std::forward<decltype(p)>(p)); });
     moves([](auto&& p) { return tpx::reduce_scatter<Y, I<>>(std::forward<decltype(p)>(p)); });
+    moves([](auto&& p) { return tpx::reshard<I<>, K<X>>(std::forward<decltype(p)>(p)); });
+    moves([&](auto&& p) { return tpx::reshard<I<>, K<X>>(rank, std::forward<decltype(p)>(p)); });
 
     // Over X, partial sums of two ranks: the rvalue's sum is the lvalue's.
     const auto c = tpx::randn<float, I<>, J<X>>(rank, {I(6), J(5)}, 14);

@@ -113,7 +113,7 @@ auto cross_entropy(L&& logits, const Tok& tokens, std::int64_t column) {
         Space::transform(ctx, block_sum.size(), kernels::sum_relative_to_row_max{}, block_sum.data(),
                          static_cast<const float*>(block_sum.data()), static_cast<const float*>(block_max.data()),
                          static_cast<const float*>(m.data()));
-        return {std::move(m), reshard<Whole>(block_sum)};
+        return {std::move(m), reshard<Whole>(std::move(block_sum))};
       }
     } else {
       const auto partial_rows = [&]<class R>(R, const auto& term) {
@@ -162,7 +162,7 @@ auto cross_entropy(L&& logits, const Tok& tokens, std::int64_t column) {
                             kernels::cross_entropy_gradient_at<T, T>{x, row_max.data(), row_sum.data(), target, first,
                                                                      cols, share, dlogits.data()});
   }
-  auto total = reshard<BasicTensor<Space, float>>(loss);
+  auto total = reshard<BasicTensor<Space, float>>(std::move(loss));
   return cross_entropy_result<decltype(total), Lt>{std::move(total), std::move(dlogits)};
 }
 

@@ -47,18 +47,18 @@ decltype(auto) apply_steps(Tn&& t) {
     using T = std::remove_cvref_t<Tn>;
     using A = type_at_t<s.axis, Universe>;
     if constexpr (s.kind == step_kind::all_reduce) {
-      return apply_steps<Universe, Steps, I + 1>(all_reduce<A>(t));
+      return apply_steps<Universe, Steps, I + 1>(all_reduce<A>(std::forward<Tn>(t)));
     } else {
       using D = unsplit_t<type_at_t<s.dim, typename T::dims>>;
       if constexpr (s.kind == step_kind::all_gather) {
-        return apply_steps<Universe, Steps, I + 1>(all_gather<A>(t));
+        return apply_steps<Universe, Steps, I + 1>(all_gather<A>(std::forward<Tn>(t)));
       } else if constexpr (s.kind == step_kind::reduce_scatter) {
-        return apply_steps<Universe, Steps, I + 1>(reduce_scatter<A, D>(t));
+        return apply_steps<Universe, Steps, I + 1>(reduce_scatter<A, D>(std::forward<Tn>(t)));
       } else if constexpr (s.kind == step_kind::all_to_all) {
         using To = unsplit_t<type_at_t<s.to_dim, typename T::dims>>;
-        return apply_steps<Universe, Steps, I + 1>(all_to_all<A, D, To>(t));
+        return apply_steps<Universe, Steps, I + 1>(all_to_all<A, D, To>(std::forward<Tn>(t)));
       } else {
-        return apply_steps<Universe, Steps, I + 1>(slice<A, D>(t));
+        return apply_steps<Universe, Steps, I + 1>(slice<A, D>(std::forward<Tn>(t)));
       }
     }
   }
@@ -127,26 +127,31 @@ struct reshard_traits {
 };
 
 // t resharded to Target, given as tensor type or as sharding arguments (reshard<B<X>, D<>>(t)).
-template <class... Target, AnyTensor Tn>
-auto reshard(const Tn& t) {
-  using To = typename detail::target_tensor<Tn, Target...>::type;
-  using traits = reshard_traits<Tn, To>;
+// Given as an rvalue, t's buffer is handed to the first step: a collective over an axis of one
+// rank then moves it into its result instead of copying (ops/collectives.hpp).
+template <class... Target, class Tn>
+  requires AnyTensor<std::remove_cvref_t<Tn>>
+auto reshard(Tn&& t) {
+  using From = std::remove_cvref_t<Tn>;
+  using To = typename detail::target_tensor<From, Target...>::type;
+  using traits = reshard_traits<From, To>;
   if constexpr (!traits::possible) {
     compile_error<freeze<[] { return traits::plan.error; }>()>{};
   } else {
     detail::check_target_axes<To>(t.context(), "reshard");
-    return detail::apply_steps<typename traits::universe, traits::plan.steps>(t);
+    return detail::apply_steps<typename traits::universe, traits::plan.steps>(std::forward<Tn>(t));
   }
 }
 
 // The same, Target's axes checked against rank's mesh at compile time.
-template <class... Target, TypedRank R, AnyTensor Tn>
-auto reshard(const R& rank, const Tn& t) {
-  using To = typename detail::target_tensor<Tn, Target...>::type;
+template <class... Target, TypedRank R, class Tn>
+  requires AnyTensor<std::remove_cvref_t<Tn>>
+auto reshard(const R& rank, Tn&& t) {
+  using To = typename detail::target_tensor<std::remove_cvref_t<Tn>, Target...>::type;
   static_assert(detail::check_axes_in_mesh<"reshard to " + To::notation, typename R::mesh_type,
                                                typename To::traits::axes>());
   detail::check_belongs_to(rank, t, "reshard");
-  return reshard<To>(t);
+  return reshard<To>(std::forward<Tn>(t));
 }
 
 // The whole tensor, in global row-major order, on every rank (a collective: all ranks call it).
