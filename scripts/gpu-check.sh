@@ -56,8 +56,10 @@
 #     the flash backend (bench/peers/torch_sdpa.py), forward and backward, bf16, 16 x 12 heads of
 #     64 at T = 1024 and 4096: ms, TFLOP/s and the ratios (target >= 0.9x); when python3 can
 #     import torch
-#   8 profile: where a step's GPU time goes, kernel by kernel, at the peers' shapes (bf16, 1x1):
-#     with ncu on PATH, 2 steps of tpx-gpt-cuda at GPT-2 124M's shape (fused attention) and of
+#   8 profile: where a step's GPU time goes, at the peers' shapes (bf16, 1x1): phase by phase
+#     (--profile-phases: events on the rank's stream, which need no profiler) for 12 steps of
+#     tpx-gpt-cuda and tpx-train-cuda, into profile-phases-gpt.txt and profile-phases-mlp.txt;
+#     kernel by kernel, with ncu on PATH, 2 steps of tpx-gpt-cuda at GPT-2 124M's shape (fused attention) and of
 #     tpx-train-cuda at the MLP peer's, each kernel timed alone (gpu__time_duration.sum), summed
 #     by scripts/kernel-profile.py into profile-gpt.txt and profile-mlp.txt: share, ms and
 #     launches per step, heaviest first; with nsys on PATH, a profile of 20 steps whose memory
@@ -373,6 +375,17 @@ elif ((!built)); then
   skip "profile" "the build failed"
 else
   mkdir -p "$out"
+  # The step's own phases, timed by events on the rank's stream (--profile-phases): where no
+  # profiler can read the GPU (gVisor), and beside ncu, what the step's wall time holds: the GPU
+  # waiting between kernels shows here, not in a sum of kernel times.
+  step "profile: phases of a GPT step (CUDA events; GPT-2 124M's shape, fused attention; profile-phases-gpt.txt)" \
+    bash -o pipefail -c '"$1" "${@:3}" | tee "$2"' _ "$gpt" "$out/profile-phases-gpt.txt" \
+    --fused-attention --batch 16 --seq 1024 --heads 12 --head-dim 64 --ffn 3072 --layers 12 \
+    --vocab 50304 --mesh 1x1 --bf16 --steps 12 --log-every 1000 --peak-gflops 989000 --profile-phases
+  step "profile: phases of an MLP step (CUDA events; B=8192 D=1024 F=4096 L=4; profile-phases-mlp.txt)" \
+    bash -o pipefail -c '"$1" "${@:3}" | tee "$2"' _ "$train" "$out/profile-phases-mlp.txt" \
+    --batch 8192 --d-model 1024 --ffn 4096 --layers 4 --context 3 --mesh 1x1 --bf16 --steps 12 \
+    --log-every 1000 --peak-gflops 989000 --profile-phases
   if command -v ncu >/dev/null; then
     # The peers' shapes, bf16 on a 1x1 mesh; --peak-gflops spares the GEMM peak measurement,
     # which ncu would time kernel by kernel too. Each kernel runs alone under ncu: the table is

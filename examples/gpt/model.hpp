@@ -68,6 +68,7 @@
 #include <tpx/nn/gelu_product.hpp>
 #include <tpx/nn/rmsnorm.hpp>
 #include <tpx/spmd/background.hpp>
+#include <tpx/spmd/phase_clock.hpp>
 #include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
 #include <type_traits>
@@ -302,10 +303,12 @@ class model {
     std::optional<tpx::pending<head_weights>> head;
     gradient_reductions reductions(*this);
     std::optional<scalar> loss;
+    tpx::mark_phase("embedding forward");
     const stream dx = trainer::stack_forward_backward(
         layers, c_.checkpoint_every, embed_forward(p, tokens.stream),
         [&](int l, const stream& x) {
           if (l + 1 == layers && !head) head = start([this, &p] { return gather_head(p); });
+          tpx::mark_phase("block weights");
           return block_forward(weights.take(l), x);
         },
         [&](const stream& x) {
@@ -314,9 +317,12 @@ class model {
           return std::move(h.dx);
         },
         [&](int l, const block_state& s, const stream& dout) {
+          tpx::mark_phase("block weights");
           return block_backward(weights.take(l), l, s, dout, grads, reductions);
         });
+    tpx::mark_phase("embedding backward");
     embed_backward(tokens.stream, dx, grads, reductions);
+    tpx::mark_phase("gradient reductions (wait)");
     reductions.wait();
     return std::move(*loss);
   }
@@ -537,17 +543,27 @@ class model {
     stream out;                                 // mid + MLP
   };
 
+  // Each part marks its phase (tpx::mark_phase, timed by --profile-phases); a phase holds the
+  // sequence gathers and scatters its part calls.
   block_state block_forward(const block_weights& w, const stream& x) const {
+    tpx::mark_phase("attention norm");
     auto n1 = tpx::nn::rmsnorm_forward(x, w.norm1);
     whole h1 = gather_sequence::forward(std::move(n1.y));
-    attention_state att = attend(tpx::einsum<D>(h1, w.wq),  // [B_RX, T, H_Y, E]
-                                 tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk)),
-                                 tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv)));
+    tpx::mark_phase("QKV projections");
+    tokens q = tpx::einsum<D>(h1, w.wq);  // [B_RX, T, H_Y, E]
+    token_keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk));
+    token_keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv));
+    tpx::mark_phase("attention");
+    attention_state att = attend(std::move(q), std::move(k), std::move(v));
     // [B_RX, T, H_Y, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
+    tpx::mark_phase("attention output");
     stream mid = tpx::add(x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, w.wo)));
+    tpx::mark_phase("MLP norm");
     auto n2 = tpx::nn::rmsnorm_forward(mid, w.norm2);
     whole h2 = gather_sequence::forward(std::move(n2.y));
+    tpx::mark_phase("MLP up (GELU)");
     auto up = tpx::nn::gelu_product<D>(h2, w.w_in);  // [B_RX, T, F_Y], GELU fused into the GEMM
+    tpx::mark_phase("MLP down");
     stream out = tpx::add(mid, scatter_sequence::forward(tpx::einsum<F>(up.out, w.w_out)));
     return {x,
             std::move(n1.rstd),
@@ -567,21 +583,28 @@ class model {
   stream block_backward(const block_weights& w, int l, const block_state& s, const stream& dout,
                         params& grads, gradient_reductions& reductions) const {
     // MLP: out = mid + RS(GELU(h2 Win) Wout)
+    tpx::mark_phase("MLP down backward");
     const whole do2 = scatter_sequence::backward(dout);  // [B_RX, T, D]
     reductions.add(gather_weight{}, grads.w_out[l], tpx::einsum<B, T>(s.g, do2));  // [F_Y, D_X]
     // (do2 *_D Wout) * GELU'(a): [B_RX, T, F_Y], GELU' fused into the GEMM
     const auto da = tpx::nn::gelu_product_backward<D>(s.a, do2, w.w_out);
+    tpx::mark_phase("MLP up backward");
     reductions.add(gather_weight{}, grads.w_in[l], tpx::einsum<B, T>(s.h2, da));  // [D_X, F_Y]
     const stream dh2 = gather_sequence::backward(tpx::einsum<F>(da, w.w_in));
+    tpx::mark_phase("MLP norm backward");
     auto dn2 = tpx::nn::rmsnorm_backward(s.mid, w.norm2, s.rstd2, dh2);
     reductions.add(gather_norm{}, grads.norm2[l], std::move(dn2.dw));
     const stream dmid = tpx::add(dout, dn2.dx);
 
     // Attention: mid = x + RS(attention(q, k, v) Wo)
+    tpx::mark_phase("attention output backward");
     const whole do1 = scatter_sequence::backward(dmid);
     reductions.add(gather_weight{}, grads.wo[l], tpx::einsum<B, T>(s.att.out, do1));  // [H_Y, E, D_X]
+    const tokens datt = tpx::einsum<D>(do1, w.wo);
     // dq, dk, dv: [B_RX, T, H_Y, E]
-    const auto [dq, dk, dv] = attend_backward(s.att, tpx::einsum<D>(do1, w.wo));
+    tpx::mark_phase("attention backward");
+    const auto [dq, dk, dv] = attend_backward(s.att, datt);
+    tpx::mark_phase("QKV backward");
     reductions.add(gather_weight{}, grads.wq[l], tpx::einsum<B, T>(s.h1, dq));  // [D_X, H_Y, E]
     reductions.add(gather_weight{}, grads.wk[l], tpx::einsum<B, T>(s.h1, dk));
     reductions.add(gather_weight{}, grads.wv[l], tpx::einsum<B, T>(s.h1, dv));
@@ -589,6 +612,7 @@ class model {
     const stream dh1 = gather_sequence::backward(
         tpx::add(tpx::add(tpx::einsum<H, E>(dq, w.wq), tpx::einsum<H, E>(dk, w.wk)),
                  tpx::einsum<H, E>(dv, w.wv)));
+    tpx::mark_phase("attention norm backward");
     auto dn1 = tpx::nn::rmsnorm_backward(s.x, w.norm1, s.rstd1, dh1);
     reductions.add(gather_norm{}, grads.norm1[l], std::move(dn1.dw));
     reductions.start();
@@ -614,12 +638,18 @@ class model {
   head_result head_forward_backward(const head_weights& w, const stream& x,
                                     const decltype(batch<Space>::whole)& tokens, params& grads,
                                     gradient_reductions& reductions) const {
+    tpx::mark_phase("final norm");
     auto normed = tpx::nn::rmsnorm_forward(x, w.norm);
     const whole h = gather_sequence::forward(std::move(normed.y));
+    tpx::mark_phase("LM head");
+    auto logits = tpx::einsum<D>(h, w.head);
     // Logits [B_RX, T, V_Y], handed over: their gradient is written in their place.
-    auto ce = tpx::nn::cross_entropy(tpx::einsum<D>(h, w.head), tokens, target_byte);
+    tpx::mark_phase("cross-entropy");
+    auto ce = tpx::nn::cross_entropy(std::move(logits), tokens, target_byte);
+    tpx::mark_phase("LM head backward");
     reductions.add(gather_weight{}, grads.head, tpx::einsum<B, T>(h, ce.dlogits));  // [D_X, V_Y]
     const stream dh = gather_sequence::backward(tpx::einsum<V>(ce.dlogits, w.head));
+    tpx::mark_phase("final norm backward");
     auto dnorm = tpx::nn::rmsnorm_backward(x, w.norm, normed.rstd, dh);
     reductions.add(gather_norm{}, grads.final_norm, std::move(dnorm.dw));
     reductions.start();

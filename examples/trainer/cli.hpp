@@ -20,6 +20,7 @@
 
 #include "command_line.hpp"
 #include "peak.hpp"
+#include "phase_table.hpp"
 #include "training.hpp"
 
 namespace trainer {
@@ -111,6 +112,7 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
              << ", \"exposed_collective_share\": " << exposed
              << ", \"peak_bytes\": " << r.peak_bytes << "}\n"
              << std::flush;  // whole lines, for whoever tails the log
+      print_phase_table(stdout, r);
     };
     ((parsed.options->backend == backends.name
           ? run(o, report, backends.launcher, measure_peak(backends.launcher))

@@ -184,6 +184,10 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
     app.add_flag("--cuda-graph", o.cuda_graph,
                  "record the training step once as a CUDA graph and replay it (one launch per "
                  "step instead of hundreds: for small, launch-bound steps); a mesh of one rank");
+  app.add_flag("--profile-phases", o.profile_phases,
+               "time rank 0's step phase by phase (batch, the model's layers, gradient norm, "
+               "AdamW; on a GPU with events on its stream) and print the table after the last "
+               "step, over the steps after the first");
   app.add_option("--peak-gflops", c.peak_gflops,
                  "the peak the MFU column divides by, in GFLOP/s for all ranks together (0: "
                  "measure every rank's GEMM rate at once before training)")

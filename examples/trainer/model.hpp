@@ -36,6 +36,7 @@
 #include <tpx/nn/gelu_product.hpp>
 #include <tpx/nn/global_norm.hpp>
 #include <tpx/nn/rmsnorm.hpp>
+#include <tpx/spmd/phase_clock.hpp>
 #include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
 #include <vector>
@@ -179,6 +180,7 @@ class model {
   // parameter's gradient, reduce-scattered onto the parameter's sharding.
   scalar forward_backward(const params& p, const tokens_t& tokens, params& grads) {
     std::optional<scalar> loss;
+    tpx::mark_phase("embedding forward");  // each part marks its phase (--profile-phases)
     const act dx = stack_forward_backward(
         static_cast<int>(p.norm.size()), c_.checkpoint_every, embed_forward(p, tokens),
         [&](int l, const act& x) { return block_forward(p, l, x); },
@@ -190,6 +192,7 @@ class model {
         [&](int l, const block_state& s, const act& dout) {
           return block_backward(p, l, s, dout, grads);
         });
+    tpx::mark_phase("embedding backward");
     embed_backward(tokens, dx, grads);
     return std::move(*loss);
   }
@@ -238,11 +241,14 @@ class model {
   };
 
   block_state block_forward(const params& p, int l, const act& x) const {
+    tpx::mark_phase("norm");
     const auto norm = gathered<gather_weight>(p.norm[l]);              // [D_Y]
     auto normed = tpx::nn::rmsnorm_forward(x, norm);                   // h[B_X, D_Y]
     auto h_full = tpx::apply<gather_act>(std::move(normed.y));         // [B_X, D]
     // [B_X, D] *_D [D, F_Y], GELU fused into the product's store
+    tpx::mark_phase("MLP up (GELU)");
     auto up = tpx::nn::gelu_product<D>(h_full, gathered<gather_weight>(p.w_in[l]));
+    tpx::mark_phase("MLP down");
     auto o_partial = tpx::matmul(up.out, gathered<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
     act out = tpx::add(x, tpx::apply<scatter_out>(std::move(o_partial)));
     return {x,
@@ -255,17 +261,20 @@ class model {
 
   act block_backward(const params& p, int l, const block_state& s, const act& dout,
                      params& grads) const {
+    tpx::mark_phase("MLP down backward");
     const auto do_full = tpx::apply<tpx::adjoint_t<scatter_out>>(dout);  // [B_X, D]
     const auto w_out = gathered<gather_weight>(p.w_out[l]);              // [F_Y, D]
     grads.w_out[l] = tpx::cast<float>(
         tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(s.g, do_full)));  // [F_Y, D_X]
     // (dOut *_D W_out) * GELU'(a): [B_X, F_Y], GELU' fused into the product's store
     const auto da = tpx::nn::gelu_product_backward<D>(s.a, do_full, w_out);
+    tpx::mark_phase("MLP up backward");
     const auto w_in = gathered<gather_weight>(p.w_in[l]);  // [D, F_Y]
     grads.w_in[l] = tpx::cast<float>(
         tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(s.h_full, da)));  // [D_X, F_Y]
     const act dh =
         tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<F>(da, w_in));  // [B_X, D_Y]
+    tpx::mark_phase("norm backward");
     const auto norm = gathered<gather_weight>(p.norm[l]);
     auto dnorm = tpx::nn::rmsnorm_backward(s.x, norm, s.rstd, dh);
     grads.norm[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(dnorm.dw));  // [D_YX]
@@ -282,16 +291,22 @@ class model {
   // over Y (nn/cross_entropy.hpp), and its gradient comes back in the logits' sharding.
   head_result head_forward_backward(const params& p, const act& x, const tokens_t& tokens,
                                     params& grads) const {
+    tpx::mark_phase("final norm");
     const auto norm = gathered<gather_weight>(p.final_norm);
     auto normed = tpx::nn::rmsnorm_forward(x, norm);
     const auto h_full = tpx::apply<gather_act>(std::move(normed.y));  // [B_X, D]
+    tpx::mark_phase("LM head");
     const auto head = gathered<gather_weight>(p.head);               // [D, V_Y]
+    auto logits = tpx::matmul(h_full, head);
     // Logits [B_X, V_Y], handed over: their gradient is written in their place. The target is
     // the last byte.
-    auto ce = tpx::nn::cross_entropy(tpx::matmul(h_full, head), tokens, c_.context);
+    tpx::mark_phase("cross-entropy");
+    auto ce = tpx::nn::cross_entropy(std::move(logits), tokens, c_.context);
+    tpx::mark_phase("LM head backward");
     grads.head = tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_weight>>(
         tpx::contract<B>(h_full, ce.dlogits)));                      // [D_X, V_Y]
     const act dh = tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<V>(ce.dlogits, head));
+    tpx::mark_phase("final norm backward");
     auto dnorm = tpx::nn::rmsnorm_backward(x, norm, normed.rstd, dh);
     grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(dnorm.dw));
     return {std::move(ce.loss), std::move(dnorm.dx)};

@@ -42,6 +42,8 @@ struct run_options {
   int report_every = 1;  // read the loss back and report every N steps (and the last)
   // Record the step once and replay it (CUDA graphs, recorded_training.hpp); a mesh of one rank.
   bool cuda_graph = false;
+  // Time rank 0's step phase by phase (tpx::phase_timing) and report the phases with the last step.
+  bool profile_phases = false;
   // How long a rank waits in a collective for the others before the run fails naming them.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
 };

@@ -10,7 +10,8 @@
 // (train_step.hpp; with --cuda-graph, recorded once and replayed: recorded_training.hpp). The
 // step runs in the rank's memory space from end to end: the batch is copied in, and nothing
 // comes back unless the step reports, every --report-every steps and before every save, when the
-// loss and gradient norm (two scalars) are read back and rank 0 reports progress; a non-finite
+// loss and gradient norm (two scalars) are read back and rank 0 reports progress (with
+// --profile-phases, its last report adds the time of each phase the step marks); a non-finite
 // loss or norm stops the run there, before the step is saved or logged. Checkpoints
 // (io/checkpoint.hpp) hold every rank's shards of the parameters and Adam moments; --resume loads
 // the newest valid one onto whatever mesh this run has, and since a batch is a function of the
@@ -36,6 +37,7 @@
 #include <tpx/io/json_integer.hpp>
 #include <tpx/launch/process_group.hpp>
 #include <tpx/spmd/background.hpp>
+#include <tpx/spmd/phase_clock.hpp>
 #include <vector>
 
 #include "mlp_family.hpp"
@@ -81,6 +83,12 @@ struct step_report {
   double exposed_collective_seconds;  // of which not hidden behind computation, per step
   std::int64_t peak_bytes;            // the most tensor memory rank 0 has held so far (memory_meter)
   bool replayed = false;              // the step replayed a recording (--cuda-graph on a GPU)
+  // With --profile-phases, in the last step's report: rank 0's phases (tpx::phase_timing) over
+  // the steps after the first, whose wall time is phase_wall_seconds (phases add up to less:
+  // the reports between steps are in no phase).
+  std::vector<tpx::phase_time> phases;
+  int phase_steps = 0;
+  double phase_wall_seconds = 0;
 };
 
 // The checkpoint of the training state after `step` steps: every rank's shards of the
@@ -241,6 +249,12 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
   auto since = std::chrono::steady_clock::now();
   tpx::communication_seconds comm_since = tpx::communication_time(rank);
   int last_report = first - 1;
+  // --profile-phases: rank 0's phases, from the second step on (the first warms up: plans,
+  // memory), unless there is only one.
+  std::optional<tpx::phase_timing> timing;
+  if (o.profile_phases && rank.world_rank() == 0) timing.emplace(rank);
+  int timed_first = first;
+  auto timed_since = since;
   for (int step = first; step < o.steps; ++step) {
     if (!recorded) unrecorded.emplace(train_step(rank, net, o, data, step, params, *grads, m, v));
     const step_result<Space>& result =
@@ -248,6 +262,11 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
     if (recorded && step == first + 1 && rank.world_rank() == 0)
       report_recording(recorded->recording());
     const bool last = step + 1 == o.steps;
+    if (timing && step == first && !last) {
+      timing->reset();  // waits for the first step's work
+      timed_first = step + 1;
+      timed_since = std::chrono::steady_clock::now();
+    }
     const bool save = ckpt.dir && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0));
     if (last || save || (step + 1 - first) % o.report_every == 0) {
       // The step's one wait for the device: two scalars, read where they are reported and
@@ -258,11 +277,18 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
       const auto now = std::chrono::steady_clock::now();
       const double steps = step - last_report;
       const tpx::communication_seconds comm = tpx::communication_time(rank);
-      if (rank.world_rank() == 0)
-        report({step, loss, norm, std::chrono::duration<double>(now - since).count() / steps,
-                (comm.total - comm_since.total) / steps,
-                (comm.exposed - comm_since.exposed) / steps, rank.memory().peak_bytes(),
-                recorded && recorded->recording().recorded()});
+      if (rank.world_rank() == 0) {
+        step_report r{step, loss, norm, std::chrono::duration<double>(now - since).count() / steps,
+                      (comm.total - comm_since.total) / steps,
+                      (comm.exposed - comm_since.exposed) / steps, rank.memory().peak_bytes(),
+                      recorded && recorded->recording().recorded(), {}, 0, 0};
+        if (timing && last) {
+          r.phases = timing->totals();
+          r.phase_steps = step + 1 - timed_first;
+          r.phase_wall_seconds = std::chrono::duration<double>(now - timed_since).count();
+        }
+        report(r);
+      }
       since = now;
       comm_since = comm;
       last_report = step;
@@ -284,6 +310,10 @@ void run(const run_options<Family>& o, const std::function<void(const step_repor
         "trainer: --cuda-graph records the step of a mesh of one rank (1x1), and this mesh (" +
         mesh_text(o) + ") has " + std::to_string(mesh.rank_count()) +
         ": its ranks' collectives meet on the host at every call, which a replay would skip");
+  if (o.cuda_graph && o.profile_phases)
+    throw std::invalid_argument(
+        "trainer: --profile-phases times the step between marks queued with its work, and a "
+        "--cuda-graph replay queues none: drop one of the two");
   if (o.cuda_graph && o.steps > (1 << 24))
     throw std::invalid_argument("trainer: --cuda-graph: --steps " + std::to_string(o.steps) +
                                 " is more than 16777216, the last step number AdamW's float "

@@ -17,7 +17,9 @@
 // forward): the same kernels on the same data, but the embedding's backward sums by fp32
 // atomics, whose order varies from run to run. The reported communication, timed on the device,
 // is positive, and all of it exposed without overlap. With --cuda-graph on mesh 1x1 the step is
-// recorded once as a CUDA graph and replayed, with the unrecorded run's losses (last case).
+// recorded once as a CUDA graph and replayed, with the unrecorded run's losses. With
+// --profile-phases the GPT step's phases, timed by events on the rank's stream, are the host's
+// by name and count, and add up to no more than the timed steps' wall time (last case).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -175,3 +177,29 @@ TEST_CASE("trainer: --cuda-graph replays the recorded step with the unrecorded r
   INFO("GPT: worst relative loss difference " << gpt_worst);
   CHECK(gpt_worst <= 1e-5f);
 }
+
+TEST_CASE("trainer: --profile-phases times the GPT step's phases on the GPU as on the host") {
+  trainer::run_options<gpt::family> o = gpt_test::training(1, 1, 1);
+  o.steps = 4;
+  o.profile_phases = true;
+  const auto last_report = [&](auto launcher) {
+    trainer::step_report last{};
+    trainer::run(o, [&](const trainer::step_report& r) { last = r; }, launcher);
+    return last;
+  };
+  const trainer::step_report host = last_report(tpx::host);
+  const trainer::step_report device = last_report(tpx::cuda_simulated);
+  REQUIRE(device.phase_steps == host.phase_steps);
+  REQUIRE(device.phases.size() == host.phases.size());
+  double in_phases = 0;
+  for (std::size_t i = 0; i < host.phases.size(); ++i) {
+    CAPTURE(host.phases[i].name);
+    CHECK(device.phases[i].name == host.phases[i].name);
+    CHECK(device.phases[i].count == host.phases[i].count);
+    CHECK(device.phases[i].seconds >= 0);
+    in_phases += device.phases[i].seconds;
+  }
+  CHECK(in_phases > 0);
+  CHECK(in_phases <= device.phase_wall_seconds);
+}
+

@@ -6,8 +6,8 @@
 # for does not run, a step that outlives TPX_GPU_STEP_SECONDS is cut off and reported as such,
 # the parts that need a GPU say they were skipped for want of one, and the build compiles for
 # the GPUs' architectures (nvidia-smi's compute capabilities) unless told otherwise, and a build
-# made elsewhere is used as found when asked (TPX_GPU_PREBUILT=1), and the profile part sums
-# ncu's kernel times by kernel.
+# made elsewhere is used as found when asked (TPX_GPU_PREBUILT=1), and the profile part asks both
+# trainers for their phase tables and sums ncu's kernel times by kernel.
 #   bash tests/scripts/gpu_check_test.sh SOURCE_DIR
 set -uo pipefail
 root=$1
@@ -95,7 +95,12 @@ prebuilt() { (cd "$copy" && PATH="$stub:$PATH" TPX_GPU_PREBUILT=1 TPX_GPU_CHECK_
                 bash scripts/gpu-check.sh tests 2>&1); }
 fake_build() {  # fake_build DIR: the files of a build/cuda that gpu-check looks for, under DIR
   mkdir -p "$1/build/cuda/bench/cuda" "$1/build/cuda/examples"
-  touch "$1/build/cuda/"{bench/cuda/tpx-bench-cuda,examples/tpx-train-cuda,examples/tpx-gpt-cuda,CTestTestfile.cmake}
+  touch "$1/build/cuda/"{bench/cuda/tpx-bench-cuda,CTestTestfile.cmake}
+  local program
+  for program in tpx-train-cuda tpx-gpt-cuda; do  # stand-ins that say how they were called
+    printf '#!/usr/bin/env bash\necho "stand-in: %s $*"\n' "$program" >"$1/build/cuda/examples/$program"
+    chmod +x "$1/build/cuda/examples/$program"
+  done
 }
 rm -f "$stub/cmake-calls"
 out=$(prebuilt)
@@ -152,6 +157,13 @@ check "profile: the GEMM first, 62.5 % of the time, 1.25 ms and half a launch pe
 check "profile: the attention kernel's two launches grouped under its name" \
   grep -Eq "^ 37\.5% +0\.750 +1 +750\.0  tpx::flash_forward_kernel<64>$" "$stub/out/profile-gpt.txt"
 check "profile: the total per step" grep -Eq "^100\.0% +2\.000 +1\.5 " "$stub/out/profile-mlp.txt"
+check "profile: both trainers' phase tables are asked for" \
+  test "$(grep -c "^passed   profile: phases of a" <<<"$out")" -eq 2
+check "profile: the GPT's phases at GPT-2's shape, after its warm-up step" \
+  grep -q "^stand-in: tpx-gpt-cuda --fused-attention --batch 16 --seq 1024 .* --steps 12 .*--profile-phases$" \
+  "$stub/out/profile-phases-gpt.txt"
+check "profile: the MLP's phases at the peer's shape" \
+  grep -q "^stand-in: tpx-train-cuda --batch 8192 --d-model 1024 .*--profile-phases$" "$stub/out/profile-phases-mlp.txt"
 check "profile: without nsys, the copies are skipped, saying why" \
   grep -q "^skipped  profile: copies: nsys (Nsight Systems) is not on PATH" <<<"$out"
 cp "$stub/no-gpus" "$stub/nvidia-smi"

@@ -11,7 +11,8 @@
 // log never holds a bare nan and `latest` stays on the last finite checkpoint. And under a small
 // address-space limit (ulimit -v) the trainer on meshes 3x3, 4x4 and 8x8 fails with a message
 // naming a rank within its timeout, where it used to spin in OpenBLAS's work-buffer allocation
-// (kernels/blas_work_buffers.hpp) or fail to start its rank threads.
+// (kernels/blas_work_buffers.hpp) or fail to start its rank threads. --profile-phases prints a
+// table with every phase of tpx-train's step, marked as often per step as the model runs it.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -241,6 +242,35 @@ TEST_CASE("tpx-gpt's log gives the exposed communication share, at most the tota
     }
     CHECK(checked == 4);
   }
+}
+
+TEST_CASE("--profile-phases prints each phase of tpx-train's step with its marks per step") {
+  // 2 layers over 5 steps: the table covers the last 4, each block phase marked twice per step.
+  const result r = run(TPX_TRAIN, "--mesh 2x2 --steps 5 --batch 16 --d-model 16 --ffn 32 --layers 2 "
+                                  "--peak-gflops 10 --profile-phases");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("phases of rank 0's step, mean of the last 4 steps") != std::string::npos);
+  const auto marks_per_step = [&](const std::string& phase) {
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);)
+      if (line.starts_with("  " + phase + "  ")) {
+        std::istringstream fields(line.substr(2 + phase.size()));
+        double ms = 0, marks = 0;
+        std::string share;
+        fields >> ms >> share >> marks;
+        return marks;
+      }
+    return -1.0;
+  };
+  for (const char* per_block : {"norm", "MLP up (GELU)", "MLP down", "MLP down backward",
+                                "MLP up backward", "norm backward"})
+    CHECK_MESSAGE(marks_per_step(per_block) == 2.0, per_block);
+  for (const char* once : {"batch upload", "forward and backward", "embedding forward",
+                           "final norm", "LM head", "cross-entropy", "LM head backward",
+                           "final norm backward", "embedding backward", "gradient norm", "AdamW"})
+    CHECK_MESSAGE(marks_per_step(once) == 1.0, once);
+  CHECK(r.output.find("  (in no phase)") != std::string::npos);
 }
 
 TEST_CASE("under ulimit -v the trainer ends within its timeout, or fails naming a rank") {

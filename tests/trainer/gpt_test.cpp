@@ -19,12 +19,17 @@
 //  - trainer::block_visits lists the blocks in the order stack_forward_backward visits them,
 //    the order in which the model gathers their weights ahead;
 //  - the trainer's peak memory of rank 0 (its memory meter) holds at least the model state on
-//    1x1, counted from the config, and less on 2x2.
+//    1x1, counted from the config, and less on 2x2;
+//  - --profile-phases (run_options::profile_phases) reports, with the last step, every phase the
+//    step marks, each as often per step as the model runs it, together within the timed steps'
+//    wall time, and leaves every loss as it was, on 1x1 and 2x2; with --cuda-graph it is refused.
 // gpt_hsdp_test.cpp checks the same against 1x1 on meshes with replicas (R > 1), and checkpoints
 // across R.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -206,6 +211,56 @@ TEST_CASE("GPT with communication overlapped computes the same bits as without")
       CHECK(r.exposed_collective_seconds == r.collective_seconds);
     }
   }
+}
+
+TEST_CASE("--profile-phases times every phase the GPT step marks, and changes no loss") {
+  for (const auto& [mx_, my_] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}}) {
+    const int mx = mx_, my = my_;
+    CAPTURE(mx);
+    CAPTURE(my);
+    trainer::run_options<gpt::family> o = training(1, mx, my);
+    o.steps = 4;
+    const std::vector<float> unprofiled = losses(o);
+    o.profile_phases = true;
+    std::vector<trainer::step_report> reports;
+    trainer::run(o, [&](const trainer::step_report& r) { reports.push_back(r); });
+    REQUIRE(reports.size() == 4);
+    std::vector<float> profiled;
+    for (const trainer::step_report& r : reports) profiled.push_back(r.loss);
+    CHECK(profiled == unprofiled);  // the same bits
+    for (std::size_t i = 0; i + 1 < reports.size(); ++i) CHECK(reports[i].phases.empty());
+    const trainer::step_report& last = reports.back();
+    CHECK(last.phase_steps == 3);  // the first step warms up, untimed
+    // Marks per step: once per block forward and backward, the weights before each of both.
+    const std::int64_t layers = o.model.layers;
+    const std::vector<std::pair<std::string, std::int64_t>> marked = {
+        {"batch upload", 1}, {"forward and backward", 1}, {"embedding forward", 1},
+        {"block weights", 2 * layers}, {"attention norm", layers}, {"QKV projections", layers},
+        {"attention", layers}, {"attention output", layers}, {"MLP norm", layers},
+        {"MLP up (GELU)", layers}, {"MLP down", layers}, {"final norm", 1}, {"LM head", 1},
+        {"cross-entropy", 1}, {"LM head backward", 1}, {"final norm backward", 1},
+        {"MLP down backward", layers}, {"MLP up backward", layers}, {"MLP norm backward", layers},
+        {"attention output backward", layers}, {"attention backward", layers},
+        {"QKV backward", layers}, {"attention norm backward", layers}, {"embedding backward", 1},
+        {"gradient reductions (wait)", 1}, {"gradient norm", 1}, {"AdamW", 1}};
+    REQUIRE(last.phases.size() == marked.size());
+    double in_phases = 0;
+    for (const auto& [name, per_step] : marked) {
+      CAPTURE(name);
+      const auto found = std::find_if(last.phases.begin(), last.phases.end(),
+                                      [&](const tpx::phase_time& p) { return p.name == name; });
+      REQUIRE(found != last.phases.end());
+      CHECK(found->count == per_step * last.phase_steps);
+      CHECK(found->seconds >= 0);
+      in_phases += found->seconds;
+    }
+    CHECK(in_phases > 0);
+    CHECK(in_phases <= last.phase_wall_seconds);
+  }
+  trainer::run_options<gpt::family> graph = training(1, 1, 1);
+  graph.cuda_graph = true;
+  graph.profile_phases = true;
+  CHECK_THROWS_AS(losses(graph), std::invalid_argument);
 }
 
 TEST_CASE("block_visits lists the blocks in the order the block loop visits them") {

@@ -19,7 +19,8 @@
 // queues after it; the task's join makes the rank's stream wait for the lane. Tensor buffers free
 // on whichever stream is current when they are freed (device_buffer.hpp), and the lane's GEMMs
 // have a workspace of their own, since the two streams' GEMMs may run at once. The rank's
-// communication is timed on the device (communication_clock.hpp): tpx::communication_time reads it.
+// communication is timed on the device (communication_clock.hpp): tpx::communication_time reads it,
+// and so are its phases when a tpx::phase_timing asks for a clock (phase_clock.hpp).
 //
 // record(work) captures what the work queues as a CUDA graph (step_graph.hpp) for
 // tpx::recorded_step. Meanwhile recording() is true: the device space then refuses copies to and
@@ -44,8 +45,10 @@
 #include "tpx/cuda/communication_clock.hpp"
 #include "tpx/cuda/gemm_plan.hpp"
 #include "tpx/cuda/host_staging.hpp"
+#include "tpx/cuda/phase_clock.hpp"
 #include "tpx/cuda/step_graph.hpp"
 #include "tpx/cuda/stream.hpp"
+#include "tpx/spmd/phase_clock.hpp"
 #include "tpx/spmd/rank_context.hpp"
 #include "tpx/spmd/recording_ledger.hpp"
 
@@ -58,7 +61,7 @@ struct rank_options {
   std::size_t gemm_workspace_bytes = std::size_t{32} << 20;
 };
 
-class rank_resources final : public backend_state, public background_lane {
+class rank_resources final : public backend_state, public background_lane, public phase_clock_source {
  public:
   // Makes `device` current on the calling thread and sets up the rank there.
   rank_resources(int device, const rank_options& options)
@@ -81,6 +84,10 @@ class rank_resources final : public backend_state, public background_lane {
   // Where the rank's communicators time their work (communication_clock.hpp).
   communication_clock& clock() { return clock_; }
   std::optional<communication_seconds> measured_communication() override { return clock_.totals(); }
+  // A phase clock on the rank's own stream (phase_clock.hpp).
+  std::unique_ptr<tpx::phase_clock> make_phase_clock() override {
+    return std::make_unique<cuda::phase_clock>(stream_.get());
+  }
 
   // Waits for everything queued on the rank's streams; reports a fault of any of it.
   void synchronize() const {
