@@ -157,11 +157,14 @@ check "profile: the GEMM first, 62.5 % of the time, 1.25 ms and half a launch pe
 check "profile: the attention kernel's two launches grouped under its name" \
   grep -Eq "^ 37\.5% +0\.750 +1 +750\.0  tpx::flash_forward_kernel<64>$" "$stub/out/profile-gpt.txt"
 check "profile: the total per step" grep -Eq "^100\.0% +2\.000 +1\.5 " "$stub/out/profile-mlp.txt"
-check "profile: both trainers' phase tables are asked for" \
-  test "$(grep -c "^passed   profile: phases of a" <<<"$out")" -eq 2
+check "profile: the three phase tables (GPT twice, MLP) are asked for" \
+  test "$(grep -c "^passed   profile: phases of a" <<<"$out")" -eq 3
 check "profile: the GPT's phases at GPT-2's shape, after its warm-up step" \
   grep -q "^stand-in: tpx-gpt-cuda --fused-attention --batch 16 --seq 1024 .* --steps 12 .*--profile-phases$" \
   "$stub/out/profile-phases-gpt.txt"
+check "profile: the GPT's phases again, reading the loss back once in its 12 steps" \
+  grep -q "^stand-in: tpx-gpt-cuda .* --steps 12 --report-every 12 .*--profile-phases$" \
+  "$stub/out/profile-phases-gpt-queued.txt"
 check "profile: the MLP's phases at the peer's shape" \
   grep -q "^stand-in: tpx-train-cuda --batch 8192 --d-model 1024 .*--profile-phases$" "$stub/out/profile-phases-mlp.txt"
 check "profile: without nsys, the copies are skipped, saying why" \
