@@ -49,12 +49,12 @@ class communication_clock {
   // dropped by the next start).
   void start(cudaStream_t stream) {
     if (paused_) return;
-    open_ = take();
+    open_ = events_.take();
     open_->record(stream);
   }
   void stop(cudaStream_t stream, counts what) {
     if (!open_) return;
-    event end = take();
+    event end = events_.take();
     end.record(stream);
     spans_.push_back({std::move(*open_), std::move(end), what});
     open_.reset();
@@ -77,8 +77,8 @@ class communication_clock {
       const double elapsed = elapsed_ms(s.start, s.stop) / 1e3;
       if (s.what & total) sum_.total += elapsed;
       if (s.what & exposed) sum_.exposed += elapsed;
-      spare_.push_back(std::move(s.start));
-      spare_.push_back(std::move(s.stop));
+      events_.give(std::move(s.start));
+      events_.give(std::move(s.stop));
     }
     spans_ = std::move(unfinished);
     return sum_;
@@ -90,16 +90,9 @@ class communication_clock {
     counts what;
   };
 
-  event take() {
-    if (spare_.empty()) return event(true);
-    event e = std::move(spare_.back());
-    spare_.pop_back();
-    return e;
-  }
-
   std::optional<event> open_;  // the start of the span being queued
   std::vector<span> spans_;    // queued, not yet added
-  std::vector<event> spare_;
+  event_pool events_{true};
   communication_seconds sum_;
   bool paused_ = false;
 };

@@ -140,7 +140,7 @@ class NcclCommunicator {
         ready_(std::move(other.ready_)),
         recorded_(std::move(other.recorded_)),
         pending_(std::move(other.pending_)),
-        spare_(std::move(other.spare_)),
+        events_(std::move(other.events_)),
         sequence_(other.sequence_),
         exchange_host_(std::move(other.exchange_host_)),
         exchange_device_(std::move(other.exchange_device_)),
@@ -390,7 +390,7 @@ class NcclCommunicator {
       timer.time(stream_.get(), communication_clock::total, enqueue);
     else
       enqueue();
-    pending_call call{next_event(), clock::now(), what};
+    pending_call call{events_.take(), clock::now(), what};
     call.completed.record(stream_.get());
     const auto join = [&] { TPX_CUDA_CHECK(cudaStreamWaitEvent(resources_->stream(), call.completed.get(), 0)); };
     if (size_ == 1 || resources_->entered())  // from a background task: exposed only at its join
@@ -403,7 +403,7 @@ class NcclCommunicator {
   // Retires completed collectives; aborts on an asynchronous error, a timeout or a failed peer.
   void poll() {
     while (!pending_.empty() && pending_.front().completed.done()) {
-      spare_.push_back(std::move(pending_.front().completed));
+      events_.give(std::move(pending_.front().completed));
       pending_.pop_front();
     }
     ncclResult_t state = ncclSuccess;
@@ -588,13 +588,6 @@ class NcclCommunicator {
     return std::string(op) + " " + std::to_string(elements) + " x " + std::to_string(sizeof(T)) + " B";
   }
 
-  event next_event() {
-    if (spare_.empty()) return event();
-    event e = std::move(spare_.back());
-    spare_.pop_back();
-    return e;
-  }
-
   ncclComm_t comm_;
   rank_resources* resources_;
   nccl_watch watch_;
@@ -606,7 +599,7 @@ class NcclCommunicator {
   event ready_;
   event recorded_;  // the end of a collective being recorded, for the compute stream to wait on
   std::deque<pending_call> pending_;
-  std::vector<event> spare_;
+  event_pool events_{false};
   // The signature exchange, when collectives are checked (after stream_: freed on it).
   std::uint64_t sequence_ = 0;                                   // exchanges posted on the group
   std::unique_ptr<std::uint64_t[], pinned_free> exchange_host_;  // exchange_words(), pinned

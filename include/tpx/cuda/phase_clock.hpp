@@ -32,7 +32,7 @@ class phase_clock final : public tpx::phase_clock {
       if (!marks_.empty()) marks_.back().phase = -1;  // the open phase would hold the capture
       return;
     }
-    event e = take();
+    event e = events_.take();
     e.record(stream_);
     marks_.push_back({name.empty() ? -1 : index_of(name), std::move(e)});
     if (marks_.size() >= pending_limit) add_finished(false);
@@ -55,21 +55,14 @@ class phase_clock final : public tpx::phase_clock {
     std::size_t i = 0;
     for (; i + 1 < marks_.size() && (wait || marks_[i + 1].at.done()); ++i) {
       if (marks_[i].phase >= 0) add(marks_[i].phase, elapsed_ms(marks_[i].at, marks_[i + 1].at) / 1e3);
-      spare_.push_back(std::move(marks_[i].at));
+      events_.give(std::move(marks_[i].at));
     }
     marks_.erase(marks_.begin(), marks_.begin() + static_cast<std::ptrdiff_t>(i));
   }
 
-  event take() {
-    if (spare_.empty()) return event(true);
-    event e = std::move(spare_.back());
-    spare_.pop_back();
-    return e;
-  }
-
   cudaStream_t stream_;
   std::vector<marked> marks_;
-  std::vector<event> spare_;
+  event_pool events_{true};
 };
 
 }  // namespace tpx::cuda

@@ -4,12 +4,14 @@
 // Streams are created non-blocking: they never synchronize implicitly with the legacy default
 // stream, so ranks that share one GPU (the simulated mesh) and NCCL's stream run concurrently.
 // Events are created without timing unless asked (timing events are slower to record), and are
-// what orders one stream after another (wait_for) without blocking the host.
+// what orders one stream after another (wait_for) without blocking the host. An event_pool
+// keeps the events a clock or communicator records per piece of work, for reuse.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <utility>
+#include <vector>
 
 #include "tpx/cuda/check.hpp"
 
@@ -48,6 +50,24 @@ class event {
 
  private:
   cudaEvent_t event_ = nullptr;
+};
+
+// Events made once and reused: what a clock or a communicator records around each piece of work
+// it queues, given back once that work has finished.
+class event_pool {
+ public:
+  explicit event_pool(bool timing) : timing_(timing) {}
+  event take() {
+    if (spare_.empty()) return event(timing_);
+    event e = std::move(spare_.back());
+    spare_.pop_back();
+    return e;
+  }
+  void give(event e) { spare_.push_back(std::move(e)); }
+
+ private:
+  bool timing_;
+  std::vector<event> spare_;
 };
 
 class stream {
