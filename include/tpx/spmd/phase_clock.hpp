@@ -50,7 +50,8 @@ class phase_clock {
     settle();
     return phases_;
   }
-  // Forgets the time so far (a warm-up step's), keeping the open phase open from now.
+  // Forgets the time of the phases finished so far (a warm-up step's). A phase open at the reset
+  // keeps its time since its mark, so reset between phases, after a "" mark (as the trainer does).
   void reset() {
     settle();
     for (phase_time& p : phases_) p = {p.name, 0, 0};
