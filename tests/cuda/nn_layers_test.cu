@@ -6,12 +6,16 @@
 // into the MLP's products (cuBLASLt's GELU epilogues, 4e-3 relative as for a hardware tanh;
 // tests/unit/gelu_product_test.cpp checks the host's against loops), on a 2x2 mesh of
 // streams on one GPU (spmd(tpx::cuda_simulated, ...)) with uneven extents. Host and device run the
-// same functors (kernels/grid_terms.hpp); the device sums rows in a block tree and the embedding
-// gradient with atomics, in other orders than the host loops, so results agree to a few fp32 ulps
-// of the summed magnitudes: 1e-5 relative here. Fused attention over sequences of several tiles
-// (T = 70) and the widest head (E = 128) in fp32 (1e-5 relative) and bf16 (2e-2 relative: at
-// E = 64 and 128 bf16 runs on the tensor-core kernels, which round P and dS to bf16 before
-// their second product, as FlashAttention-2 does, where the host twin keeps them in fp32).
+// same functors (kernels/grid_terms.hpp); the device sums rows in a block tree, in another order
+// than the host loops, so results agree to a few fp32 ulps of the summed magnitudes: 1e-5
+// relative here. The embedding gradient sums each token's rows in an order fixed by the tokens
+// (cuda/kernels/scatter_rows.hpp): over 3000 rows of a byte vocabulary it repeats to the bit, is
+// the host's bit for bit where each token's rows fit one piece of the sorted rows, and is within
+// 1e-5 of each sum's magnitudes where 40 % of the rows share a token. Fused attention over
+// sequences of several tiles (T = 70) and the widest head (E = 128) in fp32 (1e-5 relative) and
+// bf16 (2e-2 relative: at E = 64 and 128 bf16 runs on the tensor-core kernels, which round P and
+// dS to bf16 before their second product, as FlashAttention-2 does, where the host twin keeps
+// them in fp32).
 // RMSNorm over an unsplit D (x[B_X, T_Y, D], sequence parallelism's layout) runs on the device's
 // whole-row kernels instead of the grid loops, which the host keeps: at D = 768 (one warp per row,
 // 16-byte vectors), 36 (a warp per row, element by element), 1100 (the block's 8 warps on a row)
@@ -23,6 +27,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <tpx/cuda/cuda.hpp>
 #include <tpx/nn/attention.hpp>
@@ -209,6 +214,55 @@ TEST_CASE("RMSNorm over whole rows on the device's row kernels equals the host's
       CHECK(beyond(device_bf16[a], host_bf16[a], bf16_tolerance) == 0);
     }
   }
+}
+
+// The embedding gradient of rows of dy (normal draws, width d) with the given tokens, on one rank.
+template <class Launcher>
+std::vector<float> embedding_gradient_of(Launcher launcher, const std::vector<std::int32_t>& tokens,
+                                         std::int64_t vocab, std::int64_t d) {
+  const auto rows = static_cast<std::int64_t>(tokens.size());
+  const auto dy = values(rows * d, 21);
+  std::vector<float> out;
+  tpx::spmd(launcher, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
+    const auto dys = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, dy);
+    const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(1)}, tokens);
+    out = tpx::to_global(tpx::nn::embedding_gradient<V>(dys, ts, 0, vocab));
+  });
+  return out;
+}
+
+TEST_CASE("the embedding gradient on the device repeats to the bit and follows the host's loop") {
+  const std::int64_t rows = 3000, vocab = 256, d = 96;
+  std::vector<std::int32_t> aligned(rows), skewed(rows);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    aligned[r] = static_cast<std::int32_t>(r / 16);  // runs of 16 rows, inside the pieces of 64
+    const tpx::kernels::philox_words draw =
+        tpx::kernels::random_words_at(22, static_cast<std::uint64_t>(r));
+    skewed[r] =
+        draw.w[0] % 10 < 4 ? 32 : static_cast<std::int32_t>(draw.w[1] % vocab);  // 40 % spaces
+  }
+  const auto bits_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  const auto host_aligned = embedding_gradient_of(tpx::host, aligned, vocab, d);
+  const auto device_aligned = embedding_gradient_of(tpx::cuda_simulated, aligned, vocab, d);
+  CHECK(bits_equal(device_aligned, host_aligned));
+  CHECK(bits_equal(embedding_gradient_of(tpx::cuda_simulated, aligned, vocab, d), device_aligned));
+
+  const auto host_skewed = embedding_gradient_of(tpx::host, skewed, vocab, d);
+  const auto device_skewed = embedding_gradient_of(tpx::cuda_simulated, skewed, vocab, d);
+  CHECK(bits_equal(embedding_gradient_of(tpx::cuda_simulated, skewed, vocab, d), device_skewed));
+  const auto dy = values(rows * d, 21);
+  std::vector<double> magnitude(static_cast<std::size_t>(vocab * d));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < d; ++c) magnitude[skewed[r] * d + c] += std::abs(dy[r * d + c]);
+  REQUIRE(device_skewed.size() == magnitude.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < magnitude.size(); ++i)
+    if (!(std::abs(double(device_skewed[i]) - host_skewed[i]) <= 1e-5 * magnitude[i])) ++bad;
+  INFO(bad << " of " << magnitude.size()
+           << " elements differ by more than 1e-5 of their sum's magnitude");
+  CHECK(bad == 0);
 }
 
 TEST_CASE("nn layers on device tensors equal the host layers") {

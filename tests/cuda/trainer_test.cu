@@ -14,8 +14,9 @@
 // overlapped (gpt::config::overlap: block gathers and gradient reduce-scatters on each rank's
 // background lane, a second stream) one step's loss and gradients equal those without on the
 // simulated 2x2 mesh within 1e-5, and 30 training losses within 1e-4 (AdamW carries differences
-// forward): the same kernels on the same data, but the embedding's backward sums by fp32
-// atomics, whose order varies from run to run. The reported communication, timed on the device,
+// forward). No kernel of a step sums by atomics (the embeddings' gradients sort their rows,
+// cuda/kernels/scatter_rows.hpp), so a run repeats to the bit: both trainers' losses, twice on
+// the simulated 2x2 mesh, the GPT's with overlap. The reported communication, timed on the device,
 // is positive, and all of it exposed without overlap. With --cuda-graph on mesh 1x1 the step is
 // recorded once as a CUDA graph and replayed, with the unrecorded run's losses. With
 // --profile-phases the GPT step's phases, timed by events on the rank's stream, are the host's
@@ -124,9 +125,8 @@ TEST_CASE("gpt: overlapped communication on the simulated CUDA mesh gives the sa
 // --cuda-graph (examples/trainer/recorded_training.hpp): on mesh 1x1, of the simulated launcher
 // and over NCCL, the MLP trainer's step is recorded as a CUDA graph at its second step and every
 // later step replays it; its 20 losses equal the unrecorded run's within 1e-5 relative (the same
-// kernels on the same data, launched as a graph; the embedding's backward sums by fp32 atomics,
-// whose order varies from run to run). The GPT example's, with overlap on (a background lane
-// inside the recording), the same over 10 steps.
+// kernels on the same data, launched as a graph). The GPT example's, with overlap on (a
+// background lane inside the recording), the same over 10 steps.
 namespace {
 template <class Launcher>
 void check_graph_replays(Launcher launcher) {
@@ -152,6 +152,24 @@ void check_graph_replays(Launcher launcher) {
   CHECK(worst <= 1e-5f);
 }
 }  // namespace
+
+TEST_CASE("trainer: a run on the GPU repeats every loss to the bit") {
+  // Two runs of 10 steps on the simulated 2x2 mesh; every loss compared as a float, ==.
+  const auto repeats = [](auto options) {
+    options.steps = 10;
+    std::vector<float> losses[2];
+    for (auto& run_losses : losses)
+      trainer::run(
+          options, [&](const trainer::step_report& r) { run_losses.push_back(r.loss); },
+          tpx::cuda_simulated);
+    REQUIRE(losses[0].size() == 10);
+    CHECK(losses[1] == losses[0]);
+  };
+  repeats(trainer_test::small(2, 2));
+  trainer::run_options<gpt::family> g = gpt_test::training(1, 2, 2);
+  g.model.overlap = true;
+  repeats(g);
+}
 
 TEST_CASE("trainer: --cuda-graph replays the recorded step with the unrecorded run's losses") {
   check_graph_replays(tpx::cuda_simulated);

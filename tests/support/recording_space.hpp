@@ -213,9 +213,10 @@ struct recording_space : host_space {
 
   template <class Index, class Term>
   static void scatter_add_rows(const rank_context& ctx, std::int64_t rows, std::int64_t cols,
-                               const Index& index, const Term& term, float* out) {
+                               std::int64_t out_rows, const Index& index, const Term& term,
+                               float* out) {
     replay_tape::run_or_record(
-        [=, &ctx] { host_space::scatter_add_rows(ctx, rows, cols, index, term, out); });
+        [=, &ctx] { host_space::scatter_add_rows(ctx, rows, cols, out_rows, index, term, out); });
   }
 
   template <class T>

@@ -16,8 +16,10 @@
 //   adamw                       the AdamW kernel (cuda/kernels/adamw.hpp)
 //   sum_of_squares              cuda::reduce's two-pass fold, in fp32 (cuda/kernels/reduce.hpp):
 //                               agrees with the host's double sum to n * 2^-24 relative
-//   reduce_rows, for_each_element, sum_columns, scatter_add_rows
+//   reduce_rows, for_each_element, sum_columns
 //                               the grid loops of the layers (cuda/kernels/grid.hpp)
+//   scatter_add_rows            the embeddings' gradients: rows sorted by destination, then
+//                               summed in that order, no atomics (cuda/kernels/scatter_rows.hpp)
 //   fused_attention_forward, fused_attention_backward
 //                               fused causal attention (cuda/kernels/fused_attention.hpp)
 //   rmsnorm_rows, rmsnorm_rows_backward
@@ -57,6 +59,7 @@
 #include "tpx/cuda/kernels/norms.hpp"
 #include "tpx/cuda/kernels/random.hpp"
 #include "tpx/cuda/kernels/reduce.hpp"
+#include "tpx/cuda/kernels/scatter_rows.hpp"
 #include "tpx/cuda/kernels/softmax.hpp"
 #include "tpx/cuda/rank_resources.hpp"
 #include "tpx/spmd/rank_context.hpp"
@@ -219,9 +222,11 @@ struct device_space {
   }
 
   template <class Index, class Term>
-  static void scatter_add_rows(const rank_context& ctx, std::int64_t rows, std::int64_t cols, const Index& index,
-                               const Term& term, float* out) {
-    cuda::scatter_add_rows(resources_of(ctx).stream(), rows, cols, index, term, out);
+  static void scatter_add_rows(const rank_context& ctx, std::int64_t rows, std::int64_t cols,
+                               std::int64_t out_rows, const Index& index, const Term& term,
+                               float* out) {
+    const rank_resources& r = resources_of(ctx);
+    cuda::scatter_add_rows(r.stream(), r.pool(), rows, cols, out_rows, index, term, out);
   }
 
   template <class T>

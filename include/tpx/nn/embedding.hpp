@@ -10,7 +10,9 @@
 // The table is read whole along V (for FSDP, all-gather its V shards first), and its gradient is
 // a partial sum over the axes that split the batch, since each rank saw only its rows: the caller
 // reduces it onto the table's shards, e.g. with the adjoint of that AllGather (a ReduceScatter).
-// The gradient is accumulated in fp32 whatever x's type: rows with the same token add up. Tokens
+// The gradient is accumulated in fp32 whatever x's type: rows with the same token add up, in
+// row order on the host, on a GPU in an order fixed by the tokens, without atomics
+// (cuda/kernels/scatter_rows.hpp), so that the gradient repeats to the bit on either. Tokens
 // must lie in [0, V); they are checked where they are made (the batch loader), since a kernel
 // cannot report them. Everything runs in the tensors' memory space.
 #pragma once
@@ -68,9 +70,10 @@ auto embedding_gradient(const Xt& dx, const Tok& tokens, std::int64_t column, st
   Grad grad(dx.context(), typename Grad::shape_type(
                               index_array<2>{vocab, dx.global_extent(Xt::order - 1)}));
   const std::int64_t cols = local_cols(dx);
-  Xt::space::scatter_add_rows(dx.context(), local_rows(dx), cols,
+  Xt::space::scatter_add_rows(dx.context(), local_rows(dx), cols, vocab,
                               kernels::token_at{tokens.data(), local_cols(tokens), column},
-                              kernels::element_at<typename Xt::value_type>{dx.data(), cols}, grad.data());
+                              kernels::element_at<typename Xt::value_type>{dx.data(), cols},
+                              grad.data());
   return grad;
 }
 

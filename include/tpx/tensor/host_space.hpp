@@ -28,7 +28,9 @@
 //   for_each_element(ctx, rows, cols, fn)          fn(r, c) everywhere (fn stores its results;
 //                                                  no (r, c) may depend on another, as on a GPU)
 //   sum_columns(ctx, rows, cols, term, out)        out[c] += sum over r of term(r, c)
-//   scatter_add_rows(ctx, rows, cols, index, term, out)   out[index(r) * cols + c] += term(r, c)
+//   scatter_add_rows(ctx, rows, cols, out_rows, index, term, out)
+//                                                  out[index(r) * cols + c] += term(r, c), out
+//                                                  [out_rows, cols], rows in order
 // and fused causal attention over [sequences, T, E] (nn/fused_attention.hpp), whose row math is
 // kernels/fused_attention.hpp's:
 //   fused_attention_forward(ctx, sequences, layout, e, scale, q, k, v, out, lse)
@@ -181,7 +183,8 @@ struct host_space {
 
   template <class Index, class Term>
   static void scatter_add_rows(const rank_context&, std::int64_t rows, std::int64_t cols,
-                               const Index& index, const Term& term, float* out) {
+                               std::int64_t /*out_rows*/, const Index& index, const Term& term,
+                               float* out) {
     for (std::int64_t r = 0; r < rows; ++r) {
       float* row = out + index(r) * cols;
       kernels::for_each_index(cols, [=](std::int64_t c) { row[c] += term(r, c); });

@@ -1,7 +1,8 @@
-// The device twins of host_space's four loops over a rows x cols grid (tensor/host_space.hpp),
-// on which the layers of nn/ (RMSNorm over a sharded dim, vocab-parallel cross-entropy,
-// embedding lookup and its gradient) are written once for every memory space. The per-element
-// math is a kernels/ functor of (r, c), the same one the host loops call.
+// The device twins of three of host_space's loops over a rows x cols grid (tensor/host_space.hpp;
+// the fourth, scatter_add_rows, is cuda/kernels/scatter_rows.hpp), on which the layers of nn/
+// (RMSNorm over a sharded dim, vocab-parallel cross-entropy, embedding lookup) are written once
+// for every memory space. The per-element math is a kernels/ functor of (r, c), the same one the
+// host loops call.
 //
 //   reduce_rows<R>(stream, rows, cols, term, out)    out[r] = R-fold over c of term(r, c):
 //                                                    a warp per row of up to short_row_cols
@@ -17,10 +18,6 @@
 //                                                    vector rather than once per element
 //   sum_columns(stream, pool, rows, cols, term, out) out[c] += sum over r of term(r, c):
 //                                                    rows.hpp's two deterministic passes
-//   scatter_add_rows(stream, rows, cols, index, term, out)
-//                                                    out[index(r) * cols + c] += term(r, c),
-//                                                    by fp32 atomics (the order of the sums, so
-//                                                    the last bits, vary from run to run)
 //
 // The trees of the block reductions sum in another order than the host's serial loops, so the
 // device agrees with the host to a few ulps per reduction, as the norms' kernels do.
@@ -128,14 +125,6 @@ struct as_column_term {
   __device__ vec<float, 1> operator()(std::int64_t r, std::int64_t c) const { return {{term(r, c)}}; }
 };
 
-template <class Index, class Term>
-__global__ void __launch_bounds__(block_threads)
-    scatter_add_rows_kernel(std::int64_t rows, std::int64_t cols, Index index, Term term, float* out) {
-  const std::int64_t n = rows * cols;
-  for (kernels::grid_walk walk(global_thread(), grid_stride(), cols); walk.flat < n; walk.advance())
-    atomicAdd(out + index(walk.row) * cols + walk.column, term(walk.row, walk.column));
-}
-
 }  // namespace detail
 
 template <class R, class Term>
@@ -165,14 +154,6 @@ template <class Term>
 void sum_columns(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows, std::int64_t cols, const Term& term,
                  float* out) {
   detail::column_sums<1>(stream, pool, rows, cols, detail::as_column_term<Term>{term}, vec<float*, 1>{{out}});
-}
-
-template <class Index, class Term>
-void scatter_add_rows(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const Index& index, const Term& term,
-                      float* out) {
-  if (rows <= 0 || cols <= 0) return;
-  detail::scatter_add_rows_kernel<<<grid_for(rows * cols), block_threads, 0, stream>>>(rows, cols, index, term, out);
-  TPX_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace tpx::cuda
