@@ -59,7 +59,8 @@
 #   8 profile: where a step's GPU time goes, at the peers' shapes (bf16, 1x1): phase by phase
 #     (--profile-phases: events on the rank's stream, which need no profiler) for 12 steps of
 #     tpx-gpt-cuda and tpx-train-cuda, into profile-phases-gpt.txt and profile-phases-mlp.txt,
-#     and of tpx-gpt-cuda reading its loss back once (profile-phases-gpt-queued.txt);
+#     and of tpx-gpt-cuda reading its loss back once (profile-phases-gpt-queued.txt), the same
+#     figures in the last line of each run's log (profile-phases-*.jsonl, for scripts);
 #     kernel by kernel, with ncu on PATH, 2 steps of tpx-gpt-cuda at GPT-2 124M's shape (fused attention) and of
 #     tpx-train-cuda at the MLP peer's, each kernel timed alone (gpu__time_duration.sum), summed
 #     by scripts/kernel-profile.py into profile-gpt.txt and profile-mlp.txt: share, ms and
@@ -382,18 +383,19 @@ else
   step "profile: phases of a GPT step (CUDA events; GPT-2 124M's shape, fused attention; profile-phases-gpt.txt)" \
     bash -o pipefail -c '"$1" "${@:3}" | tee "$2"' _ "$gpt" "$out/profile-phases-gpt.txt" \
     --fused-attention --batch 16 --seq 1024 --heads 12 --head-dim 64 --ffn 3072 --layers 12 \
-    --vocab 50304 --mesh 1x1 --bf16 --steps 12 --log-every 1000 --peak-gflops 989000 --profile-phases
+    --vocab 50304 --mesh 1x1 --bf16 --steps 12 --log-every 1000 --peak-gflops 989000 \
+    --log "$out/profile-phases-gpt.jsonl" --profile-phases
   # The same with one loss read-back in 12 steps: the host queues ahead of the GPU, as it does
   # between reports; the difference from the table above is what reading the loss every step costs.
   step "profile: phases of a GPT step, one read-back in 12 steps (profile-phases-gpt-queued.txt)" \
     bash -o pipefail -c '"$1" "${@:3}" | tee "$2"' _ "$gpt" "$out/profile-phases-gpt-queued.txt" \
     --fused-attention --batch 16 --seq 1024 --heads 12 --head-dim 64 --ffn 3072 --layers 12 \
     --vocab 50304 --mesh 1x1 --bf16 --steps 12 --report-every 12 --log-every 1000 --peak-gflops 989000 \
-    --profile-phases
+    --log "$out/profile-phases-gpt-queued.jsonl" --profile-phases
   step "profile: phases of an MLP step (CUDA events; B=8192 D=1024 F=4096 L=4; profile-phases-mlp.txt)" \
     bash -o pipefail -c '"$1" "${@:3}" | tee "$2"' _ "$train" "$out/profile-phases-mlp.txt" \
     --batch 8192 --d-model 1024 --ffn 4096 --layers 4 --context 3 --mesh 1x1 --bf16 --steps 12 \
-    --log-every 1000 --peak-gflops 989000 --profile-phases
+    --log-every 1000 --peak-gflops 989000 --log "$out/profile-phases-mlp.jsonl" --profile-phases
   if command -v ncu >/dev/null; then
     # The peers' shapes, bf16 on a 1x1 mesh; --peak-gflops spares the GEMM peak measurement,
     # which ncu would time kernel by kernel too. Each kernel runs alone under ncu: the table is

@@ -6,7 +6,8 @@
 // train_main<Family> parses the flags (command_line.hpp: CLI11, the family adds its size flags),
 // runs training.hpp's SPMD program with the launcher it is given, prints a progress line every
 // --log-every steps and writes one JSON object per reported step (--report-every, default every
-// step) to --log, which scripts/plot-loss.sh turns into a loss curve. Model FLOPs utilization
+// step) to --log, which scripts/plot-loss.sh turns into a loss curve (with --profile-phases, the
+// last line also holds the phase table's figures: phase_table.hpp). Model FLOPs utilization
 // (MFU) is measured against --peak-gflops, or when that is 0 against the GEMM rate every rank
 // reaches at once, measured before training (peak.hpp).
 #pragma once
@@ -110,7 +111,7 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
              << ", \"tokens_per_s\": " << tokens_per_s << ", \"gflops\": " << gflops
              << ", \"mfu\": " << mfu << ", \"collective_share\": " << comm
              << ", \"exposed_collective_share\": " << exposed
-             << ", \"peak_bytes\": " << r.peak_bytes << "}\n"
+             << ", \"peak_bytes\": " << r.peak_bytes << phase_log_fields(r) << "}\n"
              << std::flush;  // whole lines, for whoever tails the log
       print_phase_table(stdout, r);
     };

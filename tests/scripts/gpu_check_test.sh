@@ -160,13 +160,14 @@ check "profile: the total per step" grep -Eq "^100\.0% +2\.000 +1\.5 " "$stub/ou
 check "profile: the three phase tables (GPT twice, MLP) are asked for" \
   test "$(grep -c "^passed   profile: phases of a" <<<"$out")" -eq 3
 check "profile: the GPT's phases at GPT-2's shape, after its warm-up step" \
-  grep -q "^stand-in: tpx-gpt-cuda --fused-attention --batch 16 --seq 1024 .* --steps 12 .*--profile-phases$" \
+  grep -q "^stand-in: tpx-gpt-cuda --fused-attention --batch 16 --seq 1024 .* --steps 12 .*--log .*/profile-phases-gpt.jsonl --profile-phases$" \
   "$stub/out/profile-phases-gpt.txt"
 check "profile: the GPT's phases again, reading the loss back once in its 12 steps" \
-  grep -q "^stand-in: tpx-gpt-cuda .* --steps 12 --report-every 12 .*--profile-phases$" \
+  grep -q "^stand-in: tpx-gpt-cuda .* --steps 12 --report-every 12 .*--log .*/profile-phases-gpt-queued.jsonl --profile-phases$" \
   "$stub/out/profile-phases-gpt-queued.txt"
 check "profile: the MLP's phases at the peer's shape" \
-  grep -q "^stand-in: tpx-train-cuda --batch 8192 --d-model 1024 .*--profile-phases$" "$stub/out/profile-phases-mlp.txt"
+  grep -q "^stand-in: tpx-train-cuda --batch 8192 --d-model 1024 .*--log .*/profile-phases-mlp.jsonl --profile-phases$" \
+  "$stub/out/profile-phases-mlp.txt"
 check "profile: without nsys, the copies are skipped, saying why" \
   grep -q "^skipped  profile: copies: nsys (Nsight Systems) is not on PATH" <<<"$out"
 cp "$stub/no-gpus" "$stub/nvidia-smi"

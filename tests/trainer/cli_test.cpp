@@ -12,13 +12,15 @@
 // address-space limit (ulimit -v) the trainer on meshes 3x3, 4x4 and 8x8 fails with a message
 // naming a rank within its timeout, where it used to spin in OpenBLAS's work-buffer allocation
 // (kernels/blas_work_buffers.hpp) or fail to start its rank threads. --profile-phases prints a
-// table with every phase of tpx-train's step, marked as often per step as the model runs it.
+// table with every phase of tpx-train's step, marked as often per step as the model runs it, and
+// the JSONL log's last line the same phases, marks and times (no earlier line has them).
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -246,8 +248,11 @@ TEST_CASE("tpx-gpt's log gives the exposed communication share, at most the tota
 
 TEST_CASE("--profile-phases prints each phase of tpx-train's step with its marks per step") {
   // 2 layers over 5 steps: the table covers the last 4, each block phase marked twice per step.
-  const result r = run(TPX_TRAIN, "--mesh 2x2 --steps 5 --batch 16 --d-model 16 --ffn 32 --layers 2 "
-                                  "--peak-gflops 10 --profile-phases");
+  const std::string log = (scratch("profile-phases") / "log.jsonl").string();
+  const result r = run(TPX_TRAIN,
+                       "--mesh 2x2 --steps 5 --batch 16 --d-model 16 --ffn 32 --layers 2 "
+                       "--peak-gflops 10 --profile-phases --log " +
+                           log);
   INFO(r.output);
   REQUIRE(r.status == 0);
   CHECK(r.output.find("phases of rank 0's step, mean of the last 4 steps") != std::string::npos);
@@ -271,6 +276,28 @@ TEST_CASE("--profile-phases prints each phase of tpx-train's step with its marks
                            "final norm backward", "embedding backward", "gradient norm", "AdamW"})
     CHECK_MESSAGE(marks_per_step(once) == 1.0, once);
   CHECK(r.output.find("  (in no phase)") != std::string::npos);
+
+  // The log's last line holds the table's figures, in the order the step marks its phases; the
+  // lines before it none.
+  std::istringstream lines(read(log));
+  std::vector<nlohmann::json> logged;
+  for (std::string line; std::getline(lines, line);) logged.push_back(nlohmann::json::parse(line));
+  REQUIRE(logged.size() == 5);
+  for (std::size_t s = 0; s + 1 < logged.size(); ++s) CHECK_FALSE(logged[s].contains("phases"));
+  const nlohmann::json& last = logged.back();
+  CHECK(last["phase_steps"] == 4);
+  const nlohmann::json& phases = last["phases"];
+  REQUIRE(phases.is_array());
+  CHECK(phases.front()["name"] == "batch upload");
+  double logged_ms = 0;
+  for (const nlohmann::json& p : phases) {
+    const std::string name = p["name"];
+    CAPTURE(name);
+    CHECK(p["marks_per_step"].get<double>() == marks_per_step(name));
+    CHECK(p["ms_per_step"].get<double>() >= 0);
+    logged_ms += p["ms_per_step"].get<double>();
+  }
+  CHECK(logged_ms <= last["phase_ms_per_step"].get<double>() * (1 + 1e-9));
 }
 
 TEST_CASE("under ulimit -v the trainer ends within its timeout, or fails naming a rank") {
