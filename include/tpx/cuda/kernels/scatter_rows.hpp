@@ -91,8 +91,10 @@ void scatter_add_rows(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows
         sorted_source.data(), static_cast<int>(rows), 0, end_bit, stream));
   };
   std::size_t scratch_bytes = 0;
-  sort(nullptr, scratch_bytes);
-  auto scratch = device_buffer<unsigned char>::for_overwrite(scratch_bytes, pool, stream);
+  sort(nullptr, scratch_bytes);  // a null scratch asks for its size
+  // At least a byte: a null scratch would ask again instead of sorting.
+  auto scratch = device_buffer<unsigned char>::for_overwrite(
+      std::max<std::size_t>(scratch_bytes, 1), pool, stream);
   sort(scratch.data(), scratch_bytes);
 
   const std::int64_t pieces = scatter::pieces_for(rows);
