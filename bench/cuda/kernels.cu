@@ -150,26 +150,28 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t n, std::int64_t d, int i
         s, n / 64, 64, kernels::product_term<bf16>{x16.data(), y16.data(), 64}, row_stats.data());
   });
   // The embedding table's gradient of a GPT-2 batch of byte tokens (nn/embedding.hpp): rows of
-  // 768 bf16 summed into 256 fp32 rows, 40 % of them into one (the space), sorted by token first
-  // (cuda/kernels/scatter_rows.hpp). Charged the rows' bytes once and the 256 rows read and
-  // written.
-  std::vector<std::int32_t> byte_tokens(static_cast<std::size_t>(width_rows));
-  for (std::int64_t i = 0; i < width_rows; ++i) {
-    const kernels::philox_words draw = kernels::random_words_at(10, static_cast<std::uint64_t>(i));
-    byte_tokens[i] = draw.w[0] % 10 < 4 ? 32 : static_cast<std::int32_t>(draw.w[1] % 256);
+  // 768 bf16 summed into 256 fp32 rows (z32's first 256 x 768 elements), 40 % of them into one
+  // (the space), sorted by token first (cuda/kernels/scatter_rows.hpp). Charged the rows' bytes
+  // once and the 256 rows read and written.
+  if (n >= 256 * width) {
+    std::vector<std::int32_t> byte_tokens(static_cast<std::size_t>(width_rows));
+    for (std::int64_t i = 0; i < width_rows; ++i) {
+      const kernels::philox_words draw =
+          kernels::random_words_at(10, static_cast<std::uint64_t>(i));
+      byte_tokens[i] = draw.w[0] % 10 < 4 ? 32 : static_cast<std::int32_t>(draw.w[1] % 256);
+    }
+    cu::device_buffer<std::int32_t> tokens_on_device(byte_tokens.size(), r.pool(), s);
+    TPX_CUDA_CHECK(cudaMemcpyAsync(tokens_on_device.data(), byte_tokens.data(),
+                                   byte_tokens.size() * sizeof(std::int32_t),
+                                   cudaMemcpyHostToDevice, s));
+    const double bytes = 2.0 * static_cast<double>(width_rows * width) + 8.0 * 256 * width;
+    add_row("embedding gradient bf16, rows of 768 into 256 byte tokens",
+            bytes / static_cast<double>(n), [&] {
+              cu::scatter_add_rows(s, r.pool(), width_rows, width, 256,
+                                   kernels::token_at{tokens_on_device.data(), 1, 0},
+                                   kernels::element_at<bf16>{x16.data(), width}, z32.data());
+            });
   }
-  cu::device_buffer<std::int32_t> byte_tokens_on_device(byte_tokens.size(), r.pool(), s);
-  TPX_CUDA_CHECK(cudaMemcpyAsync(byte_tokens_on_device.data(), byte_tokens.data(),
-                                 byte_tokens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
-                                 s));
-  add_row(
-      "embedding gradient bf16, rows of 768 into 256 byte tokens",
-      (2.0 * static_cast<double>(width_rows * width) + 8.0 * 256 * width) / static_cast<double>(n),
-      [&] {
-        cu::scatter_add_rows(s, r.pool(), width_rows, width, 256,
-                             kernels::token_at{byte_tokens_on_device.data(), 1, 0},
-                             kernels::element_at<bf16>{x16.data(), width}, z32.data());
-      });
   const kernels::adamw_update update{1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1.0f, 1.0f};
   add_row("adamw fp32 master, bf16 grad+model", 28, [&] {
     cu::adamw_step(s, n, update, nullptr, nullptr, z32.data(), static_cast<const bf16*>(x16.data()), m32.data(), v32.data(), y16.data());

@@ -8,8 +8,11 @@
 //   3. kernels/sorted_scatter.hpp's two passes, a block per piece of 64 sorted rows, threads over
 //      the columns: the runs of each destination within a piece, then the runs that cross pieces.
 // The scratch (the pairs, CUB's temporary storage, one partial row per piece) comes from the
-// rank's pool in stream order. Nothing waits on the host, so a step that calls it can be captured
-// as a CUDA graph.
+// rank's pool in stream order. Every index(r) must lie in [0, out_rows), as for the host's loop
+// (nn/embedding.hpp's tokens are checked where they are made); one outside would not only write
+// out of bounds, as an atomic did, but, sorted by its low bits among the others, split a valid
+// destination's run and let two blocks write its row. Nothing waits on the host, so a step that
+// calls it can be captured as a CUDA graph.
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
