@@ -1,7 +1,7 @@
 // Every CUDA kernel of tpx/cuda/kernels against the host running the same kernels/ functors on
 // the same inputs: elementwise (16-byte vector and element paths), bias add, the sums of partial
 // sums, reductions, RMSNorm and LayerNorm forward and backward, softmax and cross-entropy (and
-// the one-pass row stats of the nn loss),
+// the one-pass row stats of the nn loss), the embeddings' sorted scatter-add of rows,
 // AdamW, random initialization, copy_box, and the tensor-core attention kernels against naive
 // attention in double.
 //
@@ -9,8 +9,9 @@
 // a*b+c into FMAs; CUDA's tanhf, expf, logf differ from glibc's in the last bits); row
 // reductions sum in a tree on the GPU and serially on the host, which moves a fp32 sum of d
 // terms by up to d ulps of the sum of magnitudes; results rounded to bf16 may land one bf16 ulp
-// apart (two units of bf16 roundoff). Exact operations (copies, sums in the same order) must agree bit for bit. Each case
-// makes its own rank_resources on device 0 (a stream, the pool, cuBLASLt), as a launcher would.
+// apart (two units of bf16 roundoff). Exact operations (copies, sums in the same order) must agree
+// bit for bit. Each case makes its own rank_resources on device 0 (a stream, the pool, cuBLASLt),
+// as a launcher would.
 #include <doctest/doctest.h>
 
 #include <array>
@@ -30,6 +31,7 @@
 #include "tpx/cuda/kernels/norms.hpp"
 #include "tpx/cuda/kernels/random.hpp"
 #include "tpx/cuda/kernels/reduce.hpp"
+#include "tpx/cuda/kernels/scatter_rows.hpp"
 #include "tpx/cuda/kernels/softmax.hpp"
 #include "tpx/cuda/rank_resources.hpp"
 #include "tpx/kernels/cross_entropy.hpp"
@@ -171,6 +173,45 @@ TEST_CASE("sum_arrays sums partial sums in fp32 in rank order, bit for bit as th
   cu::device_buffer<bf16> out(n, gpu.pool(), gpu.stream());
   cu::sum_arrays<bf16>(gpu.stream(), n, pointers, out.data());
   CHECK(mismatches(to_host(gpu, out), want, 0, bf16_unit) == 0);
+}
+
+TEST_CASE(
+    "scatter_add_rows sums each destination's rows in order: the host loop's sums, repeated") {
+  // Edge cases of the sort and the pieces: one row; a table of one row (one sort bit) taking 64
+  // and 1000 rows (one destination across 16 pieces); rows and a table of GPT-2's vocabulary.
+  // Small-integer terms make every order of addition exact, so the device must give the host
+  // loop's values; normal terms must repeat to the bit from call to call.
+  cu::rank_resources gpu(0, {});
+  const std::int64_t cols = 70;
+  for (const auto& [rows, table] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {1, 1}, {64, 1}, {1000, 1}, {65, 3}, {1000, 50304}}) {
+    CAPTURE(rows);
+    CAPTURE(table);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r)
+      tokens[r] = static_cast<std::int32_t>(
+          k::random_words_at(31, static_cast<std::uint64_t>(r)).w[0] % table);
+    std::vector<float> small(static_cast<std::size_t>(rows * cols));
+    for (std::size_t i = 0; i < small.size(); ++i)
+      small[i] = static_cast<float>(static_cast<int>(i % 9) - 4);
+    const auto normal = random_values<float>(small.size(), -1, 1, 32);
+    const auto device_tokens = to_device(gpu, tokens);
+    const auto scatter = [&](const std::vector<float>& terms) {
+      const auto device_terms = to_device(gpu, terms);
+      cu::device_buffer<float> out(static_cast<std::size_t>(table * cols), gpu.pool(),
+                                   gpu.stream());
+      cu::scatter_add_rows(gpu.stream(), gpu.pool(), rows, cols, table,
+                           k::token_at{device_tokens.data(), 1, 0},
+                           k::element_at<float>{device_terms.data(), cols}, out.data());
+      return to_host(gpu, out);
+    };
+    std::vector<float> want(static_cast<std::size_t>(table * cols));
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) want[tokens[r] * cols + c] += small[r * cols + c];
+    CHECK(mismatches(scatter(small), want, 0, 1) == 0);
+    const auto once = scatter(normal);
+    CHECK(mismatches(scatter(normal), once, 0, 1) == 0);
+  }
 }
 
 TEST_CASE("reduce folds with the shared reducers: sum, sum of squares, maximum") {
