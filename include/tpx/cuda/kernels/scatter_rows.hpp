@@ -105,14 +105,14 @@ void scatter_add_rows(cudaStream_t stream, cudaMemPool_t pool, std::int64_t rows
   auto continued =
       device_buffer<float>::for_overwrite(static_cast<std::size_t>(pieces * cols), pool, stream);
   const auto blocks = static_cast<unsigned>(pieces);
-  for (const detail::scatter_pass pass : {detail::scatter_pass::add, detail::scatter_pass::join}) {
-    const auto kernel = pass == detail::scatter_pass::add
-                            ? detail::sorted_scatter_kernel<detail::scatter_pass::add, Term>
-                            : detail::sorted_scatter_kernel<detail::scatter_pass::join, Term>;
-    kernel<<<blocks, block_threads, 0, stream>>>(rows, cols, sorted_dest.data(), sorted_source.data(),
-                                                 term, out, continued.data());
-    TPX_CUDA_CHECK(cudaGetLastError());
-  }
+  detail::sorted_scatter_kernel<detail::scatter_pass::add, Term>
+      <<<blocks, block_threads, 0, stream>>>(rows, cols, sorted_dest.data(), sorted_source.data(),
+                                             term, out, continued.data());
+  TPX_CUDA_CHECK(cudaGetLastError());
+  detail::sorted_scatter_kernel<detail::scatter_pass::join, Term>
+      <<<blocks, block_threads, 0, stream>>>(rows, cols, sorted_dest.data(), sorted_source.data(),
+                                             term, out, continued.data());
+  TPX_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace tpx::cuda
