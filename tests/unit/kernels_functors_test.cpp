@@ -594,6 +594,45 @@ TEST_CASE("a permute's rows start in the source at their coordinates; the last d
   }
 }
 
+// The host's copy (copy_rows: each row's source carried on from the last one's) against the
+// naive mapping of every element, for every order of four dims (one of extent 1) and for blocks
+// of one and two dims.
+TEST_CASE("a permute's host copy puts every element where its coordinates say, in any order") {
+  auto check_every_order = [](std::vector<std::int64_t> extents) {
+    const int n = static_cast<int>(extents.size());
+    std::vector<std::int64_t> stride(n, 1);
+    for (int d = n - 1; d > 0; --d) stride[d - 1] = stride[d] * extents[d];
+    const std::int64_t count = stride[0] * extents[0];
+    std::vector<int> src(count);
+    for (std::int64_t i = 0; i < count; ++i) src[i] = static_cast<int>(i);
+    std::vector<int> order(n);
+    for (int d = 0; d < n; ++d) order[d] = d;
+    do {
+      CAPTURE(n);
+      CAPTURE(order[0]);
+      CAPTURE(order[n - 1]);
+      std::vector<int> dst(count, -1);
+      const auto f = tpx::kernels::permute_into<int>::of(src.data(), extents.data(), n,
+                                                         order.data(), dst.data());
+      f.copy_rows(count / f.extent[n - 1]);
+      std::size_t wrong = 0;
+      for (std::int64_t i = 0; i < count; ++i) {  // dst element i at src's coordinates
+        std::int64_t at = 0, rest = i;
+        for (int d = n - 1; d >= 0; --d) {
+          at += rest % f.extent[d] * stride[order[d]];
+          rest /= f.extent[d];
+        }
+        wrong += dst[i] != src[at];
+      }
+      CHECK(wrong == 0);
+    } while (std::next_permutation(order.begin(), order.end()));
+  };
+  check_every_order({2, 3, 1, 5});
+  check_every_order({7});
+  check_every_order({4, 6});
+  check_every_order({3, 1, 2, 2, 3});
+}
+
 // Every thread's walk of a grid-stride loop (first index, stride) over grids of a few widths,
 // strides under, at and over a row, and over several rows at once.
 TEST_CASE("grid_walk visits the rows and columns that dividing each index gives") {

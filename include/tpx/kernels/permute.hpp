@@ -8,9 +8,14 @@
 // but the last and c over the last, so a memory space runs it with its for_each_element loop
 // (tensor/host_space.hpp's plain loop on the host, cuda/kernels/grid.hpp's kernel on the GPU):
 // one definition of the index arithmetic for both. It holds raw pointers into one memory space and
-// is copied by value into a kernel.
+// is copied by value into a kernel. Both spaces recognise it (is_permute_into_v) and copy whole
+// rows instead of calling it per element: the GPU in 16-byte vectors (cuda/kernels/grid.hpp), the
+// host row by row with copy_rows, whose rows' sources advance like an odometer. Called per
+// element, the host loop paid a division per dim for every element; the GPT's reference attention
+// spent a quarter of its host step there.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "tpx/core/config.hpp"
@@ -63,6 +68,33 @@ struct permute_into {
   // of dst is one contiguous run of src, and the GPU copies it in vectors, finding where it
   // starts once per vector instead of once per element (cuda/kernels/grid.hpp).
   TPX_HOST_DEVICE bool keeps_last_dim() const { return src_stride[ndims - 1] == 1; }
+
+  // The whole copy on the host, dst's `rows` rows in order: each row's start in src follows from
+  // the last one's by carrying through dst's dims (no division), and a row whose last dim stays
+  // last is one contiguous run of src.
+  void copy_rows(std::int64_t rows) const {
+    const std::int64_t cols = extent[ndims - 1], stride = src_stride[ndims - 1];
+    std::int64_t coordinate[capacity]{};
+    std::int64_t at = 0;  // source_of_row(r)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* row = dst + r * cols;
+      if (stride == 1)
+        std::copy_n(src + at, cols, row);
+      else
+        for (std::int64_t c = 0; c < cols; ++c) row[c] = src[at + c * stride];
+      for (int d = ndims - 2; d >= 0; --d) {  // to row r + 1
+        at += src_stride[d];
+        if (++coordinate[d] < extent[d]) break;
+        at -= src_stride[d] * extent[d];
+        coordinate[d] = 0;
+      }
+    }
+  }
 };
+
+template <class Fn>
+inline constexpr bool is_permute_into_v = false;
+template <class T>
+inline constexpr bool is_permute_into_v<permute_into<T>> = true;
 
 }  // namespace tpx::kernels

@@ -53,12 +53,13 @@
 #include "tpx/kernels/gemm_host.hpp"
 #include "tpx/kernels/host_loop.hpp"
 #include "tpx/kernels/optimizer.hpp"
+#include "tpx/kernels/permute.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/spmd/rank_context.hpp"
 #include "tpx/tensor/allocation_error.hpp"
 #include "tpx/tensor/box_copy.hpp"
-#include "tpx/tensor/host_fused_attention.hpp"
 #include "tpx/tensor/host_buffer.hpp"
+#include "tpx/tensor/host_fused_attention.hpp"
 
 namespace tpx {
 
@@ -166,11 +167,15 @@ struct host_space {
           kernels::fold_in_lanes<R>(cols, [=](std::int64_t c) { return R::element(term(r, c)); }));
   }
 
+  // A permute (kernels::permute_into) is copied row by row, its rows located without division.
   template <class Fn>
   static void for_each_element(const rank_context&, std::int64_t rows, std::int64_t cols,
                                const Fn& fn) {
-    for (std::int64_t r = 0; r < rows; ++r)
-      kernels::for_each_index(cols, [=](std::int64_t c) { fn(r, c); });
+    if constexpr (kernels::is_permute_into_v<Fn>)
+      fn.copy_rows(rows);
+    else
+      for (std::int64_t r = 0; r < rows; ++r)
+        kernels::for_each_index(cols, [=](std::int64_t c) { fn(r, c); });
   }
 
   // Rows in order, in fp32.

@@ -89,11 +89,6 @@ __global__ void __launch_bounds__(block_threads) for_each_element_kernel(std::in
     fn(walk.row, walk.column);
 }
 
-template <class Fn>
-inline constexpr bool is_permute = false;
-template <class T>
-inline constexpr bool is_permute<kernels::permute_into<T>> = true;
-
 // permute_into's copy, W elements (16 bytes) at a time along dst's rows.
 template <int W, class T>
 __global__ void __launch_bounds__(block_threads)
@@ -143,7 +138,7 @@ void reduce_rows(cudaStream_t stream, std::int64_t rows, std::int64_t cols, cons
 template <class Fn>
 void for_each_element(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const Fn& fn) {
   if (rows <= 0 || cols <= 0) return;
-  if constexpr (detail::is_permute<Fn>) {
+  if constexpr (kernels::is_permute_into_v<Fn>) {
     if (detail::permute_in_vectors(stream, rows, cols, fn)) return;
   }
   detail::for_each_element_kernel<<<grid_for(rows * cols), block_threads, 0, stream>>>(rows, cols, fn);
