@@ -60,7 +60,10 @@
 #     (--profile-phases: events on the rank's stream, which need no profiler) for 12 steps of
 #     tpx-gpt-cuda and tpx-train-cuda, into profile-phases-gpt.txt and profile-phases-mlp.txt,
 #     and of tpx-gpt-cuda reading its loss back once (profile-phases-gpt-queued.txt), the same
-#     figures in the last line of each run's log (profile-phases-*.jsonl, for scripts);
+#     figures in the last line of each run's log (profile-phases-*.jsonl, for scripts); when
+#     python3 can import torch, the same models' eager steps in PyTorch marked under the same
+#     names (torch_gpt.py, torch_mlp.py --profile-phases) and each table beside tpx's, the
+#     largest difference first (bench/peers/phase_compare.py: profile-phases-vs-torch-*.txt);
 #     kernel by kernel, with ncu on PATH, 2 steps of tpx-gpt-cuda at GPT-2 124M's shape (fused attention) and of
 #     tpx-train-cuda at the MLP peer's, each kernel timed alone (gpu__time_duration.sum), summed
 #     by scripts/kernel-profile.py into profile-gpt.txt and profile-mlp.txt: share, ms and
@@ -396,6 +399,24 @@ else
     bash -o pipefail -c '"$1" "${@:3}" | tee "$2"' _ "$train" "$out/profile-phases-mlp.txt" \
     --batch 8192 --d-model 1024 --ffn 4096 --layers 4 --context 3 --mesh 1x1 --bf16 --steps 12 \
     --log-every 1000 --peak-gflops 989000 --log "$out/profile-phases-mlp.jsonl" --profile-phases
+  # PyTorch eager's step at the same shapes, marked under the same phase names
+  # (bench/peers/torch_common.py's PhaseClock), and each beside tpx's, the largest gap first.
+  if python3 -c 'import torch' 2>/dev/null; then
+    step "profile: phases of the GPT's step in PyTorch eager (torch_gpt.py; profile-phases-vs-torch-gpt.txt)" \
+      bash -o pipefail -c 'python3 bench/peers/torch_gpt.py "${@:3}" >"$2/profile-phases-torch-$1.txt" &&
+        python3 bench/peers/phase_compare.py "$2/profile-phases-$1.jsonl" "$2/profile-phases-torch-$1.txt" \
+          --json "$2/profile-phases-vs-torch-$1.json" | tee "$2/profile-phases-vs-torch-$1.txt"' _ gpt "$out" \
+      --device cuda --dtype bf16 --profile-phases --steps 10 --warmup 3 --batch 16 --seq 1024 \
+      --heads 12 --head-dim 64 --ffn 3072 --layers 12 --vocab 50304
+    step "profile: phases of the MLP's step in PyTorch eager (torch_mlp.py; profile-phases-vs-torch-mlp.txt)" \
+      bash -o pipefail -c 'python3 bench/peers/torch_mlp.py "${@:3}" >"$2/profile-phases-torch-$1.txt" &&
+        python3 bench/peers/phase_compare.py "$2/profile-phases-$1.jsonl" "$2/profile-phases-torch-$1.txt" \
+          --json "$2/profile-phases-vs-torch-$1.json" | tee "$2/profile-phases-vs-torch-$1.txt"' _ mlp "$out" \
+      --device cuda --dtype bf16 --profile-phases --steps 10 --warmup 3 --batch 8192 --d-model 1024 \
+      --ffn 4096 --layers 4 --context 3
+  else
+    skip "profile: PyTorch's phases" "python3 cannot import torch"
+  fi
   if command -v ncu >/dev/null; then
     # The peers' shapes, bf16 on a 1x1 mesh; --peak-gflops spares the GEMM peak measurement,
     # which ncu would time kernel by kernel too. Each kernel runs alone under ncu: the table is

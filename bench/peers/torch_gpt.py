@@ -15,7 +15,8 @@ timed loop.
 
 Model FLOPs per token are tpx-gpt's (examples/gpt/family.hpp): 6 N + 12 L T D, N the weights of
 the matrix products (Q, K, V, O, W_in, W_out per block and the head). MFU divides by --peak-tflops
-(H100 SXM: 989 dense bf16, 67 fp32 without TF32; 0 leaves it out).
+(H100 SXM: 989 dense bf16, 67 fp32 without TF32; 0 leaves it out). --profile-phases (eager)
+times the step under tpx-gpt's phase names (torch_common.PhaseClock), for phase_compare.py.
 
   python3 bench/peers/torch_gpt.py --device cuda --dtype bf16 --compile --batch 16 --seq 1024 \\
       --heads 12 --head-dim 64 --ffn 3072 --layers 12 --vocab 50304 --peak-tflops 989
@@ -66,6 +67,7 @@ def main(argv=None):
     D = H * E
     normal, ones = common.parameter_makers(torch, dev)
     rmsnorm = common.rmsnorm_function(torch)
+    clock = common.PhaseClock(torch, dev, a.profile_phases)
 
     class ByteGPT(nn.Module):
         def __init__(self):
@@ -81,16 +83,26 @@ def main(argv=None):
             self.final_norm = ones(D)
             self.head = normal(D, V, fan_in=D)
 
+        # Marked (--profile-phases) where tpx-gpt marks its phases: mark() in the forward pass,
+        # grad(t, name) where the backward pass reaches t; autocast's casts of the weights fall in
+        # the phase of their product (tpx casts a block's weights in "block weights").
         def forward(self, tokens):  # tokens [B, T + 1]: the inputs, shifted by one the targets
-            x = self.tok[tokens[:, :T]] + self.pos
+            mark, grad = clock.mark, clock.marked_gradient
+            mark("embedding forward")
+            x = grad(self.tok[tokens[:, :T]] + self.pos, "embedding backward")
             for l in range(L):
-                h = rmsnorm(x, self.norm1[l])
-                q, k, v = (h @ self.w_qkv[l]).view(B, T, 3, H, E).permute(2, 0, 3, 1, 4)
-                o = Fn.scaled_dot_product_attention(q, k, v, is_causal=True)
-                x = x + o.transpose(1, 2).reshape(B, T, D) @ self.w_o[l]
-                h = rmsnorm(x, self.norm2[l])
-                x = x + Fn.gelu(h @ self.w_in[l], approximate="tanh") @ self.w_out[l]
-            logits = rmsnorm(x, self.final_norm) @ self.head
+                mark("attention norm")
+                h = grad(rmsnorm(x, self.norm1[l]), "attention norm backward")
+                mark("QKV projections")
+                qkv = grad(h @ self.w_qkv[l], "QKV backward")
+                q, k, v = qkv.view(B, T, 3, H, E).permute(2, 0, 3, 1, 4)
+                mark("attention")
+                o = grad(Fn.scaled_dot_product_attention(q, k, v, is_causal=True), "attention backward")
+                mark("attention output")
+                x = grad(x + o.transpose(1, 2).reshape(B, T, D) @ self.w_o[l], "attention output backward")
+                x = common.mlp_sublayer(torch, clock, rmsnorm, x, self.norm2[l], self.w_in[l],
+                                        self.w_out[l], "MLP norm")
+            logits = common.head_logits(clock, rmsnorm, x, self.final_norm, self.head)
             return Fn.cross_entropy(logits.float().view(B * T, V), tokens[:, 1:].reshape(B * T))
 
     model = ByteGPT()
@@ -100,7 +112,7 @@ def main(argv=None):
 
     batches = common.make_batches(torch, a, dev, T + 1, V, "torch_gpt")
 
-    times, losses = common.train_and_time(torch, a, model, fn, opt, batches)
+    times, losses = common.train_and_time(torch, a, model, fn, opt, batches, clock)
     sec, timed = common.timing_summary(a, times)
     tokens_per_s = B * T / sec
     flops = model_flops_per_token(a) * tokens_per_s
@@ -118,12 +130,16 @@ def main(argv=None):
         "model_tflops": flops * 1e-12, "mfu": mfu,
         "loss_first": losses[0], "loss_last": losses[-1],
     }
+    if clock.enabled:
+        result.update(clock.fields())
     print(f"torch_gpt: torch {torch.__version__} {result['device_name']}, {common.mode_text(a)}, "
           f"B={B} T={T} D={D} ({H} heads of {E}) F={F} L={L} V={V}, {n_params} parameters")
     print(f"torch_gpt: median {sec * 1e3:.3f} ms/step over {a.steps} steps (min {min(timed) * 1e3:.3f}, "
           f"first {times[0] * 1e3:.0f} ms) | {tokens_per_s:.0f} tokens/s | "
           f"{flops * 1e-12:.2f} model TFLOP/s" + (f" | MFU {100 * mfu:.1f}%" if mfu is not None else "") +
           f" | loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    if clock.enabled:
+        print(clock.table("torch_gpt"))
     print(json.dumps(result))
 
 

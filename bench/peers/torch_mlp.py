@@ -19,7 +19,8 @@ the model and its loss in torch.compile (the optimizer step stays eager). Prints
 time over --steps timed steps after --warmup (each step ends with torch.cuda.synchronize() on a
 GPU, as tpx-train --report-every 1 reads the loss back every step), samples/s and matrix GFLOP/s
 (6 B (2 D F L + D V), tpx-train's count), then one JSON line. bench/peers/compare.py --gpu runs
-it beside tpx-train-cuda.
+it beside tpx-train-cuda. --profile-phases (eager) times the step under tpx-train's phase names
+(torch_common.PhaseClock), for phase_compare.py.
 
   python3 bench/peers/torch_mlp.py --device cuda --dtype bf16 --compile \\
       --batch 8192 --d-model 1024 --ffn 4096 --layers 4 --context 3
@@ -58,6 +59,7 @@ def main(argv=None):
     B, D, F, L, C, V = a.batch, a.d_model, a.ffn, a.layers, a.context, VOCAB
     normal, ones = common.parameter_makers(torch, dev)
     rmsnorm = common.rmsnorm_function(torch)
+    clock = common.PhaseClock(torch, dev, a.profile_phases)
 
     class ByteMLP(nn.Module):
         def __init__(self):
@@ -69,14 +71,18 @@ def main(argv=None):
             self.final_norm = ones(D)
             self.head = normal(D, V, fan_in=D)
 
+        # Marked (--profile-phases) where tpx-train marks its phases, as torch_gpt.py is.
         def forward(self, tokens):  # tokens [B, C + 1]: C inputs, then the target
+            mark, grad = clock.mark, clock.marked_gradient
+            mark("embedding forward")
             x = self.embed[0][tokens[:, 0]]
             for k in range(1, C):
                 x = x + self.embed[k][tokens[:, k]]
+            x = grad(x, "embedding backward")
             for l in range(L):
-                h = rmsnorm(x, self.norm[l])
-                x = x + Fn.gelu(h @ self.w_in[l], approximate="tanh") @ self.w_out[l]
-            logits = rmsnorm(x, self.final_norm) @ self.head
+                x = common.mlp_sublayer(torch, clock, rmsnorm, x, self.norm[l], self.w_in[l],
+                                        self.w_out[l], "norm")
+            logits = common.head_logits(clock, rmsnorm, x, self.final_norm, self.head)
             return Fn.cross_entropy(logits.float(), tokens[:, C])
 
     model = ByteMLP()
@@ -86,7 +92,7 @@ def main(argv=None):
 
     batches = common.make_batches(torch, a, dev, C + 1, V, "torch_mlp")
 
-    times, losses = common.train_and_time(torch, a, model, fn, opt, batches)
+    times, losses = common.train_and_time(torch, a, model, fn, opt, batches, clock)
     sec, timed = common.timing_summary(a, times)
     flops = 6.0 * B * (2.0 * D * F * L + D * V)
     result = {
@@ -101,11 +107,15 @@ def main(argv=None):
         "first_step_ms": times[0] * 1e3, "samples_per_s": B / sec, "gflops": flops / sec * 1e-9,
         "loss_first": losses[0], "loss_last": losses[-1],
     }
+    if clock.enabled:
+        result.update(clock.fields())
     print(f"torch_mlp: torch {torch.__version__} {result['device_name']}, {common.mode_text(a)}, "
           f"B={B} D={D} F={F} L={L} context={C}, {n_params} parameters")
     print(f"torch_mlp: median {sec * 1e3:.3f} ms/step over {a.steps} steps (min {min(timed) * 1e3:.3f}, "
           f"first {times[0] * 1e3:.0f} ms) | {B / sec:.0f} samples/s | {flops / sec * 1e-9:.1f} GFLOP/s | "
           f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    if clock.enabled:
+        print(clock.table("torch_mlp"))
     print(json.dumps(result))
 
 

@@ -7,7 +7,8 @@
 # the parts that need a GPU say they were skipped for want of one, and the build compiles for
 # the GPUs' architectures (nvidia-smi's compute capabilities) unless told otherwise, and a build
 # made elsewhere is used as found when asked (TPX_GPU_PREBUILT=1), and the profile part asks both
-# trainers for their phase tables and sums ncu's kernel times by kernel.
+# trainers for their phase tables, sums ncu's kernel times by kernel, and with torch sets PyTorch
+# eager's phase tables beside tpx's.
 #   bash tests/scripts/gpu_check_test.sh SOURCE_DIR
 set -uo pipefail
 root=$1
@@ -98,7 +99,13 @@ fake_build() {  # fake_build DIR: the files of a build/cuda that gpu-check looks
   touch "$1/build/cuda/"{bench/cuda/tpx-bench-cuda,CTestTestfile.cmake}
   local program
   for program in tpx-train-cuda tpx-gpt-cuda; do  # stand-ins that say how they were called
-    printf '#!/usr/bin/env bash\necho "stand-in: %s $*"\n' "$program" >"$1/build/cuda/examples/$program"
+    # and, asked for --log, end it with a step's phases: 10 ms, attention 6 and block weights 1
+    cat >"$1/build/cuda/examples/$program" <<EOF
+#!/usr/bin/env bash
+echo "stand-in: $program \$*"
+while ((\$#)); do [[ \$1 == --log ]] && log=\$2; shift; done
+[[ -z \${log:-} ]] || echo '{"step": 11, "phase_steps": 11, "phase_ms_per_step": 10.0, "phases": [{"name": "attention", "ms_per_step": 6.0, "marks_per_step": 12.0}, {"name": "block weights", "ms_per_step": 1.0, "marks_per_step": 24.0}, {"name": "AdamW", "ms_per_step": 1.0, "marks_per_step": 1.0}]}' >"\$log"
+EOF
     chmod +x "$1/build/cuda/examples/$program"
   done
 }
@@ -145,10 +152,26 @@ cat >"$2" <<CSV
 CSV
 EOF
 chmod +x "$stub/ncu"
+# python3 with a stand-in torch (TPX_STUB_TORCH=1) or none: the PyTorch peers say how they were
+# called and end with an eager step's phases, 4 ms, attention 2 and AdamW 1.5; all else is python3.
+cat >"$stub/python3" <<EOF
+#!/usr/bin/env bash
+if [[ \$1 == -c && \$2 == "import torch" ]]; then [[ \${TPX_STUB_TORCH:-0} == 1 ]]; exit; fi
+case \$1 in
+  */torch_gpt.py | */torch_mlp.py)
+    echo "stand-in: \$*"
+    echo '{"bench": "torch_gpt", "compile": false, "dtype": "bf16", "phase_steps": 10, "phase_ms_per_step": 4.0, "phases": [{"name": "attention", "ms_per_step": 2.0, "marks_per_step": 12.0}, {"name": "AdamW", "ms_per_step": 1.5, "marks_per_step": 1.0}]}'
+    exit 0 ;;
+esac
+exec "$(command -v python3)" "\$@"
+EOF
+chmod +x "$stub/python3"
 cp "$stub/gpus" "$stub/nvidia-smi"
 cp "$root/scripts/kernel-profile.py" "$copy/scripts/"
-out=$(cd "$copy" && PATH="$stub:$PATH" TPX_STUB_GPUS=9.0 TPX_GPU_PREBUILT=1 \
-        TPX_GPU_CHECK_OUT="$stub/out" bash scripts/gpu-check.sh profile 2>&1)
+mkdir -p "$copy/bench/peers" && cp "$root/bench/peers/phase_compare.py" "$copy/bench/peers/"
+profile() { (cd "$copy" && PATH="$stub:$PATH" TPX_STUB_GPUS=9.0 TPX_GPU_PREBUILT=1 \
+               TPX_GPU_CHECK_OUT="$stub/out" bash scripts/gpu-check.sh profile 2>&1); }
+out=$(profile)
 check "profile with ncu passes" test $? -eq 0
 check "profile: the GPT's and the MLP's kernels are profiled" \
   test "$(grep -c "^passed   profile: kernels of a" <<<"$out")" -eq 2
@@ -170,6 +193,32 @@ check "profile: the MLP's phases at the peer's shape" \
   "$stub/out/profile-phases-mlp.txt"
 check "profile: without nsys, the copies are skipped, saying why" \
   grep -q "^skipped  profile: copies: nsys (Nsight Systems) is not on PATH" <<<"$out"
+check "profile: without torch, PyTorch's phases are skipped, saying why" \
+  grep -q "^skipped  profile: PyTorch's phases: python3 cannot import torch" <<<"$out"
+
+# With torch, PyTorch eager's phases at tpx's shapes, and each table beside tpx's.
+out=$(TPX_STUB_TORCH=1 profile)
+check "profile with torch passes" test $? -eq 0
+check "profile: PyTorch's GPT and MLP phases are asked for and compared" \
+  test "$(grep -c "^passed   profile: phases of the .* step in PyTorch eager" <<<"$out")" -eq 2
+check "profile: PyTorch's GPT step at GPT-2's shape, bf16, eager, marked" \
+  grep -q "^stand-in: bench/peers/torch_gpt.py --device cuda --dtype bf16 --profile-phases .*--batch 16 --seq 1024 --heads 12 --head-dim 64 --ffn 3072 --layers 12 --vocab 50304$" \
+  "$stub/out/profile-phases-torch-gpt.txt"
+check "profile: PyTorch's MLP step at tpx's MLP shape" \
+  grep -q "^stand-in: bench/peers/torch_mlp.py --device cuda --dtype bf16 --profile-phases .*--batch 8192 --d-model 1024 --ffn 4096 --layers 4 --context 3$" \
+  "$stub/out/profile-phases-torch-mlp.txt"
+table=$stub/out/profile-phases-vs-torch-gpt.txt
+check "profile: the largest difference first: attention, 6 ms against 2" \
+  grep -Eq "^  attention +6\.000 +2\.000 +\+4\.000$" <(sed -n 3p "$table")
+check "profile: time in no phase compared too (2 ms against 0.5)" \
+  grep -Eq "^  \(in no phase\) +2\.000 +0\.500 +\+1\.500$" <(sed -n 4p "$table")
+check "profile: a phase only tpx marks counts whole" \
+  grep -Eq "^  block weights +1\.000 +- +\+1\.000$" <(sed -n 5p "$table")
+check "profile: a phase PyTorch takes longer in comes last" \
+  grep -Eq "^  AdamW +1\.000 +1\.500 +-0\.500$" <(sed -n 6p "$table")
+check "profile: the steps' times and their difference" \
+  grep -Eq "^  step +10\.000 +4\.000 +\+6\.000$" "$table"
+check "profile: the MLP's table too" test -s "$stub/out/profile-phases-vs-torch-mlp.txt"
 cp "$stub/no-gpus" "$stub/nvidia-smi"
 
 ((failures == 0)) || { echo "$failures check(s) failed; gpu-check's last output:"; echo "$out"; }
