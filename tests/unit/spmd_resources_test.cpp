@@ -134,6 +134,25 @@ TEST_CASE("under a memory limit, a tensor too big for it fails its rank, naming 
   CHECK(r.elapsed < std::chrono::seconds(30));
 }
 
+// The host block cache (tensor/host_block_cache.hpp) keeps freed blocks; an allocation that only
+// fits once they are given back must still succeed. 64 MiB kept, 80 MiB of room, 48 MiB asked for.
+TEST_CASE("an allocation that fits only once the host block cache gives back its blocks succeeds" *
+          doctest::skip(sanitized)) {
+  const child_result r = run_limited(std::size_t{80} << 20, std::chrono::seconds(60), [] {
+    tpx::host_block_cache& cache = tpx::host_block_cache::instance();
+    constexpr std::size_t block = std::size_t{16} << 20;
+    void* kept[4];
+    for (void*& b : kept) b = cache.take(block);
+    for (void* b : kept) cache.give(b, block);
+    if (cache.kept_bytes() != 4 * block) throw std::runtime_error("the blocks were not kept");
+    void* big = cache.take(3 * block);
+    if (cache.kept_bytes() != 0) throw std::runtime_error("the kept blocks were not released");
+    cache.give(big, 3 * block);
+  });
+  CHECK(r.message == "");
+  CHECK(r.exit_code == 0);
+}
+
 TEST_CASE("when the threads of a 64-rank mesh do not fit, spmd fails naming the rank" *
           doctest::skip(sanitized)) {
   // 48 MiB for 64 thread stacks of 2 MiB or more: some rank's thread cannot be started, while

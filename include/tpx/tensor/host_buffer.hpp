@@ -8,7 +8,9 @@
 // float and int), like C++20's std::make_unique_for_overwrite, and host_buffer<T>(n, T{}) is the
 // zero-filled buffer. Every other use is std::vector's. The allocator also counts its bytes on
 // a memory_meter when given one (host_space gives the rank's: tensor/memory_meter.hpp); the
-// meter travels with the buffer when it is moved, copied or swapped.
+// meter travels with the buffer when it is moved, copied or swapped. Its memory comes from
+// host_block_cache (tensor/host_block_cache.hpp), which keeps large freed blocks for the next
+// buffer of their size instead of returning them to the system every step.
 #pragma once
 
 #include <cstddef>
@@ -19,12 +21,13 @@
 #include <utility>
 #include <vector>
 
+#include "tpx/tensor/host_block_cache.hpp"
 #include "tpx/tensor/memory_meter.hpp"
 
 namespace tpx {
 
 // std::allocator, except that constructing an element without arguments default-initializes it,
-// and that it counts what it holds on `meter`, if any.
+// that its blocks come from host_block_cache, and that it counts what it holds on `meter`, if any.
 template <class T>
 struct for_overwrite_allocator : std::allocator<T> {
   using value_type = T;
@@ -42,13 +45,15 @@ struct for_overwrite_allocator : std::allocator<T> {
       : meter(other.meter) {}
 
   T* allocate(std::size_t n) {
-    T* p = std::allocator<T>::allocate(n);
+    static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+    if (n > std::size_t(-1) / sizeof(T)) throw std::bad_array_new_length();
+    T* p = static_cast<T*>(host_block_cache::instance().take(n * sizeof(T)));
     if (meter != nullptr) meter->add(static_cast<std::int64_t>(n * sizeof(T)));
     return p;
   }
   void deallocate(T* p, std::size_t n) noexcept {
     if (meter != nullptr) meter->remove(static_cast<std::int64_t>(n * sizeof(T)));
-    std::allocator<T>::deallocate(p, n);
+    host_block_cache::instance().give(p, n * sizeof(T));
   }
   template <class U>
   friend bool operator==(const for_overwrite_allocator& a,
