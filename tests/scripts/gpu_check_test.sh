@@ -204,6 +204,8 @@ check "profile: PyTorch's GPT and MLP phases are asked for and compared" \
 check "profile: PyTorch's GPT step at GPT-2's shape, bf16, eager, marked" \
   grep -q "^stand-in: bench/peers/torch_gpt.py --device cuda --dtype bf16 --profile-phases .*--batch 16 --seq 1024 --heads 12 --head-dim 64 --ffn 3072 --layers 12 --vocab 50304$" \
   "$stub/out/profile-phases-torch-gpt.txt"
+check "profile: PyTorch's steps are eager (phases cannot be marked in a compiled step)" \
+  bash -c '! grep -q -- "--compile" "$1"/profile-phases-torch-{gpt,mlp}.txt' _ "$stub/out"
 check "profile: PyTorch's MLP step at tpx's MLP shape" \
   grep -q "^stand-in: bench/peers/torch_mlp.py --device cuda --dtype bf16 --profile-phases .*--batch 8192 --d-model 1024 --ffn 4096 --layers 4 --context 3$" \
   "$stub/out/profile-phases-torch-mlp.txt"
