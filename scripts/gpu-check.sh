@@ -402,18 +402,22 @@ else
   # PyTorch eager's step at the same shapes, marked under the same phase names
   # (bench/peers/torch_common.py's PhaseClock), and each beside tpx's, the largest gap first.
   if python3 -c 'import torch' 2>/dev/null; then
-    step "profile: phases of the GPT's step in PyTorch eager (torch_gpt.py; profile-phases-vs-torch-gpt.txt)" \
-      bash -o pipefail -c 'python3 bench/peers/torch_gpt.py "${@:3}" >"$2/profile-phases-torch-$1.txt" &&
-        python3 bench/peers/phase_compare.py "$2/profile-phases-$1.jsonl" "$2/profile-phases-torch-$1.txt" \
-          --json "$2/profile-phases-vs-torch-$1.json" | tee "$2/profile-phases-vs-torch-$1.txt"' _ gpt "$out" \
-      --device cuda --dtype bf16 --profile-phases --steps 10 --warmup 3 --batch 16 --seq 1024 \
-      --heads 12 --head-dim 64 --ffn 3072 --layers 12 --vocab 50304
-    step "profile: phases of the MLP's step in PyTorch eager (torch_mlp.py; profile-phases-vs-torch-mlp.txt)" \
-      bash -o pipefail -c 'python3 bench/peers/torch_mlp.py "${@:3}" >"$2/profile-phases-torch-$1.txt" &&
-        python3 bench/peers/phase_compare.py "$2/profile-phases-$1.jsonl" "$2/profile-phases-torch-$1.txt" \
-          --json "$2/profile-phases-vs-torch-$1.json" | tee "$2/profile-phases-vs-torch-$1.txt"' _ mlp "$out" \
-      --device cuda --dtype bf16 --profile-phases --steps 10 --warmup 3 --batch 8192 --d-model 1024 \
-      --ffn 4096 --layers 4 --context 3
+    torch_phases() {  # torch_phases TITLE NAME ARGS...: bench/peers/torch_NAME.py, then the comparison
+      local title=$1 name=$2
+      shift 2
+      step "$title" bash -o pipefail -c '
+        out=$1 name=$2
+        shift 2
+        python3 bench/peers/torch_$name.py --device cuda --dtype bf16 --profile-phases --steps 10 \
+          --warmup 3 "$@" >"$out/profile-phases-torch-$name.txt" &&
+          python3 bench/peers/phase_compare.py "$out/profile-phases-$name.jsonl" \
+            "$out/profile-phases-torch-$name.txt" --json "$out/profile-phases-vs-torch-$name.json" |
+          tee "$out/profile-phases-vs-torch-$name.txt"' _ "$out" "$name" "$@"
+    }
+    torch_phases "profile: phases of the GPT's step in PyTorch eager (torch_gpt.py; profile-phases-vs-torch-gpt.txt)" \
+      gpt --batch 16 --seq 1024 --heads 12 --head-dim 64 --ffn 3072 --layers 12 --vocab 50304
+    torch_phases "profile: phases of the MLP's step in PyTorch eager (torch_mlp.py; profile-phases-vs-torch-mlp.txt)" \
+      mlp --batch 8192 --d-model 1024 --ffn 4096 --layers 4 --context 3
   else
     skip "profile: PyTorch's phases" "python3 cannot import torch"
   fi

@@ -230,13 +230,12 @@ def _gradient_marker(torch, clock):
     return GradientMark
 
 
-def train_and_time(torch, a, model, loss_fn, opt, batches, clock=None):
+def train_and_time(torch, a, model, loss_fn, opt, batches, clock):
     """Runs len(batches) steps of loss_fn(batch) -> backward -> clip -> opt.step; returns the
-    per-step times (seconds, the warm-up included) and the losses. With a clock (PhaseClock), the
-    timed steps are marked: the model's own phases, then "gradient norm" and "AdamW", as tpx's
-    training step marks them (examples/trainer/train_step.hpp)."""
+    per-step times (seconds, the warm-up included) and the losses. The clock (PhaseClock; a no-op
+    when disabled) marks the timed steps: the model's own phases, then "gradient norm" and
+    "AdamW", as tpx's training step marks them (examples/trainer/train_step.hpp)."""
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
-    clock = clock or PhaseClock(torch, torch.device(a.device), False)
 
     def step(tokens):
         opt.zero_grad(set_to_none=True)

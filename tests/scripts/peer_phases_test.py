@@ -10,20 +10,12 @@ the peers (TPX_PEERS_PYTHON, else this one) cannot import torch.
 
   python3 tests/scripts/peer_phases_test.py SOURCE_DIR TPX_GPT TPX_TRAIN
 """
-import json
 import os
 import subprocess
 import sys
 import tempfile
 
 TPX_ONLY = {"batch upload", "block weights", "gradient reductions (wait)", "forward and backward"}
-
-
-def last_json(text):
-    for line in reversed(text.splitlines()):
-        if line.startswith("{") and '"phases"' in line:
-            return json.loads(line)
-    raise AssertionError("no line with phases in:\n" + text[-2000:])
 
 
 def run(args):
@@ -35,6 +27,8 @@ def run(args):
 
 def main():
     source, tpx_gpt, tpx_train = sys.argv[1:4]
+    sys.path.insert(0, os.path.join(source, "bench", "peers"))
+    from phase_compare import last_phases  # the comparison's own reader of both outputs
     python = os.environ.get("TPX_PEERS_PYTHON", sys.executable)
     if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
         print(f"skipped: {python} cannot import torch (set TPX_PEERS_PYTHON to one that can)")
@@ -51,13 +45,13 @@ def main():
              ("MLP", tpx_train, "torch_mlp.py", ["--layers", "2"])]
     with tempfile.TemporaryDirectory() as tmp:
         for name, tpx, peer, shape in cases:
-            log = os.path.join(tmp, f"{name}.jsonl")
+            log, output = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}-torch.txt")
             run([tpx, "--mesh", "1x1", "--steps", "4", "--log-every", "1000", "--log", log,
                  "--profile-phases"] + shape)
-            with open(log) as f:
-                ours = last_json(f.read())
-            theirs = last_json(run([python, os.path.join(peers, peer), "--profile-phases", "--steps", "2",
-                                    "--warmup", "1", "--threads", "1"] + shape))
+            with open(output, "w") as f:
+                f.write(run([python, os.path.join(peers, peer), "--profile-phases", "--steps", "2",
+                             "--warmup", "1", "--threads", "1"] + shape))
+            ours, theirs = last_phases(log), last_phases(output)
             ours_marks = {p["name"]: p["marks_per_step"] for p in ours["phases"]}
             their_marks = {p["name"]: p["marks_per_step"] for p in theirs["phases"]}
             shared = {n: m for n, m in ours_marks.items() if n not in TPX_ONLY}
