@@ -18,6 +18,7 @@ machine, one run after the other: the figures are as comparable as the two runs'
 """
 import argparse
 import json
+import signal
 import sys
 
 
@@ -96,4 +97,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    if hasattr(signal, "SIGPIPE"):  # `| head` ends the table quietly, as other commands' do
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main()

@@ -220,6 +220,13 @@ struct recording_space : host_space {
   }
 
   template <class T>
+  static void causal_softmax_rows(const rank_context& ctx, std::int64_t rows, std::int64_t t_len,
+                                  float scale, T* x) {
+    replay_tape::run_or_record(
+        [=, &ctx] { host_space::causal_softmax_rows(ctx, rows, t_len, scale, x); });
+  }
+
+  template <class T>
   static void fused_attention_forward(const rank_context& ctx, std::int64_t sequences,
                                       kernels::attention_layout layout, int e, float scale,
                                       const T* q, const T* k, const T* v, T* out, float* lse) {

@@ -10,9 +10,10 @@
 // graph (tests/support/replay_tape.hpp): recorded once at the second step, with every operation's
 // arguments frozen, its buffers the recording's, and the rules of spmd/recorded_work.hpp checked;
 // then replayed at every later step. Its losses equal train_step's bit for bit too (MLP fp32 and
-// bf16, 30 steps; GPT with fused attention and overlap, 10 steps), so nothing the step needs
-// changes between steps outside the memory it reads: not the batch, the step number, nor a buffer
-// a replay would find stale. On a GPU, tests/cuda/trainer_test.cu replays the graph itself.
+// bf16, 30 steps; GPT with fused attention and overlap, and with the reference attention, 10
+// steps), so nothing the step needs changes between steps outside the memory it reads: not the
+// batch, the step number, nor a buffer a replay would find stale. On a GPU,
+// tests/cuda/trainer_test.cu replays the graph itself.
 #include <doctest/doctest.h>
 
 #include <cstddef>
@@ -103,15 +104,20 @@ TEST_CASE("replayed as a graph is: the MLP trainer's losses equal train_step's, 
 }
 
 TEST_CASE("replayed as a graph is: the GPT example's losses equal train_step's, bit for bit") {
-  trainer::run_options<gpt::family> o = gpt_test::training(1, 1, 1);
-  o.steps = 10;
-  o.model.fused_attention = true;
-  o.model.overlap = true;
-  const std::vector<float> plain = gpt_test::losses(o);
-  const replayed_run run = replayed<float>(o);
-  check_replayed(run, o.steps);
-  REQUIRE(plain.size() == 10);
-  CHECK(run.losses == plain);
+  // The fused attention with overlap, and the reference attention (its softmax a row kernel of
+  // the space, recorded as the grid loops are).
+  for (const bool fused : {true, false}) {
+    INFO((fused ? "fused attention, overlap" : "reference attention"));
+    trainer::run_options<gpt::family> o = gpt_test::training(1, 1, 1);
+    o.steps = 10;
+    o.model.fused_attention = fused;
+    o.model.overlap = fused;
+    const std::vector<float> plain = gpt_test::losses(o);
+    const replayed_run run = replayed<float>(o);
+    check_replayed(run, o.steps);
+    REQUIRE(plain.size() == 10);
+    CHECK(run.losses == plain);
+  }
 }
 
 TEST_CASE("recorded training: a mesh of more than one rank is refused with the reason") {

@@ -7,7 +7,8 @@
 // heads-first layout [B, H, T, E] and in a projection's [B, T, H, E] (which the fused layer
 // reads in place and answers in). Sequences longer than the
 // fused kernels' tile (T = 70: three tiles of keys, the last partial) against the reference
-// layer, at E = 6 and at the largest E, 128.
+// layer, at E = 6 and at the largest E, 128. The host's softmax a row at a time against the
+// grid passes a space without it runs (the GPU's): the same bits, fp32 and bf16.
 // Tolerances: fp32 against double, |got - want| <= 2e-5 (outputs, of magnitude ~1) and 1e-4
 // (gradients; the finite differences themselves are exact to ~1e-8); fused against reference
 // layer in fp32, 2e-5 + 1e-5 |want|; fused bf16 against fp32, 2e-2 + 2e-2 |want| (bf16 keeps
@@ -16,6 +17,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/fused_attention.hpp>
 #include <tpx/tpx.hpp>
@@ -349,5 +351,86 @@ TEST_CASE("fused attention refuses a head wider than its kernels take, naming th
         tpx::nn::fused_causal_attention_forward(q, k, k),
         doctest::Contains("head width E = 129 is more than the fused kernels' 128"),
         std::invalid_argument);
+  });
+}
+
+namespace {
+
+// The host's row softmax (host_space::causal_softmax_rows, which nn::causal_attention_forward
+// calls) against the three grid passes a space without it runs (the GPU's), on the same scores
+// [B, H, T, S] of spread 8: the same bits, masked keys exactly 0, and each visible row within
+// 1e-6 (fp32) or 1e-2 (bf16) + 1e-2 |want| of the softmax taken in double.
+template <class Tc>
+void check_row_softmax(std::int64_t t_len) {
+  CAPTURE(t_len);
+  const std::int64_t b = 2, h = 3, rows = b * h * t_len, n = rows * t_len;
+  const float scale = 0.25f;
+  std::vector<double> scores = values(n, 21);
+  for (double& x : scores) x = static_cast<float>(8 * x);
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
+    const auto make = [&] {
+      return tpx::cast<Tc>(tpx::from_global<float, B<>, H<>, T<>, S<>>(
+          rank, {B(b), H(h), T(t_len), S(t_len)}, as_float(scores)));
+    };
+    auto by_rows = make(), by_grid = make();
+    const std::vector<float> given = tpx::to_global(tpx::cast<float>(by_rows));
+    tpx::host_space::causal_softmax_rows(by_rows.context(), rows, t_len, scale, by_rows.data());
+    tpx::nn::detail::causal_softmax_in_grid_passes(by_grid, {rows, t_len, scale});
+    const std::vector<float> got = tpx::to_global(tpx::cast<float>(by_rows));
+    const std::vector<float> grid = tpx::to_global(tpx::cast<float>(by_grid));
+    std::int64_t differ = 0, masked_nonzero = 0, far = 0;
+    const double tol = std::is_same_v<Tc, float> ? 1e-6 : 1e-2;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t visible = r % t_len + 1;
+      double m = -INFINITY, l = 0;
+      for (std::int64_t c = 0; c < visible; ++c)
+        m = std::max(m, scale * double(given[r * t_len + c]));
+      for (std::int64_t c = 0; c < visible; ++c)
+        l += std::exp(scale * double(given[r * t_len + c]) - m);
+      for (std::int64_t c = 0; c < t_len; ++c) {
+        const std::int64_t i = r * t_len + c;
+        differ += std::memcmp(&got[i], &grid[i], sizeof(float)) != 0;
+        if (c >= visible) {
+          masked_nonzero += got[i] != 0.0f;
+        } else {
+          const double want = std::exp(scale * double(given[i]) - m) / l;
+          far +=
+              !(std::abs(got[i] - want) <= tol + (std::is_same_v<Tc, float> ? 0.0 : 1e-2 * want));
+        }
+      }
+    }
+    CHECK_MESSAGE(differ == 0,
+                  differ << " of " << n << " probabilities differ from the grid passes'");
+    CHECK_MESSAGE(masked_nonzero == 0, masked_nonzero << " masked probabilities are not 0");
+    CHECK_MESSAGE(far == 0,
+                  far << " visible probabilities differ from double's by more than " << tol);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("the host's causal softmax, a row at a time, gives the grid passes' bits") {
+  // 1 and 5: the rows' scalar remainders only; 16, 17, 70: whole blocks of 16 keys and the rest.
+  for (const std::int64_t t_len : {1, 5, 16, 17, 70}) {
+    check_row_softmax<float>(t_len);
+    check_row_softmax<tpx::bf16>(t_len);
+  }
+}
+
+TEST_CASE("the host's causal softmax makes a row with a NaN score NaN, and no other row") {
+  const std::int64_t t_len = 37, rows = 2 * t_len, nan_row = t_len + 20, nan_key = 17;
+  std::vector<double> scores = values(rows * t_len, 22);
+  scores[nan_row * t_len + nan_key] = NAN;
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
+    auto p =
+        tpx::from_global<float, B<>, T<>, S<>>(rank, {B(2), T(t_len), S(t_len)}, as_float(scores));
+    tpx::host_space::causal_softmax_rows(p.context(), rows, t_len, 1.0f, p.data());
+    const std::vector<float> got = tpx::to_global(p);
+    std::int64_t wrong = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c <= r % t_len; ++c)
+        wrong += std::isnan(got[r * t_len + c]) != (r == nan_row);
+    CHECK_MESSAGE(wrong == 0, wrong << " visible probabilities are NaN outside row " << nan_row
+                                    << " or finite in it");
   });
 }

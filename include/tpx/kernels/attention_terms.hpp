@@ -1,48 +1,59 @@
 // The per-element math of causal softmax attention (nn/attention.hpp) as grid functors of (r, c):
 // row r of the scores [batch..., T, S] flattened to [rows, S], column c a key position. A memory
 // space runs them with its grid loops (reduce_rows, for_each_element), so the host and the GPU
-// share one definition, as for grid_terms.hpp.
+// share one definition, as for grid_terms.hpp. The host runs the softmax a row at a time instead,
+// over the visible keys only, with the same expressions (tensor/host_causal_softmax.hpp).
 //
 // Row r is query position t = r % T (the sequence dims are whole on every rank); key s = c is
 // visible when s <= t. With scores x = q.k (unscaled) and scale = 1/sqrt(E):
-//   p[r, c]  = exp(scale x[r, c] - m[r]) / l[r]   for c <= t, else 0
-//   m[r]     = max over visible c of scale x[r, c],   l[r] = sum over visible c of exp(... - m[r])
+//   p[r, c]  = exp(scale (x[r, c] - m[r])) / l[r]   for c <= t, else 0
+//   m[r]     = max over visible c of x[r, c]
+//   l[r]     = sum over visible c of exp(scale (x[r, c] - m[r]))
 // and, for the backward, with dp = dL/dp and rowdot[r] = sum_c p[r, c] dp[r, c]:
 //   dx[r, c] = scale p[r, c] (dp[r, c] - rowdot[r])      (dL/dx, zero where masked)
-// Position 0 is always visible, so every row has a finite maximum and l >= 1.
+// Position 0 is always visible, so every row has a finite maximum and l >= 1. The maximum is
+// taken of the unscaled scores and the scale applied to the difference (scale > 0, so the
+// softmax is the same): a multiply then a subtract would be fused into one multiply-add where a
+// compiler chooses to, which the row loop and these functors would not do alike.
 #pragma once
 
-#include <math.h>  // expf, INFINITY
+#include <math.h>  // INFINITY
 
 #include <cstdint>
 
 #include "tpx/core/config.hpp"
+#include "tpx/kernels/vectorizable_expf.hpp"
 
 namespace tpx::kernels {
 
-// scale * x[r, c] where key c is visible from query r % t_len, -inf where it is masked.
+// The softmax's term exp(scale (x - max)) of a score x in a row whose largest is max.
+TPX_HOST_DEVICE inline float causal_softmax_term(float scale, float x, float max) {
+  return vectorizable_expf(scale * (x - max));
+}
+
+// x[r, c] where key c is visible from query r % t_len, -inf where it is masked.
 template <class T>
 struct causal_score {
   const T* x;
   std::int64_t cols;
   std::int64_t t_len;
-  float scale;
   TPX_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
-    return c <= r % t_len ? scale * static_cast<float>(x[r * cols + c]) : -INFINITY;
+    return c <= r % t_len ? static_cast<float>(x[r * cols + c]) : -INFINITY;
   }
 };
 
-// exp(score(r, c) - m[r]): the terms of the softmax denominator (0 where masked).
+// The terms of the softmax denominator (0 where masked).
 template <class T>
 struct causal_shifted_exp {
   causal_score<T> score;
+  float scale;
   const float* row_max;
   TPX_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
-    return expf(score(r, c) - row_max[r]);
+    return causal_softmax_term(scale, score(r, c), row_max[r]);
   }
 };
 
-// p[r, c] = exp(score(r, c) - m[r]) / l[r], written over the scores (each element reads only
+// p[r, c] = the term over l[r], written over the scores (each element reads only
 // itself, so in place is safe).
 template <class T>
 struct causal_softmax_write {

@@ -25,10 +25,11 @@
 // have the same extent, query t sees keys s <= t.
 //
 // This is the reference formulation: it materialises the [T, S] probabilities of each head and
-// keeps them for the backward, on the host and the GPU alike (the same grid functors, einsum's
-// batched GEMMs). nn/fused_attention.hpp computes the same layer tile by tile without storing
-// them (O(T) memory instead of O(T^2)); on the host the reference is the faster of the two,
-// since its products are BLAS GEMMs.
+// keeps them for the backward, on the host and the GPU alike (einsum's batched GEMMs, and the
+// softmax in grid passes of shared functors, or a row at a time where the space has a row kernel,
+// as the host does: the same bits, tensor/host_causal_softmax.hpp). nn/fused_attention.hpp computes
+// the same layer tile by tile without storing them (O(T) memory instead of O(T^2)); on the host the
+// reference is the faster of the two, since its products are BLAS GEMMs.
 #pragma once
 
 #include <cmath>
@@ -124,6 +125,32 @@ attention_geometry geometry_of(const Qt& q, const Pt& probs) {
   return {rows, t, e > 0 ? 1.0f / std::sqrt(static_cast<float>(e)) : 1.0f};
 }
 
+// A space with a row kernel for the causal softmax over scores of T (the host's).
+template <class Space, class T>
+concept row_causal_softmax_space = requires(const rank_context& ctx, std::int64_t n, T* x) {
+  Space::causal_softmax_rows(ctx, n, n, 1.0f, x);
+};
+
+// The scores [batch..., T, S] overwritten by their causal softmax in three passes of the space's
+// grid loops: the row maxima, the sums of exponentials, the probabilities.
+template <AnyTensor Pt>
+void causal_softmax_in_grid_passes(Pt& scores, const attention_geometry& g) {
+  using T = typename Pt::value_type;
+  using Space = typename Pt::space;
+  const rank_context& ctx = scores.context();
+  const std::int64_t cols = g.t_len;
+  auto row_max = make_per_row<per_row_t<Pt>>(scores);
+  auto row_sum = make_per_row<per_row_t<Pt>>(scores);
+  const kernels::causal_score<T> score{scores.data(), cols, g.t_len};
+  const kernels::causal_shifted_exp<T> shifted{score, g.scale, row_max.data()};
+  Space::template reduce_rows<kernels::max_reducer<float>>(ctx, g.rows, cols, score,
+                                                           row_max.data());
+  Space::template reduce_rows<kernels::sum_reducer<float>>(ctx, g.rows, cols, shifted,
+                                                           row_sum.data());
+  Space::for_each_element(ctx, g.rows, cols,
+                          kernels::causal_softmax_write<T>{shifted, row_sum.data(), scores.data()});
+}
+
 }  // namespace detail
 
 template <class Ot, class Pt>
@@ -141,18 +168,10 @@ auto causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
   using Pt = decltype(probs);
   const auto g = detail::geometry_of<Qt, Kt>(q, probs);
   using Space = typename Pt::space;
-  const rank_context& ctx = q.context();
-  const std::int64_t cols = g.t_len;
-  auto row_max = make_per_row<per_row_t<Pt>>(probs);
-  auto row_sum = make_per_row<per_row_t<Pt>>(probs);
-  const kernels::causal_score<T> score{probs.data(), cols, g.t_len, g.scale};
-  const kernels::causal_shifted_exp<T> shifted{score, row_max.data()};
-  Space::template reduce_rows<kernels::max_reducer<float>>(ctx, g.rows, cols, score,
-                                                           row_max.data());
-  Space::template reduce_rows<kernels::sum_reducer<float>>(ctx, g.rows, cols, shifted,
-                                                           row_sum.data());
-  Space::for_each_element(ctx, g.rows, cols,
-                          kernels::causal_softmax_write<T>{shifted, row_sum.data(), probs.data()});
+  if constexpr (detail::row_causal_softmax_space<Space, T>)
+    Space::causal_softmax_rows(q.context(), g.rows, g.t_len, g.scale, probs.data());
+  else
+    detail::causal_softmax_in_grid_passes(probs, g);
   auto out = einsum<typename dims::key_sequence>(probs, v);
   return attention_output<decltype(out), Pt>{std::move(out), std::move(probs)};
 }

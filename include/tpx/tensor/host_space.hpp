@@ -31,6 +31,10 @@
 //   scatter_add_rows(ctx, rows, cols, out_rows, index, term, out)
 //                                                  out[index(r) * cols + c] += term(r, c), out
 //                                                  [out_rows, cols], rows in order
+// and the causal softmax of attention's scores (nn/attention.hpp), which the host runs a row at a
+// time over the visible keys where a space without it (the GPU's) runs the grid loops above with
+// kernels/attention_terms.hpp's functors, to the same bits (tensor/host_causal_softmax.hpp):
+//   causal_softmax_rows(ctx, rows, t_len, scale, x)   x [rows, t_len] scores -> probabilities
 // and fused causal attention over [sequences, T, E] (nn/fused_attention.hpp), whose row math is
 // kernels/fused_attention.hpp's:
 //   fused_attention_forward(ctx, sequences, layout, e, scale, q, k, v, out, lse)
@@ -59,6 +63,7 @@
 #include "tpx/tensor/allocation_error.hpp"
 #include "tpx/tensor/box_copy.hpp"
 #include "tpx/tensor/host_buffer.hpp"
+#include "tpx/tensor/host_causal_softmax.hpp"
 #include "tpx/tensor/host_fused_attention.hpp"
 
 namespace tpx {
@@ -194,6 +199,12 @@ struct host_space {
       float* row = out + index(r) * cols;
       kernels::for_each_index(cols, [=](std::int64_t c) { row[c] += term(r, c); });
     }
+  }
+
+  template <class T>
+  static void causal_softmax_rows(const rank_context&, std::int64_t rows, std::int64_t t_len,
+                                  float scale, T* x) {
+    detail::host_causal_softmax_rows(rows, t_len, scale, x);
   }
 
   template <class T>
