@@ -3,18 +3,24 @@
 // bit), but tpx treats it as a device: host_accessible is false, so Tensor::local() does not
 // compile for its tensors, and every crossing to or from host memory goes through to_host /
 // from_host, which count the bytes, per rank thread. Code that runs clean here stages nothing on
-// a real GPU either, since the device space offers the same interface and nothing more.
+// a real GPU either, since the device space offers the same interface and nothing more. The one
+// function host_space has and the device space lacks, the host's row kernel for attention's
+// softmax, is deleted here, so that attention takes the device's path (its grid loops).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
-
+#include <cstdint>
 #include <tpx/tensor/host_space.hpp>
 
 namespace tpx::testing {
 
 struct counting_space : host_space {
   static constexpr bool host_accessible = false;
+
+  template <class T>
+  static void causal_softmax_rows(const rank_context&, std::int64_t, std::int64_t, float,
+                                  T*) = delete;
 
   // The bytes this thread (one rank) copied each way since the last reset().
   struct traffic {

@@ -219,12 +219,11 @@ struct recording_space : host_space {
         [=, &ctx] { host_space::scatter_add_rows(ctx, rows, cols, out_rows, index, term, out); });
   }
 
+  // The host's row kernel for attention's softmax, which the device space lacks: attention
+  // here records the device's grid loops instead.
   template <class T>
-  static void causal_softmax_rows(const rank_context& ctx, std::int64_t rows, std::int64_t t_len,
-                                  float scale, T* x) {
-    replay_tape::run_or_record(
-        [=, &ctx] { host_space::causal_softmax_rows(ctx, rows, t_len, scale, x); });
-  }
+  static void causal_softmax_rows(const rank_context&, std::int64_t, std::int64_t, float,
+                                  T*) = delete;
 
   template <class T>
   static void fused_attention_forward(const rank_context& ctx, std::int64_t sequences,

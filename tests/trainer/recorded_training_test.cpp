@@ -104,8 +104,8 @@ TEST_CASE("replayed as a graph is: the MLP trainer's losses equal train_step's, 
 }
 
 TEST_CASE("replayed as a graph is: the GPT example's losses equal train_step's, bit for bit") {
-  // The fused attention with overlap, and the reference attention (its softmax a row kernel of
-  // the space, recorded as the grid loops are).
+  // The fused attention with overlap, and the reference attention (its softmax the device's grid
+  // passes, their row statistics in buffers made while recording).
   for (const bool fused : {true, false}) {
     INFO((fused ? "fused attention, overlap" : "reference attention"));
     trainer::run_options<gpt::family> o = gpt_test::training(1, 1, 1);

@@ -8,7 +8,8 @@
 // reads in place and answers in). Sequences longer than the
 // fused kernels' tile (T = 70: three tiles of keys, the last partial) against the reference
 // layer, at E = 6 and at the largest E, 128. The host's softmax a row at a time against the
-// grid passes a space without it runs (the GPU's): the same bits, fp32 and bf16.
+// grid passes a space without it runs (the GPU's, and the host stand-ins for it): the same bits,
+// fp32 and bf16, down to terms that underflow.
 // Tolerances: fp32 against double, |got - want| <= 2e-5 (outputs, of magnitude ~1) and 1e-4
 // (gradients; the finite differences themselves are exact to ~1e-8); fused against reference
 // layer in fp32, 2e-5 + 1e-5 |want|; fused bf16 against fp32, 2e-2 + 2e-2 |want| (bf16 keeps
@@ -24,6 +25,9 @@
 #include <tuple>
 #include <type_traits>
 #include <vector>
+
+#include "../support/counting_space.hpp"
+#include "../support/recording_space.hpp"
 
 namespace {
 
@@ -356,17 +360,26 @@ TEST_CASE("fused attention refuses a head wider than its kernels take, naming th
 
 namespace {
 
+// The host takes the row kernel; the stand-ins for the device space take the device's grid passes.
+static_assert(tpx::nn::detail::row_causal_softmax_space<tpx::host_space, float>);
+static_assert(tpx::nn::detail::row_causal_softmax_space<tpx::host_space, tpx::bf16>);
+static_assert(!tpx::nn::detail::row_causal_softmax_space<tpx::testing::counting_space, float>);
+static_assert(!tpx::nn::detail::row_causal_softmax_space<tpx::testing::recording_space, float>);
+
 // The host's row softmax (host_space::causal_softmax_rows, which nn::causal_attention_forward
 // calls) against the three grid passes a space without it runs (the GPU's), on the same scores
-// [B, H, T, S] of spread 8: the same bits, masked keys exactly 0, and each visible row within
-// 1e-6 (fp32) or 1e-2 (bf16) + 1e-2 |want| of the softmax taken in double.
+// [B, H, T, S], normal of deviation `spread`: the same bits, masked keys exactly 0, and each
+// visible row within 1e-6 (fp32) or 1e-2 (bf16) + 1e-2 |want| of the softmax taken in double. A
+// spread of 8 keeps every term above e^-16; one of 400 takes most terms below e^-87, to
+// subnormals and 0.
 template <class Tc>
-void check_row_softmax(std::int64_t t_len) {
+void check_row_softmax(std::int64_t t_len, double spread) {
   CAPTURE(t_len);
+  CAPTURE(spread);
   const std::int64_t b = 2, h = 3, rows = b * h * t_len, n = rows * t_len;
   const float scale = 0.25f;
   std::vector<double> scores = values(n, 21);
-  for (double& x : scores) x = static_cast<float>(8 * x);
+  for (double& x : scores) x = static_cast<float>(spread * x);
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
     const auto make = [&] {
       return tpx::cast<Tc>(tpx::from_global<float, B<>, H<>, T<>, S<>>(
@@ -412,8 +425,10 @@ void check_row_softmax(std::int64_t t_len) {
 TEST_CASE("the host's causal softmax, a row at a time, gives the grid passes' bits") {
   // 1 and 5: the rows' scalar remainders only; 16, 17, 70: whole blocks of 16 keys and the rest.
   for (const std::int64_t t_len : {1, 5, 16, 17, 70}) {
-    check_row_softmax<float>(t_len);
-    check_row_softmax<tpx::bf16>(t_len);
+    for (const double spread : {8.0, 400.0}) {
+      check_row_softmax<float>(t_len, spread);
+      check_row_softmax<tpx::bf16>(t_len, spread);
+    }
   }
 }
 
@@ -426,11 +441,16 @@ TEST_CASE("the host's causal softmax makes a row with a NaN score NaN, and no ot
         tpx::from_global<float, B<>, T<>, S<>>(rank, {B(2), T(t_len), S(t_len)}, as_float(scores));
     tpx::host_space::causal_softmax_rows(p.context(), rows, t_len, 1.0f, p.data());
     const std::vector<float> got = tpx::to_global(p);
-    std::int64_t wrong = 0;
+    std::int64_t wrong = 0, masked_nonzero = 0;
     for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c <= r % t_len; ++c)
-        wrong += std::isnan(got[r * t_len + c]) != (r == nan_row);
+      for (std::int64_t c = 0; c < t_len; ++c) {
+        if (c <= r % t_len)
+          wrong += std::isnan(got[r * t_len + c]) != (r == nan_row);
+        else
+          masked_nonzero += got[r * t_len + c] != 0.0f;
+      }
     CHECK_MESSAGE(wrong == 0, wrong << " visible probabilities are NaN outside row " << nan_row
                                     << " or finite in it");
+    CHECK_MESSAGE(masked_nonzero == 0, masked_nonzero << " masked probabilities are not 0");
   });
 }

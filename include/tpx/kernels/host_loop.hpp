@@ -74,10 +74,14 @@
 
 namespace tpx::kernels {
 
+// How many indices for_each_index runs as one vector block, and fold_in_lanes folds into as
+// many lanes: a loop over a multiple of it has no scalar remainder.
+inline constexpr std::int64_t host_loop_block = 16;
+
 namespace host_loop_detail {
 template <class Body>
 [[gnu::always_inline]] inline void blocks_then_rest(std::int64_t n, const Body& body) {
-  constexpr std::int64_t block = 16;
+  constexpr std::int64_t block = host_loop_block;
   const std::int64_t whole = n / block * block;
   for (std::int64_t first = 0; first < whole; first += block) {
     TPX_INDEPENDENT_ITERATIONS
@@ -86,7 +90,7 @@ template <class Body>
   for (std::int64_t i = whole; i < n; ++i) body(i);
 }
 
-constexpr int fold_lanes = 16;  // as TPX_UNROLL_LANES says
+constexpr int fold_lanes = static_cast<int>(host_loop_block);  // as TPX_UNROLL_LANES says
 
 template <class R, class Term>
 [[gnu::always_inline]] inline typename R::value_type lanes_then_rest(std::int64_t n,

@@ -48,7 +48,9 @@ struct max_reducer {
   using value_type = Acc;
   TPX_HOST_DEVICE static constexpr Acc identity() { return Acc(-INFINITY); }
   TPX_HOST_DEVICE static constexpr Acc element(float x) { return Acc(x); }
-  // `|`, not `||`: no branch, so host loops over it vectorize.
+  // `|`, not `||`: no branch, so Clang's host loops over it vectorize. GCC's do not (it makes
+  // the NaN test a branch); tensor/host_causal_softmax.hpp folds a row's maximum with a select
+  // GCC vectorizes, where a NaN needs no carrying.
   TPX_HOST_DEVICE static constexpr Acc combine(Acc a, Acc b) {
     return ((a > b) | (a != a)) ? a : b;
   }

@@ -10,14 +10,21 @@
 // with no select left in them, and fills the rest of the row with zeros. The math is the
 // functors': the maximum of the scores, kernels::causal_softmax_term for each term, term / sum
 // for a probability; and the folds take the same lanes in the same order (a masked key added
-// -inf to a lane's maximum and 0 to its sum, which changes neither). So the probabilities are the
-// grid passes' on the host, bit for bit (tests/unit/attention_test.cpp checks it), and the GPU's
-// within its expf's ulps.
+// -inf to a lane's maximum and 0 to its sum, which changes neither). So for finite scores the
+// probabilities are the grid passes' on the host, bit for bit (tests/unit/attention_test.cpp
+// checks it, with terms down to 0). One step differs: GCC fuses the exponential's last multiply,
+// by a power of two, into the grid pass's lane sum, where this loop rounds the term first; the
+// product is exact unless the term is subnormal (scale (x - max) below -87), and such a term
+// changes a lane by less than 2^-126 of a sum that is at least 1. A row with a NaN score (or
+// only -inf ones) is all NaN on its visible keys in both, and 0 on its masked keys here (NaN
+// there). The GPU's probabilities differ from these by a few ulps (its expf, its order of
+// additions).
 #pragma once
 
 #include <math.h>  // INFINITY
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -44,10 +51,11 @@ struct score_max {
 // scale x over each row's keys s <= r % t_len.
 template <class T>
 void host_causal_softmax_rows(std::int64_t rows, std::int64_t t_len, float scale, T* x) {
+  if (t_len <= 0) return;  // rows of no keys
   // A row's visible keys are staged in fp32 and padded with masked keys (-inf) to a multiple of
-  // host_loop's block of 16, so that every pass runs whole vector blocks: a row of T = 64 has on
+  // host_loop's block, so that every pass runs whole vector blocks: a row of T = 64 has on
   // average 32 visible keys, and a scalar remainder would take half of its time.
-  constexpr std::int64_t block = 16;
+  constexpr std::int64_t block = kernels::host_loop_block;
   const auto whole_blocks = [](std::int64_t n) { return (n + block - 1) / block * block; };
   std::vector<float> staging(static_cast<std::size_t>(whole_blocks(t_len)));
   float* const staged = staging.data();
