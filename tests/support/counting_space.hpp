@@ -1,27 +1,20 @@
 // counting_space: a stand-in for a GPU's memory space that runs on any machine. Its memory is
 // host memory and its functions are host_space's (so its results are the host backend's, bit for
-// bit), but tpx treats it as a device: host_accessible is false, so Tensor::local() does not
-// compile for its tensors, and every crossing to or from host memory goes through to_host /
-// from_host, which count the bytes, per rank thread. Code that runs clean here stages nothing on
-// a real GPU either, since the device space offers the same interface and nothing more. The one
-// function host_space has and the device space lacks, the host's row kernel for attention's
-// softmax, is deleted here, so that attention takes the device's path (its grid loops).
+// bit), but tpx treats it as a device (device_like_space.hpp: Tensor::local() does not compile
+// for its tensors, and layers take the device's paths), and every crossing to or from host
+// memory goes through to_host / from_host, which count the bytes, per rank thread. Code that runs
+// clean here stages nothing on a real GPU either, since the device space offers the same
+// interface and nothing more.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
-#include <tpx/tensor/host_space.hpp>
+
+#include "device_like_space.hpp"
 
 namespace tpx::testing {
 
-struct counting_space : host_space {
-  static constexpr bool host_accessible = false;
-
-  template <class T>
-  static void causal_softmax_rows(const rank_context&, std::int64_t, std::int64_t, float,
-                                  T*) = delete;
-
+struct counting_space : device_like_space {
   // The bytes this thread (one rank) copied each way since the last reset().
   struct traffic {
     std::size_t to_host = 0;

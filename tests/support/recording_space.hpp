@@ -20,13 +20,13 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <utility>
-#include <vector>
-
 #include <tpx/comm/any_communicator.hpp>
 #include <tpx/tensor/host_buffer.hpp>
 #include <tpx/tensor/host_space.hpp>
+#include <utility>
+#include <vector>
 
+#include "device_like_space.hpp"
 #include "replay_tape.hpp"
 
 namespace tpx::testing {
@@ -97,10 +97,9 @@ class recording_buffer {
   std::size_t size_ = 0;
 };
 
-// host_space's functions, each run at once or recorded on the thread's tape.
-struct recording_space : host_space {
-  static constexpr bool host_accessible = false;
-
+// host_space's functions, each run at once or recorded on the thread's tape; those the device
+// space lacks are deleted (device_like_space.hpp).
+struct recording_space : device_like_space {
   template <class T>
   using buffer = recording_buffer<T>;
 
@@ -218,12 +217,6 @@ struct recording_space : host_space {
     replay_tape::run_or_record(
         [=, &ctx] { host_space::scatter_add_rows(ctx, rows, cols, out_rows, index, term, out); });
   }
-
-  // The host's row kernel for attention's softmax, which the device space lacks: attention
-  // here records the device's grid loops instead.
-  template <class T>
-  static void causal_softmax_rows(const rank_context&, std::int64_t, std::int64_t, float,
-                                  T*) = delete;
 
   template <class T>
   static void fused_attention_forward(const rank_context& ctx, std::int64_t sequences,
