@@ -59,12 +59,18 @@ struct family {
            ", D=" + std::to_string(c.d_model()) + " (" + std::to_string(c.heads) + " heads of " +
            std::to_string(c.head_dim) + "), F=" + std::to_string(c.ffn) + ", " +
            std::to_string(c.layers) + " layers" +
-           (c.vocab == 256 ? "" : ", V=" + std::to_string(c.vocab));
+           (c.vocab == 256 ? "" : ", V=" + std::to_string(c.vocab)) +
+           (c.plain_tensor_parallel ? ", no sequence parallelism" : "");
   }
   static std::vector<trainer::switch_flag> switch_flags(config& c) {
     return {{"--fused-attention", &c.fused_attention,
              "attention by the fused kernels (tile by tile, O(T) memory; nn/fused_attention.hpp) "
-             "instead of the reference that stores the [T, T] probabilities"}};
+             "instead of the reference that stores the [T, T] probabilities"},
+            {"--no-sequence-parallel", &c.plain_tensor_parallel,
+             "plain Megatron tensor parallelism over Y: the residual stream whole on every Y rank "
+             "(norms and residual adds repeated on each), one AllReduce over Y after each "
+             "sublayer, forward and backward, instead of sequence parallelism's AllGather of T "
+             "before it and ReduceScatter after it"}};
   }
   static std::vector<trainer::size_flag> size_flags(config& c) {
     return {{"--seq", &c.seq, "sequence length T (bytes per row; each predicts the next)"},

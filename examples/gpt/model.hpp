@@ -17,7 +17,12 @@
 // config::fused_attention the fused kernels of nn/fused_attention.hpp); between
 // the blocks the residual stream is split along the sequence over Y (Megatron's sequence
 // parallelism), so norms and residual adds run on 1/Y of the tokens, and the AllGather before each
-// sublayer and the ReduceScatter after it replace Megatron-TP's AllReduce. Every parameter is an
+// sublayer and the ReduceScatter after it replace Megatron-TP's AllReduce. With
+// config::plain_tensor_parallel the stream is Megatron-TP's instead, x[B_RX, T, D] whole on every
+// rank of Y, with h = RMSNorm(x) and x += AllReduce<Y>(o); its gradient is then a partial sum
+// over Y, [B_RX, T, D]{U_Y}, and the AllReduce's adjoint (an AllReduce) completes it before each
+// sublayer's backward pass (transformer's stream_gradient, enter_sublayer, leave_sublayer). Every
+// parameter is an
 // fp32 master sharded over X and Y and replicated over R; before use it is cast to the compute
 // type and all-gathered (FSDP over X; the norms and embedding tables over Y too, as the residual
 // stream needs them whole), and the backward pass applies the adjoint of each gather, so every
@@ -111,6 +116,9 @@ struct config {
   // recomputed in the backward pass) rather than the reference (nn/attention.hpp), which keeps
   // the [T, T] probabilities and is the faster of the two on the host (BLAS GEMMs).
   bool fused_attention = false;
+  // Megatron's tensor parallelism without its sequence parallelism: the residual stream whole
+  // and the same on every rank of Y, one AllReduce over Y after each sublayer (see model).
+  bool plain_tensor_parallel = false;
   std::int64_t d_model() const { return heads * head_dim; }
 };
 
@@ -244,18 +252,25 @@ void copy_batch(batch<Space>& d, const batch<tpx::host_space>& h) {
   tpx::copy_from_host(d.whole, h.whole);
 }
 
-// A chain of collectives named as types, and its adjoint: the adjoints of the steps in reverse.
-// A tensor handed over (an rvalue) goes through as one, so that on an axis of one rank each step
-// moves its buffer on instead of copying it (ops/collectives.hpp).
+// A chain of collectives named as types, and its adjoint: the adjoints of the steps in reverse
+// (no step: the tensor as it is, both ways). A tensor handed over (an rvalue) goes through as one,
+// so that on an axis of one rank each step moves its buffer on instead of copying it
+// (ops/collectives.hpp).
 template <class... Steps>
 struct step_chain {
   template <tpx::AnyTensor Tn>
   static auto forward(Tn&& t) {
-    return run<Steps...>(std::forward<Tn>(t));
+    if constexpr (sizeof...(Steps) == 0)
+      return std::decay_t<Tn>(std::forward<Tn>(t));
+    else
+      return run<Steps...>(std::forward<Tn>(t));
   }
   template <tpx::AnyTensor Tn>
   static auto backward(Tn&& t) {
-    return reversed<Steps...>(std::forward<Tn>(t));
+    if constexpr (sizeof...(Steps) == 0)
+      return std::decay_t<Tn>(std::forward<Tn>(t));
+    else
+      return reversed<Steps...>(std::forward<Tn>(t));
   }
 
  private:
@@ -275,25 +290,42 @@ struct step_chain {
   }
 };
 
-// Forward and backward passes in compute type Tc (float or tpx::bf16), on tensors of Space.
-template <class Tc, class Space = tpx::host_space>
-class model {
+// Forward and backward passes in compute type Tc (float or tpx::bf16), on tensors of Space, with
+// the residual stream split along the sequence over Y (SequenceParallel) or whole on every rank
+// of Y (plain tensor parallelism); model below chooses by config::plain_tensor_parallel.
+template <class Tc, class Space, bool SequenceParallel>
+class transformer {
  public:
   template <class T, class... Spec>
   using Tensor = tpx::BasicTensor<Space, T, Spec...>;
   using params = model_tensors<Space>;
-  using stream = Tensor<Tc, B<R, X>, T<Y>, D<>>;  // the residual stream, split along the sequence
   using scalar = Tensor<float>;
+  // The residual stream between sublayers and its gradient. Split along the sequence, each rank's
+  // gradient is its tokens' whole gradient; whole on every rank of Y, the stream's gradient is
+  // a partial sum over Y (sharding/steps.hpp's convention: each rank holds the contribution of
+  // its heads and its MLP columns), which the norms' and the embeddings' backward passes,
+  // linear in it, take as it is.
+  using stream = std::conditional_t<SequenceParallel, Tensor<Tc, B<R, X>, T<Y>, D<>>,
+                                    Tensor<Tc, B<R, X>, T<>, D<>>>;
+  using stream_gradient = std::conditional_t<SequenceParallel, stream,
+                                             Tensor<Tc, B<R, X>, T<>, D<>, tpx::Unreduced<Y>>>;
 
   // The forward pass's collectives, as types; the backward pass applies their adjoints.
   using gather_weight = step_chain<AllGather<X, D<>>>;  // FSDP: every matrix is split on D over X
   using gather_norm = step_chain<AllGather<X, D<>>, AllGather<Y, D<>>>;   // [D_YX] -> [D]
   using gather_table = step_chain<AllGather<X, V<>>, AllGather<Y, D<>>>;  // [V_X, D_Y] -> [V, D]
   using gather_positions = step_chain<AllGather<X, T<>>, AllGather<Y, D<>>>;
-  using gather_sequence = step_chain<AllGather<Y, T<>>>;       // SP -> whole sequence
-  using scatter_sequence = step_chain<ReduceScatter<Y, T<>>>;  // {U_Y} -> SP
+  // The stream into a sublayer's input [B_RX, T, D]: SP gathers the sequence, plain TP has it
+  // already (and its adjoint leaves the input's gradient, {U_Y}, as it is).
+  using enter_sublayer =
+      std::conditional_t<SequenceParallel, step_chain<AllGather<Y, T<>>>, step_chain<>>;
+  // A sublayer's output, a partial sum over Y ({U_Y}: Wo and Wout are split by rows), into the
+  // stream: SP reduce-scatters it along the sequence, plain TP all-reduces it (and the adjoint,
+  // an AllReduce too, completes the stream's gradient before the sublayer's backward pass).
+  using leave_sublayer = std::conditional_t<SequenceParallel, step_chain<ReduceScatter<Y, T<>>>,
+                                            step_chain<tpx::AllReduce<Y>>>;
 
-  model(const tpx::rank_context& rank, const config& c) : rank_(rank), c_(c) {}
+  transformer(const tpx::rank_context& rank, const config& c) : rank_(rank), c_(c) {}
 
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
   // parameter's gradient, reduce-scattered onto the parameter's sharding and summed over R.
@@ -304,8 +336,8 @@ class model {
     gradient_reductions reductions(*this);
     std::optional<scalar> loss;
     tpx::mark_phase("embedding forward");
-    const stream dx = trainer::stack_forward_backward(
-        layers, c_.checkpoint_every, embed_forward(p, tokens.stream),
+    const stream_gradient dx = trainer::stack_forward_backward(
+        layers, c_.checkpoint_every, embed_forward(p, tokens_of(tokens)),
         [&](int l, const stream& x) {
           if (l + 1 == layers && !head) head = start([this, &p] { return gather_head(p); });
           tpx::mark_phase("block weights");
@@ -316,12 +348,12 @@ class model {
           loss = std::move(h.loss);
           return std::move(h.dx);
         },
-        [&](int l, const block_state& s, const stream& dout) {
+        [&](int l, const block_state& s, const stream_gradient& dout) {
           tpx::mark_phase("block weights");
           return block_backward(weights.take(l), l, s, dout, grads, reductions);
         });
     tpx::mark_phase("embedding backward");
-    embed_backward(tokens.stream, dx, grads, reductions);
+    embed_backward(tokens_of(tokens), dx, grads, reductions);
     tpx::mark_phase("gradient reductions (wait)");
     reductions.wait();
     return std::move(*loss);
@@ -353,7 +385,15 @@ class model {
     return tpx::cast<float>(tpx::all_reduce<R>(Chain::backward(std::forward<Partial>(partial))));
   }
 
-  using stream_tokens = decltype(batch<Space>::stream);
+  // The batch's tokens split like the stream.
+  using stream_tokens = std::conditional_t<SequenceParallel, decltype(batch<Space>::stream),
+                                           decltype(batch<Space>::whole)>;
+  static const stream_tokens& tokens_of(const batch<Space>& b) {
+    if constexpr (SequenceParallel)
+      return b.stream;
+    else
+      return b.whole;
+  }
 
   // x[B_RX, T_Y, D] = TokE[byte] + PosE[t]: two row lookups into the gathered tables.
   stream embed_forward(const params& p, const stream_tokens& tokens) const {
@@ -364,12 +404,12 @@ class model {
   }
 
   // The gradients' reduce-scatters: added as the backward pass computes each partial gradient,
-  // started together (model::start) when it is done with a block (the head, the tables), as FSDP
-  // reduce-scatters per unit, and all done by wait(). One task per block keeps the tasks, and
+  // started together (transformer::start) when it is done with a block (the head, the tables), as
+  // FSDP reduce-scatters per unit, and all done by wait(). One task per block keeps the tasks, and
   // the communication thread's wake-ups, few; each partial gradient lives until its task ends.
   class gradient_reductions {
    public:
-    explicit gradient_reductions(const model& m) : m_(m) {}
+    explicit gradient_reductions(const transformer& m) : m_(m) {}
 
     // grad = partial, the partial gradient of a parameter that Chain gathers, reduce-scattered
     // onto the parameter's shards by Chain's adjoint and summed over the replicas
@@ -396,14 +436,14 @@ class model {
     }
 
    private:
-    const model& m_;
+    const transformer& m_;
     std::vector<std::function<void()>> batch_;
     std::vector<tpx::pending<void>> started_;
   };
 
   // The tables' gradients: [V, D]{U_RXY} and [T, D]{U_RXY} (each rank saw its rows), reduced
   // onto the tables' shards [V_X, D_Y] and [T_X, D_Y] and over the replicas.
-  void embed_backward(const stream_tokens& tokens, const stream& dx, params& grads,
+  void embed_backward(const stream_tokens& tokens, const stream_gradient& dx, params& grads,
                       gradient_reductions& reductions) const {
     reductions.add(gather_table{}, grads.token_embed,
                    tpx::nn::embedding_gradient<V>(dx, tokens, input_byte, c_.vocab));
@@ -434,7 +474,7 @@ class model {
   // (see start) one visit ahead: while the block before it computes.
   class block_weight_stream {
    public:
-    block_weight_stream(const model& m, const params& p, std::vector<int> visits)
+    block_weight_stream(const transformer& m, const params& p, std::vector<int> visits)
         : m_(m), p_(p), visits_(std::move(visits)) {
       fetch_next();
     }
@@ -457,7 +497,7 @@ class model {
         ahead_ = m_.start([&m = m_, &p = p_, l = visits_[next_]] { return m.gather_block(p, l); });
     }
 
-    const model& m_;
+    const transformer& m_;
     const params& p_;
     const std::vector<int> visits_;
     std::size_t next_ = 0;
@@ -475,7 +515,7 @@ class model {
   using token_keys = Tensor<Tc, B<R, X>, S<>, H<Y>, E<>>;  // k and v, their positions named S
   using heads = Tensor<Tc, B<R, X>, H<Y>, T<>, E<>>;       // the reference's q
   using keys = Tensor<Tc, B<R, X>, H<Y>, S<>, E<>>;        // the reference's k and v
-  using rstd = Tensor<float, B<R, X>, T<Y>>;
+  using rstd = tpx::nn::per_row_t<stream>;
   // Attention's output and what its backward pass needs (config::fused_attention): the fused
   // kernels' operands as projected and the log-sum-exp of each query row, or the reference's
   // operands heads first and its probabilities.
@@ -548,23 +588,23 @@ class model {
   block_state block_forward(const block_weights& w, const stream& x) const {
     tpx::mark_phase("attention norm");
     auto n1 = tpx::nn::rmsnorm_forward(x, w.norm1);
-    whole h1 = gather_sequence::forward(std::move(n1.y));
+    whole h1 = enter_sublayer::forward(std::move(n1.y));
     tpx::mark_phase("QKV projections");
     tokens q = tpx::einsum<D>(h1, w.wq);  // [B_RX, T, H_Y, E]
     token_keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk));
     token_keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv));
     tpx::mark_phase("attention");
     attention_state att = attend(std::move(q), std::move(k), std::move(v));
-    // [B_RX, T, H_Y, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, scattered along T.
+    // [B_RX, T, H_Y, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, reduced into the stream.
     tpx::mark_phase("attention output");
-    stream mid = tpx::add(x, scatter_sequence::forward(tpx::einsum<H, E>(att.out, w.wo)));
+    stream mid = tpx::add(x, leave_sublayer::forward(tpx::einsum<H, E>(att.out, w.wo)));
     tpx::mark_phase("MLP norm");
     auto n2 = tpx::nn::rmsnorm_forward(mid, w.norm2);
-    whole h2 = gather_sequence::forward(std::move(n2.y));
+    whole h2 = enter_sublayer::forward(std::move(n2.y));
     tpx::mark_phase("MLP up (GELU)");
     auto up = tpx::nn::gelu_product<D>(h2, w.w_in);  // [B_RX, T, F_Y], GELU fused into the GEMM
     tpx::mark_phase("MLP down");
-    stream out = tpx::add(mid, scatter_sequence::forward(tpx::einsum<F>(up.out, w.w_out)));
+    stream out = tpx::add(mid, leave_sublayer::forward(tpx::einsum<F>(up.out, w.w_out)));
     return {x,
             std::move(n1.rstd),
             std::move(h1),
@@ -580,25 +620,26 @@ class model {
   // A weight's partial gradient is the contraction over the rows (B, T) that the forward pass's
   // product summed out, a partial sum over R and X, e.g. [F_Y, D]{U_RX} (reduced onto the
   // master's shards and over the replicas).
-  stream block_backward(const block_weights& w, int l, const block_state& s, const stream& dout,
-                        params& grads, gradient_reductions& reductions) const {
-    // MLP: out = mid + RS(GELU(h2 Win) Wout)
+  stream_gradient block_backward(const block_weights& w, int l, const block_state& s,
+                                 const stream_gradient& dout, params& grads,
+                                 gradient_reductions& reductions) const {
+    // MLP: out = mid + leave(GELU(h2 Win) Wout)
     tpx::mark_phase("MLP down backward");
-    const whole do2 = scatter_sequence::backward(dout);  // [B_RX, T, D]
+    const whole do2 = leave_sublayer::backward(dout);                              // [B_RX, T, D]
     reductions.add(gather_weight{}, grads.w_out[l], tpx::einsum<B, T>(s.g, do2));  // [F_Y, D_X]
     // (do2 *_D Wout) * GELU'(a): [B_RX, T, F_Y], GELU' fused into the GEMM
     const auto da = tpx::nn::gelu_product_backward<D>(s.a, do2, w.w_out);
     tpx::mark_phase("MLP up backward");
     reductions.add(gather_weight{}, grads.w_in[l], tpx::einsum<B, T>(s.h2, da));  // [D_X, F_Y]
-    const stream dh2 = gather_sequence::backward(tpx::einsum<F>(da, w.w_in));
+    const stream_gradient dh2 = enter_sublayer::backward(tpx::einsum<F>(da, w.w_in));
     tpx::mark_phase("MLP norm backward");
     auto dn2 = tpx::nn::rmsnorm_backward(s.mid, w.norm2, s.rstd2, dh2);
     reductions.add(gather_norm{}, grads.norm2[l], std::move(dn2.dw));
-    const stream dmid = tpx::add(dout, dn2.dx);
+    const stream_gradient dmid = tpx::add(dout, dn2.dx);
 
-    // Attention: mid = x + RS(attention(q, k, v) Wo)
+    // Attention: mid = x + leave(attention(q, k, v) Wo)
     tpx::mark_phase("attention output backward");
-    const whole do1 = scatter_sequence::backward(dmid);
+    const whole do1 = leave_sublayer::backward(dmid);
     reductions.add(gather_weight{}, grads.wo[l], tpx::einsum<B, T>(s.att.out, do1));  // [H_Y, E, D_X]
     const tokens datt = tpx::einsum<D>(do1, w.wo);
     // dq, dk, dv: [B_RX, T, H_Y, E]
@@ -608,8 +649,9 @@ class model {
     reductions.add(gather_weight{}, grads.wq[l], tpx::einsum<B, T>(s.h1, dq));  // [D_X, H_Y, E]
     reductions.add(gather_weight{}, grads.wk[l], tpx::einsum<B, T>(s.h1, dk));
     reductions.add(gather_weight{}, grads.wv[l], tpx::einsum<B, T>(s.h1, dv));
-    // dh1 = sum over q, k, v of d(proj) *_{H, E} W: partial sums over Y, added, then scattered.
-    const stream dh1 = gather_sequence::backward(
+    // dh1 = sum over q, k, v of d(proj) *_{H, E} W: partial sums over Y, added, then the
+    // adjoint of entering the sublayer.
+    const stream_gradient dh1 = enter_sublayer::backward(
         tpx::add(tpx::add(tpx::einsum<H, E>(dq, w.wq), tpx::einsum<H, E>(dk, w.wk)),
                  tpx::einsum<H, E>(dv, w.wv)));
     tpx::mark_phase("attention norm backward");
@@ -621,7 +663,7 @@ class model {
 
   struct head_result {
     scalar loss;
-    stream dx;
+    stream_gradient dx;
   };
 
   // The final norm and the LM head, gathered.
@@ -640,7 +682,7 @@ class model {
                                     gradient_reductions& reductions) const {
     tpx::mark_phase("final norm");
     auto normed = tpx::nn::rmsnorm_forward(x, w.norm);
-    const whole h = gather_sequence::forward(std::move(normed.y));
+    const whole h = enter_sublayer::forward(std::move(normed.y));
     tpx::mark_phase("LM head");
     auto logits = tpx::einsum<D>(h, w.head);
     // Logits [B_RX, T, V_Y], handed over: their gradient is written in their place.
@@ -648,7 +690,7 @@ class model {
     auto ce = tpx::nn::cross_entropy(std::move(logits), tokens, target_byte);
     tpx::mark_phase("LM head backward");
     reductions.add(gather_weight{}, grads.head, tpx::einsum<B, T>(h, ce.dlogits));  // [D_X, V_Y]
-    const stream dh = gather_sequence::backward(tpx::einsum<V>(ce.dlogits, w.head));
+    const stream_gradient dh = enter_sublayer::backward(tpx::einsum<V>(ce.dlogits, w.head));
     tpx::mark_phase("final norm backward");
     auto dnorm = tpx::nn::rmsnorm_backward(x, w.norm, normed.rstd, dh);
     reductions.add(gather_norm{}, grads.final_norm, std::move(dnorm.dw));
@@ -658,6 +700,34 @@ class model {
 
   const tpx::rank_context& rank_;
   config c_;
+};
+
+// The model of config c: the transformer with sequence parallelism, or without it when
+// c.plain_tensor_parallel. Both take the same parameters and batches and give the same loss and
+// gradients (to rounding: the sums over Y run in other orders).
+template <class Tc, class Space = tpx::host_space>
+class model {
+ public:
+  using params = model_tensors<Space>;
+  using scalar = tpx::BasicTensor<Space, float>;
+
+  model(const tpx::rank_context& rank, const config& c) {
+    if (c.plain_tensor_parallel)
+      plain_.emplace(rank, c);
+    else
+      sequence_parallel_.emplace(rank, c);
+  }
+
+  // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
+  // parameter's gradient, reduce-scattered onto the parameter's sharding and summed over R.
+  scalar forward_backward(const params& p, const batch<Space>& tokens, params& grads) const {
+    return sequence_parallel_ ? sequence_parallel_->forward_backward(p, tokens, grads)
+                              : plain_->forward_backward(p, tokens, grads);
+  }
+
+ private:
+  std::optional<transformer<Tc, Space, true>> sequence_parallel_;
+  std::optional<transformer<Tc, Space, false>> plain_;
 };
 
 }  // namespace gpt

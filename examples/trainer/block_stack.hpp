@@ -5,7 +5,9 @@
 //   dx = stack_forward_backward(layers, every, x, forward, head, backward);
 //     forward(l, x)            -> block l's saved state s, with s.out the block's output
 //     head(x_L)                -> dL/dx_L (the head computes the loss on the side)
-//     backward(l, s, dout)     -> dL/d(input of block l)
+//     backward(l, s, dout)     -> dL/d(input of block l), of head's type
+// The gradients may be of another type than the activations (the GPT's stream replicated over Y
+// has a gradient that is a partial sum over Y).
 //
 // every = 0 keeps every block's state from the forward pass, so nothing runs twice. every = C > 0
 // keeps only the input of every C-th block and, during the backward pass, runs each segment's C
@@ -48,8 +50,8 @@ inline std::vector<int> block_visits(int layers, int every) {
 }
 
 template <class Act, class Forward, class Head, class Backward>
-Act stack_forward_backward(int layers, int every, Act x, const Forward& forward, const Head& head,
-                           const Backward& backward) {
+auto stack_forward_backward(int layers, int every, Act x, const Forward& forward, const Head& head,
+                            const Backward& backward) {
   using State = decltype(forward(0, x));
   std::vector<State> states;
   std::vector<Act> kept;
@@ -62,7 +64,7 @@ Act stack_forward_backward(int layers, int every, Act x, const Forward& forward,
       x = forward(l, x).out;
     }
   }
-  Act dx = head(x);
+  auto dx = head(x);
   if (every == 0) {
     for (int l = layers - 1; l >= 0; --l) dx = backward(l, states[l], dx);
     return dx;

@@ -1,5 +1,6 @@
 // Batched contractions (tpx::einsum, include/tpx/ops/einsum.hpp), the attention built on them
-// (include/tpx/nn/attention.hpp), GELU fused into products (nn/gelu_product.hpp) and the
+// (include/tpx/nn/attention.hpp), GELU fused into products (nn/gelu_product.hpp), RMSNorm's
+// backward pass on a gradient of another layout (nn/rmsnorm.hpp) and the
 // renaming of dims they need (ops/rename.hpp) that tpx must reject at compile time, one per
 // case, each with the sentence the compiler must print. As
 // for sharding_errors.cpp, tests/CMakeLists.txt reads the `// expect(CASE): text` lines below,
@@ -20,8 +21,10 @@
 // expect(RENAME_LVALUE): rename<T, S> of tensor \[B, T, E\]: rename takes over the elements of the tensor
 // expect(RENAME_UNKNOWN_DIM): rename<S, F>: tensor \[B, T, E\] has no dim S
 // expect(RENAME_TO_EXISTING): rename<T, E>: tensor \[B, T, E\] already has a dim E
+// expect(RMSNORM_GRADIENT_SPLIT_DIFFERS): rmsnorm_backward: dy \[B_X, T, E\].U_Y. must have the dims of x \[B_X, T_Y, E\], split alike
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/gelu_product.hpp>
+#include <tpx/nn/rmsnorm.hpp>
 #include <tpx/tpx.hpp>
 
 TPX_MESH_AXES(X, Y);
@@ -79,6 +82,12 @@ void body() {
   auto t = tpx::rename<S, F>(Tensor<float, B<>, T<>, E<>>(some<Tensor<float, B<>, T<>, E<>>>()));
 #elif defined(RENAME_TO_EXISTING)
   auto t = tpx::rename<T, E>(Tensor<float, B<>, T<>, E<>>(some<Tensor<float, B<>, T<>, E<>>>()));
+#elif defined(RMSNORM_GRADIENT_SPLIT_DIFFERS)
+  // The gradient of plain tensor parallelism's stream, [B, T, E]{U_Y}, handed to the backward
+  // pass of a norm over sequence parallelism's stream [B, T_Y, E].
+  auto g = tpx::nn::rmsnorm_backward(some<Tensor<float, B<X>, T<Y>, E<>>>(), some<Tensor<float, E<>>>(),
+                                     some<Tensor<float, B<X>, T<Y>>>(),
+                                     some<Tensor<float, B<X>, T<>, E<>, Unreduced<Y>>>());
 #endif
 }
 

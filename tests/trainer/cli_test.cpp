@@ -14,9 +14,11 @@
 // (kernels/blas_work_buffers.hpp) or fail to start its rank threads. --profile-phases prints a
 // table with every phase of tpx-train's step, marked as often per step as the model runs it, and
 // the JSONL log's last line the same phases, marks and times (no earlier line has them).
+// tpx-gpt --no-sequence-parallel names its layout and logs the sequence-parallel run's losses.
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -243,6 +245,33 @@ TEST_CASE("tpx-gpt's log gives the exposed communication share, at most the tota
         CHECK(exposed == total);
     }
     CHECK(checked == 4);
+  }
+}
+
+TEST_CASE("tpx-gpt --no-sequence-parallel says so and logs the losses of the run with it") {
+  // The flag reaches the model (gpt::config::plain_tensor_parallel): the run names the layout in
+  // its first line, and its logged losses equal those of the sequence-parallel run within 1e-5
+  // relative (the same model; sums over Y in another order), on a mesh where Y has 2 ranks.
+  const fs::path dir = scratch("sequence-parallel");
+  std::vector<double> losses[2];
+  for (const bool plain : {false, true}) {
+    const std::string log = (dir / (plain ? "plain.jsonl" : "sp.jsonl")).string();
+    const result r = run(TPX_GPT,
+                         "--mesh 1x2 --steps 4 --batch 4 --seq 8 --heads 2 --head-dim 4 "
+                         "--ffn 8 --layers 2 --peak-gflops 10 --log " +
+                             log + (plain ? " --no-sequence-parallel" : ""));
+    INFO(plain, "\n", r.output);
+    REQUIRE(r.status == 0);
+    CHECK((r.output.find("no sequence parallelism") != std::string::npos) == plain);
+    std::istringstream lines(read(log));
+    for (std::string line; std::getline(lines, line);)
+      losses[plain].push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  }
+  REQUIRE(losses[0].size() == 4);
+  REQUIRE(losses[1].size() == 4);
+  for (std::size_t s = 0; s < 4; ++s) {
+    CAPTURE(s);
+    CHECK(std::abs(losses[1][s] - losses[0][s]) <= 1e-5 * std::abs(losses[0][s]));
   }
 }
 

@@ -12,6 +12,11 @@
 //  - 30 steps of the shared trainer (examples/trainer/training.hpp) on 2x2, 4x1 and 1x4, with
 //    and without activation checkpointing, follow the 1x1 run's losses (relative 1e-4), which
 //    fall; in bf16 they stay within 2% of fp32's;
+//  - without sequence parallelism (config::plain_tensor_parallel: the stream whole on every Y
+//    rank, an AllReduce over Y after each sublayer) the loss and gradients equal the 1x1 run's
+//    on 1x1, 2x1, 1x2, 2x2, 1x4, 3x2, 2x1x2 and 2x2x2, and with fused attention on 2x2, as above;
+//    30 training steps on 2x2, 1x4 and 2x2x2, with and without checkpointing (with overlap),
+//    follow the 1x1 losses (relative 1e-4);
 //  - overlapping communication (config::overlap: gathers one block ahead and gradient
 //    reduce-scatters on each rank's communication thread) changes no bit of the loss and
 //    gradients (2x2, 4x1, with and without checkpointing) nor of 30 training losses (2x2, 4x1),
@@ -56,6 +61,25 @@ TEST_CASE("GPT with FSDP over X and tensor + sequence parallelism over Y follows
     const auto d = gpt_test::differences(gradients({1, mx, my}), want, 1e-5, 1e-4);
     CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
   }
+}
+
+// Without sequence parallelism the residual stream is whole on every rank of Y and its gradient
+// a partial sum over Y: the same model, with an AllReduce over Y after each sublayer instead of
+// an AllGather of T before it and a ReduceScatter after it.
+TEST_CASE("GPT with plain tensor parallelism (no sequence parallelism) follows the 1x1 run") {
+  const gpt_test::run_result want = gradients({1, 1, 1});
+  gpt::config plain = tiny();
+  plain.plain_tensor_parallel = true;
+  for (const gpt::mesh& mesh :
+       {gpt::mesh{1, 1, 1}, gpt::mesh{1, 2, 1}, gpt::mesh{1, 1, 2}, gpt::mesh{1, 2, 2},
+        gpt::mesh{1, 1, 4}, gpt::mesh{1, 3, 2}, gpt::mesh{2, 1, 2}, gpt::mesh{2, 2, 2}}) {
+    CAPTURE(mesh.to_string());
+    const auto d = gpt_test::differences(gradients(mesh, tpx::host, plain), want, 1e-5, 1e-4);
+    CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
+  }
+  plain.fused_attention = true;
+  const auto d = gpt_test::differences(gradients({1, 2, 2}, tpx::host, plain), want, 1e-5, 1e-4);
+  CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
 }
 
 TEST_CASE("GPT with fused attention computes the reference attention's loss and gradients") {
@@ -138,6 +162,25 @@ TEST_CASE("GPT training on 2x2, 4x1 and 1x4 follows the 1x1 losses, which fall")
       CAPTURE(my);
       CAPTURE(every);
       const float worst = worst_relative_difference(losses(training(1, mx, my, every)), want);
+      INFO("worst relative loss difference " << worst);
+      CHECK(worst <= 1e-4f);
+    }
+  }
+}
+
+TEST_CASE(
+    "GPT training without sequence parallelism on 2x2, 1x4 and 2x2x2 follows the 1x1 losses") {
+  const std::vector<float> want = losses(training(1, 1, 1));
+  REQUIRE(want.size() == 30);
+  for (int every : {0, 1}) {
+    for (const gpt::mesh& mesh : {gpt::mesh{1, 2, 2}, gpt::mesh{1, 1, 4}, gpt::mesh{2, 2, 2}}) {
+      CAPTURE(mesh.to_string());
+      CAPTURE(every);
+      trainer::run_options<gpt::family> o =
+          training(mesh.size<gpt::R>(), mesh.size<gpt::X>(), mesh.size<gpt::Y>(), every);
+      o.model.plain_tensor_parallel = true;
+      o.model.overlap = every == 1;  // the block weights' gathers ahead, on the side
+      const float worst = worst_relative_difference(losses(o), want);
       INFO("worst relative loss difference " << worst);
       CHECK(worst <= 1e-4f);
     }

@@ -365,6 +365,74 @@ TEST_CASE("embedding lookup and its gradient over D_Y equal the unsharded table"
 }
 
 namespace {
+// dy as this rank's share of a partial sum over Y, [B_X, D]{U_Y}: the rank at Y coordinate y
+// holds (y + 1) / (1 + 2 + ... + Y) of it, so the shares add up to dy (to rounding).
+template <class Rank>
+auto partial_over_y(Rank& rank, std::int64_t rows, std::int64_t d, const std::vector<float>& dy) {
+  const auto whole = tpx::from_global<float, B<X>, D<>>(rank, {B(rows), D(d)}, dy);
+  tpx::Tensor<float, B<X>, D<>, tpx::Unreduced<Y>> share(rank, {B(rows), D(d)});
+  const int ny = rank.template size<Y>(), y = rank.template coord<Y>();
+  const float part = 2.0f * static_cast<float>(y + 1) / static_cast<float>(ny * (ny + 1));
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(whole.local().size()); ++i)
+    share.data()[i] = part * whole.data()[i];
+  return share;
+}
+}  // namespace
+
+// Plain tensor parallelism keeps x whole and the same on every Y rank, and its gradient a partial
+// sum over Y (each rank's heads' share): both layers' backward passes are linear in it, so they
+// take it as it is and return partial sums, whose totals are the backward of the total.
+TEST_CASE("rmsnorm and embedding backward of a gradient partial over Y are partial over Y") {
+  const std::int64_t rows = 9, d = 6, vocab = 5;
+  const float eps = 1e-5f;
+  const auto x = values(rows * d, 21), w = values(d, 22), dy = values(rows * d, 23);
+  std::vector<std::int32_t> tokens(rows);
+  for (std::int64_t i = 0; i < rows; ++i)
+    tokens[i] = static_cast<std::int32_t>((i * 2 + 1) % vocab);
+  std::vector<double> dx(rows * d), dw(d, 0.0), dtable(vocab * d, 0.0);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    double ss = 0, dot = 0;
+    for (std::int64_t j = 0; j < d; ++j) ss += double(x[i * d + j]) * x[i * d + j];
+    const double r = 1.0 / std::sqrt(ss / d + eps);
+    for (std::int64_t j = 0; j < d; ++j) {
+      dot += double(w[j]) * dy[i * d + j] * x[i * d + j];
+      dw[j] += double(dy[i * d + j]) * x[i * d + j] * r;
+      dtable[tokens[i] * d + j] += dy[i * d + j];
+    }
+    for (std::int64_t j = 0; j < d; ++j)
+      dx[i * d + j] = r * (w[j] * dy[i * d + j] - x[i * d + j] * r * r / d * dot);
+  }
+  on_each_mesh([&](auto& rank) {
+    const auto xs = tpx::from_global<float, B<X>, D<>>(rank, {B(rows), D(d)}, x);
+    const auto ws = tpx::from_global<float, D<>>(rank, {D(d)}, w);
+    const auto share = partial_over_y(rank, rows, d, dy);
+    const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(1)}, tokens);
+    const auto check = [&](const auto& xk, const auto& wk, const auto& dyk, const char* path) {
+      CAPTURE(path);
+      const auto bwd =
+          tpx::nn::rmsnorm_backward(xk, wk, tpx::nn::rmsnorm_forward(xk, wk, eps).rstd, dyk);
+      using Space = typename std::remove_cvref_t<decltype(xk)>::space;
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(bwd.dx)>,
+                                   tpx::BasicTensor<Space, float, B<X>, D<>, tpx::Unreduced<Y>>>);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(bwd.dw)>,
+                                   tpx::BasicTensor<Space, float, D<>, tpx::Unreduced<X, Y>>>);
+      check_close(tpx::to_global(tpx::reshard<tpx::BasicTensor<Space, float, B<X>, D<>>>(bwd.dx)),
+                  dx, 1.0, 1e-5, "dx");
+      check_close(tpx::to_global(tpx::reshard<tpx::BasicTensor<Space, float, D<>>>(bwd.dw)), dw,
+                  double(rows), 1e-5, "dw");
+    };
+    check(xs, ws, share, "grid loops");
+    check(in_row_kernel_space(xs), in_row_kernel_space(ws), in_row_kernel_space(share),
+          "whole-row kernels");
+    const auto grad = tpx::nn::embedding_gradient<V>(share, ts, 0, vocab);
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad)>,
+                                 tpx::Tensor<float, V<>, D<>, tpx::Unreduced<X, Y>>>);
+    check_close(tpx::to_global(tpx::reshard<tpx::Tensor<float, V<>, D<>>>(grad)), dtable,
+                double(rows), 1e-6, "dtable");
+  });
+}
+
+namespace {
 
 // Every output of RMSNorm, cross-entropy and the embedding on rows [B, T], flattened, from
 // layouts X (activations, tokens) and L (logits) on a mesh, or from the two-dim layers when

@@ -28,10 +28,10 @@
 namespace tpx::nn {
 
 namespace detail {
+// The tokens against x (or dx): the same rows, split alike.
 template <class Xt, class Tok>
 constexpr void check_embedding_operands() {
-  static_assert(Xt::order >= 2 && std::is_same_v<typename Xt::unreduced, Unreduced<>>,
-                "tpx: embedding: x must be a reduced [Rows..., Model] tensor");
+  static_assert(Xt::order >= 2, "tpx: embedding: x must be a [Rows..., Model] tensor");
   static_assert(Tok::order == Xt::order && std::is_same_v<row_dims_t<Tok>, row_dims_t<Xt>> &&
                     std::is_same_v<typename Tok::value_type, std::int32_t>,
                 "tpx: embedding: the tokens must be int32 [Rows..., W], rows split like x's");
@@ -45,6 +45,8 @@ constexpr void check_embedding_operands() {
 template <AnyTensor Xt, AnyTensor Table, AnyTensor Tok>
 void embedding_add(Xt& x, const Table& table, const Tok& tokens, std::int64_t column) {
   detail::check_embedding_operands<Xt, Tok>();
+  static_assert(std::is_same_v<typename Xt::unreduced, Unreduced<>>,
+                "tpx: embedding_add: x must be reduced (reshard a partial sum first)");
   static_assert(Table::order == 2 && type_at_t<0, typename Table::dims>::axes::size == 0 &&
                     std::is_same_v<type_at_t<1, typename Table::dims>, last_dim_t<Xt>>,
                 "tpx: embedding_add: the table must be [Vocab, Model] with Vocab whole (gathered) and "
@@ -59,14 +61,17 @@ void embedding_add(Xt& x, const Table& table, const Tok& tokens, std::int64_t co
 }
 
 // The gradient of the table rows the lookup read: [Vocab, Model]{U over every Rows dim's axes},
-// fp32.
+// fp32. It is linear in dx, which may itself be a partial sum (the gradient of a stream
+// replicated over Y in plain tensor parallelism, {U_Y}); the table's gradient is then partial
+// over those axes too.
 // Vocab is the template of the table's vocabulary dim (e.g. V), of global extent `vocab`.
 template <template <class...> class Vocab, AnyTensor Xt, AnyTensor Tok>
 auto embedding_gradient(const Xt& dx, const Tok& tokens, std::int64_t column, std::int64_t vocab) {
   detail::check_embedding_operands<Xt, Tok>();
   using Model = last_dim_t<Xt>;
-  using Grad = tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Vocab<>, Model>,
-                             as_unreduced_t<row_axes_t<Xt>>>;
+  using Grad =
+      tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Vocab<>, Model>,
+                    unreduced_union_t<as_unreduced_t<row_axes_t<Xt>>, typename Xt::unreduced>>;
   Grad grad(dx.context(), typename Grad::shape_type(
                               index_array<2>{vocab, dx.global_extent(Xt::order - 1)}));
   const std::int64_t cols = local_cols(dx);

@@ -9,7 +9,9 @@
 // all-reduces it. The backward pass needs one more such sum, sum_c w dy x, and returns the weight
 // gradient as a partial sum over the axes that split the Rows dims (each rank saw only its rows):
 // the caller reduces it onto the weight's shards, e.g. with ReduceScatter as the adjoint of the
-// weight's AllGather.
+// weight's AllGather. The backward pass is linear in dy, which may itself be a partial sum over
+// axes along which x is whole (plain tensor parallelism's replicated stream, {U_Y}): dx and the
+// weight gradient are then partial over those axes too.
 //
 // Everything runs in the tensors' memory space, through its grid loops (tensor/host_space.hpp,
 // cuda/kernels/grid.hpp) and the functors of kernels/grid_terms.hpp: the same math on the host
@@ -24,10 +26,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "tpx/core/compile_error.hpp"
 #include "tpx/kernels/grid_terms.hpp"
 #include "tpx/kernels/reduction.hpp"
-#include "tpx/ops/elementwise.hpp"
 #include "tpx/nn/rows.hpp"
+#include "tpx/ops/elementwise.hpp"
 #include "tpx/ops/reshard.hpp"
 #include "tpx/sharding/transforms.hpp"
 #include "tpx/tensor/tensor.hpp"
@@ -82,6 +85,18 @@ constexpr void check_rmsnorm_operands() {
   static_assert(std::is_same_v<typename Xt::space, typename Wt::space>,
                 "tpx: rmsnorm: x and the weight must be in the same memory space");
 }
+
+// dy: x's dims split alike (so a partial sum only over axes along which x is whole: a type
+// unreduced over an axis that splits one of its dims does not exist), x's element type and
+// memory space.
+template <class Xt, class Dyt>
+constexpr void check_rmsnorm_gradient() {
+  if constexpr (!std::is_same_v<typename Dyt::dims, typename Xt::dims> ||
+                !std::is_same_v<typename Dyt::value_type, typename Xt::value_type> ||
+                !std::is_same_v<typename Dyt::space, typename Xt::space>)
+    compile_error<"tpx: rmsnorm_backward: dy " + Dyt::notation + " must have the dims of x " +
+                  Xt::notation + ", split alike, and its element type and memory space">{};
+}
 }  // namespace detail
 
 template <class Xt, class Rstd>
@@ -114,30 +129,35 @@ auto rmsnorm_forward(const Xt& x, const Wt& w, float eps = 1e-5f) {
   return rmsnorm_output<Xt, Rstd>{std::move(y), std::move(rstd)};
 }
 
-template <class Xt, class Dw>
+template <class Dx, class Dw>
 struct rmsnorm_gradients {
-  Xt dx;
+  Dx dx;  // dy's type
   Dw dw;  // [Cols_...]{U over the axes of every Rows dim}, fp32
 };
 
 // dx = rstd (w dy) - x rstd^3 / n * sum_c (w dy x);  dw[c] = sum_r dy x rstd.
-template <AnyTensor Xt, AnyTensor Wt, AnyTensor Rstd>
-auto rmsnorm_backward(const Xt& x, const Wt& w, const Rstd& rstd, const Xt& dy) {
+// Both are linear in dy, so dy may be a partial sum, {U_Y}, over axes along which x is whole and
+// the same on every rank (the gradient of a stream replicated over Y, as in plain tensor
+// parallelism: each rank holds its heads' share); dx and dw are then partial sums over them too.
+template <AnyTensor Xt, AnyTensor Wt, AnyTensor Rstd, AnyTensor Dyt>
+auto rmsnorm_backward(const Xt& x, const Wt& w, const Rstd& rstd, const Dyt& dy) {
   detail::check_rmsnorm_operands<Xt, Wt>();
+  detail::check_rmsnorm_gradient<Xt, Dyt>();
   using T = typename Xt::value_type;
   using W = typename Wt::value_type;
   using Col = last_dim_t<Xt>;
   const std::int64_t rows = local_rows(x), cols = local_cols(x);
   const std::int64_t n = x.global_extent(Xt::order - 1);
-  Xt dx(x.context(), x.shape(), for_overwrite);
-  using Dw = tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Col>,
-                           as_unreduced_t<row_axes_t<Xt>>>;
+  Dyt dx(x.context(), x.shape(), for_overwrite);
+  using Dw =
+      tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Col>,
+                    unreduced_union_t<as_unreduced_t<row_axes_t<Xt>>, typename Dyt::unreduced>>;
   Dw dw(x.context(), typename Dw::shape_type(index_array<1>{n}));
   if constexpr (detail::has_whole_row_kernels<Xt, Wt>) {
     if (detail::holds_whole_rows(x)) {
       Xt::space::rmsnorm_rows_backward(x.context(), rows, cols, x.data(), w.data(), rstd.data(), dy.data(),
                                        dx.data(), dw.data());
-      return rmsnorm_gradients<Xt, Dw>{std::move(dx), std::move(dw)};
+      return rmsnorm_gradients<Dyt, Dw>{std::move(dx), std::move(dw)};
     }
   }
   const auto dot = detail::row_sums<kernels::sum_reducer<float>>(
@@ -147,7 +167,7 @@ auto rmsnorm_backward(const Xt& x, const Wt& w, const Rstd& rstd, const Xt& dy) 
                                                                        dot.data(), cols, n, dx.data()});
   Xt::space::sum_columns(x.context(), rows, cols,
                          kernels::rmsnorm_weight_term_at<T>{x.data(), dy.data(), rstd.data(), cols}, dw.data());
-  return rmsnorm_gradients<Xt, Dw>{std::move(dx), std::move(dw)};
+  return rmsnorm_gradients<Dyt, Dw>{std::move(dx), std::move(dw)};
 }
 
 }  // namespace tpx::nn
