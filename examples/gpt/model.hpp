@@ -1,7 +1,7 @@
 // A GPT-style decoder-only transformer over bytes, trained with FSDP over mesh axis X, Megatron
-// tensor + sequence parallelism over Y and, optionally, pure data parallelism over R (HSDP:
-// replicate over R, shard over X): the flagship example's model (issue 11), written with tpx's
-// typed ops so that every collective is visible in the types.
+// tensor + sequence parallelism (or tensor parallelism alone) over Y and, optionally, pure data
+// parallelism over R (HSDP: replicate over R, shard over X): the flagship example's model (issue
+// 11), written with tpx's typed ops so that every collective is visible in the types.
 //
 //   x[B_RX, T_Y, D] = TokE[token] + PosE[t]                        sequence-parallel residual
 //   block l:  h  = AllGather<Y, T>(RMSNorm(x))                       [B_RX, T, D]
@@ -21,9 +21,10 @@
 // config::plain_tensor_parallel the stream is Megatron-TP's instead, x[B_RX, T, D] whole on every
 // rank of Y, with h = RMSNorm(x) and x += AllReduce<Y>(o); its gradient is then a partial sum
 // over Y, [B_RX, T, D]{U_Y}, and the AllReduce's adjoint (an AllReduce) completes it before each
-// sublayer's backward pass (transformer's stream_gradient, enter_sublayer, leave_sublayer). Every
-// parameter is an
-// fp32 master sharded over X and Y and replicated over R; before use it is cast to the compute
+// sublayer's backward pass (transformer's stream_gradient, enter_sublayer, leave_sublayer).
+//
+// Every parameter is an fp32 master sharded over X and Y and replicated over R; before use it is
+// cast to the compute
 // type and all-gathered (FSDP over X; the norms and embedding tables over Y too, as the residual
 // stream needs them whole), and the backward pass applies the adjoint of each gather, so every
 // gradient arrives reduce-scattered onto its parameter's sharding, as in the MLP trainer
@@ -45,8 +46,9 @@
 // step). A block visited twice in a row (the last one, forward then backward) is gathered twice,
 // as every visit is: keeping it would be FSDP2's
 // reshard_after_forward=False. What stays on the rank's own thread is what the computation needs
-// at once: the sequence-parallel gathers and scatters over Y, the loss's reductions and the
-// embedding tables' gathers. With overlap off the same tasks run at once on the rank's thread:
+// at once: the collectives over Y into and out of each sublayer (the sequence-parallel gathers
+// and scatters, or plain TP's AllReduces), the loss's reductions and the embedding tables'
+// gathers. With overlap off the same tasks run at once on the rank's thread:
 // the same operations on the same data, so the same bits (tests/trainer/gpt_test.cpp checks it).
 // Memory: two blocks' gathered weights at a time (the one computing, the next), as in FSDP2's
 // default, and a block's partial gradients until its reduce-scatters have run. Off by default:
@@ -56,7 +58,8 @@
 // Tokens are bytes; a batch is [B, T, W] int32 with three columns per position: the input byte,
 // the target byte (the next one) and the position, which indexes PosE through the same embedding
 // lookup as the bytes. The model reads them twice: split like the residual stream, [B_RX, T_Y, W],
-// for the embeddings, and with the sequence whole, [B_RX, T, W], for the loss.
+// for the embeddings, and with the sequence whole, [B_RX, T, W], for the loss (plain TP reads the
+// second for both; the batch loads the first all the same, so that its type is one).
 #pragma once
 
 #include <cmath>
@@ -395,7 +398,7 @@ class transformer {
       return b.whole;
   }
 
-  // x[B_RX, T_Y, D] = TokE[byte] + PosE[t]: two row lookups into the gathered tables.
+  // x = TokE[byte] + PosE[t] ([B_RX, T_Y, D] with SP): two row lookups into the gathered tables.
   stream embed_forward(const params& p, const stream_tokens& tokens) const {
     stream x(rank_, {B(c_.batch), T(c_.seq), D(c_.d_model())});
     tpx::nn::embedding_add(x, gathered<gather_table>(p.token_embed), tokens, input_byte);
@@ -573,18 +576,18 @@ class transformer {
   struct block_state {
     stream x;                                   // block input
     rstd rstd1;                                 // RMSNorm statistics before attention
-    whole h1;                                   // normalized input, gathered along T
+    whole h1;                                   // normalized input, its sequence whole
     attention_state att;                        // attention output and what its backward needs
     stream mid;                                 // input + attention
     rstd rstd2;                                 // RMSNorm statistics before the MLP
-    whole h2;                                   // normalized mid, gathered along T
+    whole h2;                                   // normalized mid, its sequence whole
     Tensor<Tc, B<R, X>, T<>, F<Y>> a;           // MLP pre-activation
     Tensor<Tc, B<R, X>, T<>, F<Y>> g;           // GELU(a)
     stream out;                                 // mid + MLP
   };
 
   // Each part marks its phase (tpx::mark_phase, timed by --profile-phases); a phase holds the
-  // sequence gathers and scatters its part calls.
+  // collectives over Y into and out of the sublayer that its part calls.
   block_state block_forward(const block_weights& w, const stream& x) const {
     tpx::mark_phase("attention norm");
     auto n1 = tpx::nn::rmsnorm_forward(x, w.norm1);

@@ -1,8 +1,8 @@
 // Batched contractions (tpx::einsum, include/tpx/ops/einsum.hpp), the attention built on them
 // (include/tpx/nn/attention.hpp), GELU fused into products (nn/gelu_product.hpp), RMSNorm's
-// backward pass on a gradient of another layout (nn/rmsnorm.hpp) and the
-// renaming of dims they need (ops/rename.hpp) that tpx must reject at compile time, one per
-// case, each with the sentence the compiler must print. As
+// backward pass on a gradient of another layout (nn/rmsnorm.hpp), an embedding lookup into a
+// partial sum (nn/embedding.hpp) and the renaming of dims they need (ops/rename.hpp) that tpx
+// must reject at compile time, one per case, each with the sentence the compiler must print. As
 // for sharding_errors.cpp, tests/CMakeLists.txt reads the `// expect(CASE): text` lines below,
 // compiles this file once per CASE with -DCASE, and passes only if compilation fails with a
 // diagnostic containing the text.
@@ -22,7 +22,9 @@
 // expect(RENAME_UNKNOWN_DIM): rename<S, F>: tensor \[B, T, E\] has no dim S
 // expect(RENAME_TO_EXISTING): rename<T, E>: tensor \[B, T, E\] already has a dim E
 // expect(RMSNORM_GRADIENT_SPLIT_DIFFERS): rmsnorm_backward: dy \[B_X, T, E\].U_Y. must have the dims of x \[B_X, T_Y, E\], split alike
+// expect(EMBEDDING_ADD_PARTIAL): embedding_add: x \[B_X, T, E\].U_Y. is a partial sum
 #include <tpx/nn/attention.hpp>
+#include <tpx/nn/embedding.hpp>
 #include <tpx/nn/gelu_product.hpp>
 #include <tpx/nn/rmsnorm.hpp>
 #include <tpx/tpx.hpp>
@@ -88,6 +90,11 @@ void body() {
   auto g = tpx::nn::rmsnorm_backward(some<Tensor<float, B<X>, T<Y>, E<>>>(), some<Tensor<float, E<>>>(),
                                      some<Tensor<float, B<X>, T<Y>>>(),
                                      some<Tensor<float, B<X>, T<>, E<>, Unreduced<Y>>>());
+#elif defined(EMBEDDING_ADD_PARTIAL)
+  // A lookup added to a gradient-like partial sum instead of to the stream.
+  auto x = some<Tensor<float, B<X>, T<>, E<>, Unreduced<Y>>>();
+  tpx::nn::embedding_add(x, some<Tensor<float, F<>, E<>>>(),
+                         some<Tensor<std::int32_t, B<X>, T<>, J<>>>(), 0);
 #endif
 }
 

@@ -10,8 +10,8 @@
 // when the machine has a GPU for each, and as the one process of a torchrun launch
 // (spmd(tpx::cuda_launched, ...)). The GPT example's model: one step's loss and gradients on
 // the simulated meshes 2x2 and 2x1x2 (two replicas, HSDP), and on 2x2 without sequence
-// parallelism, equal the host's
-// (tests/trainer/gpt_test.cpp and gpt_hsdp_test.cpp check the host's). With communication
+// parallelism, equal the host's (tests/trainer/gpt_test.cpp and gpt_hsdp_test.cpp check the
+// host's). With communication
 // overlapped (gpt::config::overlap: block gathers and gradient reduce-scatters on each rank's
 // background lane, a second stream) one step's loss and gradients equal those without on the
 // simulated 2x2 mesh within 1e-5, and 30 training losses within 1e-4 (AdamW carries differences

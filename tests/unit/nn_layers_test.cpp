@@ -5,8 +5,11 @@
 // The same layers on [B, T, ...] tensors (rows over two leading dims, as a sequence model has
 // them: sequence parallel [B_X, T_Y, D], tensor parallel [B_X, T, D_Y]) equal the two-dim layers
 // over the flattened rows [B*T, ...] on one rank, which the other cases check against the loops.
-// Tolerances: fp32 math against double, relative to the magnitude of the summed terms: 1e-5 for
-// sums of a few dozen terms, as stated at each check.
+// RMSNorm's and the embedding's backward passes of a gradient that is a partial sum over Y (x
+// whole along Y, as plain tensor parallelism's stream is) return partial sums whose totals are
+// the loops' gradients, with the grid loops and with whole-row kernels. Tolerances: fp32 math
+// against double, relative to the magnitude of the summed terms: 1e-5 for sums of a few dozen
+// terms, as stated at each check.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -365,23 +368,33 @@ TEST_CASE("embedding lookup and its gradient over D_Y equal the unsharded table"
 }
 
 namespace {
-// dy as this rank's share of a partial sum over Y, [B_X, D]{U_Y}: the rank at Y coordinate y
-// holds (y + 1) / (1 + 2 + ... + Y) of it, so the shares add up to dy (to rounding).
-template <class Rank>
+// This rank's share of dy as a partial sum over Y, [Rows, Cols]{U_Y} (x's layout): the
+// rank at Y coordinate y < Y - 1 holds dy times random factors, the last rank the rest, so that the
+// shares add up to dy (to rounding) and no one rank's share is a multiple of dy.
+template <class Rows, class Cols, class Rank>
 auto partial_over_y(Rank& rank, std::int64_t rows, std::int64_t d, const std::vector<float>& dy) {
-  const auto whole = tpx::from_global<float, B<X>, D<>>(rank, {B(rows), D(d)}, dy);
-  tpx::Tensor<float, B<X>, D<>, tpx::Unreduced<Y>> share(rank, {B(rows), D(d)});
   const int ny = rank.template size<Y>(), y = rank.template coord<Y>();
-  const float part = 2.0f * static_cast<float>(y + 1) / static_cast<float>(ny * (ny + 1));
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(whole.local().size()); ++i)
-    share.data()[i] = part * whole.data()[i];
-  return share;
+  std::vector<float> share(dy.size());
+  for (std::size_t i = 0; i < dy.size(); ++i) {
+    const auto factor = [&](int k) {
+      return tpx::kernels::normal_at(100 + static_cast<std::uint64_t>(k), i);
+    };
+    float others = 0;
+    for (int k = 0; k + 1 < ny; ++k) others += factor(k) * dy[i];
+    share[i] = y + 1 < ny ? factor(y) * dy[i] : dy[i] - others;
+  }
+  const auto local = tpx::from_global<float, Rows, Cols>(rank, {B(rows), D(d)}, share);
+  tpx::Tensor<float, Rows, Cols, tpx::Unreduced<Y>> out(rank, {B(rows), D(d)});
+  std::copy_n(local.data(), local.local().size(), out.data());
+  return out;
 }
 }  // namespace
 
 // Plain tensor parallelism keeps x whole and the same on every Y rank, and its gradient a partial
 // sum over Y (each rank's heads' share): both layers' backward passes are linear in it, so they
-// take it as it is and return partial sums, whose totals are the backward of the total.
+// take it as it is and return partial sums, whose totals are the backward of the total. x is
+// [B_X, D] (whole rows: the whole-row kernels run) and [B, D_X] (the row sums are all-reduced
+// over X while partial over Y).
 TEST_CASE("rmsnorm and embedding backward of a gradient partial over Y are partial over Y") {
   const std::int64_t rows = 9, d = 6, vocab = 5;
   const float eps = 1e-5f;
@@ -402,33 +415,42 @@ TEST_CASE("rmsnorm and embedding backward of a gradient partial over Y are parti
     for (std::int64_t j = 0; j < d; ++j)
       dx[i * d + j] = r * (w[j] * dy[i * d + j] - x[i * d + j] * r * r / d * dot);
   }
-  on_each_mesh([&](auto& rank) {
-    const auto xs = tpx::from_global<float, B<X>, D<>>(rank, {B(rows), D(d)}, x);
-    const auto ws = tpx::from_global<float, D<>>(rank, {D(d)}, w);
-    const auto share = partial_over_y(rank, rows, d, dy);
-    const auto ts = tpx::from_global<std::int32_t, B<X>, W<>>(rank, {B(rows), W(1)}, tokens);
-    const auto check = [&](const auto& xk, const auto& wk, const auto& dyk, const char* path) {
-      CAPTURE(path);
+  // One layout of x, [Rows, Cols]: the row dim's and the column dim's splits.
+  const auto check_layout = [&]<class Rows, class Cols>(auto& rank, Rows*, Cols*) {
+    using RowAxes = typename Rows::axes;  // what dw is partial over besides Y
+    const auto xs = tpx::from_global<float, Rows, Cols>(rank, {B(rows), D(d)}, x);
+    const auto ws = tpx::from_global<float, Cols>(rank, {D(d)}, w);
+    const auto share = partial_over_y<Rows, Cols>(rank, rows, d, dy);
+    const bool whole_rows = Cols::axes::size == 0 || rank.template size<X>() == 1;
+    const auto check = [&](const auto& xk, const auto& wk, const auto& dyk, bool kernels) {
+      CAPTURE(kernels);
+      const std::int64_t taken = row_kernel_space::rows_taken();
       const auto bwd =
           tpx::nn::rmsnorm_backward(xk, wk, tpx::nn::rmsnorm_forward(xk, wk, eps).rstd, dyk);
+      CHECK((row_kernel_space::rows_taken() > taken) == (kernels && whole_rows));
       using Space = typename std::remove_cvref_t<decltype(xk)>::space;
+      using Xk = tpx::BasicTensor<Space, float, Rows, Cols>;
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(bwd.dx)>,
-                                   tpx::BasicTensor<Space, float, B<X>, D<>, tpx::Unreduced<Y>>>);
-      static_assert(std::is_same_v<std::remove_cvref_t<decltype(bwd.dw)>,
-                                   tpx::BasicTensor<Space, float, D<>, tpx::Unreduced<X, Y>>>);
-      check_close(tpx::to_global(tpx::reshard<tpx::BasicTensor<Space, float, B<X>, D<>>>(bwd.dx)),
-                  dx, 1.0, 1e-5, "dx");
-      check_close(tpx::to_global(tpx::reshard<tpx::BasicTensor<Space, float, D<>>>(bwd.dw)), dw,
+                                   tpx::tensor_with_t<Xk, typename Xk::dims, tpx::Unreduced<Y>>>);
+      static_assert(
+          std::is_same_v<std::remove_cvref_t<decltype(bwd.dw)>,
+                         tpx::tensor_with_t<tpx::BasicTensor<Space, float>, tpx::type_list<Cols>,
+                                            tpx::unreduced_union_t<tpx::as_unreduced_t<RowAxes>,
+                                                                   tpx::Unreduced<Y>>>>);
+      check_close(tpx::to_global(tpx::reshard<Xk>(bwd.dx)), dx, 1.0, 1e-5, "dx");
+      check_close(tpx::to_global(tpx::reshard<tpx::BasicTensor<Space, float, Cols>>(bwd.dw)), dw,
                   double(rows), 1e-5, "dw");
     };
-    check(xs, ws, share, "grid loops");
-    check(in_row_kernel_space(xs), in_row_kernel_space(ws), in_row_kernel_space(share),
-          "whole-row kernels");
+    check(xs, ws, share, false);
+    check(in_row_kernel_space(xs), in_row_kernel_space(ws), in_row_kernel_space(share), true);
+    const auto ts = tpx::from_global<std::int32_t, Rows, W<>>(rank, {B(rows), W(1)}, tokens);
     const auto grad = tpx::nn::embedding_gradient<V>(share, ts, 0, vocab);
-    static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad)>,
-                                 tpx::Tensor<float, V<>, D<>, tpx::Unreduced<X, Y>>>);
-    check_close(tpx::to_global(tpx::reshard<tpx::Tensor<float, V<>, D<>>>(grad)), dtable,
+    check_close(tpx::to_global(tpx::reshard<tpx::Tensor<float, V<>, Cols>>(grad)), dtable,
                 double(rows), 1e-6, "dtable");
+  };
+  on_each_mesh([&](auto& rank) {
+    check_layout(rank, static_cast<B<X>*>(nullptr), static_cast<D<>*>(nullptr));
+    check_layout(rank, static_cast<B<>*>(nullptr), static_cast<D<X>*>(nullptr));
   });
 }
 

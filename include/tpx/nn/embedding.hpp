@@ -5,10 +5,11 @@
 //
 //   embedding_add(x, table, tokens, k)      x[r, d] += table[tokens[r, k], d]
 //   embedding_gradient(dx, tokens, k, V)    dtable[v, d] = sum of dx[r, d] over the rows r whose
-//                                           token is v: [V, D..]{U over B's axes}, fp32
+//                                           token is v: [V, D..]{U over B's axes, and dx's}, fp32
 //
 // The table is read whole along V (for FSDP, all-gather its V shards first), and its gradient is
-// a partial sum over the axes that split the batch, since each rank saw only its rows: the caller
+// a partial sum over the axes that split the batch, since each rank saw only its rows (and over
+// those dx itself is a partial sum over, as in plain tensor parallelism): the caller
 // reduces it onto the table's shards, e.g. with the adjoint of that AllGather (a ReduceScatter).
 // The gradient is accumulated in fp32 whatever x's type: rows with the same token add up, in
 // row order on the host, on a GPU in an order fixed by the tokens, without atomics
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "tpx/core/compile_error.hpp"
 #include "tpx/kernels/grid_terms.hpp"
 #include "tpx/nn/rows.hpp"
 #include "tpx/sharding/transforms.hpp"
@@ -45,8 +47,10 @@ constexpr void check_embedding_operands() {
 template <AnyTensor Xt, AnyTensor Table, AnyTensor Tok>
 void embedding_add(Xt& x, const Table& table, const Tok& tokens, std::int64_t column) {
   detail::check_embedding_operands<Xt, Tok>();
-  static_assert(std::is_same_v<typename Xt::unreduced, Unreduced<>>,
-                "tpx: embedding_add: x must be reduced (reshard a partial sum first)");
+  if constexpr (!std::is_same_v<typename Xt::unreduced, Unreduced<>>)
+    compile_error<"tpx: embedding_add: x " + Xt::notation +
+                  " is a partial sum; the lookup adds whole rows to whole values (reshard it "
+                  "first)">{};
   static_assert(Table::order == 2 && type_at_t<0, typename Table::dims>::axes::size == 0 &&
                     std::is_same_v<type_at_t<1, typename Table::dims>, last_dim_t<Xt>>,
                 "tpx: embedding_add: the table must be [Vocab, Model] with Vocab whole (gathered) and "

@@ -160,6 +160,7 @@ auto rmsnorm_backward(const Xt& x, const Wt& w, const Rstd& rstd, const Dyt& dy)
       return rmsnorm_gradients<Dyt, Dw>{std::move(dx), std::move(dw)};
     }
   }
+  // Typed whole over the column axes; a partial sum over dy's own unreduced axes, like dy.
   const auto dot = detail::row_sums<kernels::sum_reducer<float>>(
       x, kernels::rmsnorm_backward_term_at<T, W>{x.data(), w.data(), dy.data(), cols});
   Xt::space::for_each_element(x.context(), rows, cols,
