@@ -24,12 +24,11 @@
 // sublayer's backward pass (transformer's stream_gradient, enter_sublayer, leave_sublayer).
 //
 // Every parameter is an fp32 master sharded over X and Y and replicated over R; before use it is
-// cast to the compute
-// type and all-gathered (FSDP over X; the norms and embedding tables over Y too, as the residual
-// stream needs them whole), and the backward pass applies the adjoint of each gather, so every
-// gradient arrives reduce-scattered onto its parameter's sharding, as in the MLP trainer
-// (examples/trainer). The batch is split over R and X, so that reduce-scattered gradient is still
-// a partial sum over the replicas, {U_R}, which one AllReduce over R per parameter completes
+// cast to the compute type and all-gathered (FSDP over X; the norms and embedding tables over Y
+// too, as the residual stream needs them whole), and the backward pass applies the adjoint of each
+// gather, so every gradient arrives reduce-scattered onto its parameter's sharding, as in the MLP
+// trainer (examples/trainer). The batch is split over R and X, so that reduce-scattered gradient is
+// still a partial sum over the replicas, {U_R}, which one AllReduce over R per parameter completes
 // (HSDP; the seed notes' section 6.2). On a mesh with R = 1 that AllReduce has one member and
 // changes no bit: the model then computes exactly the two-axis FSDP + TP model. With
 // checkpoint_every = C > 0 only every C-th block input is kept and each segment runs forward again
@@ -306,8 +305,8 @@ class transformer {
   // The residual stream between sublayers and its gradient. Split along the sequence, each rank's
   // gradient is its tokens' whole gradient; whole on every rank of Y, the stream's gradient is
   // a partial sum over Y (sharding/steps.hpp's convention: each rank holds the contribution of
-  // its heads and its MLP columns), which the norms' and the embeddings' backward passes,
-  // linear in it, take as it is.
+  // its heads, its MLP columns and its vocabulary shard), which the norms' and the embeddings'
+  // backward passes, linear in it, take as it is.
   using stream = std::conditional_t<SequenceParallel, Tensor<Tc, B<R, X>, T<Y>, D<>>,
                                     Tensor<Tc, B<R, X>, T<>, D<>>>;
   using stream_gradient = std::conditional_t<SequenceParallel, stream,
