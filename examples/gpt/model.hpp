@@ -79,6 +79,7 @@
 #include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
 #include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "../trainer/block_stack.hpp"
@@ -713,23 +714,23 @@ class model {
   using params = model_tensors<Space>;
   using scalar = tpx::BasicTensor<Space, float>;
 
-  model(const tpx::rank_context& rank, const config& c) {
-    if (c.plain_tensor_parallel)
-      plain_.emplace(rank, c);
-    else
-      sequence_parallel_.emplace(rank, c);
-  }
+  model(const tpx::rank_context& rank, const config& c) : net_(made(rank, c)) {}
 
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
   // parameter's gradient, reduce-scattered onto the parameter's sharding and summed over R.
   scalar forward_backward(const params& p, const batch<Space>& tokens, params& grads) const {
-    return sequence_parallel_ ? sequence_parallel_->forward_backward(p, tokens, grads)
-                              : plain_->forward_backward(p, tokens, grads);
+    return std::visit([&](const auto& net) { return net.forward_backward(p, tokens, grads); },
+                      net_);
   }
 
  private:
-  std::optional<transformer<Tc, Space, true>> sequence_parallel_;
-  std::optional<transformer<Tc, Space, false>> plain_;
+  using either = std::variant<transformer<Tc, Space, true>, transformer<Tc, Space, false>>;
+  static either made(const tpx::rank_context& rank, const config& c) {
+    if (c.plain_tensor_parallel) return either(std::in_place_index<1>, rank, c);
+    return either(std::in_place_index<0>, rank, c);
+  }
+
+  either net_;  // the transformer with sequence parallelism, or the plain one
 };
 
 }  // namespace gpt

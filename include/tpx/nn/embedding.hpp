@@ -8,8 +8,8 @@
 //                                           token is v: [V, D..]{U over B's axes, and dx's}, fp32
 //
 // The table is read whole along V (for FSDP, all-gather its V shards first), and its gradient is
-// a partial sum over the axes that split the batch, since each rank saw only its rows (and over
-// those dx itself is a partial sum over, as in plain tensor parallelism): the caller
+// a partial sum over the axes that split the batch, since each rank saw only its rows, and over
+// the axes dx itself may be a partial sum over (as in plain tensor parallelism): the caller
 // reduces it onto the table's shards, e.g. with the adjoint of that AllGather (a ReduceScatter).
 // The gradient is accumulated in fp32 whatever x's type: rows with the same token add up, in
 // row order on the host, on a GPU in an order fixed by the tokens, without atomics
