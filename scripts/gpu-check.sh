@@ -13,7 +13,10 @@
 # caps every step, the build too (timeout(1); a step cut off counts as failed, saying so), so
 # that one hung collective cannot take the whole lease; TPX_GPU_CHECK_OUT is where logs, JSON
 # and figures.txt go (default build/cuda/gpu-check), e.g. a folder that a remote runner copies
-# back even when the command is cut off.
+# back even when the command is cut off. TPX_GPU_CHECK_ARCHIVE=FILE packs that folder into one
+# .tgz at the end, for a runner that brings back only a few files (the probe's scratch left
+# out), and the summary closes with the head of each table the profile and peers parts wrote,
+# for a runner that brings back only the output's end.
 #
 #   1 the GPUs (nvidia-smi), the tools (CMake >= 3.25, Ninja, a C++ compiler, nvcc) and the
 #     libraries, found as the build finds them; what is missing is listed, all at once, with
@@ -44,9 +47,11 @@
 #     launches of more processes need more GPUs)
 #   6 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
 #     >= 0.95), the MLP's GEMM with GELU fused into cuBLASLt's epilogue vs unfused, kernel
-#     bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), and the collectives
-#     in nccl-tests format on the simulated mesh (4 ranks on GPU 0) and, with 2 or more GPUs,
-#     over NCCL on all of them. Tables go to the terminal, JSON to
+#     bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), the fused attention
+#     kernels, the tensor-core ones under each tiling of attention-tilings (which one to make
+#     the kernels' own; attention-tilings.txt, failing if one computes wrong), and the
+#     collectives in nccl-tests format on the simulated mesh (4 ranks on GPU 0) and, with 2 or
+#     more GPUs, over NCCL on all of them. Tables go to the terminal, JSON to
 #     build/cuda/gpu-check/.
 #   7 the peers (bench/peers/compare.py --gpu): tpx-train-cuda against the same model in PyTorch,
 #     eager and torch.compile, fp32 and bf16, samples/s and their ratios from one run;
@@ -336,6 +341,8 @@ else
   step "bench gelu" bash -o pipefail -c "$bench gelu --json $out/gelu.json | tee $out/gelu.txt"
   step "bench kernels" bash -o pipefail -c "$bench kernels -N 64M -d 4096 --json $out/kernels.json | tee $out/kernels.txt"
   step "bench attention" bash -o pipefail -c "$bench attention --json $out/attention.json | tee $out/attention.txt"
+  step "bench attention tilings (the tensor-core kernels under other tilings, E = 64 and 128)" \
+    bash -o pipefail -c "$bench attention-tilings -E 64,128 --json $out/attention-tilings.json | tee $out/attention-tilings.txt"
   step "bench collectives, simulated mesh (4 ranks on GPU 0)" \
     bash -c "$bench collectives -g 4 -b 1K -e 64M --json $out/collectives-simulated.json"
   if ((gpus >= 2)); then
@@ -452,6 +459,24 @@ else
         | tee $out/profile-copies.txt"
   else
     skip "profile: copies" "nsys (Nsight Systems) is not on PATH"
+  fi
+fi
+
+# The tables' first rows (largest first), last, where a runner that keeps only the output's end
+# sees them; the whole tables are in $out and its archive.
+for table in profile-phases-vs-torch-gpt profile-phases-vs-torch-mlp profile-gpt profile-mlp \
+             attention-tilings; do
+  [[ -s $out/$table.txt ]] || continue
+  echo "=== $table.txt (first rows)"
+  head -n 14 "$out/$table.txt"
+done
+if [[ -n ${TPX_GPU_CHECK_ARCHIVE:-} && -d $out ]]; then
+  archive=$(realpath -m "$TPX_GPU_CHECK_ARCHIVE")
+  if tar czf "$archive" --exclude=./deps --exclude="./${archive##*/}" -C "$out" .; then
+    summary+=("packed   $out into $archive ($(du -h "$archive" | cut -f1))")
+  else
+    summary+=("FAILED   packing $out into $archive (TPX_GPU_CHECK_ARCHIVE)")
+    failed=1
   fi
 fi
 

@@ -11,17 +11,21 @@
 //   tpx-bench-cuda attention -B 16 -H 12 -T 1024,4096 -E 64 -t bf16,fp32 --json attention.json
 //       ms and TFLOP/s of the fused causal attention kernels, forward and backward, to set beside
 //       PyTorch's SDPA (bench/peers/torch_sdpa.py; target: tpx >= 0.9x)
+//   tpx-bench-cuda attention-tilings -B 16 -H 12 -T 1024,4096 -E 64,128 --json tilings.json
+//       the same for the tensor-core kernels under the tilings attention_tilings.cu lists, bf16,
+//       the kernels' own first; exits with 1 if a row's result is off the host twin's by more
+//       than bf16's rounding allows (max rel diff above 0.02)
 //   tpx-bench-cuda collectives [--nccl] -g 4 -b 1K -e 256M --json collectives.json
 //       nccl-tests' table for the simulated mesh (-g ranks on GPU 0) or NCCL (one GPU per rank)
 //
 // Without a GPU it prints "skipped: no CUDA device (...)" and exits with 77, CTest's skip code
-// in the bench tests. The measuring is in gemm.cu (gemm, gelu), kernels.cu, attention.cu and collectives.cu
-// (measure.hpp);
-// this file parses the command line, prints the tables and writes the JSON of
-// bench/support/report.hpp.
+// in the bench tests. The measuring is in gemm.cu (gemm, gelu), kernels.cu, attention.cu,
+// attention_tilings.cu and collectives.cu (measure.hpp); this file parses the command line,
+// prints the tables and writes the JSON of bench/support/report.hpp.
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -49,6 +53,21 @@ void add_common(CLI::App& app, common_options& o) {
   app.add_option("-n,--iters", o.iters, "timed calls")->check(CLI::Range(1, 1 << 30));
   app.add_option("-w,--warmup_iters", o.warmup, "untimed calls first")->check(CLI::Range(0, 1 << 30));
   app.add_option("--json", o.json, "write every row to this file as JSON");
+}
+
+// The attention benches' sequences: -B x -H of each length in -T (GPT-2's 16 x 12 by default).
+struct attention_shape {
+  std::int64_t batch = 16, heads = 12;
+  std::vector<std::int64_t> lengths = {1024, 4096};
+};
+
+void add_attention_shape(CLI::App& app, attention_shape& s) {
+  app.add_option("-B,--batch", s.batch, "batch")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-H,--heads", s.heads, "heads (batch x heads sequences)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("-T,--lengths", s.lengths, "sequence lengths T")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 24));
 }
 
 int run_gemm(const std::vector<std::int64_t>& sizes, const std::vector<std::string>& types, const common_options& o,
@@ -115,38 +134,72 @@ int run_kernels(std::int64_t elements, std::int64_t row_length, const common_opt
   return 0;
 }
 
-int run_attention(std::int64_t batch, std::int64_t heads, const std::vector<std::int64_t>& lengths,
-                  int e, const std::vector<std::string>& types, const common_options& o,
-                  const std::string& command) {
-  std::printf(
-      "# tpx-bench-cuda attention: fused causal, %lld x %lld heads of %d, scale 1/sqrt(E)\n",
-      static_cast<long long>(batch), static_cast<long long>(heads), e);
+// The attention rows' table and JSON (attention, attention-tilings: the tiling column when the
+// rows have one).
+void report_attention(const std::vector<bc::attention_row>& measured, std::int64_t batch,
+                      std::int64_t heads, const char* bench, const common_options& o,
+                      const std::string& command) {
+  const bool tilings = !measured.empty() && !measured.front().tiling.empty();
+  std::printf("# tpx-bench-cuda %s: fused causal, %lld x %lld heads of E, scale 1/sqrt(E)\n",
+              bench, static_cast<long long>(batch), static_cast<long long>(heads));
   std::printf("# TFLOP/s as FlashAttention counts: forward 4 B H T^2 E / 2, backward 2.5x that\n");
-  std::printf("# %5s %6s %11s %12s %11s %12s %13s\n", "type", "T", "fwd(ms)", "fwd TFLOP/s",
-              "bwd(ms)", "bwd TFLOP/s", "max rel diff");
+  std::printf("# %5s %4s %6s %11s %12s %11s %12s %13s%s\n", "type", "E", "T", "fwd(ms)",
+              "fwd TFLOP/s", "bwd(ms)", "bwd TFLOP/s", "max rel diff", tilings ? "  tiling" : "");
   json rows = json::array();
-  for (const bc::attention_row& r :
-       bc::measure_attention(batch, heads, lengths, e, types, o.iters, o.warmup)) {
-    std::printf("  %5s %6lld %11.3f %12.1f %11.3f %12.1f %13.3g\n", r.type.c_str(),
-                static_cast<long long>(r.t_len), r.forward_ms, r.forward_tflops, r.backward_ms,
-                r.backward_tflops, r.max_rel_diff);
-    rows.push_back({{"type", r.type},
-                    {"batch", r.batch},
-                    {"heads", r.heads},
-                    {"t", r.t_len},
-                    {"e", r.e},
-                    {"forward_ms", r.forward_ms},
-                    {"forward_tflops", r.forward_tflops},
-                    {"backward_ms", r.backward_ms},
-                    {"backward_tflops", r.backward_tflops},
-                    {"max_rel_diff", r.max_rel_diff}});
+  for (const bc::attention_row& r : measured) {
+    std::printf("  %5s %4lld %6lld %11.3f %12.1f %11.3f %12.1f %13.3g%s%s\n", r.type.c_str(),
+                static_cast<long long>(r.e), static_cast<long long>(r.t_len), r.forward_ms,
+                r.forward_tflops, r.backward_ms, r.backward_tflops, r.max_rel_diff,
+                tilings ? "  " : "", r.tiling.c_str());
+    json row = {{"type", r.type},
+                {"batch", r.batch},
+                {"heads", r.heads},
+                {"t", r.t_len},
+                {"e", r.e},
+                {"forward_ms", r.forward_ms},
+                {"forward_tflops", r.forward_tflops},
+                {"backward_ms", r.backward_ms},
+                {"backward_tflops", r.backward_tflops},
+                {"max_rel_diff", r.max_rel_diff}};
+    if (tilings) row["tiling"] = r.tiling;
+    rows.push_back(row);
   }
   if (!o.json.empty())
     b::write_json(
-        o.json, "cuda_attention", command,
-        {{"iters", o.iters}, {"warmup", o.warmup}, {"batch", batch}, {"heads", heads}, {"e", e}},
-        rows);
+        o.json, std::string("cuda_") + (tilings ? "attention_tilings" : "attention"), command,
+        {{"iters", o.iters}, {"warmup", o.warmup}, {"batch", batch}, {"heads", heads}}, rows);
+}
+
+int run_attention(const attention_shape& shape, int e, const std::vector<std::string>& types,
+                  const common_options& o, const std::string& command) {
+  report_attention(bc::measure_attention(shape.batch, shape.heads, shape.lengths, e, types,
+                                         o.iters, o.warmup),
+                   shape.batch, shape.heads, "attention", o, command);
   return 0;
+}
+
+// bf16 results of the tensor-core kernels are within a few bf16 ulps of the host twin's (the
+// outputs' rounding, and P and dS rounded to bf16 for their second product: 0.005 on an H200);
+// a tiling four times further off computes something else.
+constexpr double tiling_tolerance = 0.02;
+
+int run_attention_tilings(const attention_shape& shape, const std::vector<int>& widths,
+                          const common_options& o, const std::string& command) {
+  std::vector<bc::attention_row> rows;
+  for (int e : widths)
+    for (bc::attention_row& r : bc::measure_attention_tilings(shape.batch, shape.heads,
+                                                              shape.lengths, e, o.iters, o.warmup))
+      rows.push_back(std::move(r));
+  report_attention(rows, shape.batch, shape.heads, "attention-tilings", o, command);
+  int off = 0;
+  for (const bc::attention_row& r : rows)
+    if (!(r.max_rel_diff <= tiling_tolerance)) {
+      std::printf("FAILED: E=%lld T=%lld, %s: max rel diff %.3g from the host twin (at most %.3g)\n",
+                  static_cast<long long>(r.e), static_cast<long long>(r.t_len), r.tiling.c_str(),
+                  r.max_rel_diff, tiling_tolerance);
+      ++off;
+    }
+  return off > 0 ? 1 : 0;
 }
 
 int run_collectives(bool nccl, int ranks, const std::vector<std::int64_t>& sizes, const std::vector<std::string>& ops,
@@ -232,21 +285,26 @@ int main(int argc, char** argv) {
   add_common(*kernels, kernels_o);
 
   common_options attention_o;
-  std::int64_t batch = 16, heads = 12;
+  attention_shape attention_s;
   int head_width = 64;
-  std::vector<std::int64_t> lengths = {1024, 4096};
   std::vector<std::string> attention_types = {"bf16", "fp32"};
   CLI::App* attention = app.add_subcommand(
       "attention", "fused causal attention forward and backward, ms and TFLOP/s");
-  attention->add_option("-B,--batch", batch, "batch")->check(CLI::Range(1, 1 << 20));
-  attention->add_option("-H,--heads", heads, "heads (batch x heads sequences)")
-      ->check(CLI::Range(1, 1 << 20));
-  attention->add_option("-T,--lengths", lengths, "sequence lengths T")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 1 << 24));
+  add_attention_shape(*attention, attention_s);
   attention->add_option("-E,--head-dim", head_width, "head width E")->check(CLI::Range(1, 1 << 20));
   attention->add_option("-t,--types", attention_types, "bf16, fp32")->delimiter(',');
   add_common(*attention, attention_o);
+
+  common_options tilings_o;
+  attention_shape tilings_s;
+  std::vector<int> tilings_widths = {64};
+  CLI::App* tilings = app.add_subcommand(
+      "attention-tilings", "the tensor-core attention kernels under other tilings, bf16");
+  add_attention_shape(*tilings, tilings_s);
+  tilings->add_option("-E,--head-dims", tilings_widths, "head widths E: 64, 128 or both")
+      ->delimiter(',')
+      ->check(CLI::IsMember({64, 128}));
+  add_common(*tilings, tilings_o);
 
   common_options coll_o;
   bool nccl = false, check = true;
@@ -283,8 +341,8 @@ int main(int argc, char** argv) {
     if (*gelu) return run_gelu(gelu_shapes, gelu_types, gelu_o, command);
     if (*kernels) return run_kernels(b::parse_bytes(elements), row_length, kernels_o, command);
     if (*attention)
-      return run_attention(batch, heads, lengths, head_width, attention_types, attention_o,
-                           command);
+      return run_attention(attention_s, head_width, attention_types, attention_o, command);
+    if (*tilings) return run_attention_tilings(tilings_s, tilings_widths, tilings_o, command);
     return run_collectives(nccl, ranks, b::size_sweep(b::parse_bytes(coll_min), b::parse_bytes(coll_max), 2), ops,
                            check, coll_o, command);
   } catch (const std::exception& e) {

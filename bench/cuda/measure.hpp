@@ -1,6 +1,7 @@
 // The measurements of tpx-bench-cuda, as plain functions and rows, so that the command line,
 // the tables and the JSON (main.cpp, host code) stay out of the nvcc-compiled files that do the
-// GPU work (gemm.cu, kernels.cu, attention.cu, collectives.cu), which keeps the CUDA build short.
+// GPU work (gemm.cu, kernels.cu, attention.cu, attention_tilings.cu, collectives.cu), which keeps
+// the CUDA build short.
 //
 // Every function needs a GPU; main.cpp checks for one first. Times are CUDA-event or
 // synchronized wall-clock times of back-to-back calls after warm-up calls: the mean per call.
@@ -59,7 +60,8 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t elements, std::int64_t r
 // matrix products, halved by the causal mask), the backward 2.5 times that; so the figures compare
 // with PyTorch's SDPA timed the same way (bench/peers/torch_sdpa.py).
 struct attention_row {
-  std::string type;  // bf16, fp32
+  std::string type;    // bf16, fp32
+  std::string tiling;  // attention-tilings' rows: the tensor-core kernels' tilings; else empty
   std::int64_t batch = 0, heads = 0, t_len = 0, e = 0;
   double forward_ms = 0,
          backward_ms = 0;  // per call; the backward includes delta = rowdot(dout, out)
@@ -73,6 +75,13 @@ std::vector<attention_row> measure_attention(std::int64_t batch, std::int64_t he
                                              const std::vector<std::int64_t>& lengths, int e,
                                              const std::vector<std::string>& types, int iters,
                                              int warmup);
+// The same rows, bf16, for the tensor-core kernels under each tiling attention_tilings.cu lists
+// at head width e (64 or 128), the kernels' own first: `tiling` names the forward's, dq's and
+// dk-dv's (R x Cols; "s": the queries in shared memory; "/3": at least 3 blocks per
+// multiprocessor; kernels/flash_attention.hpp).
+std::vector<attention_row> measure_attention_tilings(std::int64_t batch, std::int64_t heads,
+                                                     const std::vector<std::int64_t>& lengths,
+                                                     int e, int iters, int warmup);
 
 // Collectives in nccl-tests' terms (bench/collectives.cpp says what size, algbw and busbw mean).
 struct collective_row {

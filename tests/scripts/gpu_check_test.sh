@@ -221,6 +221,23 @@ check "profile: a phase PyTorch takes longer in comes last" \
 check "profile: the steps' times and their difference" \
   grep -Eq "^  step +10\.000 +4\.000 +\+6\.000$" "$table"
 check "profile: the MLP's table too" test -s "$stub/out/profile-phases-vs-torch-mlp.txt"
+check "profile: the summary closes with the tables' first rows" \
+  grep -q "^=== profile-phases-vs-torch-gpt.txt (first rows)" <<<"$out"
+
+# TPX_GPU_CHECK_ARCHIVE: the output folder packed into one file (for a runner that brings back
+# a few files only), the probe's scratch left out; an archive asked for inside the folder is
+# not packed into itself.
+out=$(TPX_STUB_TORCH=1 TPX_GPU_CHECK_ARCHIVE="$stub/bundle.tgz" profile)
+check "profile with an archive passes" test $? -eq 0
+check "the archive is reported in the summary" grep -q "^packed   .* into $stub/bundle.tgz" <<<"$out"
+listing=$(tar tzf "$stub/bundle.tgz")
+check "the archive holds the tables" \
+  bash -c 'grep -qx "./profile-gpt.txt" <<<"$1" && grep -qx "./profile-phases-vs-torch-gpt.txt" <<<"$1"' _ "$listing"
+check "the archive leaves out the probe's scratch" bash -c '! grep -q "^./deps" <<<"$1"' _ "$listing"
+out=$(TPX_GPU_CHECK_ARCHIVE="$stub/out/inside.tgz" profile)
+check "an archive inside the output folder passes" test $? -eq 0
+check "an archive inside the output folder is not packed into itself" \
+  bash -c '! tar tzf "$1" | grep -q inside.tgz' _ "$stub/out/inside.tgz"
 cp "$stub/no-gpus" "$stub/nvidia-smi"
 
 ((failures == 0)) || { echo "$failures check(s) failed; gpu-check's last output:"; echo "$out"; }

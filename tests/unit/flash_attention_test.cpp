@@ -4,9 +4,11 @@
 // small integers, and the forward, dq and dk/dv programs against naive causal attention in
 // double on the same bf16-rounded inputs, at head widths 32, 64 and 128, sequences of 1 row,
 // one whole tile, and several tiles with a partial last one (T = 100, 130), so masking, tails
-// and the online softmax's rescaling all run; heads first ([sequences, T, E]) and read in place
-// from the projections' [B, T, H, E] (kernels::attention_layout with H = 2, 3), whose rows the
-// test moves from and back to the reference's heads-first order itself. Under ThreadSanitizer the
+// and the online softmax's rescaling all run, with the kernels' tilings and with the others the
+// attention-tilings bench times (staged tiles of 32 and 128 rows, one or two row tiles per
+// warp); heads first ([sequences, T, E]) and read in place from the projections' [B, T, H, E]
+// (kernels::attention_layout with H = 2, 3), whose rows the test moves from and back to the
+// reference's heads-first order itself. Under ThreadSanitizer the
 // same run checks the programs' shared memory for races between syncs
 // (tests/support/simt_block.hpp). Tolerances: the fragment tests are exact (integers below 2^8 and
 // their sums are exact in bf16 and fp32). Outputs are bf16 and P and dS enter their second product
@@ -65,6 +67,23 @@ TEST_CASE("mma fragment loads agree with the PTX layout") {
   for (int i = 0; i < 8 * 32; ++i) m[i] = small(i, 2);
   for (int i = 0; i < 32 * 16; ++i) w[i] = small(i, 3);
 
+  SUBCASE("A from shared memory by one ldmatrix: load_a's fragments") {
+    // load_a is checked against the mma table below; the emulated ldmatrix follows PTX's own.
+    std::vector<std::uint32_t> from_rows(32 * 4), from_shared(32 * 4);
+    simt_block block(1, 0);
+    block.run([&](simt_block::thread_context& t) {
+      const mma::lane_coordinates at(t.lane());
+      std::uint32_t rows[4], shared[4];
+      mma::load_a(rows, a.data() + 16, 32, 16, at);
+      mma::load_a_x4(t, shared, a.data() + 16, 32);
+      for (int i = 0; i < 4; ++i) {
+        from_rows[4 * t.lane() + i] = rows[i];
+        from_shared[4 * t.lane() + i] = shared[i];
+      }
+    });
+    CHECK(from_shared == from_rows);
+  }
+
   SUBCASE("A rows and B transposed (two k-steps per ldmatrix)") {
     for (int valid_rows : {16, 11}) {
       const auto got = one_warp<1>([&](auto& t, mma::lane_coordinates at, float(&d)[1][4]) {
@@ -120,9 +139,16 @@ TEST_CASE("mma fragment loads agree with the PTX layout") {
   }
 }
 
-template <int E>
+// The programs at head width E with the given tilings (the kernels' own by default): the
+// forward's, dq's and dk-dv's.
+template <int E, class Forward = flash::forward_tiling<E>, class Dq = flash::backward_tiling,
+          class Dkdv = flash::backward_tiling>
 void check_programs(const attention_case& c, std::int64_t heads = 1) {
   CAPTURE(E);
+  CAPTURE(Forward::row_tiles);
+  CAPTURE(Forward::cols);
+  CAPTURE(Dq::cols);
+  CAPTURE(Dkdv::cols);
   CAPTURE(c.sequences);
   CAPTURE(c.t_len);
   CAPTURE(heads);
@@ -146,17 +172,20 @@ void check_programs(const attention_case& c, std::int64_t heads = 1) {
                               dv.data()};
   const auto blocks = [&](int rows) { return (c.t_len + rows - 1) / rows; };
   for (std::int64_t sq = 0; sq < c.sequences; ++sq)
-    for (std::int64_t b = 0; b < blocks(flash::forward_block_rows<E>); ++b) {
-      simt_block forward(flash::warps, flash::forward_shared_bytes<E>);
-      forward.run([&](auto& t) { flash::forward_block<E>(t, args, b, sq); });
+    for (std::int64_t b = 0; b < blocks(Forward::block_rows); ++b) {
+      simt_block forward(flash::warps, flash::forward_shared_bytes<E, Forward>);
+      forward.run([&](auto& t) { flash::forward_block<E, Forward>(t, args, b, sq); });
     }
-  for (std::int64_t sq = 0; sq < c.sequences; ++sq)  // the backward reads every row's lse
-    for (std::int64_t b = 0; b < blocks(flash::backward_block_rows); ++b) {
-      simt_block dq_pass(flash::warps, flash::forward_shared_bytes<E>);
-      dq_pass.run([&](auto& t) { flash::dq_block<E>(t, args, b, sq); });
-      simt_block dkdv_pass(flash::warps, flash::dkdv_shared_bytes<E>);
-      dkdv_pass.run([&](auto& t) { flash::dkdv_block<E>(t, args, b, sq); });
+  for (std::int64_t sq = 0; sq < c.sequences; ++sq) {  // the backward reads every row's lse
+    for (std::int64_t b = 0; b < blocks(Dq::block_rows); ++b) {
+      simt_block dq_pass(flash::warps, flash::staged_bytes<E, Dq>);
+      dq_pass.run([&](auto& t) { flash::dq_block<E, Dq>(t, args, b, sq); });
     }
+    for (std::int64_t b = 0; b < blocks(Dkdv::block_rows); ++b) {
+      simt_block dkdv_pass(flash::warps, flash::dkdv_shared_bytes<E, Dkdv>);
+      dkdv_pass.run([&](auto& t) { flash::dkdv_block<E, Dkdv>(t, args, b, sq); });
+    }
+  }
   const auto heads_first = [&](const auto& x, std::int64_t width) {
     return interleaved(x, c.t_len, heads, width, true);
   };
@@ -176,6 +205,21 @@ TEST_CASE("tensor-core attention programs match naive causal attention") {
   check_programs<64>({1, 100});
   check_programs<32>({1, 200});
   check_programs<128>({1, 70});
+}
+
+// The other tilings tpx-bench-cuda attention-tilings times: staged tiles of 32 and 128 rows, one
+// or two row tiles per warp, the queries in shared memory. T = 130 and 260 end in a partial tile
+// of each size, and in blocks of more rows than a warp's some warps skip key tiles they do not
+// see.
+TEST_CASE("tensor-core attention programs match naive causal attention with other tilings") {
+  using flash::tiling;
+  check_programs<64, tiling<1, 64>, tiling<1, 32>, tiling<1, 32>>({2, 130});
+  check_programs<64, tiling<1, 128>, tiling<1, 128>, tiling<1, 128>>({1, 260});
+  check_programs<64, tiling<2, 32>>({1, 260});
+  check_programs<128, tiling<1, 32>, tiling<1, 32>, tiling<1, 32>>({1, 130});
+  // The block's queries staged in shared memory rather than held in registers.
+  check_programs<64, tiling<2, 64, 0, true>>({1, 260});
+  check_programs<128, tiling<1, 128, 0, true>>({1, 130});
 }
 
 TEST_CASE("tensor-core attention programs read and write [B, T, H, E] in place") {

@@ -6,14 +6,15 @@
 // run and are checked on a machine without a GPU.
 //
 // The math is kernels/fused_attention.hpp's (FlashAttention-2's forward and backward), arranged
-// as FlashAttention-2 arranges it for tensor cores: a block of 4 warps takes 64 or 128 rows,
-// each warp one or two tiles of 16 of them, and walks tiles of 64 rows of the other side staged
-// in shared memory, two buffers of them: the next tile is copied in (cp.async) while the block
-// computes on the current one. A warp with two row tiles uses each fragment it loads from shared
-// memory twice, which halves the shared-memory traffic per mma (the forward at widths up to 64; the
-// backward passes hold too many accumulators for it).
+// as FlashAttention-2 arranges it for tensor cores: a block of 4 warps takes 16 x 4 x R rows,
+// each warp R tiles of 16 of them, and walks tiles of Cols rows of the other side staged in
+// shared memory, two buffers of them: the next tile is copied in (cp.async) while the block
+// computes on the current one (a `tiling` says R and Cols; forward_tiling and backward_tiling are
+// the kernels'). A warp with two row tiles uses each fragment it loads from shared memory twice,
+// which halves the shared-memory traffic per mma (the forward at widths up to 64; the backward
+// passes hold too many accumulators for it).
 //   forward  per block of queries: S = Q K^T (Q's fragments stay in registers), the online
-//            softmax on S's accumulators (a row's 64 scores are spread over the 4 lanes of a
+//            softmax on S's accumulators (a row's Cols scores are spread over the 4 lanes of a
 //            group: two shuffles find its maximum), then O += P V with P taken from S's
 //            accumulators as the A operand; out = O / l, lse = m + log l.
 //   dq       per block of 64 queries, over the key tiles it sees: P = exp(S - lse) recomputed,
@@ -49,7 +50,6 @@
 
 namespace tpx::kernels::flash {
 
-inline constexpr int tile_rows = 64;  // rows of a staged tile of the other side
 inline constexpr int warps = 4;
 inline constexpr int threads = 32 * warps;
 inline constexpr int pitch_padding = 8;  // elements after each staged row: the 8 rows
@@ -60,23 +60,47 @@ inline constexpr float ln2 = 0.6931471805599453f;
 template <int HeadDim>
 inline constexpr int pitch = HeadDim + pitch_padding;
 
-// Row tiles of 16 per warp, and rows per block, of each pass.
+// How a pass divides its work: each of the block's warps takes R tiles of 16 rows (the block's
+// rows: its own side, queries for the forward and dq passes, keys for dk-dv), and the rows of
+// the other side come staged in tiles of Cols rows (the columns of the score tiles). On the GPU,
+// MinBlocks > 0 asks that so many blocks fit on a multiprocessor (the kernel's
+// __launch_bounds__): ptxas then keeps the kernel within 65536 / (MinBlocks x threads)
+// registers, spilling if it must; 0 leaves the registers to ptxas. With SharedQ the forward
+// stages its block's queries in shared memory and loads their fragments for each product
+// (FlashAttention-2's layout), instead of keeping them in registers: fewer registers, for wider
+// tiles, against more shared-memory reads.
+template <int R, int Cols, int MinBlocks = 0, bool SharedQ = false>
+struct tiling {
+  static_assert(R >= 1 && Cols >= 16 && Cols % 16 == 0 && MinBlocks >= 0,
+                "a tiling takes R >= 1 row tiles per warp, staged tiles of a multiple of 16 rows "
+                "and MinBlocks >= 0 blocks per multiprocessor (0: no minimum)");
+  static constexpr int row_tiles = R;
+  static constexpr int block_rows = 16 * warps * R;
+  static constexpr int cols = Cols;
+  static constexpr int min_blocks = MinBlocks;
+  static constexpr bool shared_q = SharedQ;
+};
+
+// The tilings the kernels run with. `tpx-bench-cuda attention --tilings` times these beside
+// others (bench/cuda/attention.cu), so that a GPU run can choose among them.
 template <int HeadDim>
-inline constexpr int forward_row_tiles = HeadDim <= 64 ? 2 : 1;
-template <int HeadDim>
-inline constexpr int forward_block_rows = 16 * warps* forward_row_tiles<HeadDim>;
-inline constexpr int backward_block_rows = 16 * warps;
+using forward_tiling = tiling<HeadDim <= 64 ? 2 : 1, 64>;
+using backward_tiling = tiling<1, 64>;
 
 // Shared memory each block program needs: two buffers (one computed on while the next tile is
 // copied into the other) of two staged tiles (K and V; Q and dO), and for dk-dv two rows of
 // lse and delta per buffer.
-template <int HeadDim>
-inline constexpr std::size_t tile_bytes = tile_rows* pitch<HeadDim> * sizeof(bf16);
-template <int HeadDim>
-inline constexpr std::size_t forward_shared_bytes = 2 * 2 * tile_bytes<HeadDim>;
-template <int HeadDim>
-inline constexpr std::size_t dkdv_shared_bytes = forward_shared_bytes<HeadDim> +
-                                                 2 * 2 * tile_rows * sizeof(float);
+template <int HeadDim, class Tiling>
+inline constexpr std::size_t staged_bytes =
+    2 * 2 * static_cast<std::size_t>(Tiling::cols) * pitch<HeadDim> * sizeof(bf16);
+template <int HeadDim, class Tiling>
+inline constexpr std::size_t forward_shared_bytes =
+    staged_bytes<HeadDim, Tiling> +
+    (Tiling::shared_q ? static_cast<std::size_t>(Tiling::block_rows) * pitch<HeadDim> * sizeof(bf16)
+                      : 0);
+template <int HeadDim, class Tiling>
+inline constexpr std::size_t dkdv_shared_bytes =
+    staged_bytes<HeadDim, Tiling> + 2 * 2 * static_cast<std::size_t>(Tiling::cols) * sizeof(float);
 
 struct arguments {
   attention_layout layout;
@@ -124,54 +148,52 @@ TPX_HOST_DEVICE inline float backward_exp2(float x) {
 }
 
 // A warp's rows of a [*, HeadDim] array as A fragments (R tiles of 16 rows, HeadDim / 16
-// k-steps each), and its fp32 accumulators of a product with a staged tile (R x 8 tiles of 8
-// columns) or with HeadDim columns (R x HeadDim / 8).
+// k-steps each), and its fp32 accumulators of a product with a staged tile of Cols rows
+// (R x Cols / 8 tiles of 8 columns) or with HeadDim columns (R x HeadDim / 8).
 template <int HeadDim, int R>
 using row_fragments = std::uint32_t[R][HeadDim / 16][4];
-template <int R>
-using tile_accumulators = float[R][8][4];
+template <int R, int Cols>
+using tile_accumulators = float[R][Cols / 8][4];
 template <int HeadDim, int R>
 using row_accumulators = float[R][HeadDim / 8][4];
 
 // Starts copying rows [0, rows) of HeadDim elements, `stride` apart from src, into a
-// [tile_rows, pitch] tile, rows past `rows` zero, in chunks of 8 elements (16 bytes: one
-// cp.async per thread and chunk on the device). The copies land by the block's next wait_async.
-template <int HeadDim, class Block>
+// [Cols, pitch] tile, rows past `rows` zero, in chunks of 8 elements (16 bytes: one cp.async per
+// thread and chunk on the device). The copies land by the block's next wait_async.
+template <int HeadDim, int Cols, class Block>
 TPX_HOST_DEVICE void stage(Block& block, const bf16* src, int stride, std::int64_t rows,
                            bf16* tile) {
   constexpr int chunks = HeadDim / 8;
-  for (int c = block.thread(); c < tile_rows * chunks; c += threads) {
+  for (int c = block.thread(); c < Cols * chunks; c += threads) {
     const int r = c / chunks, col = (c % chunks) * 8;
     const bool real = r < rows;
     block.copy_async_16(tile + r * pitch<HeadDim> + col, real ? src + r * stride + col : src, real);
   }
 }
 
-// Two tiles of rows (K and V, or Q and dO) in each of two buffers.
-template <int HeadDim>
+// Two tiles of Cols rows (K and V, or Q and dO) in each of two buffers.
+template <int HeadDim, int Cols>
 struct tile_pairs {
-  bf16* tiles;  // [buffer][which][tile_rows][pitch]
+  bf16* tiles;  // [buffer][which][Cols][pitch]
   TPX_HOST_DEVICE bf16* first(int buffer) const {
-    return tiles + 2 * buffer * tile_rows * pitch<HeadDim>;
+    return tiles + 2 * buffer * Cols * pitch<HeadDim>;
   }
-  TPX_HOST_DEVICE bf16* second(int buffer) const {
-    return first(buffer) + tile_rows * pitch<HeadDim>;
-  }
+  TPX_HOST_DEVICE bf16* second(int buffer) const { return first(buffer) + Cols * pitch<HeadDim>; }
 };
 
-// Runs body(buffer, t0) for the tiles t0 = from, from + tile_rows, ... <= last, each staged by
+// Runs body(buffer, t0) for the tiles t0 = from, from + Cols, ... <= last, each staged by
 // stage(buffer, t0) one tile ahead (FlashAttention-2's double buffering): while the block
 // computes on one buffer, the next tile's rows are copied into the other. Every thread of the
 // block runs it alike.
-template <class Block, class Stage, class Body>
+template <int Cols, class Block, class Stage, class Body>
 TPX_HOST_DEVICE void over_staged_tiles(Block& block, std::int64_t from, std::int64_t last,
                                        const Stage& stage_tile, const Body& body) {
   stage_tile(0, from);
   block.commit_async();
   int buffer = 0;
-  for (std::int64_t t0 = from; t0 <= last; t0 += tile_rows, buffer ^= 1) {
-    if (t0 + tile_rows <= last) {  // the other buffer was last read before the previous sync
-      stage_tile(buffer ^ 1, t0 + tile_rows);
+  for (std::int64_t t0 = from; t0 <= last; t0 += Cols, buffer ^= 1) {
+    if (t0 + Cols <= last) {  // the other buffer was last read before the previous sync
+      stage_tile(buffer ^ 1, t0 + Cols);
       block.commit_async();
       block.wait_async_all_but_latest();
     } else {
@@ -183,20 +205,28 @@ TPX_HOST_DEVICE void over_staged_tiles(Block& block, std::int64_t from, std::int
   }
 }
 
-// acc[r][n] = row tile r of A times the transpose of a staged tile (64 rows at pitch): acc[r][n]
-// covers tile rows 8n .. 8n + 7. Each fragment of the tile is loaded once for all R row tiles,
-// two k-steps per ldmatrix.
-template <int HeadDim, int R, class Block>
-TPX_HOST_DEVICE void times_tile_transposed(Block& block, const row_fragments<HeadDim, R>& a,
-                                           const bf16* tile, tile_accumulators<R>& acc) {
-  static_assert(HeadDim % 32 == 0, "k-steps are loaded in pairs");
+// acc[r][n] = row tile r of A times the transpose of a staged tile (Cols rows at pitch):
+// acc[r][n] covers tile rows 8n .. 8n + 7. Each fragment of the tile is loaded once for all R
+// row tiles, two k-steps per ldmatrix.
+template <int R, int Cols>
+TPX_HOST_DEVICE void set_to_zero(tile_accumulators<R, Cols>& acc) {
   TPX_UNROLL
-  for (int n = 0; n < 8; ++n) {
+  for (int n = 0; n < Cols / 8; ++n) {
     TPX_UNROLL
     for (int r = 0; r < R; ++r) {
       TPX_UNROLL
       for (int i = 0; i < 4; ++i) acc[r][n][i] = 0;
     }
+  }
+}
+
+template <int HeadDim, int R, int Cols, class Block>
+TPX_HOST_DEVICE void times_tile_transposed(Block& block, const row_fragments<HeadDim, R>& a,
+                                           const bf16* tile, tile_accumulators<R, Cols>& acc) {
+  static_assert(HeadDim % 32 == 0, "k-steps are loaded in pairs");
+  set_to_zero<R, Cols>(acc);
+  TPX_UNROLL
+  for (int n = 0; n < Cols / 8; ++n) {
     TPX_UNROLL
     for (int kk = 0; kk < HeadDim / 16; kk += 2) {
       std::uint32_t b[2][2];
@@ -210,13 +240,44 @@ TPX_HOST_DEVICE void times_tile_transposed(Block& block, const row_fragments<Hea
   }
 }
 
-// out[r][e] += P (row tile r: 16 x 64, as accumulators p[r], rounded to bf16) times a staged
-// tile (64 rows x HeadDim): out[r][e] covers columns 8e .. 8e + 7, loaded two per ldmatrix.
-template <int HeadDim, int R, class Block>
-TPX_HOST_DEVICE void accumulate_times_tile(Block& block, const tile_accumulators<R>& p,
+// The same product with A's R x 16 rows in shared memory at pitch, from `rows`: for each pair of
+// k-steps, A's fragments are loaded (ldmatrix) for all of the tile's columns, each fragment of the
+// tile once, as FlashAttention-2 orders it; each accumulator sums its k-steps in the same order.
+template <int HeadDim, int R, int Cols, class Block>
+TPX_HOST_DEVICE void shared_times_tile_transposed(Block& block, const bf16* rows,
+                                                  const bf16* tile,
+                                                  tile_accumulators<R, Cols>& acc) {
+  static_assert(HeadDim % 32 == 0, "k-steps are loaded in pairs");
+  set_to_zero<R, Cols>(acc);
+  TPX_UNROLL
+  for (int kk = 0; kk < HeadDim / 16; kk += 2) {
+    std::uint32_t a[R][2][4];
+    TPX_UNROLL
+    for (int r = 0; r < R; ++r) {
+      mma::load_a_x4(block, a[r][0], rows + 16 * r * pitch<HeadDim> + 16 * kk, pitch<HeadDim>);
+      mma::load_a_x4(block, a[r][1], rows + 16 * r * pitch<HeadDim> + 16 * (kk + 1),
+                     pitch<HeadDim>);
+    }
+    TPX_UNROLL
+    for (int n = 0; n < Cols / 8; ++n) {
+      std::uint32_t b[2][2];
+      mma::load_b_transposed_x2(block, b, tile + 8 * n * pitch<HeadDim> + 16 * kk, pitch<HeadDim>);
+      TPX_UNROLL
+      for (int r = 0; r < R; ++r) {
+        block.mma(acc[r][n], a[r][0], b[0]);
+        block.mma(acc[r][n], a[r][1], b[1]);
+      }
+    }
+  }
+}
+
+// out[r][e] += P (row tile r: 16 x Cols, as accumulators p[r], rounded to bf16) times a staged
+// tile (Cols rows x HeadDim): out[r][e] covers columns 8e .. 8e + 7, loaded two per ldmatrix.
+template <int HeadDim, int R, int Cols, class Block>
+TPX_HOST_DEVICE void accumulate_times_tile(Block& block, const tile_accumulators<R, Cols>& p,
                                            const bf16* tile, row_accumulators<HeadDim, R>& out) {
   TPX_UNROLL
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < Cols / 16; ++kk) {
     std::uint32_t a[R][4];
     TPX_UNROLL
     for (int r = 0; r < R; ++r) mma::a_from_accumulators(a[r], p[r][2 * kk], p[r][2 * kk + 1]);
@@ -245,9 +306,10 @@ TPX_HOST_DEVICE float group_sum(Block& block, float x) {
   return x + block.shfl_xor(x, 2);
 }
 
-// A tile column bound: `last`, a key offset from the tile's start, clamped to [-1, tile_rows).
+// A tile column bound: `last`, a key offset from the tile's start, clamped to [-1, Cols).
+template <int Cols>
 TPX_HOST_DEVICE inline int last_column_at_most(std::int64_t last) {
-  return static_cast<int>(last < -1 ? -1 : least(last, tile_rows - 1));
+  return static_cast<int>(last < -1 ? -1 : least(last, Cols - 1));
 }
 
 // Whether accumulator element i of column tile n (the lane's columns 8n + 2 pair + {0, 1}) is at
@@ -291,6 +353,48 @@ TPX_HOST_DEVICE void store_rows(const row_accumulators<HeadDim, R>& acc, float s
   }
 }
 
+// The warp's query rows as the first operand of S = Q K^T (forward): A fragments loaded once
+// and kept in registers, or (Shared) the block's rows staged in shared memory at `staging`
+// (forward_shared_bytes' last part), whose fragments each product loads.
+template <int HeadDim, int R, bool Shared>
+struct query_operand;
+
+template <int HeadDim, int R>
+struct query_operand<HeadDim, R, false> {
+  row_fragments<HeadDim, R> a;
+  template <class Block>
+  TPX_HOST_DEVICE query_operand(Block&, const bf16* q, int stride, std::int64_t block_first,
+                                std::int64_t first, std::int64_t t_len, mma::lane_coordinates at,
+                                bf16*) {
+    (void)block_first;
+    load_rows<HeadDim, R>(a, q, stride, first, t_len, at);
+  }
+  template <int Cols, class Block>
+  TPX_HOST_DEVICE void times(Block& block, const bf16* tile, tile_accumulators<R, Cols>& s) const {
+    times_tile_transposed<HeadDim, R, Cols>(block, a, tile, s);
+  }
+};
+
+template <int HeadDim, int R>
+struct query_operand<HeadDim, R, true> {
+  const bf16* rows;  // the warp's first row in shared memory
+  // Starts staging the block's 16 x warps x R rows from block_first (its own async group, which
+  // lands by the wait before the first key tile's product).
+  template <class Block>
+  TPX_HOST_DEVICE query_operand(Block& block, const bf16* q, int stride, std::int64_t block_first,
+                                std::int64_t first, std::int64_t t_len, mma::lane_coordinates,
+                                bf16* staging)
+      : rows(staging + (first - block_first) * pitch<HeadDim>) {
+    stage<HeadDim, 16 * warps * R>(block, q + block_first * stride, stride, t_len - block_first,
+                                   staging);
+    block.commit_async();
+  }
+  template <int Cols, class Block>
+  TPX_HOST_DEVICE void times(Block& block, const bf16* tile, tile_accumulators<R, Cols>& s) const {
+    shared_times_tile_transposed<HeadDim, R, Cols>(block, rows, tile, s);
+  }
+};
+
 // Where a sequence's rows lie in the arrays: row t at element base + t * stride; lse and delta
 // hold one element per row of HeadDim elements, so row t's is at (base + t * stride) / HeadDim.
 // The stride is 32-bit (a position's heads times HeadDim; checked by the launcher), which keeps
@@ -307,12 +411,12 @@ struct sequence_rows {
   TPX_HOST_DEVICE std::int64_t stat(std::int64_t t) const { return (base + t * stride) / HeadDim; }
 };
 
-// What the lanes of a query block (forward, dq) work from: the key and value tiles in shared
-// memory, the lane's fragment coordinates, where the sequence's rows lie, the warp's first row
-// (of its R row tiles) and the block's last row (its key tiles are those up to it).
-template <int HeadDim, int R>
+// What the lanes of a query block (forward, dq) work from: the key and value tiles of Cols rows
+// in shared memory, the lane's fragment coordinates, where the sequence's rows lie, the warp's
+// first row (of its R row tiles) and the block's last row (its key tiles are those up to it).
+template <int HeadDim, int R, int Cols>
 struct query_block {
-  tile_pairs<HeadDim> keys;  // K, then V
+  tile_pairs<HeadDim, Cols> keys;  // K, then V
   mma::lane_coordinates at;
   sequence_rows<HeadDim> rows;
   std::int64_t first, last;
@@ -329,12 +433,14 @@ struct query_block {
   // Runs body(k_tile, v_tile, s0) over the key tiles the block sees.
   template <class Block, class Body>
   TPX_HOST_DEVICE void over_key_tiles(Block& block, const arguments& args, const Body& body) const {
-    over_staged_tiles(
+    over_staged_tiles<Cols>(
         block, 0, last,
         [&](int buffer, std::int64_t s0) {
           const std::int64_t at_s0 = rows.base + s0 * rows.stride;
-          stage<HeadDim>(block, args.k + at_s0, rows.stride, rows.t_len - s0, keys.first(buffer));
-          stage<HeadDim>(block, args.v + at_s0, rows.stride, rows.t_len - s0, keys.second(buffer));
+          stage<HeadDim, Cols>(block, args.k + at_s0, rows.stride, rows.t_len - s0,
+                               keys.first(buffer));
+          stage<HeadDim, Cols>(block, args.v + at_s0, rows.stride, rows.t_len - s0,
+                               keys.second(buffer));
         },
         [&](int buffer, std::int64_t s0) { body(keys.first(buffer), keys.second(buffer), s0); });
   }
@@ -344,7 +450,7 @@ struct query_block {
   // per score then masks the tile (seen_within).
   TPX_HOST_DEVICE int last_seen_column(std::int64_t s0, int r, int h) const {
     const std::int64_t row = first + 16 * r + at.group + 8 * h;
-    return last_column_at_most(least(row, rows.t_len - 1) - s0);
+    return last_column_at_most<Cols>(least(row, rows.t_len - 1) - s0);
   }
   // Whether the tile at s0 lies right of the warp's last row: none of its keys is seen, and the
   // warp (all its lanes alike, so the branch does not diverge) skips it.
@@ -353,25 +459,26 @@ struct query_block {
   // the warp's first row, inside the sequence. Most tiles are such; the warp then skips the
   // masking (a comparison and a select per score, and their predicate bookkeeping).
   TPX_HOST_DEVICE bool sees_all(std::int64_t s0) const {
-    return s0 + tile_rows - 1 <= first && s0 + tile_rows <= rows.t_len;
+    return s0 + Cols - 1 <= first && s0 + Cols <= rows.t_len;
   }
 };
 
 }  // namespace detail
 
-// Forward of query block `block_index` (of forward_block_rows) of sequence `sequence`: out and
+// Forward of query block `block_index` (of Tiling::block_rows) of sequence `sequence`: out and
 // lse of its rows.
-template <int HeadDim, class Block>
+template <int HeadDim, class Tiling = forward_tiling<HeadDim>, class Block>
 TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int64_t block_index,
                                    std::int64_t sequence) {
   static_assert(HeadDim % 32 == 0,
                 "the head width must be a multiple of 32 (k-steps of 16, loaded in pairs)");
-  constexpr int R = forward_row_tiles<HeadDim>;
-  const detail::query_block<HeadDim, R> self(block, args, block_index, sequence);
+  constexpr int R = Tiling::row_tiles, Cols = Tiling::cols;
+  const detail::query_block<HeadDim, R, Cols> self(block, args, block_index, sequence);
   const auto& [keys, at, rows, first, last] = self;
   const auto& [t_len, base, stride] = rows;
-  detail::row_fragments<HeadDim, R> q;
-  detail::load_rows<HeadDim, R>(q, args.q + base, stride, first, t_len, at);
+  const detail::query_operand<HeadDim, R, Tiling::shared_q> q(
+      block, args.q + base, stride, block_index * Tiling::block_rows, first, t_len, at,
+      reinterpret_cast<bf16*>(block.shared() + staged_bytes<HeadDim, Tiling>));
   const float score_scale = args.scale * log2e;
   float m[R][2], l[R][2];  // per row tile, of rows group and group + 8
   detail::row_accumulators<HeadDim, R> o = {};
@@ -379,8 +486,8 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
   for (int r = 0; r < R; ++r) m[r][0] = m[r][1] = -INFINITY, l[r][0] = l[r][1] = 0;
   self.over_key_tiles(block, args, [&](const bf16* k_tile, const bf16* v_tile, std::int64_t s0) {
     if (self.sees_none(s0)) return;  // changes no row of the warp
-    detail::tile_accumulators<R> s;
-    detail::times_tile_transposed<HeadDim, R>(block, q, k_tile, s);
+    detail::tile_accumulators<R, Cols> s;
+    q.template times<Cols>(block, k_tile, s);
     // The online softmax of the tile's raw scores s (the max is taken before scaling, which
     // keeps the order: scale > 0), p = exp2(s scale - m) in one fma each.
     const auto softmax_tile = [&]<bool Masked>() {
@@ -393,7 +500,7 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
         }
         float tile_max[2] = {-INFINITY, -INFINITY};
         TPX_UNROLL
-        for (int n = 0; n < 8; ++n) {
+        for (int n = 0; n < Cols / 8; ++n) {
           TPX_UNROLL
           for (int i = 0; i < 4; ++i) {
             if constexpr (Masked)
@@ -416,7 +523,7 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
             o[r][e][2 * h + 1] *= rescale;
           }
           TPX_UNROLL
-          for (int n = 0; n < 8; ++n) {
+          for (int n = 0; n < Cols / 8; ++n) {
             TPX_UNROLL
             for (int j = 2 * h; j < 2 * h + 2; ++j) {
               const float p = detail::exp2_ftz(fmaf(s[r][n][j], score_scale, -m_new));
@@ -431,7 +538,7 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
       softmax_tile.template operator()<false>();
     else
       softmax_tile.template operator()<true>();
-    detail::accumulate_times_tile<HeadDim, R>(block, s, v_tile, o);
+    detail::accumulate_times_tile<HeadDim, R, Cols>(block, s, v_tile, o);
   });
   TPX_UNROLL
   for (int r = 0; r < R; ++r) {
@@ -451,11 +558,13 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
   }
 }
 
-// dq of query block `block_index` (of backward_block_rows) of sequence `sequence`.
-template <int HeadDim, class Block>
+// dq of query block `block_index` (of Tiling::block_rows) of sequence `sequence`.
+template <int HeadDim, class Tiling = backward_tiling, class Block>
 TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t block_index,
                               std::int64_t sequence) {
-  const detail::query_block<HeadDim, 1> self(block, args, block_index, sequence);
+  static_assert(Tiling::row_tiles == 1, "the backward passes take one row tile per warp");
+  constexpr int Cols = Tiling::cols;
+  const detail::query_block<HeadDim, 1, Cols> self(block, args, block_index, sequence);
   const auto& [keys, at, rows, first, last] = self;
   const auto& [t_len, base, stride] = rows;
   detail::row_fragments<HeadDim, 1> q, dout;
@@ -471,12 +580,12 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
   const float score_scale = args.scale * log2e;
   detail::row_accumulators<HeadDim, 1> dq = {};
   self.over_key_tiles(block, args, [&](const bf16* k_tile, const bf16* v_tile, std::int64_t s0) {
-    detail::tile_accumulators<1> ds, dp;
-    detail::times_tile_transposed<HeadDim, 1>(block, q, k_tile, ds);
-    detail::times_tile_transposed<HeadDim, 1>(block, dout, v_tile, dp);
+    detail::tile_accumulators<1, Cols> ds, dp;
+    detail::times_tile_transposed<HeadDim, 1, Cols>(block, q, k_tile, ds);
+    detail::times_tile_transposed<HeadDim, 1, Cols>(block, dout, v_tile, dp);
     const int last_seen[2] = {self.last_seen_column(s0, 0, 0), self.last_seen_column(s0, 0, 1)};
     TPX_UNROLL
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < Cols / 8; ++n) {
       TPX_UNROLL
       for (int i = 0; i < 4; ++i) {
         const float score = fmaf(ds[0][n][i], score_scale, -lse[i >> 1]);
@@ -486,60 +595,63 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
         ds[0][n][i] = p * (dp[0][n][i] - delta[i >> 1]);
       }
     }
-    detail::accumulate_times_tile<HeadDim, 1>(block, ds, k_tile, dq);
+    detail::accumulate_times_tile<HeadDim, 1, Cols>(block, ds, k_tile, dq);
   });
   detail::store_rows<HeadDim, 1>(dq, args.scale, first, t_len, at, args.dq + base, stride);
 }
 
-// dk and dv of key block `block_index` (of backward_block_rows) of sequence `sequence`.
-template <int HeadDim, class Block>
+// dk and dv of key block `block_index` (of Tiling::block_rows) of sequence `sequence`.
+template <int HeadDim, class Tiling = backward_tiling, class Block>
 TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_t block_index,
                                 std::int64_t sequence) {
-  const detail::tile_pairs<HeadDim> queries{reinterpret_cast<bf16*>(block.shared())};  // Q, dO
-  // [buffer][lse (base 2), delta][tile_rows], after the tiles
-  float* row_stats = reinterpret_cast<float*>(block.shared() + forward_shared_bytes<HeadDim>);
+  static_assert(Tiling::row_tiles == 1, "the backward passes take one row tile per warp");
+  constexpr int Cols = Tiling::cols;
+  const detail::tile_pairs<HeadDim, Cols> queries{reinterpret_cast<bf16*>(block.shared())};  // Q, dO
+  // [buffer][lse (base 2), delta][Cols], after the tiles
+  float* row_stats = reinterpret_cast<float*>(block.shared() + staged_bytes<HeadDim, Tiling>);
   const mma::lane_coordinates at(block.lane());
   const detail::sequence_rows<HeadDim> rows(args.layout, sequence);
   const std::int64_t t_len = rows.t_len, base = rows.base;
   const int stride = rows.stride;
-  const std::int64_t first = block_index * backward_block_rows + 16 * block.warp();  // its keys
+  const std::int64_t first = block_index * Tiling::block_rows + 16 * block.warp();  // its keys
   detail::row_fragments<HeadDim, 1> k, v;
   detail::load_rows<HeadDim, 1>(k, args.k + base, stride, first, t_len, at);
   detail::load_rows<HeadDim, 1>(v, args.v + base, stride, first, t_len, at);
   const float score_scale = args.scale * log2e;
   detail::row_accumulators<HeadDim, 1> dk = {}, dv = {};
   const auto stage_queries = [&](int buffer, std::int64_t t0) {
-    detail::stage<HeadDim>(block, args.q + base + t0 * stride, stride, t_len - t0,
-                           queries.first(buffer));
-    detail::stage<HeadDim>(block, args.dout + base + t0 * stride, stride, t_len - t0,
-                           queries.second(buffer));
-    for (int j = block.thread(); j < tile_rows; j += threads) {
+    detail::stage<HeadDim, Cols>(block, args.q + base + t0 * stride, stride, t_len - t0,
+                                 queries.first(buffer));
+    detail::stage<HeadDim, Cols>(block, args.dout + base + t0 * stride, stride, t_len - t0,
+                                 queries.second(buffer));
+    for (int j = block.thread(); j < Cols; j += threads) {
       const bool real = t0 + j < t_len;
-      row_stats[(2 * buffer) * tile_rows + j] = real ? args.lse[rows.stat(t0 + j)] * log2e : 0.0f;
-      row_stats[(2 * buffer + 1) * tile_rows + j] = real ? args.delta[rows.stat(t0 + j)] : 0.0f;
+      row_stats[(2 * buffer) * Cols + j] = real ? args.lse[rows.stat(t0 + j)] * log2e : 0.0f;
+      row_stats[(2 * buffer + 1) * Cols + j] = real ? args.delta[rows.stat(t0 + j)] : 0.0f;
     }
   };
   // The query tiles that see the block's keys (t >= s).
-  detail::over_staged_tiles(
-      block, block_index * backward_block_rows, t_len - 1, stage_queries,
+  detail::over_staged_tiles<Cols>(
+      block, block_index * Tiling::block_rows, t_len - 1, stage_queries,
       [&](int buffer, std::int64_t t0) {
         const bf16* q_tile = queries.first(buffer);
         const bf16* dout_tile = queries.second(buffer);
-        const float* lse_tile = row_stats + 2 * buffer * tile_rows;
-        const float* delta_tile = lse_tile + tile_rows;
-        detail::tile_accumulators<1> p, dp;
-        detail::times_tile_transposed<HeadDim, 1>(block, k, q_tile, p);  // S^T: keys x queries
+        const float* lse_tile = row_stats + 2 * buffer * Cols;
+        const float* delta_tile = lse_tile + Cols;
+        detail::tile_accumulators<1, Cols> p, dp;
+        detail::times_tile_transposed<HeadDim, 1, Cols>(block, k, q_tile, p);  // S^T: keys x queries
         // P^T = exp2(S^T scale - lse) where the query sees the key (key <= query < T), else 0,
         // in 32-bit offsets from the tile's first query.
-        const int queries_left = static_cast<int>(detail::least(t_len - t0, tile_rows));
+        const int queries_left = static_cast<int>(detail::least(t_len - t0, Cols));
         TPX_UNROLL
         for (int i = 0; i < 4; i += 2) {
-          // The key's offset from the tile's first query: at most 63, and below 0 (seen by
-          // every query) once the tiles pass the warp's keys, where -1 says as much in 32 bits.
+          // The key's offset from the tile's first query: below Cols (the tiles start at the
+          // block's first key), and below 0 (seen by every query) once the tiles pass the
+          // warp's keys, where -1 says as much in 32 bits.
           const std::int64_t offset = first + mma::accumulator_row(at, i) - t0;
           const int key = static_cast<int>(offset < -1 ? -1 : offset);
           TPX_UNROLL
-          for (int n = 0; n < 8; ++n) {
+          for (int n = 0; n < Cols / 8; ++n) {
             TPX_UNROLL
             for (int j = i; j < i + 2; ++j) {
               const int column = 8 * n + mma::accumulator_column(at, j);
@@ -549,15 +661,15 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
             }
           }
         }
-        detail::accumulate_times_tile<HeadDim, 1>(block, p, dout_tile, dv);
-        detail::times_tile_transposed<HeadDim, 1>(block, v, dout_tile, dp);  // dP^T
+        detail::accumulate_times_tile<HeadDim, 1, Cols>(block, p, dout_tile, dv);
+        detail::times_tile_transposed<HeadDim, 1, Cols>(block, v, dout_tile, dp);  // dP^T
         TPX_UNROLL
-        for (int n = 0; n < 8; ++n) {
+        for (int n = 0; n < Cols / 8; ++n) {
           TPX_UNROLL
           for (int i = 0; i < 4; ++i)
             p[0][n][i] *= dp[0][n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
         }
-        detail::accumulate_times_tile<HeadDim, 1>(block, p, q_tile, dk);
+        detail::accumulate_times_tile<HeadDim, 1, Cols>(block, p, q_tile, dk);
       });
   detail::store_rows<HeadDim, 1>(dk, args.scale, first, t_len, at, args.dk + base, stride);
   detail::store_rows<HeadDim, 1>(dv, 1.0f, first, t_len, at, args.dv + base, stride);

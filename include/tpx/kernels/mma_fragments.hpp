@@ -56,6 +56,16 @@ TPX_HOST_DEVICE inline void load_a(std::uint32_t (&a)[4], const bf16* m, std::in
   }
 }
 
+// The same A from shared memory with one ldmatrix.x4 (a warp operation: `block` is the hardware
+// or the emulated block): matrix j is rows 8 (j % 2) .. + 7, columns 8 (j / 2) .. + 7, so lane l
+// points at row l % 16, column 8 (l / 16), and register j comes out as load_a's register j.
+template <class Block>
+TPX_HOST_DEVICE void load_a_x4(Block& block, std::uint32_t (&a)[4], const bf16* m,
+                               std::int64_t ld) {
+  const int lane = block.lane();
+  block.ldmatrix_x4(a, m + (lane & 15) * ld + 8 * (lane >> 4));
+}
+
 // Two B fragments from shared memory with one ldmatrix.x4 (a warp operation: `block` is the
 // hardware or the emulated block): b[j] holds B_j[k][n] = m[n * ld + 16 j + k], the transposes
 // of two 8x16 blocks side by side in 8 rows of m (8 keys of K, two k-steps of the scores Q K^T).

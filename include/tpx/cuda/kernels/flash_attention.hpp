@@ -30,8 +30,12 @@
 // (not yet measured on a GPU) the query passes mask with one comparison per score and the
 // forward skips the key tiles a warp's rows do not see, and the kernels read and write the
 // projections' [B, T, H, E] in place (kernels::attention_layout). The forward of width 64 fits two
-// blocks, 8 warps, per SM; its occupancy, FlashAttention-2's swizzled tiles (instead of padding)
-// and its other tuning come next.
+// blocks, 8 warps, per SM. Each kernel takes its tiling (kernels::flash::tiling: row tiles per
+// warp, rows per staged tile, blocks per SM, queries in registers or shared memory) as a template
+// argument: flash_attention_forward_tiled and _backward_tiled run any, and `tpx-bench-cuda
+// attention-tilings` times the candidates beside the kernels' own (forward_tiling,
+// backward_tiling), so that a GPU run chooses; FlashAttention-2's swizzled tiles (instead of
+// padding) and its other tuning come after.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -54,26 +58,26 @@ namespace flash = kernels::flash;
 // The block index of this block, heaviest (last rows) first.
 __device__ inline std::int64_t heaviest_first() { return gridDim.x - 1 - blockIdx.x; }
 
-template <int HeadDim>
-__global__ void __launch_bounds__(flash::threads) flash_forward_kernel(flash::arguments args) {
+template <int HeadDim, class Tiling>
+__global__ void __launch_bounds__(flash::threads, Tiling::min_blocks) flash_forward_kernel(flash::arguments args) {
   extern __shared__ __align__(16) unsigned char flash_staging[];
   warp_block block(flash_staging);
-  flash::forward_block<HeadDim>(block, args, heaviest_first(), blockIdx.y);
+  flash::forward_block<HeadDim, Tiling>(block, args, heaviest_first(), blockIdx.y);
 }
 
-template <int HeadDim>
-__global__ void __launch_bounds__(flash::threads) flash_dq_kernel(flash::arguments args) {
+template <int HeadDim, class Tiling>
+__global__ void __launch_bounds__(flash::threads, Tiling::min_blocks) flash_dq_kernel(flash::arguments args) {
   extern __shared__ __align__(16) unsigned char flash_staging[];
   warp_block block(flash_staging);
-  flash::dq_block<HeadDim>(block, args, heaviest_first(), blockIdx.y);
+  flash::dq_block<HeadDim, Tiling>(block, args, heaviest_first(), blockIdx.y);
 }
 
-template <int HeadDim>
-__global__ void __launch_bounds__(flash::threads) flash_dkdv_kernel(flash::arguments args) {
+template <int HeadDim, class Tiling>
+__global__ void __launch_bounds__(flash::threads, Tiling::min_blocks) flash_dkdv_kernel(flash::arguments args) {
   extern __shared__ __align__(16) unsigned char flash_staging[];
   warp_block block(flash_staging);
   // Key blocks: the first keys are seen by the most queries, so block 0 is the heaviest.
-  flash::dkdv_block<HeadDim>(block, args, blockIdx.x, blockIdx.y);
+  flash::dkdv_block<HeadDim, Tiling>(block, args, blockIdx.x, blockIdx.y);
 }
 
 // Calls launch.template operator()<HeadDim>() for e = 32, 64 or 128.
@@ -125,22 +129,57 @@ inline bool flash_attention_addresses(kernels::attention_layout layout, int e) {
   return layout.heads * e < (std::int64_t{1} << 24);
 }
 
-// sequences <= 65535 (checked by the caller, cuda/kernels/fused_attention.hpp). The arrays are
-// in `layout` (kernels/fused_attention.hpp): heads first, or [B, T, H, E] read in place.
+// The forward at head width HeadDim with a tiling of the caller's choice (kernels::flash::
+// tiling; tpx-bench-cuda attention --tilings times several): flash_attention_forward below runs
+// kernels::flash::forward_tiling. sequences <= 65535 (checked by the caller,
+// cuda/kernels/fused_attention.hpp). The arrays are in `layout` (kernels/fused_attention.hpp):
+// heads first, or [B, T, H, E] read in place.
+template <int HeadDim, class Tiling>
+void flash_attention_forward_tiled(cudaStream_t stream, std::int64_t sequences,
+                                   kernels::attention_layout layout, float scale, const bf16* q,
+                                   const bf16* k, const bf16* v, bf16* out, float* lse) {
+  const kernels::flash::arguments args{layout,  scale,   q,       k,       v,       out,    lse,
+                                       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  constexpr std::size_t bytes = kernels::flash::forward_shared_bytes<HeadDim, Tiling>;
+  detail::allow_shared_memory(detail::flash_forward_kernel<HeadDim, Tiling>, bytes);
+  detail::flash_forward_kernel<HeadDim, Tiling>
+      <<<detail::flash_grid(sequences, layout.t_len, Tiling::block_rows), kernels::flash::threads,
+         bytes, stream>>>(args);
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+// The backward passes, dq with DqTiling and dk-dv with DkdvTiling (one row tile per warp each):
+// flash_attention_backward below runs kernels::flash::backward_tiling for both.
+template <int HeadDim, class DqTiling, class DkdvTiling>
+void flash_attention_backward_tiled(cudaStream_t stream, std::int64_t sequences,
+                                    kernels::attention_layout layout, float scale, const bf16* q,
+                                    const bf16* k, const bf16* v, const bf16* dout,
+                                    const float* lse, const float* delta, bf16* dq, bf16* dk,
+                                    bf16* dv) {
+  const kernels::flash::arguments args{layout, scale, q,     k,  v,  nullptr, nullptr,
+                                       lse,    dout,  delta, dq, dk, dv};
+  constexpr std::size_t dq_bytes = kernels::flash::staged_bytes<HeadDim, DqTiling>;
+  constexpr std::size_t dkdv_bytes = kernels::flash::dkdv_shared_bytes<HeadDim, DkdvTiling>;
+  detail::allow_shared_memory(detail::flash_dq_kernel<HeadDim, DqTiling>, dq_bytes);
+  detail::allow_shared_memory(detail::flash_dkdv_kernel<HeadDim, DkdvTiling>, dkdv_bytes);
+  detail::flash_dq_kernel<HeadDim, DqTiling>
+      <<<detail::flash_grid(sequences, layout.t_len, DqTiling::block_rows),
+         kernels::flash::threads, dq_bytes, stream>>>(args);
+  detail::flash_dkdv_kernel<HeadDim, DkdvTiling>
+      <<<detail::flash_grid(sequences, layout.t_len, DkdvTiling::block_rows),
+         kernels::flash::threads, dkdv_bytes, stream>>>(args);
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+// The kernels' own tilings, at head width e (32, 64 or 128).
 inline void flash_attention_forward(cudaStream_t stream, std::int64_t sequences,
                                     kernels::attention_layout layout, int e, float scale,
                                     const bf16* q, const bf16* k, const bf16* v, bf16* out,
                                     float* lse) {
-  const kernels::flash::arguments args{layout,  scale,   q,       k,       v,       out,    lse,
-                                       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
   detail::with_head_dim(e, [&]<int HeadDim>() {
-    constexpr std::size_t bytes = kernels::flash::forward_shared_bytes<HeadDim>;
-    detail::allow_shared_memory(detail::flash_forward_kernel<HeadDim>, bytes);
-    detail::flash_forward_kernel<HeadDim>
-        <<<detail::flash_grid(sequences, layout.t_len, kernels::flash::forward_block_rows<HeadDim>),
-           kernels::flash::threads, bytes, stream>>>(args);
+    flash_attention_forward_tiled<HeadDim, kernels::flash::forward_tiling<HeadDim>>(
+        stream, sequences, layout, scale, q, k, v, out, lse);
   });
-  TPX_CUDA_CHECK(cudaGetLastError());
 }
 
 inline void flash_attention_backward(cudaStream_t stream, std::int64_t sequences,
@@ -148,19 +187,11 @@ inline void flash_attention_backward(cudaStream_t stream, std::int64_t sequences
                                      const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
                                      const float* lse, const float* delta, bf16* dq, bf16* dk,
                                      bf16* dv) {
-  const kernels::flash::arguments args{layout, scale, q,     k,  v,  nullptr, nullptr,
-                                       lse,    dout,  delta, dq, dk, dv};
+  using kernels::flash::backward_tiling;
   detail::with_head_dim(e, [&]<int HeadDim>() {
-    const dim3 grid =
-        detail::flash_grid(sequences, layout.t_len, kernels::flash::backward_block_rows);
-    constexpr std::size_t dq_bytes = kernels::flash::forward_shared_bytes<HeadDim>;
-    constexpr std::size_t dkdv_bytes = kernels::flash::dkdv_shared_bytes<HeadDim>;
-    detail::allow_shared_memory(detail::flash_dq_kernel<HeadDim>, dq_bytes);
-    detail::allow_shared_memory(detail::flash_dkdv_kernel<HeadDim>, dkdv_bytes);
-    detail::flash_dq_kernel<HeadDim><<<grid, kernels::flash::threads, dq_bytes, stream>>>(args);
-    detail::flash_dkdv_kernel<HeadDim><<<grid, kernels::flash::threads, dkdv_bytes, stream>>>(args);
+    flash_attention_backward_tiled<HeadDim, backward_tiling, backward_tiling>(
+        stream, sequences, layout, scale, q, k, v, dout, lse, delta, dq, dk, dv);
   });
-  TPX_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace tpx::cuda
