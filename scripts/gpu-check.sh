@@ -49,10 +49,10 @@
 #     >= 0.95), the MLP's GEMM with GELU fused into cuBLASLt's epilogue vs unfused, kernel
 #     bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), the fused attention
 #     kernels, the tensor-core ones under each tiling of attention-tilings (which one to make
-#     the kernels' own; attention-tilings.txt, failing if one computes wrong), and the
-#     collectives in nccl-tests format on the simulated mesh (4 ranks on GPU 0) and, with 2 or
-#     more GPUs, over NCCL on all of them. Tables go to the terminal, JSON to
-#     build/cuda/gpu-check/.
+#     the kernels' own; attention-tilings.txt, and -gpt.txt in the GPT's [B, T, H, E] layout,
+#     failing if one computes wrong), and the collectives in nccl-tests format on the simulated
+#     mesh (4 ranks on GPU 0) and, with 2 or more GPUs, over NCCL on all of them. Tables go to
+#     the terminal, JSON to build/cuda/gpu-check/.
 #   7 the peers (bench/peers/compare.py --gpu): tpx-train-cuda against the same model in PyTorch,
 #     eager and torch.compile, fp32 and bf16, samples/s and their ratios from one run;
 #     (compare.py --gpt) tpx-gpt-cuda against bench/peers/torch_gpt.py, bf16, at GPT-2 124M's
@@ -343,6 +343,8 @@ else
   step "bench attention" bash -o pipefail -c "$bench attention --json $out/attention.json | tee $out/attention.txt"
   step "bench attention tilings (the tensor-core kernels under other tilings, E = 64 and 128)" \
     bash -o pipefail -c "$bench attention-tilings -E 64,128 --json $out/attention-tilings.json | tee $out/attention-tilings.txt"
+  step "bench attention tilings as the GPT lays them out ([B, T, H, E], GPT-2's T = 1024)" \
+    bash -o pipefail -c "$bench attention-tilings -T 1024 --layout tokens --json $out/attention-tilings-gpt.json | tee $out/attention-tilings-gpt.txt"
   step "bench collectives, simulated mesh (4 ranks on GPU 0)" \
     bash -c "$bench collectives -g 4 -b 1K -e 64M --json $out/collectives-simulated.json"
   if ((gpus >= 2)); then
@@ -465,7 +467,7 @@ fi
 # The tables' first rows (largest first), last, where a runner that keeps only the output's end
 # sees them; the whole tables are in $out and its archive.
 for table in profile-phases-vs-torch-gpt profile-phases-vs-torch-mlp profile-gpt profile-mlp \
-             attention-tilings; do
+             attention-tilings attention-tilings-gpt; do
   [[ -s $out/$table.txt ]] || continue
   echo "=== $table.txt (first rows)"
   head -n 14 "$out/$table.txt"

@@ -4,9 +4,9 @@
 //
 // The calls are the ones nn::fused_causal_attention_forward / _backward make on a device tensor,
 // without the tensor layer, timed and checked against the host twin by attention_timing.hpp.
-// Inputs are laid out heads first ([B x H, T, E]), as the peer's [B, H, T, E]; the GPT's layers
-// pass [B, T, H, E] (kernels::attention_layout with H heads per position), which these rows do
-// not time. attention_tilings.cu times the tensor-core kernels under other tilings.
+// Inputs are laid out heads first ([B x H, T, E]), as the peer's [B, H, T, E], or with --layout
+// tokens as the GPT's layers pass them ([B, T, H, E]: kernels::attention_layout with H heads per
+// position). attention_tilings.cu times the tensor-core kernels under other tilings.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,10 +26,10 @@ namespace {
 
 template <class T>
 attention_row measure_one(const std::string& type, std::int64_t batch, std::int64_t heads,
-                          std::int64_t t_len, int e, int iters, int warmup) {
+                          std::int64_t t_len, int e, bool tokens, int iters, int warmup) {
   host_twins<T> twins;  // each row is a shape of its own
   return time_attention<T>(
-      type, "", batch, heads, t_len, e, iters, warmup,
+      type, "", batch, heads, t_len, e, tokens, iters, warmup,
       [e](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout, float scale,
           const T* q, const T* k, const T* v, T* out, float* lse) {
         tpx::cuda::fused_attention_forward(s, sequences, layout, e, scale, q, k, v, out, lse);
@@ -47,8 +47,8 @@ attention_row measure_one(const std::string& type, std::int64_t batch, std::int6
 
 std::vector<attention_row> measure_attention(std::int64_t batch, std::int64_t heads,
                                              const std::vector<std::int64_t>& lengths, int e,
-                                             const std::vector<std::string>& types, int iters,
-                                             int warmup) {
+                                             const std::vector<std::string>& types, bool tokens,
+                                             int iters, int warmup) {
   if (e < 1 || e > kernels::fused_attention_max_head)
     throw std::invalid_argument("attention: head width -E " + std::to_string(e) +
                                 "; the fused kernels take 1 to " +
@@ -57,9 +57,9 @@ std::vector<attention_row> measure_attention(std::int64_t batch, std::int64_t he
   for (const std::string& type : types)
     for (std::int64_t t_len : lengths) {
       if (type == "bf16")
-        rows.push_back(measure_one<bf16>(type, batch, heads, t_len, e, iters, warmup));
+        rows.push_back(measure_one<bf16>(type, batch, heads, t_len, e, tokens, iters, warmup));
       else if (type == "fp32")
-        rows.push_back(measure_one<float>(type, batch, heads, t_len, e, iters, warmup));
+        rows.push_back(measure_one<float>(type, batch, heads, t_len, e, tokens, iters, warmup));
       else
         throw std::invalid_argument("attention: unknown type " + type + " (bf16, fp32)");
     }

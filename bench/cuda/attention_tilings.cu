@@ -79,11 +79,12 @@ using width_128 = std::tuple<
 
 template <int E, class Forward, class Dq, class Dkdv>
 attention_row time_tilings(tilings<Forward, Dq, Dkdv>, std::int64_t batch, std::int64_t heads,
-                           std::int64_t t_len, int iters, int warmup, host_twins<bf16>& twins) {
+                           std::int64_t t_len, bool tokens, int iters, int warmup,
+                           host_twins<bf16>& twins) {
   const std::string name =
       "fwd " + name_of<Forward>() + ", dq " + name_of<Dq>() + ", dkdv " + name_of<Dkdv>();
   return time_attention<bf16>(
-      "bf16", name, batch, heads, t_len, E, iters, warmup,
+      "bf16", name, batch, heads, t_len, E, tokens, iters, warmup,
       [](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout, float scale,
          const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse) {
         tpx::cuda::flash_attention_forward_tiled<E, Forward>(s, sequences, layout, scale, q, k, v,
@@ -100,12 +101,14 @@ attention_row time_tilings(tilings<Forward, Dq, Dkdv>, std::int64_t batch, std::
 
 template <int E, class Rows>
 void time_rows(std::vector<attention_row>& rows, std::int64_t batch, std::int64_t heads,
-               const std::vector<std::int64_t>& lengths, int iters, int warmup) {
+               const std::vector<std::int64_t>& lengths, bool tokens, int iters, int warmup) {
   host_twins<bf16> twins;  // one per length: every row of a length has the same inputs
   for (std::int64_t t_len : lengths)
     std::apply(
         [&](auto... row) {
-          (rows.push_back(time_tilings<E>(row, batch, heads, t_len, iters, warmup, twins)), ...);
+          (rows.push_back(
+               time_tilings<E>(row, batch, heads, t_len, tokens, iters, warmup, twins)),
+           ...);
         },
         Rows{});
 }
@@ -114,7 +117,7 @@ void time_rows(std::vector<attention_row>& rows, std::int64_t batch, std::int64_
 
 std::vector<attention_row> measure_attention_tilings(std::int64_t batch, std::int64_t heads,
                                                      const std::vector<std::int64_t>& lengths,
-                                                     int e, int iters, int warmup) {
+                                                     int e, bool tokens, int iters, int warmup) {
   if (e != 64 && e != 128)
     throw std::invalid_argument("attention-tilings: head width -E " + std::to_string(e) +
                                 "; the tilings are listed for 64 and 128");
@@ -126,9 +129,9 @@ std::vector<attention_row> measure_attention_tilings(std::int64_t batch, std::in
                                 " sequences (-B x -H); the kernels' grid takes at most 65535");
   std::vector<attention_row> rows;
   if (e == 64)
-    time_rows<64, width_64>(rows, batch, heads, lengths, iters, warmup);
+    time_rows<64, width_64>(rows, batch, heads, lengths, tokens, iters, warmup);
   else
-    time_rows<128, width_128>(rows, batch, heads, lengths, iters, warmup);
+    time_rows<128, width_128>(rows, batch, heads, lengths, tokens, iters, warmup);
   return rows;
 }
 

@@ -1,7 +1,9 @@
 // How tpx-bench-cuda times one attention configuration (attention.cu, the kernels as the layers
 // call them; attention_tilings.cu, the tensor-core kernels under other tilings): given the
-// forward and backward calls, it times each on B x H sequences [T, E] of N(0, 1) inputs, heads
-// first, scale 1/sqrt(E), and compares the first sequence's out, dq, dk and dv with the host twin
+// forward and backward calls, it times each on B x H sequences of T rows of E, N(0, 1) inputs,
+// scale 1/sqrt(E), laid out heads first ([B x H, T, E], as SDPA's peer takes them) or as the
+// GPT's projections leave them ([B, T, H, E] read in place, a sequence's rows H rows apart:
+// kernels::attention_layout), and compares the first sequence's out, dq, dk and dv with the host twin
 // (tensor/host_fused_attention.hpp) on the same inputs (seeded, so the same for every call of one
 // shape: host_twins keeps each shape's, which the host takes seconds to compute at T = 4096).
 // The backward is the rowdot
@@ -40,12 +42,15 @@ inline double attention_forward_flops(std::int64_t sequences, std::int64_t t_len
          static_cast<double>(t_len) * static_cast<double>(e) / 2.0;
 }
 
-// The first n elements of a device array.
+// The first sequence's t_len rows of e elements, `step` rows apart in a device array, as one
+// [t_len, e] array.
 template <class T>
-std::vector<T> first_elements(const tpx::cuda::device_buffer<T>& b, std::int64_t n) {
-  std::vector<T> host(static_cast<std::size_t>(n));
-  TPX_CUDA_CHECK(
-      cudaMemcpy(host.data(), b.data(), host.size() * sizeof(T), cudaMemcpyDeviceToHost));
+std::vector<T> first_sequence(const tpx::cuda::device_buffer<T>& b, std::int64_t t_len, int e,
+                              std::int64_t step) {
+  std::vector<T> host(static_cast<std::size_t>(t_len * e));
+  const std::size_t row = static_cast<std::size_t>(e) * sizeof(T);
+  TPX_CUDA_CHECK(cudaMemcpy2D(host.data(), row, b.data(), row * static_cast<std::size_t>(step), row,
+                              static_cast<std::size_t>(t_len), cudaMemcpyDeviceToHost));
   return host;
 }
 
@@ -79,12 +84,12 @@ host_outputs<T> host_twin(std::int64_t t_len, int e, float scale, const std::vec
 
 // One row: forward(stream, sequences, layout, scale, q, k, v, out, lse) and
 // backward(stream, sequences, layout, scale, q, k, v, dout, lse, delta, dq, dk, dv) timed and
-// checked as above, the host twin taken from `twins` or added to it; `type` and `tiling` label
-// the row.
+// checked as above (`tokens`: in [B, T, H, E], else heads first), the host twin taken from
+// `twins` or added to it; `type` and `tiling` label the row.
 template <class T, class Forward, class Backward>
 attention_row time_attention(const std::string& type, const std::string& tiling,
                              std::int64_t batch, std::int64_t heads, std::int64_t t_len, int e,
-                             int iters, int warmup, const Forward& forward_call,
+                             bool tokens, int iters, int warmup, const Forward& forward_call,
                              const Backward& backward_call, host_twins<T>& twins) {
   namespace cu = tpx::cuda;
   cu::rank_resources r(0, {});
@@ -99,7 +104,7 @@ attention_row time_attention(const std::string& type, const std::string& tiling,
   cu::device_buffer<float> lse(static_cast<std::size_t>(rows), r.pool(), s);
   cu::device_buffer<float> delta(static_cast<std::size_t>(rows), r.pool(), s);
 
-  const kernels::attention_layout layout{t_len};  // heads first
+  const kernels::attention_layout layout{t_len, tokens ? heads : 1};
   const auto forward = [&] {
     forward_call(s, sequences, layout, scale, q.data(), k.data(), v.data(), out.data(),
                  lse.data());
@@ -114,20 +119,21 @@ attention_row time_attention(const std::string& type, const std::string& tiling,
   const double backward_seconds = seconds_per_call(s, iters, warmup, backward);
   r.synchronize();
 
-  // The first sequence against the host twin.
-  const std::int64_t one = t_len * e;
+  // The first sequence against the host twin. Its rows are other elements of the random arrays in
+  // the two layouts, so `twins` must hold one layout's (each bench run takes one).
+  const std::int64_t step = layout.row_step();
+  const auto first = [&](const cu::device_buffer<T>& b) { return first_sequence(b, t_len, e, step); };
   auto twin = twins.find({t_len, e});
   if (twin == twins.end())
     twin = twins
                .emplace(std::pair{t_len, e},
-                        host_twin(t_len, e, scale, first_elements(q, one), first_elements(k, one),
-                                  first_elements(v, one), first_elements(dout, one)))
+                        host_twin(t_len, e, scale, first(q), first(k), first(v), first(dout)))
                .first;
   const host_outputs<T>& h = twin->second;
-  const double diff = std::max({relative_difference(first_elements(out, one), h.out),
-                                relative_difference(first_elements(dq, one), h.dq),
-                                relative_difference(first_elements(dk, one), h.dk),
-                                relative_difference(first_elements(dv, one), h.dv)});
+  const double diff = std::max({relative_difference(first(out), h.out),
+                                relative_difference(first(dq), h.dq),
+                                relative_difference(first(dk), h.dk),
+                                relative_difference(first(dv), h.dv)});
 
   const double flops = attention_forward_flops(sequences, t_len, e);
   return {type,

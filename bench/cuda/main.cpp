@@ -10,7 +10,8 @@
 //       ratio >= 0.8 for elementwise and norms)
 //   tpx-bench-cuda attention -B 16 -H 12 -T 1024,4096 -E 64 -t bf16,fp32 --json attention.json
 //       ms and TFLOP/s of the fused causal attention kernels, forward and backward, to set beside
-//       PyTorch's SDPA (bench/peers/torch_sdpa.py; target: tpx >= 0.9x)
+//       PyTorch's SDPA (bench/peers/torch_sdpa.py; target: tpx >= 0.9x); heads first, or with
+//       --layout tokens in the GPT's [B, T, H, E]
 //   tpx-bench-cuda attention-tilings -B 16 -H 12 -T 1024,4096 -E 64,128 --json tilings.json
 //       the same for the tensor-core kernels under the tilings attention_tilings.cu lists, bf16,
 //       the kernels' own first; exits with 1 if a row's result is off the host twin's by more
@@ -55,10 +56,16 @@ void add_common(CLI::App& app, common_options& o) {
   app.add_option("--json", o.json, "write every row to this file as JSON");
 }
 
-// The attention benches' sequences: -B x -H of each length in -T (GPT-2's 16 x 12 by default).
+// The attention benches' sequences: -B x -H of each length in -T (GPT-2's 16 x 12 by default),
+// heads first or (--layout tokens) [B, T, H, E] as the GPT's layers pass them.
 struct attention_shape {
   std::int64_t batch = 16, heads = 12;
   std::vector<std::int64_t> lengths = {1024, 4096};
+  std::string layout = "heads";
+  bool tokens() const { return layout == "tokens"; }
+  std::string described() const {
+    return tokens() ? "[B, T, H, E] read in place" : "heads first, [B x H, T, E]";
+  }
 };
 
 void add_attention_shape(CLI::App& app, attention_shape& s) {
@@ -68,6 +75,9 @@ void add_attention_shape(CLI::App& app, attention_shape& s) {
   app.add_option("-T,--lengths", s.lengths, "sequence lengths T")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 24));
+  app.add_option("--layout", s.layout,
+                 "heads ([B x H, T, E], as SDPA's peer) or tokens ([B, T, H, E], as the GPT)")
+      ->check(CLI::IsMember({"heads", "tokens"}));
 }
 
 int run_gemm(const std::vector<std::int64_t>& sizes, const std::vector<std::string>& types, const common_options& o,
@@ -136,12 +146,12 @@ int run_kernels(std::int64_t elements, std::int64_t row_length, const common_opt
 
 // The attention rows' table and JSON (attention, attention-tilings: the tiling column when the
 // rows have one).
-void report_attention(const std::vector<bc::attention_row>& measured, std::int64_t batch,
-                      std::int64_t heads, const char* bench, const common_options& o,
-                      const std::string& command) {
+void report_attention(const std::vector<bc::attention_row>& measured, const attention_shape& shape,
+                      const char* bench, const common_options& o, const std::string& command) {
   const bool tilings = !measured.empty() && !measured.front().tiling.empty();
-  std::printf("# tpx-bench-cuda %s: fused causal, %lld x %lld heads of E, scale 1/sqrt(E)\n",
-              bench, static_cast<long long>(batch), static_cast<long long>(heads));
+  std::printf("# tpx-bench-cuda %s: fused causal, %lld x %lld heads of E, %s, scale 1/sqrt(E)\n",
+              bench, static_cast<long long>(shape.batch), static_cast<long long>(shape.heads),
+              shape.described().c_str());
   std::printf("# TFLOP/s as FlashAttention counts: forward 4 B H T^2 E / 2, backward 2.5x that\n");
   std::printf("# %5s %4s %6s %11s %12s %11s %12s %13s%s\n", "type", "E", "T", "fwd(ms)",
               "fwd TFLOP/s", "bwd(ms)", "bwd TFLOP/s", "max rel diff", tilings ? "  tiling" : "");
@@ -167,14 +177,19 @@ void report_attention(const std::vector<bc::attention_row>& measured, std::int64
   if (!o.json.empty())
     b::write_json(
         o.json, std::string("cuda_") + (tilings ? "attention_tilings" : "attention"), command,
-        {{"iters", o.iters}, {"warmup", o.warmup}, {"batch", batch}, {"heads", heads}}, rows);
+        {{"iters", o.iters},
+         {"warmup", o.warmup},
+         {"batch", shape.batch},
+         {"heads", shape.heads},
+         {"layout", shape.layout}},
+        rows);
 }
 
 int run_attention(const attention_shape& shape, int e, const std::vector<std::string>& types,
                   const common_options& o, const std::string& command) {
   report_attention(bc::measure_attention(shape.batch, shape.heads, shape.lengths, e, types,
-                                         o.iters, o.warmup),
-                   shape.batch, shape.heads, "attention", o, command);
+                                         shape.tokens(), o.iters, o.warmup),
+                   shape, "attention", o, command);
   return 0;
 }
 
@@ -187,10 +202,10 @@ int run_attention_tilings(const attention_shape& shape, const std::vector<int>& 
                           const common_options& o, const std::string& command) {
   std::vector<bc::attention_row> rows;
   for (int e : widths)
-    for (bc::attention_row& r : bc::measure_attention_tilings(shape.batch, shape.heads,
-                                                              shape.lengths, e, o.iters, o.warmup))
+    for (bc::attention_row& r : bc::measure_attention_tilings(
+             shape.batch, shape.heads, shape.lengths, e, shape.tokens(), o.iters, o.warmup))
       rows.push_back(std::move(r));
-  report_attention(rows, shape.batch, shape.heads, "attention-tilings", o, command);
+  report_attention(rows, shape, "attention-tilings", o, command);
   int off = 0;
   for (const bc::attention_row& r : rows)
     if (!(r.max_rel_diff <= tiling_tolerance)) {

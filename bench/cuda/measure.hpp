@@ -55,8 +55,8 @@ struct bandwidth_row {
 std::vector<bandwidth_row> measure_kernels(std::int64_t elements, std::int64_t row_length, int iters, int warmup);
 
 // Fused causal attention alone (tpx::cuda::fused_attention_forward and _backward, the kernels
-// under nn::fused_causal_attention_*), q, k, v [batch x heads, t_len, e] row-major, scale
-// 1/sqrt(e). TFLOP/s count FlashAttention's benchmarks' FLOPs: the forward 4 B H T^2 E / 2 (two
+// under nn::fused_causal_attention_*), q, k, v [batch x heads, t_len, e] row-major or, with
+// `tokens`, [batch, t_len, heads, e] as the GPT's layers pass them, scale 1/sqrt(e). TFLOP/s count FlashAttention's benchmarks' FLOPs: the forward 4 B H T^2 E / 2 (two
 // matrix products, halved by the causal mask), the backward 2.5 times that; so the figures compare
 // with PyTorch's SDPA timed the same way (bench/peers/torch_sdpa.py).
 struct attention_row {
@@ -73,15 +73,15 @@ struct attention_row {
 };
 std::vector<attention_row> measure_attention(std::int64_t batch, std::int64_t heads,
                                              const std::vector<std::int64_t>& lengths, int e,
-                                             const std::vector<std::string>& types, int iters,
-                                             int warmup);
+                                             const std::vector<std::string>& types, bool tokens,
+                                             int iters, int warmup);
 // The same rows, bf16, for the tensor-core kernels under each tiling attention_tilings.cu lists
 // at head width e (64 or 128), the kernels' own first: `tiling` names the forward's, dq's and
 // dk-dv's (R x Cols; "s": the queries in shared memory; "/3": at least 3 blocks per
 // multiprocessor; kernels/flash_attention.hpp).
 std::vector<attention_row> measure_attention_tilings(std::int64_t batch, std::int64_t heads,
                                                      const std::vector<std::int64_t>& lengths,
-                                                     int e, int iters, int warmup);
+                                                     int e, bool tokens, int iters, int warmup);
 
 // Collectives in nccl-tests' terms (bench/collectives.cpp says what size, algbw and busbw mean).
 struct collective_row {
