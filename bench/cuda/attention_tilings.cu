@@ -22,7 +22,8 @@
 //                   dk-dv    1x64 255 with 48 (2, the kernels'), 1x32 255 with 32 (2)
 // (Left out for spilling: at width 64 the forward's 2x128 (400 bytes) and 2x128s (152), dk-dv's
 // 1x128 (52); at 128 the forward's 1x128 (84) and 2x64s (40).)
-// The host tests run every R x Cols here on an emulated block (tests/unit/flash_attention_test.cpp).
+// The host tests run every R x Cols here on an emulated block
+// (tests/unit/flash_attention_test.cpp).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -64,18 +65,19 @@ template <class Dq>
 using dq_only = tilings<flash::forward_tiling<64>, Dq, flash::backward_tiling>;
 
 // The rows at each width, the kernels' own first (the list in the paragraph above).
-using width_64 = std::tuple<
-    own<64>, forward_only<64, tiling<1, 64>>, forward_only<64, tiling<1, 64, 3>>,
-    forward_only<64, tiling<1, 128>>, forward_only<64, tiling<2, 32>>,
-    forward_only<64, tiling<2, 32, 3>>, forward_only<64, tiling<2, 64, 0, true>>,
-    forward_only<64, tiling<1, 128, 0, true>>, dq_only<tiling<1, 32>>, dq_only<tiling<1, 128>>,
-    tilings<flash::forward_tiling<64>, flash::backward_tiling, tiling<1, 32>>,
-    tilings<flash::forward_tiling<64>, flash::backward_tiling, tiling<1, 32, 3>>>;
-using width_128 = std::tuple<
-    own<128>, forward_only<128, tiling<1, 32>>, forward_only<128, tiling<1, 32, 3>>,
-    forward_only<128, tiling<1, 128, 0, true>>,
-    tilings<flash::forward_tiling<128>, tiling<1, 32>, flash::backward_tiling>,
-    tilings<flash::forward_tiling<128>, flash::backward_tiling, tiling<1, 32>>>;
+using width_64 =
+    std::tuple<own<64>, forward_only<64, tiling<1, 64>>, forward_only<64, tiling<1, 64, 3>>,
+               forward_only<64, tiling<1, 128>>, forward_only<64, tiling<2, 32>>,
+               forward_only<64, tiling<2, 32, 3>>, forward_only<64, tiling<2, 64, 0, true>>,
+               forward_only<64, tiling<1, 128, 0, true>>, dq_only<tiling<1, 32>>,
+               dq_only<tiling<1, 128>>,
+               tilings<flash::forward_tiling<64>, flash::backward_tiling, tiling<1, 32>>,
+               tilings<flash::forward_tiling<64>, flash::backward_tiling, tiling<1, 32, 3>>>;
+using width_128 =
+    std::tuple<own<128>, forward_only<128, tiling<1, 32>>, forward_only<128, tiling<1, 32, 3>>,
+               forward_only<128, tiling<1, 128, 0, true>>,
+               tilings<flash::forward_tiling<128>, tiling<1, 32>, flash::backward_tiling>,
+               tilings<flash::forward_tiling<128>, flash::backward_tiling, tiling<1, 32>>>;
 
 template <int E, class Forward, class Dq, class Dkdv>
 attention_row time_tilings(tilings<Forward, Dq, Dkdv>, std::int64_t batch, std::int64_t heads,
@@ -93,8 +95,8 @@ attention_row time_tilings(tilings<Forward, Dq, Dkdv>, std::int64_t batch, std::
       [](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout, float scale,
          const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse,
          const float* delta, bf16* dq, bf16* dk, bf16* dv) {
-        tpx::cuda::flash_attention_backward_tiled<E, Dq, Dkdv>(s, sequences, layout, scale, q, k,
-                                                               v, dout, lse, delta, dq, dk, dv);
+        tpx::cuda::flash_attention_backward_tiled<E, Dq, Dkdv>(s, sequences, layout, scale, q, k, v,
+                                                               dout, lse, delta, dq, dk, dv);
       },
       twins);
 }
@@ -106,8 +108,7 @@ void time_rows(std::vector<attention_row>& rows, std::int64_t batch, std::int64_
   for (std::int64_t t_len : lengths)
     std::apply(
         [&](auto... row) {
-          (rows.push_back(
-               time_tilings<E>(row, batch, heads, t_len, tokens, iters, warmup, twins)),
+          (rows.push_back(time_tilings<E>(row, batch, heads, t_len, tokens, iters, warmup, twins)),
            ...);
         },
         Rows{});

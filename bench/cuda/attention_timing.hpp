@@ -3,9 +3,9 @@
 // forward and backward calls, it times each on B x H sequences of T rows of E, N(0, 1) inputs,
 // scale 1/sqrt(E), laid out heads first ([B x H, T, E], as SDPA's peer takes them) or as the
 // GPT's projections leave them ([B, T, H, E] read in place, a sequence's rows H rows apart:
-// kernels::attention_layout), and compares the first sequence's out, dq, dk and dv with the host twin
-// (tensor/host_fused_attention.hpp) on the same inputs (seeded, so the same for every call of one
-// shape: host_twins keeps each shape's, which the host takes seconds to compute at T = 4096).
+// kernels::attention_layout), and compares the first sequence's out, dq, dk and dv with the host
+// twin (tensor/host_fused_attention.hpp) on the same inputs (seeded, so the same for every call of
+// one shape: host_twins keeps each shape's, which the host takes seconds to compute at T = 4096).
 // The backward is the rowdot
 // delta[t] = dout_t . out_t (reduce_rows over product_term, as nn/fused_attention.hpp forms it)
 // and then the backward call, because SDPA's backward does that preprocessing inside its own
@@ -87,10 +87,10 @@ host_outputs<T> host_twin(std::int64_t t_len, int e, float scale, const std::vec
 // checked as above (`tokens`: in [B, T, H, E], else heads first), the host twin taken from
 // `twins` or added to it; `type` and `tiling` label the row.
 template <class T, class Forward, class Backward>
-attention_row time_attention(const std::string& type, const std::string& tiling,
-                             std::int64_t batch, std::int64_t heads, std::int64_t t_len, int e,
-                             bool tokens, int iters, int warmup, const Forward& forward_call,
-                             const Backward& backward_call, host_twins<T>& twins) {
+attention_row time_attention(const std::string& type, const std::string& tiling, std::int64_t batch,
+                             std::int64_t heads, std::int64_t t_len, int e, bool tokens, int iters,
+                             int warmup, const Forward& forward_call, const Backward& backward_call,
+                             host_twins<T>& twins) {
   namespace cu = tpx::cuda;
   cu::rank_resources r(0, {});
   const cudaStream_t s = r.stream();
@@ -106,8 +106,7 @@ attention_row time_attention(const std::string& type, const std::string& tiling,
 
   const kernels::attention_layout layout{t_len, tokens ? heads : 1};
   const auto forward = [&] {
-    forward_call(s, sequences, layout, scale, q.data(), k.data(), v.data(), out.data(),
-                 lse.data());
+    forward_call(s, sequences, layout, scale, q.data(), k.data(), v.data(), out.data(), lse.data());
   };
   const auto backward = [&] {
     cu::reduce_rows<kernels::sum_reducer<float>>(
@@ -122,7 +121,9 @@ attention_row time_attention(const std::string& type, const std::string& tiling,
   // The first sequence against the host twin. Its rows are other elements of the random arrays in
   // the two layouts, so `twins` must hold one layout's (each bench run takes one).
   const std::int64_t step = layout.row_step();
-  const auto first = [&](const cu::device_buffer<T>& b) { return first_sequence(b, t_len, e, step); };
+  const auto first = [&](const cu::device_buffer<T>& b) {
+    return first_sequence(b, t_len, e, step);
+  };
   auto twin = twins.find({t_len, e});
   if (twin == twins.end())
     twin = twins
@@ -130,10 +131,9 @@ attention_row time_attention(const std::string& type, const std::string& tiling,
                         host_twin(t_len, e, scale, first(q), first(k), first(v), first(dout)))
                .first;
   const host_outputs<T>& h = twin->second;
-  const double diff = std::max({relative_difference(first(out), h.out),
-                                relative_difference(first(dq), h.dq),
-                                relative_difference(first(dk), h.dk),
-                                relative_difference(first(dv), h.dv)});
+  const double diff =
+      std::max({relative_difference(first(out), h.out), relative_difference(first(dq), h.dq),
+                relative_difference(first(dk), h.dk), relative_difference(first(dv), h.dv)});
 
   const double flops = attention_forward_flops(sequences, t_len, e);
   return {type,

@@ -13,7 +13,8 @@
 // the kernels'). A warp with two row tiles uses each fragment it loads from shared memory twice,
 // which halves the shared-memory traffic per mma (the forward at widths up to 64; the backward
 // passes hold too many accumulators for it).
-//   forward  per block of queries: S = Q K^T (Q's fragments stay in registers), the online
+//   forward  per block of queries: S = Q K^T (Q's fragments stay in registers, or with a
+//            tiling's SharedQ are loaded from shared memory for each product), the online
 //            softmax on S's accumulators (a row's Cols scores are spread over the 4 lanes of a
 //            group: two shuffles find its maximum), then O += P V with P taken from S's
 //            accumulators as the A operand; out = O / l, lse = m + log l.
@@ -81,8 +82,8 @@ struct tiling {
   static constexpr bool shared_q = SharedQ;
 };
 
-// The tilings the kernels run with. `tpx-bench-cuda attention --tilings` times these beside
-// others (bench/cuda/attention.cu), so that a GPU run can choose among them.
+// The tilings the kernels run with. `tpx-bench-cuda attention-tilings` times these beside
+// others (bench/cuda/attention_tilings.cu), so that a GPU run can choose among them.
 template <int HeadDim>
 using forward_tiling = tiling<HeadDim <= 64 ? 2 : 1, 64>;
 using backward_tiling = tiling<1, 64>;
@@ -99,8 +100,9 @@ inline constexpr std::size_t forward_shared_bytes =
     (Tiling::shared_q ? static_cast<std::size_t>(Tiling::block_rows) * pitch<HeadDim> * sizeof(bf16)
                       : 0);
 template <int HeadDim, class Tiling>
-inline constexpr std::size_t dkdv_shared_bytes =
-    staged_bytes<HeadDim, Tiling> + 2 * 2 * static_cast<std::size_t>(Tiling::cols) * sizeof(float);
+inline constexpr std::size_t dkdv_shared_bytes = staged_bytes<HeadDim, Tiling> +
+                                                 2 * 2 * static_cast<std::size_t>(Tiling::cols) *
+                                                     sizeof(float);
 
 struct arguments {
   attention_layout layout;
@@ -205,9 +207,7 @@ TPX_HOST_DEVICE void over_staged_tiles(Block& block, std::int64_t from, std::int
   }
 }
 
-// acc[r][n] = row tile r of A times the transpose of a staged tile (Cols rows at pitch):
-// acc[r][n] covers tile rows 8n .. 8n + 7. Each fragment of the tile is loaded once for all R
-// row tiles, two k-steps per ldmatrix.
+// Every accumulator of a product with a staged tile made 0.
 template <int R, int Cols>
 TPX_HOST_DEVICE void set_to_zero(tile_accumulators<R, Cols>& acc) {
   TPX_UNROLL
@@ -220,6 +220,9 @@ TPX_HOST_DEVICE void set_to_zero(tile_accumulators<R, Cols>& acc) {
   }
 }
 
+// acc[r][n] = row tile r of A times the transpose of a staged tile (Cols rows at pitch):
+// acc[r][n] covers tile rows 8n .. 8n + 7. Each fragment of the tile is loaded once for all R
+// row tiles, two k-steps per ldmatrix.
 template <int HeadDim, int R, int Cols, class Block>
 TPX_HOST_DEVICE void times_tile_transposed(Block& block, const row_fragments<HeadDim, R>& a,
                                            const bf16* tile, tile_accumulators<R, Cols>& acc) {
@@ -244,8 +247,7 @@ TPX_HOST_DEVICE void times_tile_transposed(Block& block, const row_fragments<Hea
 // k-steps, A's fragments are loaded (ldmatrix) for all of the tile's columns, each fragment of the
 // tile once, as FlashAttention-2 orders it; each accumulator sums its k-steps in the same order.
 template <int HeadDim, int R, int Cols, class Block>
-TPX_HOST_DEVICE void shared_times_tile_transposed(Block& block, const bf16* rows,
-                                                  const bf16* tile,
+TPX_HOST_DEVICE void shared_times_tile_transposed(Block& block, const bf16* rows, const bf16* tile,
                                                   tile_accumulators<R, Cols>& acc) {
   static_assert(HeadDim % 32 == 0, "k-steps are loaded in pairs");
   set_to_zero<R, Cols>(acc);
@@ -606,7 +608,8 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
                                 std::int64_t sequence) {
   static_assert(Tiling::row_tiles == 1, "the backward passes take one row tile per warp");
   constexpr int Cols = Tiling::cols;
-  const detail::tile_pairs<HeadDim, Cols> queries{reinterpret_cast<bf16*>(block.shared())};  // Q, dO
+  const detail::tile_pairs<HeadDim, Cols> queries{
+      reinterpret_cast<bf16*>(block.shared())};  // Q, dO
   // [buffer][lse (base 2), delta][Cols], after the tiles
   float* row_stats = reinterpret_cast<float*>(block.shared() + staged_bytes<HeadDim, Tiling>);
   const mma::lane_coordinates at(block.lane());
@@ -639,7 +642,8 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
         const float* lse_tile = row_stats + 2 * buffer * Cols;
         const float* delta_tile = lse_tile + Cols;
         detail::tile_accumulators<1, Cols> p, dp;
-        detail::times_tile_transposed<HeadDim, 1, Cols>(block, k, q_tile, p);  // S^T: keys x queries
+        detail::times_tile_transposed<HeadDim, 1, Cols>(block, k, q_tile,
+                                                        p);  // S^T: keys x queries
         // P^T = exp2(S^T scale - lse) where the query sees the key (key <= query < T), else 0,
         // in 32-bit offsets from the tile's first query.
         const int queries_left = static_cast<int>(detail::least(t_len - t0, Cols));

@@ -59,21 +59,24 @@ namespace flash = kernels::flash;
 __device__ inline std::int64_t heaviest_first() { return gridDim.x - 1 - blockIdx.x; }
 
 template <int HeadDim, class Tiling>
-__global__ void __launch_bounds__(flash::threads, Tiling::min_blocks) flash_forward_kernel(flash::arguments args) {
+__global__ void __launch_bounds__(flash::threads, Tiling::min_blocks)
+    flash_forward_kernel(flash::arguments args) {
   extern __shared__ __align__(16) unsigned char flash_staging[];
   warp_block block(flash_staging);
   flash::forward_block<HeadDim, Tiling>(block, args, heaviest_first(), blockIdx.y);
 }
 
 template <int HeadDim, class Tiling>
-__global__ void __launch_bounds__(flash::threads, Tiling::min_blocks) flash_dq_kernel(flash::arguments args) {
+__global__ void __launch_bounds__(flash::threads, Tiling::min_blocks)
+    flash_dq_kernel(flash::arguments args) {
   extern __shared__ __align__(16) unsigned char flash_staging[];
   warp_block block(flash_staging);
   flash::dq_block<HeadDim, Tiling>(block, args, heaviest_first(), blockIdx.y);
 }
 
 template <int HeadDim, class Tiling>
-__global__ void __launch_bounds__(flash::threads, Tiling::min_blocks) flash_dkdv_kernel(flash::arguments args) {
+__global__ void __launch_bounds__(flash::threads, Tiling::min_blocks)
+    flash_dkdv_kernel(flash::arguments args) {
   extern __shared__ __align__(16) unsigned char flash_staging[];
   warp_block block(flash_staging);
   // Key blocks: the first keys are seen by the most queries, so block 0 is the heaviest.
@@ -130,7 +133,7 @@ inline bool flash_attention_addresses(kernels::attention_layout layout, int e) {
 }
 
 // The forward at head width HeadDim with a tiling of the caller's choice (kernels::flash::
-// tiling; tpx-bench-cuda attention --tilings times several): flash_attention_forward below runs
+// tiling; tpx-bench-cuda attention-tilings times several): flash_attention_forward below runs
 // kernels::flash::forward_tiling. sequences <= 65535 (checked by the caller,
 // cuda/kernels/fused_attention.hpp). The arrays are in `layout` (kernels/fused_attention.hpp):
 // heads first, or [B, T, H, E] read in place.
@@ -163,8 +166,8 @@ void flash_attention_backward_tiled(cudaStream_t stream, std::int64_t sequences,
   detail::allow_shared_memory(detail::flash_dq_kernel<HeadDim, DqTiling>, dq_bytes);
   detail::allow_shared_memory(detail::flash_dkdv_kernel<HeadDim, DkdvTiling>, dkdv_bytes);
   detail::flash_dq_kernel<HeadDim, DqTiling>
-      <<<detail::flash_grid(sequences, layout.t_len, DqTiling::block_rows),
-         kernels::flash::threads, dq_bytes, stream>>>(args);
+      <<<detail::flash_grid(sequences, layout.t_len, DqTiling::block_rows), kernels::flash::threads,
+         dq_bytes, stream>>>(args);
   detail::flash_dkdv_kernel<HeadDim, DkdvTiling>
       <<<detail::flash_grid(sequences, layout.t_len, DkdvTiling::block_rows),
          kernels::flash::threads, dkdv_bytes, stream>>>(args);
