@@ -346,10 +346,11 @@ TPX_HOST_DEVICE void store_rows(const row_accumulators<HeadDim, R>& acc, float s
     TPX_UNROLL
     for (int e = 0; e < HeadDim / 8; ++e) {
       TPX_UNROLL
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < 4; i += 2) {  // elements i and i + 1: one row, adjacent columns
         const std::int64_t row = first + 16 * r + mma::accumulator_row(at, i);
         if (row < t_len)
-          m[row * stride + 8 * e + mma::accumulator_column(at, i)] = bf16(scale * acc[r][e][i]);
+          mma::store_pair(m + row * stride + 8 * e + mma::accumulator_column(at, i),
+                          bf16(scale * acc[r][e][i]), bf16(scale * acc[r][e][i + 1]));
       }
     }
   }
@@ -549,12 +550,11 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
       const float sum = detail::group_sum(block, l[r][h]);
       const std::int64_t row = first + 16 * r + at.group + 8 * h;
       if (row >= t_len) continue;
+      const float inverse = 1.0f / sum;  // one division per row, not one per element
       TPX_UNROLL
-      for (int e = 0; e < HeadDim / 8; ++e) {
-        TPX_UNROLL
-        for (int j = 0; j < 2; ++j)
-          args.out[base + row * stride + 8 * e + 2 * at.pair + j] = bf16(o[r][e][2 * h + j] / sum);
-      }
+      for (int e = 0; e < HeadDim / 8; ++e)
+        mma::store_pair(args.out + base + row * stride + 8 * e + 2 * at.pair,
+                        bf16(o[r][e][2 * h] * inverse), bf16(o[r][e][2 * h + 1] * inverse));
       if (at.pair == 0) args.lse_out[rows.stat(row)] = (m[r][h] + log2f(sum)) * ln2;
     }
   }

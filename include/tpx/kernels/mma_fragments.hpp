@@ -43,6 +43,17 @@ TPX_HOST_DEVICE inline std::uint32_t load_pair(const bf16* p) {
 #endif
 }
 
+// p[0], p[1] = low, high (p 4-byte aligned on the device): an accumulator pair's two columns
+// stored as one 4-byte write.
+TPX_HOST_DEVICE inline void store_pair(bf16* p, bf16 low, bf16 high) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<std::uint32_t*>(p) = pack(low, high);
+#else
+  p[0] = low;
+  p[1] = high;
+#endif
+}
+
 // A = rows [0, 16) x columns [0, 16) of a row-major matrix at pitch ld; rows at or past
 // valid_rows read as zero (a tile that runs past the end of a sequence).
 TPX_HOST_DEVICE inline void load_a(std::uint32_t (&a)[4], const bf16* m, std::int64_t ld,
