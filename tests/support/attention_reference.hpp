@@ -84,17 +84,17 @@ inline std::vector<tpx::bf16> draws(std::int64_t n, std::uint64_t seed) {
 }
 
 // Checks got against want within 1e-2 of want's largest magnitude plus 1e-2 relative (bf16
-// outputs, P and dS rounded to bf16 inside the kernels), naming the first few elements off.
-// Given the sums of its terms' magnitudes, a tenth of their largest floors that scale, for
-// gradients that cancel to about 0.
+// outputs, P and dS rounded to bf16 inside the kernels), naming the first few elements off; a
+// NaN is off. Given the sums of its terms' magnitudes, a tenth of their largest floors that
+// scale, for gradients that cancel to about 0.
 inline void check_close(const std::string& what, const std::vector<tpx::bf16>& got,
                         const std::vector<double>& want, const std::vector<double>& terms = {}) {
   double largest = 0;
   for (double w : want) largest = std::max(largest, std::abs(w));
   for (double w : terms) largest = std::max(largest, 0.1 * w);
   int wrong = 0;
-  for (std::size_t i = 0; i < want.size(); ++i)
-    if (std::abs(double(got[i]) - want[i]) > 1e-2 * largest + 1e-2 * std::abs(want[i]) &&
+  for (std::size_t i = 0; i < want.size(); ++i)  // written so that a NaN is off too
+    if (!(std::abs(double(got[i]) - want[i]) <= 1e-2 * largest + 1e-2 * std::abs(want[i])) &&
         ++wrong <= 3)
       FAIL_CHECK(what << "[" << i << "] = " << float(got[i]) << ", want " << want[i] << " (largest "
                       << largest << ")");
