@@ -20,8 +20,12 @@
 //                            1x128s 243 (2)
 //                   dq       1x64 254 (2, the kernels'), 1x32 232 (2)
 //                   dk-dv    1x64 255 with 48 (2, the kernels'), 1x32 255 with 32 (2)
+//   head width 64   one pass 1x64 255 with 12 (2): FlashAttention-2's backward in one program
+//                   (5 products per tile, where dq and dk-dv make 7), deterministic: each split
+//                   of a sequence's key blocks sums its own share of dq, the shares added in
+//                   split order after; with one_pass_splits' splits (2 at 192 sequences), 1 and 4
 // (Left out for spilling: at width 64 the forward's 2x128 (400 bytes) and 2x128s (152), dk-dv's
-// 1x128 (52); at 128 the forward's 1x128 (84) and 2x64s (40).)
+// 1x128 (52); at 128 the forward's 1x128 (84) and 2x64s (40), the one pass (604).)
 // The host tests run every R x Cols here on an emulated block
 // (tests/unit/flash_attention_test.cpp).
 #include <cuda_runtime.h>
@@ -49,6 +53,12 @@ using flash::tiling;
 template <class Forward, class Dq, class Dkdv>
 struct tilings {};
 
+// A row whose backward is the one-pass program (cuda::flash_attention_backward_one_pass) with
+// Splits splits of each sequence's key blocks (0: cuda::one_pass_splits' choice), after the
+// kernels' own forward.
+template <class Tiling, int Splits>
+struct one_pass {};
+
 template <class Tiling>
 std::string name_of() {
   std::string name = std::to_string(Tiling::row_tiles) + "x" + std::to_string(Tiling::cols);
@@ -72,12 +82,24 @@ using width_64 =
                forward_only<64, tiling<1, 128, 0, true>>, dq_only<tiling<1, 32>>,
                dq_only<tiling<1, 128>>,
                tilings<flash::forward_tiling<64>, flash::backward_tiling, tiling<1, 32>>,
-               tilings<flash::forward_tiling<64>, flash::backward_tiling, tiling<1, 32, 3>>>;
+               tilings<flash::forward_tiling<64>, flash::backward_tiling, tiling<1, 32, 3>>,
+               one_pass<flash::backward_tiling, 0>, one_pass<flash::backward_tiling, 1>,
+               one_pass<flash::backward_tiling, 4>>;
 using width_128 =
     std::tuple<own<128>, forward_only<128, tiling<1, 32>>, forward_only<128, tiling<1, 32, 3>>,
                forward_only<128, tiling<1, 128, 0, true>>,
                tilings<flash::forward_tiling<128>, tiling<1, 32>, flash::backward_tiling>,
                tilings<flash::forward_tiling<128>, flash::backward_tiling, tiling<1, 32>>>;
+
+// The forward of a row, with tiling Forward.
+template <int E, class Forward>
+auto forward_call() {
+  return [](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout, float scale,
+            const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse) {
+    tpx::cuda::flash_attention_forward_tiled<E, Forward>(s, sequences, layout, scale, q, k, v, out,
+                                                         lse);
+  };
+}
 
 template <int E, class Forward, class Dq, class Dkdv>
 attention_row time_tilings(tilings<Forward, Dq, Dkdv>, std::int64_t batch, std::int64_t heads,
@@ -86,17 +108,37 @@ attention_row time_tilings(tilings<Forward, Dq, Dkdv>, std::int64_t batch, std::
   const std::string name =
       "fwd " + name_of<Forward>() + ", dq " + name_of<Dq>() + ", dkdv " + name_of<Dkdv>();
   return time_attention<bf16>(
-      "bf16", name, batch, heads, t_len, E, tokens, iters, warmup,
-      [](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout, float scale,
-         const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse) {
-        tpx::cuda::flash_attention_forward_tiled<E, Forward>(s, sequences, layout, scale, q, k, v,
-                                                             out, lse);
-      },
+      "bf16", name, batch, heads, t_len, E, tokens, iters, warmup, forward_call<E, Forward>(),
       [](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout, float scale,
          const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse,
          const float* delta, bf16* dq, bf16* dk, bf16* dv) {
         tpx::cuda::flash_attention_backward_tiled<E, Dq, Dkdv>(s, sequences, layout, scale, q, k, v,
                                                                dout, lse, delta, dq, dk, dv);
+      },
+      twins);
+}
+
+template <int E, class Tiling, int Splits>
+attention_row time_tilings(one_pass<Tiling, Splits>, std::int64_t batch, std::int64_t heads,
+                           std::int64_t t_len, bool tokens, int iters, int warmup,
+                           host_twins<bf16>& twins) {
+  const std::int64_t splits =
+      Splits > 0 ? Splits : tpx::cuda::one_pass_splits(batch * heads, t_len);
+  const std::string name = "fwd " + name_of<flash::forward_tiling<E>>() + ", one pass " +
+                           name_of<Tiling>() + " (" + std::to_string(splits) + " splits" +
+                           (Splits > 0 ? ")" : ", the default)");
+  int device = 0;
+  cudaMemPool_t pool = nullptr;
+  TPX_CUDA_CHECK(cudaGetDevice(&device));
+  TPX_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));  // the rank's (rank_resources.hpp)
+  return time_attention<bf16>(
+      "bf16", name, batch, heads, t_len, E, tokens, iters, warmup,
+      forward_call<E, flash::forward_tiling<E>>(),
+      [pool, splits](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout,
+                     float scale, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+                     const float* lse, const float* delta, bf16* dq, bf16* dk, bf16* dv) {
+        tpx::cuda::flash_attention_backward_one_pass<E, Tiling>(
+            s, pool, sequences, layout, scale, q, k, v, dout, lse, delta, dq, dk, dv, splits);
       },
       twins);
 }

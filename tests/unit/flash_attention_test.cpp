@@ -67,21 +67,36 @@ TEST_CASE("mma fragment loads agree with the PTX layout") {
   for (int i = 0; i < 8 * 32; ++i) m[i] = small(i, 2);
   for (int i = 0; i < 32 * 16; ++i) w[i] = small(i, 3);
 
-  SUBCASE("A from shared memory by one ldmatrix: load_a's fragments") {
-    // load_a is checked against the mma table below; the emulated ldmatrix follows PTX's own.
-    std::vector<std::uint32_t> from_rows(32 * 4), from_shared(32 * 4);
+  // Every lane's A fragment (4 registers), as `load(thread, at, a)` loads it, lane by lane.
+  const auto a_fragments = [](const auto& load) {
+    std::vector<std::uint32_t> registers(32 * 4);
     simt_block block(1, 0);
     block.run([&](simt_block::thread_context& t) {
-      const mma::lane_coordinates at(t.lane());
-      std::uint32_t rows[4], shared[4];
-      mma::load_a(rows, a.data() + 16, 32, 16, at);
-      mma::load_a_x4(t, shared, a.data() + 16, 32);
-      for (int i = 0; i < 4; ++i) {
-        from_rows[4 * t.lane() + i] = rows[i];
-        from_shared[4 * t.lane() + i] = shared[i];
-      }
+      std::uint32_t fragment[4];
+      load(t, mma::lane_coordinates(t.lane()), fragment);
+      for (int i = 0; i < 4; ++i) registers[4 * t.lane() + i] = fragment[i];
     });
-    CHECK(from_shared == from_rows);
+    return registers;
+  };
+  // load_a is checked against the mma table below; the emulated ldmatrix follows PTX's own.
+  const auto load_a_rows = [&](auto&, mma::lane_coordinates at, std::uint32_t(&f)[4]) {
+    mma::load_a(f, a.data() + 16, 32, 16, at);
+  };
+
+  SUBCASE("A from shared memory by one ldmatrix: load_a's fragments") {
+    CHECK(a_fragments([&](auto& t, mma::lane_coordinates, std::uint32_t(&f)[4]) {
+            mma::load_a_x4(t, f, a.data() + 16, 32);
+          }) == a_fragments(load_a_rows));
+  }
+
+  SUBCASE(
+      "A as the transpose of a stored block, by one ldmatrix.trans: load_a's of the transpose") {
+    std::vector<bf16> transposed(16 * 32);  // transposed[c][r] = a[r][16 + c], at pitch 32
+    for (int r = 0; r < 16; ++r)
+      for (int c = 0; c < 16; ++c) transposed[c * 32 + r] = a[r * 32 + 16 + c];
+    CHECK(a_fragments([&](auto& t, mma::lane_coordinates, std::uint32_t(&f)[4]) {
+            mma::load_a_transposed_x4(t, f, transposed.data(), 32);
+          }) == a_fragments(load_a_rows));
   }
 
   SUBCASE("A rows and B transposed (two k-steps per ldmatrix)") {
@@ -139,6 +154,58 @@ TEST_CASE("mma fragment loads agree with the PTX layout") {
   }
 }
 
+// One case's inputs in the programs' layout (heads first, or [B, T, H, E] with `heads` > 1), the
+// naive reference on them, the programs' outputs and arguments, the forward run with Forward,
+// and the checks of the backward's outputs against the reference.
+template <int E, class Forward = flash::forward_tiling<E>>
+struct programs_case {
+  attention_case c;
+  std::int64_t heads;
+  std::int64_t n = c.sequences * c.t_len * E;
+  std::vector<bf16> q = draws(n, 1), k = draws(n, 2), v = draws(n, 3), dout = draws(n, 4);
+  naive_attention want{c, E, q, k, v, dout};
+  std::vector<bf16> lq = in_layout(q, E), lk = in_layout(k, E), lv = in_layout(v, E),
+                    ldout = in_layout(dout, E);
+  std::vector<bf16> out = std::vector<bf16>(n), dq = out, dk = out, dv = out;
+  std::vector<float> lse = std::vector<float>(c.sequences * c.t_len),
+                     delta = in_layout(std::vector<float>(want.delta.begin(), want.delta.end()), 1);
+  flash::arguments args{{c.t_len, heads}, 1.0f / std::sqrt(float(E)),
+                        lq.data(),        lk.data(),
+                        lv.data(),        out.data(),
+                        lse.data(),       lse.data(),
+                        ldout.data(),     delta.data(),
+                        dq.data(),        dk.data(),
+                        dv.data()};
+
+  programs_case(attention_case c_, std::int64_t heads_) : c(c_), heads(heads_) {
+    for (std::int64_t sq = 0; sq < c.sequences; ++sq)
+      for (std::int64_t b = 0; b < blocks(Forward::block_rows); ++b) {
+        simt_block forward(flash::warps, flash::forward_shared_bytes<E, Forward>);
+        forward.run([&](auto& t) { flash::forward_block<E, Forward>(t, args, b, sq); });
+      }
+  }
+  template <class V>
+  V in_layout(const V& x, std::int64_t width) const {
+    return interleaved(x, c.t_len, heads, width);
+  }
+  template <class V>
+  V heads_first(const V& x, std::int64_t width) const {
+    return interleaved(x, c.t_len, heads, width, true);
+  }
+  std::int64_t blocks(int rows) const { return (c.t_len + rows - 1) / rows; }
+  void check_forward() const {
+    check_close("out", heads_first(out, E), want.out);
+    const auto lse_rows = heads_first(lse, 1);
+    for (std::size_t i = 0; i < lse_rows.size(); ++i)
+      CHECK(lse_rows[i] == doctest::Approx(want.lse[i]).epsilon(1e-4));
+  }
+  void check_backward() const {
+    check_close("dq", heads_first(dq, E), want.dq, want.dq_terms);
+    check_close("dk", heads_first(dk, E), want.dk, want.dk_terms);
+    check_close("dv", heads_first(dv, E), want.dv);
+  }
+};
+
 // The programs at head width E with the given tilings (the kernels' own by default): the
 // forward's, dq's and dk-dv's.
 template <int E, class Forward = flash::forward_tiling<E>, class Dq = flash::backward_tiling,
@@ -152,50 +219,19 @@ void check_programs(const attention_case& c, std::int64_t heads = 1) {
   CAPTURE(c.sequences);
   CAPTURE(c.t_len);
   CAPTURE(heads);
-  const std::int64_t n = c.sequences * c.t_len * E;
-  const auto q = draws(n, 1), k = draws(n, 2), v = draws(n, 3), dout = draws(n, 4);
-  const naive_attention want(c, E, q, k, v, dout);
-  const auto in_layout = [&](const auto& x, std::int64_t width) {
-    return interleaved(x, c.t_len, heads, width);
-  };
-  const auto lq = in_layout(q, E), lk = in_layout(k, E), lv = in_layout(v, E),
-             ldout = in_layout(dout, E);
-  std::vector<bf16> out(n), dq(n), dk(n), dv(n);
-  std::vector<float> lse(c.sequences * c.t_len),
-      delta = in_layout(std::vector<float>(want.delta.begin(), want.delta.end()), 1);
-  const flash::arguments args{{c.t_len, heads}, 1.0f / std::sqrt(float(E)),
-                              lq.data(),        lk.data(),
-                              lv.data(),        out.data(),
-                              lse.data(),       lse.data(),
-                              ldout.data(),     delta.data(),
-                              dq.data(),        dk.data(),
-                              dv.data()};
-  const auto blocks = [&](int rows) { return (c.t_len + rows - 1) / rows; };
-  for (std::int64_t sq = 0; sq < c.sequences; ++sq)
-    for (std::int64_t b = 0; b < blocks(Forward::block_rows); ++b) {
-      simt_block forward(flash::warps, flash::forward_shared_bytes<E, Forward>);
-      forward.run([&](auto& t) { flash::forward_block<E, Forward>(t, args, b, sq); });
-    }
+  programs_case<E, Forward> run(c, heads);
   for (std::int64_t sq = 0; sq < c.sequences; ++sq) {  // the backward reads every row's lse
-    for (std::int64_t b = 0; b < blocks(Dq::block_rows); ++b) {
+    for (std::int64_t b = 0; b < run.blocks(Dq::block_rows); ++b) {
       simt_block dq_pass(flash::warps, flash::staged_bytes<E, Dq>);
-      dq_pass.run([&](auto& t) { flash::dq_block<E, Dq>(t, args, b, sq); });
+      dq_pass.run([&](auto& t) { flash::dq_block<E, Dq>(t, run.args, b, sq); });
     }
-    for (std::int64_t b = 0; b < blocks(Dkdv::block_rows); ++b) {
+    for (std::int64_t b = 0; b < run.blocks(Dkdv::block_rows); ++b) {
       simt_block dkdv_pass(flash::warps, flash::dkdv_shared_bytes<E, Dkdv>);
-      dkdv_pass.run([&](auto& t) { flash::dkdv_block<E, Dkdv>(t, args, b, sq); });
+      dkdv_pass.run([&](auto& t) { flash::dkdv_block<E, Dkdv>(t, run.args, b, sq); });
     }
   }
-  const auto heads_first = [&](const auto& x, std::int64_t width) {
-    return interleaved(x, c.t_len, heads, width, true);
-  };
-  check_close("out", heads_first(out, E), want.out);
-  const auto lse_rows = heads_first(lse, 1);
-  for (std::size_t i = 0; i < lse_rows.size(); ++i)
-    CHECK(lse_rows[i] == doctest::Approx(want.lse[i]).epsilon(1e-4));
-  check_close("dq", heads_first(dq, E), want.dq, want.dq_terms);
-  check_close("dk", heads_first(dk, E), want.dk, want.dk_terms);
-  check_close("dv", heads_first(dv, E), want.dv);
+  run.check_forward();
+  run.check_backward();
 }
 
 TEST_CASE("tensor-core attention programs match naive causal attention") {
@@ -220,6 +256,46 @@ TEST_CASE("tensor-core attention programs match naive causal attention with othe
   // The block's queries staged in shared memory rather than held in registers.
   check_programs<64, tiling<2, 64, 0, true>>({1, 260});
   check_programs<128, tiling<1, 128, 0, true>>({1, 130});
+}
+
+// The one-pass backward (one_pass_block, then sum_dq_shares_block) on the forward's out and lse,
+// split by split as a grid would run them (each split's blocks in any order against the others:
+// no split reads another's share), against naive attention's dq, dk and dv.
+template <int E>
+void check_one_pass(const attention_case& c, std::int64_t splits, std::int64_t heads = 1) {
+  CAPTURE(E);
+  CAPTURE(c.sequences);
+  CAPTURE(c.t_len);
+  CAPTURE(splits);
+  programs_case<E> run(c, heads);
+  // Poisoned, so that a share read before it is written shows.
+  std::vector<float> shares(splits * run.n, std::nanf(""));
+  for (std::int64_t split = splits - 1; split >= 0; --split)  // the grid's order is not ours
+    for (std::int64_t sq = 0; sq < c.sequences; ++sq) {
+      simt_block pass(flash::warps, flash::one_pass_shared_bytes<E>);
+      pass.run([&](auto& t) {
+        flash::one_pass_block<E>(t, run.args, shares.data(), splits, split, sq, c.sequences);
+      });
+    }
+  for (std::int64_t sq = 0; sq < c.sequences; ++sq)
+    for (std::int64_t b = 0; b < run.blocks(flash::backward_tiling::block_rows); ++b) {
+      simt_block sum(flash::warps, 0);
+      sum.run([&](auto& t) {
+        flash::sum_dq_shares_block<E>(t, run.args, shares.data(), splits, b, sq, c.sequences);
+      });
+    }
+  run.check_backward();
+}
+
+// One split and several (as many as the key blocks, more than there are), partial last tiles,
+// and [B, T, H, E] in place.
+TEST_CASE("the one-pass tensor-core backward matches naive causal attention") {
+  check_one_pass<64>({2, 130}, 1);
+  check_one_pass<64>({1, 260}, 2);
+  check_one_pass<64>({1, 130}, 3);
+  check_one_pass<64>({1, 100}, 4);
+  check_one_pass<32>({4, 100}, 2, 2);
+  check_one_pass<128>({1, 70}, 1);
 }
 
 TEST_CASE("tensor-core attention programs read and write [B, T, H, E] in place") {

@@ -22,6 +22,12 @@
 //            dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 //   dk, dv   per block of 64 keys, over the query tiles that see it (t >= s): S^T = K Q^T,
 //            P^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+//   one pass the dk-dv program that also adds dQ += dS K per query tile (dS^T through shared
+//            memory), FlashAttention-2's 5 products per tile where the two passes make 7:
+//            a block per split of a sequence's key blocks sums its blocks' dS K into its own
+//            share of dq, in key-block order, and a last pass adds the shares in split order,
+//            so the sums repeat to the bit without FlashAttention-2's atomics (a candidate the
+//            attention-tilings bench times; the layers run the two passes).
 // Scores are formed as q . k in fp32 from bf16 products; exponentials are base 2, of scores
 // times scale log2(e) (exp2 is the hardware's instruction; every pass folds that multiply and
 // the subtraction of the row's max or lse into one fma). Masking (causal, and the end of the
@@ -602,31 +608,60 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
   detail::store_rows<HeadDim, 1>(dq, args.scale, first, t_len, at, args.dq + base, stride);
 }
 
-// dk and dv of key block `block_index` (of Tiling::block_rows) of sequence `sequence`.
-template <int HeadDim, class Tiling = backward_tiling, class Block>
-TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_t block_index,
-                                std::int64_t sequence) {
+namespace detail {
+
+// The one-pass backward's dq shares (one_pass_block): split `split` of `splits` adds, for each key
+// block it takes, dS K into its own fp32 [T, HeadDim] rows of the sequence, from `rows`; `first`:
+// the split's first key block, which stores rather than adds (it is the first to reach every
+// query tile the split reaches).
+struct dq_share {
+  float* rows;
+  bool first;
+};
+
+// Shared memory of the one-pass program beyond dk-dv's: the tile of dS^T (64 keys x Cols queries,
+// bf16, at pitch Cols + 8) and the block's keys (64 x HeadDim at pitch), for dQ += dS K.
+template <int Cols>
+inline constexpr int ds_pitch = Cols + pitch_padding;
+
+// dk and dv of key block `block_index` of sequence `sequence`, and with WithDq its share of dq
+// (dS K over the block's keys) into `share`, in 5 products per query tile where the dq pass and
+// dk-dv make 7.
+template <int HeadDim, class Tiling, bool WithDq, class Block>
+TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
+                                         std::int64_t block_index, std::int64_t sequence,
+                                         dq_share share) {
   static_assert(Tiling::row_tiles == 1, "the backward passes take one row tile per warp");
   constexpr int Cols = Tiling::cols;
-  const detail::tile_pairs<HeadDim, Cols> queries{
-      reinterpret_cast<bf16*>(block.shared())};  // Q, dO
+  static_assert(!WithDq || Cols == Tiling::block_rows,
+                "the one-pass backward takes query tiles of the key block's 64 rows");
+  const tile_pairs<HeadDim, Cols> queries{reinterpret_cast<bf16*>(block.shared())};  // Q, dO
   // [buffer][lse (base 2), delta][Cols], after the tiles
   float* row_stats = reinterpret_cast<float*>(block.shared() + staged_bytes<HeadDim, Tiling>);
+  // With WithDq: dS^T, then the block's keys, after the row statistics.
+  bf16* ds_tile = reinterpret_cast<bf16*>(row_stats + 2 * 2 * Cols);
+  bf16* key_tile = ds_tile + Tiling::block_rows * ds_pitch<Cols>;
   const mma::lane_coordinates at(block.lane());
-  const detail::sequence_rows<HeadDim> rows(args.layout, sequence);
+  const sequence_rows<HeadDim> rows(args.layout, sequence);
   const std::int64_t t_len = rows.t_len, base = rows.base;
   const int stride = rows.stride;
-  const std::int64_t first = block_index * Tiling::block_rows + 16 * block.warp();  // its keys
-  detail::row_fragments<HeadDim, 1> k, v;
-  detail::load_rows<HeadDim, 1>(k, args.k + base, stride, first, t_len, at);
-  detail::load_rows<HeadDim, 1>(v, args.v + base, stride, first, t_len, at);
+  const std::int64_t block_first = block_index * Tiling::block_rows;
+  const std::int64_t first = block_first + 16 * block.warp();  // its keys
+  if constexpr (WithDq) {  // its own async group, landed by the first tile's wait
+    stage<HeadDim, Tiling::block_rows>(block, args.k + base + block_first * stride, stride,
+                                       t_len - block_first, key_tile);
+    block.commit_async();
+  }
+  row_fragments<HeadDim, 1> k, v;
+  load_rows<HeadDim, 1>(k, args.k + base, stride, first, t_len, at);
+  load_rows<HeadDim, 1>(v, args.v + base, stride, first, t_len, at);
   const float score_scale = args.scale * log2e;
-  detail::row_accumulators<HeadDim, 1> dk = {}, dv = {};
+  row_accumulators<HeadDim, 1> dk = {}, dv = {};
   const auto stage_queries = [&](int buffer, std::int64_t t0) {
-    detail::stage<HeadDim, Cols>(block, args.q + base + t0 * stride, stride, t_len - t0,
-                                 queries.first(buffer));
-    detail::stage<HeadDim, Cols>(block, args.dout + base + t0 * stride, stride, t_len - t0,
-                                 queries.second(buffer));
+    stage<HeadDim, Cols>(block, args.q + base + t0 * stride, stride, t_len - t0,
+                         queries.first(buffer));
+    stage<HeadDim, Cols>(block, args.dout + base + t0 * stride, stride, t_len - t0,
+                         queries.second(buffer));
     for (int j = block.thread(); j < Cols; j += threads) {
       const bool real = t0 + j < t_len;
       row_stats[(2 * buffer) * Cols + j] = real ? args.lse[rows.stat(t0 + j)] * log2e : 0.0f;
@@ -634,19 +669,17 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
     }
   };
   // The query tiles that see the block's keys (t >= s).
-  detail::over_staged_tiles<Cols>(
-      block, block_index * Tiling::block_rows, t_len - 1, stage_queries,
-      [&](int buffer, std::int64_t t0) {
+  over_staged_tiles<Cols>(
+      block, block_first, t_len - 1, stage_queries, [&](int buffer, std::int64_t t0) {
         const bf16* q_tile = queries.first(buffer);
         const bf16* dout_tile = queries.second(buffer);
         const float* lse_tile = row_stats + 2 * buffer * Cols;
         const float* delta_tile = lse_tile + Cols;
-        detail::tile_accumulators<1, Cols> p, dp;
-        detail::times_tile_transposed<HeadDim, 1, Cols>(block, k, q_tile,
-                                                        p);  // S^T: keys x queries
+        tile_accumulators<1, Cols> p, dp;
+        times_tile_transposed<HeadDim, 1, Cols>(block, k, q_tile, p);  // S^T: keys x queries
         // P^T = exp2(S^T scale - lse) where the query sees the key (key <= query < T), else 0,
         // in 32-bit offsets from the tile's first query.
-        const int queries_left = static_cast<int>(detail::least(t_len - t0, Cols));
+        const int queries_left = static_cast<int>(least(t_len - t0, Cols));
         TPX_UNROLL
         for (int i = 0; i < 4; i += 2) {
           // The key's offset from the tile's first query: below Cols (the tiles start at the
@@ -660,23 +693,124 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
             for (int j = i; j < i + 2; ++j) {
               const int column = 8 * n + mma::accumulator_column(at, j);
               const float e =
-                  detail::backward_exp2<HeadDim>(fmaf(p[0][n][j], score_scale, -lse_tile[column]));
+                  backward_exp2<HeadDim>(fmaf(p[0][n][j], score_scale, -lse_tile[column]));
               p[0][n][j] = key <= column && column < queries_left ? e : 0.0f;
             }
           }
         }
-        detail::accumulate_times_tile<HeadDim, 1, Cols>(block, p, dout_tile, dv);
-        detail::times_tile_transposed<HeadDim, 1, Cols>(block, v, dout_tile, dp);  // dP^T
+        accumulate_times_tile<HeadDim, 1, Cols>(block, p, dout_tile, dv);
+        times_tile_transposed<HeadDim, 1, Cols>(block, v, dout_tile, dp);  // dP^T
         TPX_UNROLL
         for (int n = 0; n < Cols / 8; ++n) {
           TPX_UNROLL
           for (int i = 0; i < 4; ++i)
             p[0][n][i] *= dp[0][n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
         }
-        detail::accumulate_times_tile<HeadDim, 1, Cols>(block, p, q_tile, dk);
+        accumulate_times_tile<HeadDim, 1, Cols>(block, p, q_tile, dk);
+        if constexpr (WithDq) {
+          // dS^T (bf16, as it enters every second product) of the warp's 16 keys into the tile;
+          // then each warp takes 16 of the tile's queries: dQ = dS K over the block's 64 keys,
+          // A = dS read transposed from dS^T, B = the keys as stored.
+          TPX_UNROLL
+          for (int n = 0; n < Cols / 8; ++n) {
+            TPX_UNROLL
+            for (int i = 0; i < 4; i += 2)
+              mma::store_pair(
+                  ds_tile + (16 * block.warp() + mma::accumulator_row(at, i)) * ds_pitch<Cols> +
+                      8 * n + mma::accumulator_column(at, i),
+                  bf16(p[0][n][i]), bf16(p[0][n][i + 1]));
+          }
+          block.sync();
+          row_accumulators<HeadDim, 1> dq = {};
+          TPX_UNROLL
+          for (int kk = 0; kk < Tiling::block_rows / 16; ++kk) {
+            std::uint32_t a[4];
+            mma::load_a_transposed_x4(
+                block, a, ds_tile + 16 * kk * ds_pitch<Cols> + 16 * block.warp(), ds_pitch<Cols>);
+            TPX_UNROLL
+            for (int e = 0; e < HeadDim / 8; e += 2) {
+              std::uint32_t b[2][2];
+              mma::load_b_x2(block, b, key_tile + 16 * kk * pitch<HeadDim> + 8 * e, pitch<HeadDim>);
+              block.mma(dq[0][e], a, b[0]);
+              block.mma(dq[0][e + 1], a, b[1]);
+            }
+          }
+          // Each element of the share is written by one lane, the same for every key block of
+          // the split, in key-block order: the sums repeat to the bit.
+          TPX_UNROLL
+          for (int e = 0; e < HeadDim / 8; ++e) {
+            TPX_UNROLL
+            for (int i = 0; i < 4; ++i) {
+              const std::int64_t row = t0 + 16 * block.warp() + mma::accumulator_row(at, i);
+              if (row < t_len) {
+                float& x = share.rows[row * HeadDim + 8 * e + mma::accumulator_column(at, i)];
+                x = share.first ? dq[0][e][i] : x + dq[0][e][i];
+              }
+            }
+          }
+        }
       });
-  detail::store_rows<HeadDim, 1>(dk, args.scale, first, t_len, at, args.dk + base, stride);
-  detail::store_rows<HeadDim, 1>(dv, 1.0f, first, t_len, at, args.dv + base, stride);
+  store_rows<HeadDim, 1>(dk, args.scale, first, t_len, at, args.dk + base, stride);
+  store_rows<HeadDim, 1>(dv, 1.0f, first, t_len, at, args.dv + base, stride);
+}
+
+}  // namespace detail
+
+// dk and dv of key block `block_index` (of Tiling::block_rows) of sequence `sequence`.
+template <int HeadDim, class Tiling = backward_tiling, class Block>
+TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_t block_index,
+                                std::int64_t sequence) {
+  detail::key_block_gradients<HeadDim, Tiling, false>(block, args, block_index, sequence, {});
+}
+
+// The one-pass backward (FlashAttention-2's 5 products per tile, where dq_block and dkdv_block
+// make 7), deterministic without atomics: split `split` of `splits` takes the key blocks split,
+// split + splits, ... of sequence `sequence` in turn, writes their dk and dv, and sums their
+// dS K into its own share of dq, dq_shares[split][sequence] ([T, HeadDim] fp32 of `sequences`);
+// sum_dq_shares_block then adds the shares in split order. Shared memory:
+// one_pass_shared_bytes.
+template <int HeadDim, class Tiling = backward_tiling>
+inline constexpr std::size_t one_pass_shared_bytes = dkdv_shared_bytes<HeadDim, Tiling> +
+                                                     static_cast<std::size_t>(Tiling::block_rows) *
+                                                         (detail::ds_pitch<Tiling::cols> +
+                                                          pitch<HeadDim>)*sizeof(bf16);
+
+template <int HeadDim, class Tiling = backward_tiling, class Block>
+TPX_HOST_DEVICE void one_pass_block(Block& block, const arguments& args, float* dq_shares,
+                                    std::int64_t splits, std::int64_t split, std::int64_t sequence,
+                                    std::int64_t sequences) {
+  const std::int64_t t_len = args.layout.t_len;
+  float* share = dq_shares + (split * sequences + sequence) * t_len * HeadDim;
+  for (std::int64_t b = split; b * Tiling::block_rows < t_len; b += splits)
+    detail::key_block_gradients<HeadDim, Tiling, true>(block, args, b, sequence,
+                                                       {share, b == split});
+}
+
+// dq of rows [64 block_index, + 64) of sequence `sequence`: scale times the sum of the shares
+// that reached them (split s reaches the query tiles from its first key block s on), in split
+// order.
+template <int HeadDim, class Tiling = backward_tiling, class Block>
+TPX_HOST_DEVICE void sum_dq_shares_block(Block& block, const arguments& args,
+                                         const float* dq_shares, std::int64_t splits,
+                                         std::int64_t block_index, std::int64_t sequence,
+                                         std::int64_t sequences) {
+  const detail::sequence_rows<HeadDim> rows(args.layout, sequence);
+  const std::int64_t first = block_index * Tiling::block_rows;
+  const std::int64_t reached = detail::least(splits, block_index + 1);
+  const std::int64_t share = rows.t_len * HeadDim;
+  for (int c = 2 * block.thread(); c < Tiling::block_rows * HeadDim; c += 2 * threads) {
+    const std::int64_t row = first + c / HeadDim;
+    if (row >= rows.t_len) break;
+    const std::int64_t at = row * HeadDim + c % HeadDim;
+    float sum[2] = {0.0f, 0.0f};
+    for (std::int64_t s = 0; s < reached; ++s) {
+      const float* x = dq_shares + (s * sequences + sequence) * share + at;
+      sum[0] += x[0];
+      sum[1] += x[1];
+    }
+    mma::store_pair(args.dq + rows.base + row * rows.stride + c % HeadDim,
+                    bf16(args.scale * sum[0]), bf16(args.scale * sum[1]));
+  }
 }
 
 }  // namespace tpx::kernels::flash

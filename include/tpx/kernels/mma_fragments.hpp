@@ -77,6 +77,17 @@ TPX_HOST_DEVICE void load_a_x4(Block& block, std::uint32_t (&a)[4], const bf16* 
   block.ldmatrix_x4(a, m + (lane & 15) * ld + 8 * (lane >> 4));
 }
 
+// A = the transpose of the 16 x 16 block at m (row-major, pitch ld): A[r][c] = m[c * ld + r], with
+// one ldmatrix.x4.trans, each 8 x 8 matrix transposed as it loads. Matrix j is A's rows 8 (j % 2)
+// .. + 7 and columns 8 (j / 2) .. + 7, stored at m's rows 8 (j / 2) .. and columns 8 (j % 2) ..,
+// so lane l points at row 8 (l / 16) + l % 8, column 8 ((l / 8) % 2).
+template <class Block>
+TPX_HOST_DEVICE void load_a_transposed_x4(Block& block, std::uint32_t (&a)[4], const bf16* m,
+                                          std::int64_t ld) {
+  const int lane = block.lane();
+  block.ldmatrix_x4_trans(a, m + (8 * (lane >> 4) + (lane & 7)) * ld + 8 * ((lane >> 3) & 1));
+}
+
 // Two B fragments from shared memory with one ldmatrix.x4 (a warp operation: `block` is the
 // hardware or the emulated block): b[j] holds B_j[k][n] = m[n * ld + 16 j + k], the transposes
 // of two 8x16 blocks side by side in 8 rows of m (8 keys of K, two k-steps of the scores Q K^T).

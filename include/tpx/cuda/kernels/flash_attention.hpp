@@ -4,6 +4,9 @@
 //   forward            a block per 128 queries (64 at head width 128): out, lse
 //   backward  dq       a block per 64 queries, over the key tiles they see
 //             dk, dv   a block per 64 keys, over the query tiles that see them
+//   or in one pass     a block per split of a sequence's key blocks (dk, dv and its share of
+//                      dq), then a block per 64 queries adding the shares: a candidate the
+//                      attention-tilings bench times (flash_attention_backward_one_pass)
 // Blocks are launched heaviest first (the last rows of a sequence see the most tiles), so the
 // causal triangle's long blocks do not start last. The programs are the ones the host tests run
 // on an emulated block (tests/unit/flash_attention_test.cpp); on a GPU the kernels are compared
@@ -40,12 +43,14 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
 #include "tpx/core/bfloat16.hpp"
 #include "tpx/cuda/check.hpp"
+#include "tpx/cuda/device_buffer.hpp"
 #include "tpx/cuda/kernels/warp_block.hpp"
 #include "tpx/kernels/flash_attention.hpp"
 
@@ -81,6 +86,25 @@ __global__ void __launch_bounds__(flash::threads, Tiling::min_blocks)
   warp_block block(flash_staging);
   // Key blocks: the first keys are seen by the most queries, so block 0 is the heaviest.
   flash::dkdv_block<HeadDim, Tiling>(block, args, blockIdx.x, blockIdx.y);
+}
+
+// The one-pass backward: a block per split of each sequence's key blocks, then one per 64 query
+// rows adding the splits' dq shares.
+template <int HeadDim, class Tiling>
+__global__ void __launch_bounds__(flash::threads, Tiling::min_blocks)
+    flash_one_pass_kernel(flash::arguments args, float* dq_shares, std::int64_t splits) {
+  extern __shared__ __align__(16) unsigned char flash_staging[];
+  warp_block block(flash_staging);
+  flash::one_pass_block<HeadDim, Tiling>(block, args, dq_shares, splits, blockIdx.x, blockIdx.y,
+                                         gridDim.y);
+}
+
+template <int HeadDim, class Tiling>
+__global__ void __launch_bounds__(flash::threads)
+    flash_sum_dq_kernel(flash::arguments args, const float* dq_shares, std::int64_t splits) {
+  warp_block block(nullptr);
+  flash::sum_dq_shares_block<HeadDim, Tiling>(block, args, dq_shares, splits, blockIdx.x,
+                                              blockIdx.y, gridDim.y);
 }
 
 // Calls launch.template operator()<HeadDim>() for e = 32, 64 or 128.
@@ -171,6 +195,40 @@ void flash_attention_backward_tiled(cudaStream_t stream, std::int64_t sequences,
   detail::flash_dkdv_kernel<HeadDim, DkdvTiling>
       <<<detail::flash_grid(sequences, layout.t_len, DkdvTiling::block_rows),
          kernels::flash::threads, dkdv_bytes, stream>>>(args);
+  TPX_CUDA_CHECK(cudaGetLastError());
+}
+
+// The splits of the one-pass backward over a sequence's key blocks (of 64 keys): enough for
+// about 256 blocks in all, at most one per key block. A function of the shape alone, not of the
+// device, so that the sums of dq, and so its bits, are the same on every GPU.
+inline std::int64_t one_pass_splits(std::int64_t sequences, std::int64_t t_len) {
+  const std::int64_t key_blocks = (t_len + 63) / 64;
+  return std::max<std::int64_t>(1, std::min((256 + sequences - 1) / sequences, key_blocks));
+}
+
+// The backward in one pass over the key blocks (kernels::flash::one_pass_block: dk, dv and dq's
+// shares in FlashAttention-2's 5 products per tile, where flash_attention_backward_tiled's two
+// passes make 7), the shares (splits x sequences x T x HeadDim floats from `pool`) then added in
+// split order: deterministic, without atomics. Not what the layers run: `tpx-bench-cuda
+// attention-tilings` times it beside the two passes.
+template <int HeadDim, class Tiling>
+void flash_attention_backward_one_pass(cudaStream_t stream, cudaMemPool_t pool,
+                                       std::int64_t sequences, kernels::attention_layout layout,
+                                       float scale, const bf16* q, const bf16* k, const bf16* v,
+                                       const bf16* dout, const float* lse, const float* delta,
+                                       bf16* dq, bf16* dk, bf16* dv, std::int64_t splits) {
+  const kernels::flash::arguments args{layout, scale, q,     k,  v,  nullptr, nullptr,
+                                       lse,    dout,  delta, dq, dk, dv};
+  auto shares = device_buffer<float>::for_overwrite(
+      static_cast<std::size_t>(splits * sequences * layout.t_len * HeadDim), pool, stream);
+  constexpr std::size_t bytes = kernels::flash::one_pass_shared_bytes<HeadDim, Tiling>;
+  detail::allow_shared_memory(detail::flash_one_pass_kernel<HeadDim, Tiling>, bytes);
+  detail::flash_one_pass_kernel<HeadDim, Tiling>
+      <<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(sequences)),
+         kernels::flash::threads, bytes, stream>>>(args, shares.data(), splits);
+  detail::flash_sum_dq_kernel<HeadDim, Tiling>
+      <<<detail::flash_grid(sequences, layout.t_len, Tiling::block_rows), kernels::flash::threads,
+         0, stream>>>(args, shares.data(), splits);
   TPX_CUDA_CHECK(cudaGetLastError());
 }
 
