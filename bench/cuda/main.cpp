@@ -14,8 +14,9 @@
 //       --layout tokens in the GPT's [B, T, H, E]
 //   tpx-bench-cuda attention-tilings -B 16 -H 12 -T 1024,4096 -E 64,128 --json tilings.json
 //       the same for the tensor-core kernels under the tilings attention_tilings.cu lists, bf16,
-//       the kernels' own first; exits with 1 if a row's result is off the host twin's by more
-//       than bf16's rounding allows (max rel diff above 0.02)
+//       the kernels' own first
+//     (both exit with 1 if a row's result is off the host twin's by more than bf16's rounding
+//     allows: max rel diff above 0.02)
 //   tpx-bench-cuda collectives [--nccl] -g 4 -b 1K -e 256M --json collectives.json
 //       nccl-tests' table for the simulated mesh (-g ranks on GPU 0) or NCCL (one GPU per rank)
 //
@@ -185,18 +186,31 @@ void report_attention(const std::vector<bc::attention_row>& measured, const atte
         rows);
 }
 
-int run_attention(const attention_shape& shape, int e, const std::vector<std::string>& types,
-                  const common_options& o, const std::string& command) {
-  report_attention(bc::measure_attention(shape.batch, shape.heads, shape.lengths, e, types,
-                                         shape.tokens(), o.iters, o.warmup),
-                   shape, "attention", o, command);
-  return 0;
+// The kernels' bf16 results are within a few bf16 ulps of the host twin's (the outputs'
+// rounding, and the tensor-core kernels' P and dS rounded to bf16 for their second product: 0.005
+// on an H200; fp32 rows differ by rounding alone): a row four times further off computes
+// something else. Prints each such row; returns how many there are.
+int rows_off_the_host_twin(const std::vector<bc::attention_row>& rows) {
+  constexpr double tolerance = 0.02;
+  int off = 0;
+  for (const bc::attention_row& r : rows)
+    if (!(r.max_rel_diff <= tolerance)) {
+      std::printf("FAILED: %s E=%lld T=%lld%s%s: max rel diff %.3g from the host twin "
+                  "(at most %.3g)\n",
+                  r.type.c_str(), static_cast<long long>(r.e), static_cast<long long>(r.t_len),
+                  r.tiling.empty() ? "" : ", ", r.tiling.c_str(), r.max_rel_diff, tolerance);
+      ++off;
+    }
+  return off;
 }
 
-// bf16 results of the tensor-core kernels are within a few bf16 ulps of the host twin's (the
-// outputs' rounding, and P and dS rounded to bf16 for their second product: 0.005 on an H200);
-// a tiling four times further off computes something else.
-constexpr double tiling_tolerance = 0.02;
+int run_attention(const attention_shape& shape, int e, const std::vector<std::string>& types,
+                  const common_options& o, const std::string& command) {
+  const std::vector<bc::attention_row> rows = bc::measure_attention(
+      shape.batch, shape.heads, shape.lengths, e, types, shape.tokens(), o.iters, o.warmup);
+  report_attention(rows, shape, "attention", o, command);
+  return rows_off_the_host_twin(rows) > 0 ? 1 : 0;
+}
 
 int run_attention_tilings(const attention_shape& shape, const std::vector<int>& widths,
                           const common_options& o, const std::string& command) {
@@ -206,15 +220,7 @@ int run_attention_tilings(const attention_shape& shape, const std::vector<int>& 
              shape.batch, shape.heads, shape.lengths, e, shape.tokens(), o.iters, o.warmup))
       rows.push_back(std::move(r));
   report_attention(rows, shape, "attention-tilings", o, command);
-  int off = 0;
-  for (const bc::attention_row& r : rows)
-    if (!(r.max_rel_diff <= tiling_tolerance)) {
-      std::printf("FAILED: E=%lld T=%lld, %s: max rel diff %.3g from the host twin (at most %.3g)\n",
-                  static_cast<long long>(r.e), static_cast<long long>(r.t_len), r.tiling.c_str(),
-                  r.max_rel_diff, tiling_tolerance);
-      ++off;
-    }
-  return off > 0 ? 1 : 0;
+  return rows_off_the_host_twin(rows) > 0 ? 1 : 0;
 }
 
 int run_collectives(bool nccl, int ranks, const std::vector<std::int64_t>& sizes, const std::vector<std::string>& ops,
