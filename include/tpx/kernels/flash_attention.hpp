@@ -372,10 +372,9 @@ template <int HeadDim, int R>
 struct query_operand<HeadDim, R, false> {
   row_fragments<HeadDim, R> a;
   template <class Block>
-  TPX_HOST_DEVICE query_operand(Block&, const bf16* q, int stride, std::int64_t block_first,
+  TPX_HOST_DEVICE query_operand(Block&, const bf16* q, int stride, std::int64_t /*block_first*/,
                                 std::int64_t first, std::int64_t t_len, mma::lane_coordinates at,
                                 bf16*) {
-    (void)block_first;
     load_rows<HeadDim, R>(a, q, stride, first, t_len, at);
   }
   template <int Cols, class Block>
