@@ -2,17 +2,31 @@
 # one rank (thread and MPI launchers alike), fp32 and bf16, each compiled once in a file of its
 # own: DIR/host_rank_fp32.cpp and DIR/host_rank_bf16.cpp (trainer/host_ranks.hpp says why).
 # tpx_trainer_ranks (DIR trainer, the MLP) is linked by tpx-train, tpx_gpt_ranks by tpx-gpt, and
-# both by the trainer tests. Called by examples/ and tests/, whichever of them is built; the first
-# call defines the library.
+# both by the trainer tests. tpx_trainer_device_ranks(DIR) is the same for the CUDA trainers: the
+# object library tpx_DIR_device_ranks of DIR/device_ranks.cu, both compute types in one file
+# (trainer/device_ranks.hpp says why), linked by tpx-train-cuda or tpx-gpt-cuda and
+# cuda_trainer_test. Called by examples/ and tests/, whichever of them is built; the first call
+# defines the library.
 include_guard(GLOBAL)
 
-function(tpx_trainer_ranks dir)
-  set(target tpx_${dir}_ranks)
+# The object library TARGET of SOURCES (relative to this folder), linked to LIBRARIES, once.
+function(_tpx_rank_library target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES;LIBRARIES")
   if(TARGET ${target})
     return()
   endif()
-  set(source_dir ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${dir})
-  add_library(${target} OBJECT ${source_dir}/host_rank_fp32.cpp ${source_dir}/host_rank_bf16.cpp)
-  target_link_libraries(${target} PUBLIC tpx::tpx tpx::io)
+  list(TRANSFORM arg_SOURCES PREPEND ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/)
+  add_library(${target} OBJECT ${arg_SOURCES})
+  target_link_libraries(${target} PUBLIC ${arg_LIBRARIES})
   tpx_target_warnings(${target})
+endfunction()
+
+function(tpx_trainer_ranks dir)
+  _tpx_rank_library(tpx_${dir}_ranks SOURCES ${dir}/host_rank_fp32.cpp ${dir}/host_rank_bf16.cpp
+                    LIBRARIES tpx::tpx tpx::io)
+endfunction()
+
+function(tpx_trainer_device_ranks dir)
+  _tpx_rank_library(tpx_${dir}_device_ranks SOURCES ${dir}/device_ranks.cu
+                    LIBRARIES tpx::cuda tpx::io)
 endfunction()

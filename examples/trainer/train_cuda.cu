@@ -5,7 +5,8 @@
 //   tpx-train-cuda --mesh 2x2 --steps 300 --log train.jsonl
 //   tpx-train-cuda --backend nccl --mesh 1x1 --steps 100
 #include "cuda_main.hpp"
-#include "mlp_family.hpp"
+// After cuda_main.hpp, whose launchers training.hpp's qualified tpx::spmd calls must see:
+#include "device_ranks.hpp"  // the loop of a rank, compiled in device_ranks.cu
 
 int main(int argc, char** argv) {
   return trainer::cuda_main<trainer::mlp>(argc, argv, "tpx-train-cuda");

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../examples/gpt/device_ranks.hpp"  // both families' loops of a CUDA rank, compiled once
 #include "../trainer/gpt_test_support.hpp"
 #include "../trainer/trainer_test_support.hpp"
 

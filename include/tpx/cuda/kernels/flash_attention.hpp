@@ -44,6 +44,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -232,22 +233,25 @@ void flash_attention_backward_one_pass(cudaStream_t stream, cudaMemPool_t pool,
   TPX_CUDA_CHECK(cudaGetLastError());
 }
 
-// The kernels' own tilings, at head width e (32, 64 or 128).
-inline void flash_attention_forward(cudaStream_t stream, std::int64_t sequences,
-                                    kernels::attention_layout layout, int e, float scale,
-                                    const bf16* q, const bf16* k, const bf16* v, bf16* out,
-                                    float* lse) {
+// The kernels' own tilings, at head width e (32, 64 or 128). Templates of their element type
+// (bf16 alone) so that only a file that calls one compiles the kernels, not every file that
+// includes tpx/cuda/cuda.hpp: as inline functions their launches instantiated all nine kernels
+// in each (ptxas's 2 of the 23 seconds such a file took, sm_90 alone, and part of cicc's 7).
+template <std::same_as<bf16> T>
+void flash_attention_forward(cudaStream_t stream, std::int64_t sequences,
+                             kernels::attention_layout layout, int e, float scale, const T* q,
+                             const T* k, const T* v, T* out, float* lse) {
   detail::with_head_dim(e, [&]<int HeadDim>() {
     flash_attention_forward_tiled<HeadDim, kernels::flash::forward_tiling<HeadDim>>(
         stream, sequences, layout, scale, q, k, v, out, lse);
   });
 }
 
-inline void flash_attention_backward(cudaStream_t stream, std::int64_t sequences,
-                                     kernels::attention_layout layout, int e, float scale,
-                                     const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
-                                     const float* lse, const float* delta, bf16* dq, bf16* dk,
-                                     bf16* dv) {
+template <std::same_as<bf16> T>
+void flash_attention_backward(cudaStream_t stream, std::int64_t sequences,
+                              kernels::attention_layout layout, int e, float scale, const T* q,
+                              const T* k, const T* v, const T* dout, const float* lse,
+                              const float* delta, T* dq, T* dk, T* dv) {
   using kernels::flash::backward_tiling;
   detail::with_head_dim(e, [&]<int HeadDim>() {
     flash_attention_backward_tiled<HeadDim, backward_tiling, backward_tiling>(
