@@ -14,10 +14,11 @@
 # CUDA::*) as system dirs (-isystem, -isystem= for nvcc), where compilers do not warn, except
 # dirs the compiler searches anyway, which it leaves off the command line. Dirs searched because
 # they are in CPATH or CPLUS_INCLUDE_PATH (an offline prefix of unpacked packages, say) are
-# ordinary, warning dirs to the compiler, and nvcc's front end then reports CLI11's
-# TypeTools.hpp:151 (#2361) as an error; so tpx_target_warnings declares those dirs -isystem for
-# the target (a dir given both ways counts as a system dir). /usr/include and /usr/local/include
-# are left alone: they are system dirs already, and -isystem on them breaks #include_next.
+# ordinary, warning dirs to the compiler, whose warnings there then stop a CI build (nvcc's front
+# end reported CLI11's TypeTools.hpp:151, #2361, when the CUDA trainers still parsed CLI11); so
+# tpx_target_warnings declares those dirs -isystem for the target (a dir given both ways counts
+# as a system dir). /usr/include and /usr/local/include are left alone: they are system dirs
+# already, and -isystem on them breaks #include_next.
 include_guard(GLOBAL)
 
 function(tpx_target_warnings target)

@@ -5,12 +5,14 @@
 # both by the trainer tests. tpx_trainer_device_ranks(DIR) is the same for the CUDA trainers: the
 # object library tpx_DIR_device_ranks of DIR/device_ranks.cu, both compute types in one file
 # (trainer/device_ranks.hpp says why), linked by tpx-train-cuda or tpx-gpt-cuda and
-# cuda_trainer_test. Called by examples/ and tests/, whichever of them is built; the first call
-# defines the library.
+# cuda_trainer_test. tpx_trainer_command_line(DIR) is the object library tpx_DIR_command_line of
+# DIR/command_line.cpp, the family's command line (CLI11; trainer/command_line.hpp says why),
+# linked by both programs of the family, host and CUDA. Called by examples/ and tests/, whichever
+# of them is built; the first call defines the library.
 include_guard(GLOBAL)
 
 # The object library TARGET of SOURCES (relative to this folder), linked to LIBRARIES, once.
-function(_tpx_rank_library target)
+function(_tpx_example_objects target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES;LIBRARIES")
   if(TARGET ${target})
     return()
@@ -22,11 +24,16 @@ function(_tpx_rank_library target)
 endfunction()
 
 function(tpx_trainer_ranks dir)
-  _tpx_rank_library(tpx_${dir}_ranks SOURCES ${dir}/host_rank_fp32.cpp ${dir}/host_rank_bf16.cpp
+  _tpx_example_objects(tpx_${dir}_ranks SOURCES ${dir}/host_rank_fp32.cpp ${dir}/host_rank_bf16.cpp
                     LIBRARIES tpx::tpx tpx::io)
 endfunction()
 
 function(tpx_trainer_device_ranks dir)
-  _tpx_rank_library(tpx_${dir}_device_ranks SOURCES ${dir}/device_ranks.cu
+  _tpx_example_objects(tpx_${dir}_device_ranks SOURCES ${dir}/device_ranks.cu
                     LIBRARIES tpx::cuda tpx::io)
+endfunction()
+
+function(tpx_trainer_command_line dir)
+  _tpx_example_objects(tpx_${dir}_command_line SOURCES ${dir}/command_line.cpp
+                    LIBRARIES tpx::io CLI11::CLI11)
 endfunction()

@@ -3,13 +3,13 @@
 // progress lines and JSON log whatever model family (training.hpp) and launcher. See README.md
 // beside it.
 //
-// train_main<Family> parses the flags (command_line.hpp: CLI11, the family adds its size flags),
-// runs training.hpp's SPMD program with the launcher it is given, prints a progress line every
-// --log-every steps and writes one JSON object per reported step (--report-every, default every
-// step) to --log, which scripts/plot-loss.sh turns into a loss curve (with --profile-phases, the
-// last line also holds the phase table's figures: phase_table.hpp). Model FLOPs utilization
-// (MFU) is measured against --peak-gflops, or when that is 0 against the GEMM rate every rank
-// reaches at once, measured before training (peak.hpp).
+// train_main<Family> parses the flags (command_line.hpp: CLI11, compiled in a file of its own;
+// the family adds its size flags), runs training.hpp's SPMD program with the launcher it is
+// given, prints a progress line every --log-every steps and writes one JSON object per reported
+// step (--report-every, default every step) to --log, which scripts/plot-loss.sh turns into a
+// loss curve (with --profile-phases, the last line also holds the phase table's figures:
+// phase_table.hpp). Model FLOPs utilization (MFU) is measured against --peak-gflops, or when that
+// is 0 against the GEMM rate every rank reaches at once, measured before training (peak.hpp).
 #pragma once
 
 #include <cstdio>

@@ -1,5 +1,5 @@
 // libFuzzer harness of the example trainers' command line (trainer::parse_command_line,
-// examples/trainer/command_line.hpp, which tpx-train's, tpx-gpt's and their CUDA twins' main
+// examples/trainer/parse_command_line.hpp, which tpx-train's, tpx-gpt's and their CUDA twins' main
 // parse with before training). Each input is an argument list, one argument per line; the first
 // picks the program, which is then argv[0] (as when started from PATH; CLI11 names its errors
 // after argv[0], and a program named "RuntimeError" would print none): a first line with "gpt"
@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "../../examples/gpt/family.hpp"
-#include "../../examples/trainer/command_line.hpp"
 #include "../../examples/trainer/mlp_family.hpp"
+#include "../../examples/trainer/parse_command_line.hpp"
 
 namespace {
 

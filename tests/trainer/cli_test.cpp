@@ -4,7 +4,8 @@
 // in docs/bad-input.md lists the same cases with the messages they get.
 //
 // Whole numbers with leading zeros are read as decimal, as their checks read them (010 was 8), and
-// a --timeout under half a millisecond is 1 ms, not 0 (parsed in this process, command_line.hpp).
+// a --timeout under half a millisecond is 1 ms, not 0 (parsed in this process:
+// parse_command_line.hpp).
 // Beyond parsing: a --log that is the training text is refused before it is opened (it would be
 // truncated), --resume with --steps not beyond the checkpoint's step is refused, and a run whose
 // loss turns non-finite stops with exit status 1 before the step is saved or logged, so the JSONL
@@ -28,8 +29,8 @@
 #include <utility>
 #include <vector>
 
-#include "../../examples/trainer/command_line.hpp"
 #include "../../examples/trainer/mlp_family.hpp"
+#include "../../examples/trainer/parse_command_line.hpp"
 #include "../support/run_command.hpp"
 
 namespace {
@@ -125,9 +126,9 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
 }
 
 TEST_CASE("--checkpoint-every sqrt keeps every round(sqrt(L))-th block input") {
-  // Parsed in this process as tpx-train parses it (command_line.hpp), without training.
-  for (const auto& [layers, every] : std::vector<std::pair<const char*, int>>{
-           {"9", 3}, {"2", 1}, {"12", 3}, {"1", 1}}) {
+  // Parsed in this process as tpx-train parses it (parse_command_line.hpp), without training.
+  for (const auto& [layers, every] :
+       std::vector<std::pair<const char*, int>>{{"9", 3}, {"2", 1}, {"12", 3}, {"1", 1}}) {
     CAPTURE(layers);
     const std::vector<const char*> argv = {"tpx-train", "--layers", layers, "--checkpoint-every",
                                            "sqrt"};
@@ -153,7 +154,7 @@ TEST_CASE("whole numbers with leading zeros are decimal, as the checks read them
 }
 
 TEST_CASE("a timeout under half a millisecond is 1 ms, not 0 (which fails every wait)") {
-  // Parsed in this process as tpx-train parses it (command_line.hpp), without training.
+  // Parsed in this process as tpx-train parses it (parse_command_line.hpp), without training.
   const std::vector<std::pair<const char*, std::int64_t>> cases = {
       {"0.0001", 1}, {"0.0004", 1}, {"0.0016", 2}, {"2.5", 2500}, {"1e12", 1'000'000'000'000}};
   for (const auto& [seconds, milliseconds] : cases) {
@@ -222,9 +223,10 @@ TEST_CASE("tpx-gpt's log gives the exposed communication share, at most the tota
   const fs::path dir = scratch("exposed-share");
   for (const std::string overlap : {"on", "off"}) {
     const std::string log = (dir / ("log-" + overlap + ".jsonl")).string();
-    const result r = run(TPX_GPT, "--mesh 2x1 --steps 4 --batch 4 --seq 8 --heads 2 --head-dim 4 "
-                                  "--ffn 8 --layers 2 --peak-gflops 10 --overlap " +
-                                      overlap + " --log " + log);
+    const result r = run(TPX_GPT,
+                         "--mesh 2x1 --steps 4 --batch 4 --seq 8 --heads 2 --head-dim 4 "
+                         "--ffn 8 --layers 2 --peak-gflops 10 --overlap " +
+                             overlap + " --log " + log);
     INFO(overlap, "\n", r.output);
     REQUIRE(r.status == 0);
     std::istringstream lines(read(log));
