@@ -24,16 +24,17 @@ function(_tpx_example_objects target)
 endfunction()
 
 function(tpx_trainer_ranks dir)
-  _tpx_example_objects(tpx_${dir}_ranks SOURCES ${dir}/host_rank_fp32.cpp ${dir}/host_rank_bf16.cpp
-                    LIBRARIES tpx::tpx tpx::io)
+  _tpx_example_objects(tpx_${dir}_ranks
+                       SOURCES ${dir}/host_rank_fp32.cpp ${dir}/host_rank_bf16.cpp
+                       LIBRARIES tpx::tpx tpx::io)
 endfunction()
 
 function(tpx_trainer_device_ranks dir)
   _tpx_example_objects(tpx_${dir}_device_ranks SOURCES ${dir}/device_ranks.cu
-                    LIBRARIES tpx::cuda tpx::io)
+                       LIBRARIES tpx::cuda tpx::io)
 endfunction()
 
 function(tpx_trainer_command_line dir)
   _tpx_example_objects(tpx_${dir}_command_line SOURCES ${dir}/command_line.cpp
-                    LIBRARIES tpx::io CLI11::CLI11)
+                       LIBRARIES tpx::io CLI11::CLI11)
 endfunction()

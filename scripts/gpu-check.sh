@@ -474,10 +474,15 @@ for table in profile-phases-vs-torch-gpt profile-phases-vs-torch-mlp profile-gpt
 done
 if [[ -n ${TPX_GPU_CHECK_ARCHIVE:-} && -d $out ]]; then
   archive=$(realpath -m "$TPX_GPU_CHECK_ARCHIVE")
-  if tar czf "$archive" --exclude=./deps --exclude="./${archive##*/}" -C "$out" .; then
+  # Packed outside the folder first, then moved in place: an archive written inside the folder
+  # tar reads makes tar fail with "file changed as we read it", now and then.
+  packing=$(mktemp "${TMPDIR:-/tmp}/gpu-check-archive.XXXXXX")
+  if tar czf "$packing" --exclude=./deps --exclude="./${archive##*/}" -C "$out" . &&
+     mv "$packing" "$archive"; then
     summary+=("packed   $out into $archive ($(du -h "$archive" | cut -f1))")
   else
     summary+=("FAILED   packing $out into $archive (TPX_GPU_CHECK_ARCHIVE)")
+    rm -f "$packing"
     failed=1
   fi
 fi
