@@ -5,10 +5,11 @@
 // tpx_trainer_device_ranks and tpx_gpt_device_ranks (examples/trainer_ranks.cmake) that
 // tpx-train-cuda, tpx-gpt-cuda and cuda_trainer_test link. tpx-gpt-cuda's one file took 165 s
 // under nvcc (sm_90 alone, this machine, `ninja -j1`), the longest of the CUDA build; its
-// launchers and its loops now take 69 s and 107 s side by side, so that a machine of two cores or
-// more builds it in two thirds of the time (a file per compute type took 88 s each: the two
+// launchers and its loops then took 69 s and 107 s side by side, so that a machine of two cores
+// or more builds it in two thirds of the time (a file per compute type took 88 s each: the two
 // share most of their code). cuda_trainer_test, which ran both families, compiles their loops no
-// more. docs/ci.md has the figures of all three programs.
+// more. The launchers' file shrank again when the command line moved out (command_line.hpp);
+// docs/ci.md has the figures of all three programs.
 //
 // TPX_TRAINER_DEVICE_RANK(Tc, Family) names one as an explicit instantiation does: `extern
 // template TPX_TRAINER_DEVICE_RANK(float, trainer::mlp);` where it is used (below for the MLP,
