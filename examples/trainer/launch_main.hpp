@@ -5,7 +5,8 @@
 // others' standard output goes to /dev/null; errors still reach standard error), and the losses
 // are the thread backend's bit for bit (tests/mpi/mpi_program_test.cpp). A build without MPI
 // (TPX_MPI=OFF; CMake defines TPX_EXAMPLES_MPI when it found MPI) refuses to run under mpirun
-// rather than train X*Y separate copies of the model.
+// rather than train X*Y separate copies of the model, and so does any build under torchrun in a
+// launch of more than one process (host_launch.hpp).
 //
 // Checkpoints work under MPI as on threads: world rank 0 locks and tidies --ckpt-dir and picks
 // the checkpoint --resume continues from, then tells every process (training.hpp's checkpointing,
@@ -14,6 +15,9 @@
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <tpx/launch/process_launcher.hpp>
 #include <tpx/launch/started_by_mpi.hpp>
 
 // Before cli.hpp: its calls tpx::spmd(launcher, ...) are qualified, so they see only the
@@ -24,6 +28,7 @@
 #endif
 
 #include "cli.hpp"
+#include "host_launch.hpp"
 #include "process_main.hpp"
 
 namespace trainer {
@@ -46,6 +51,13 @@ int launch_main(int argc, char** argv, const char* program) {
                  program, variable);
     return 2;
 #endif
+  }
+  try {
+    check_host_launch(tpx::process_launcher_from(), program,
+                      [](const char* name) { return std::getenv(name); });
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 2;
   }
   return train_main<Family>(argc, argv, program, "one thread per rank (under mpirun: one process)",
                             backend{"threads", tpx::host});

@@ -17,10 +17,10 @@
 // the newest valid one onto whatever mesh this run has, and since a batch is a function of the
 // step number, the step is the whole data position. The checkpoint folder is created, locked and
 // tidied before any training work, so that an unusable or busy folder fails at once, by one
-// process for all (world rank 0 under mpirun: checkpointing below). The launcher is a parameter:
-// tpx::host (a thread per rank) or tpx::mpi (a process per rank) for tpx-train,
-// tpx::cuda_simulated (a thread and a stream per rank on one GPU) and the NCCL launchers for
-// tpx-train-cuda; the tensors follow the rank's memory space.
+// process for all (world rank 0 under mpirun, torchrun or srun: checkpointing below). The
+// launcher is a parameter: tpx::host (a thread per rank) or tpx::mpi (a process per rank) for
+// tpx-train, tpx::cuda_simulated (a thread and a stream per rank on one GPU) and the NCCL
+// launchers for tpx-train-cuda; the tensors follow the rank's memory space.
 #pragma once
 
 #include <algorithm>
@@ -149,7 +149,7 @@ void load_checkpoint(const run_options<Family>& o, int step, Tensors& params, Te
 
 // Where a run's checkpoints go (none without --ckpt-dir) and the step it resumes from, made once
 // per process before any training work. The launch's first process (the only one of the thread
-// backend; world rank 0 under mpirun) creates, locks and tidies o.ckpt_dir and, for --resume,
+// backend; world rank 0 under a launcher) creates, locks and tidies o.ckpt_dir and, for --resume,
 // finds the newest valid checkpoint in it (warning on stderr about each damaged one skipped) and
 // continues its run; then it tells every other process the run id and the step, or its error,
 // which they then fail with too (tpx::first_process_decides). Only then do the others join the
@@ -172,8 +172,8 @@ struct checkpointing {
       throw std::invalid_argument(
           "trainer: --ckpt-dir: checkpoints need the processes of this launch to agree on one "
           "holder of the folder's lock, one run id and one step to resume from before training, "
-          "and its launcher gives them no way to (processes started by torchrun or srun have "
-          "none yet): start the job with mpirun, in a build with MPI, or run without --ckpt-dir");
+          "and its launcher gives them no way to (it has no tpx::processes_of: "
+          "launch/process_group.hpp): give it one, or run without --ckpt-dir");
     }
   }
   std::optional<tpx::io::checkpoint_directory> dir;

@@ -4,8 +4,9 @@
 // a resumed data_position that is negative or beyond the run's steps is refused (a plain edit
 // already by the manifest's checksum); a damaged newest checkpoint gives way to the previous one
 // and training continues exactly as from it; --keep K leaves exactly the newest K checkpoints; a
-// launcher whose processes have no way to agree on the folder's holder (torchrun's NCCL
-// processes) gets no checkpoints, with a sentence, rather than a folder every process locks.
+// launcher whose processes have no way to agree on the folder's holder (one of a user's, with no
+// tpx::processes_of) gets no checkpoints, with a sentence, rather than a folder every process
+// locks.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -183,7 +184,7 @@ TEST_CASE("--keep K leaves exactly the newest K checkpoints; --keep 0 all of the
 }
 
 TEST_CASE("a launcher without a process group is refused --ckpt-dir before the folder is touched") {
-  struct launcher_with_no_process_group {};  // as tpx::cuda_launched: no tpx::processes_of
+  struct launcher_with_no_process_group {};  // no tpx::processes_of
   options o = trainer_test::small(1, 1);
   o.steps = 2;
   o.ckpt_dir = fresh_dir("no-process-group").string();
@@ -196,8 +197,8 @@ TEST_CASE("a launcher without a process group is refused --ckpt-dir before the f
   CHECK(error ==
         "trainer: --ckpt-dir: checkpoints need the processes of this launch to agree on one "
         "holder of the folder's lock, one run id and one step to resume from before training, "
-        "and its launcher gives them no way to (processes started by torchrun or srun have none "
-        "yet): start the job with mpirun, in a build with MPI, or run without --ckpt-dir");
+        "and its launcher gives them no way to (it has no tpx::processes_of: "
+        "launch/process_group.hpp): give it one, or run without --ckpt-dir");
   CHECK(!fs::exists(o.ckpt_dir));
   CHECK(train(o).error.empty());  // the thread launcher has a group of one: the same options train
   fs::remove_all(o.ckpt_dir);

@@ -19,9 +19,10 @@
 // (torchrun does; srun with --kill-on-bad-exit=1). With collectives checked, the rendezvous's
 // connections stay open as the heartbeat of a TcpWatchdog (comm/tcp_watchdog.hpp), so ranks
 // waiting in each other's collectives (a cycle across groups) fail about a second after the
-// cycle forms, with world rank 0's picture of who waits where. Its processes have no other
-// channel, so it has no process group (launch/process_group.hpp): decisions one process takes for
-// all before the ranks start, such as a checkpoint folder's lock, need spmd(tpx::cuda_mpi, ...).
+// cycle forms, with world rank 0's picture of who waits where. Decisions one process takes for
+// all before the ranks start, such as a checkpoint folder's lock, travel over the same port:
+// processes_of(tpx::cuda_launched) is the launch's tcp_processes (launch/process_group.hpp,
+// launch/tcp_processes.hpp), each broadcast a rendezvous of its own before NCCL's.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,6 +45,7 @@
 #include "tpx/cuda/spmd_nccl.hpp"
 #include "tpx/launch/build_fingerprint.hpp"
 #include "tpx/launch/launch_environment.hpp"
+#include "tpx/launch/tcp_processes.hpp"
 #include "tpx/launch/tcp_rendezvous.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/spmd.hpp"
@@ -130,6 +132,11 @@ struct cuda_launched_backend {
   using options = cuda::launch_options;
 };
 inline constexpr cuda_launched_backend cuda_launched{};
+
+// The processes of this launch, for decisions before the ranks start (see the top).
+inline tcp_processes processes_of(const cuda_launched_backend&) {
+  return tcp_processes(launch_environment_from());
+}
 
 template <MeshAxis... Axes, class Fn>
 void spmd(cuda_launched_backend, const Mesh<Axes...>& mesh, Fn&& fn,

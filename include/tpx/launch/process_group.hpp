@@ -9,9 +9,11 @@
 // A process group names this process's place (rank(), size()) and broadcasts bytes from its
 // first process (broadcast_from_first). Every launcher whose ranks are threads of this one
 // process (tpx::host here; the CUDA launchers beside their own) has tpx::this_process_only, a
-// group of one; tpx::mpi has the processes of MPI_COMM_WORLD (launch/mpi_processes.hpp). A
-// launcher with no processes_of has no way for its processes to agree outside the SPMD program,
-// and code that needs one can say so rather than let every process decide alone.
+// group of one; tpx::mpi has the processes of MPI_COMM_WORLD (launch/mpi_processes.hpp), and
+// tpx::cuda_launched, started by torchrun or srun, those of its TCP rendezvous
+// (launch/tcp_processes.hpp). A launcher with no processes_of has no way for its processes to
+// agree outside the SPMD program, and code that needs one can say so rather than let every
+// process decide alone.
 //
 // first_process_decides runs the decision on the first process only and hands its answer to every
 // process; if the decision throws, every process throws with its message (the first its own

@@ -228,7 +228,7 @@ inline socket_fd listen_on(const launch_environment& env) {
 inline links serve(const launch_environment& env, std::span<const std::byte> payload,
                    std::string_view fingerprint, std::chrono::milliseconds timeout) {
   const auto deadline = clock::now() + timeout;
-  const socket_fd listener = listen_on(env);
+  socket_fd listener = listen_on(env);
   std::vector<socket_fd> ranks(static_cast<std::size_t>(env.world_size));
   std::vector<socket_fd> others;  // connections that named a bad rank: told why, then closed
   std::string problem;
@@ -289,6 +289,10 @@ inline links serve(const launch_environment& env, std::span<const std::byte> pay
               std::to_string(env.rendezvous_port) + " of " + tpx::this_host() + " within " +
               seconds(timeout);
   }
+  // Closed before any rank hears back: a rank that goes on to the launch's next rendezvous on
+  // this port (a decision of the process group, then NCCL's id) must find nothing listening and
+  // retry, not wait in the backlog of this listener, which accepts no one any more.
+  listener = socket_fd();
   const auto reply_deadline = clock::now() + std::chrono::seconds(5);
   const auto body = problem.empty() ? payload : bytes_of(problem);
   for (auto* group : {&ranks, &others}) {
