@@ -23,7 +23,8 @@ namespace trainer {
 inline void check_host_launch(const tpx::process_launcher& started, const char* program,
                               const std::function<const char*(const char*)>& get) {
   if (started.kind != tpx::process_launcher::torchrun) return;
-  const std::string_view size = get("WORLD_SIZE") ? get("WORLD_SIZE") : "";
+  const char* world_size = get("WORLD_SIZE");
+  const std::string_view size = world_size ? world_size : "";
   int processes = 0;
   const auto [end, error] = std::from_chars(size.data(), size.data() + size.size(), processes);
   if (error == std::errc{} && end == size.data() + size.size() && processes == 1) return;

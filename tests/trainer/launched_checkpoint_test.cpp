@@ -17,11 +17,10 @@
 #include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <tpx/launch/tcp_processes.hpp>
 #include <vector>
 
-#include "../support/free_port.hpp"
+#include "../support/launched_threads.hpp"
 #include "../support/message_of.hpp"
 #include "trainer_test_support.hpp"
 
@@ -45,17 +44,12 @@ struct decision {
   std::string error;
 };
 std::vector<decision> decide_on_each_process(const trainer::options& o, int world) {
-  const int port = free_port();
   std::vector<decision> out(static_cast<std::size_t>(world));
-  std::vector<std::thread> processes;
-  for (int r = 0; r < world; ++r) {
-    processes.emplace_back([&, r] {
-      const launched_process me{{r, world, r, "127.0.0.1", port, "a test's port", "torchrun"}};
-      out[r].error =
-          message_of([&] { out[r].ckpt = std::make_unique<trainer::checkpointing>(o, me); });
-    });
-  }
-  for (std::thread& p : processes) p.join();
+  on_launched_threads(world, [&](const tpx::launch_environment& env) {
+    const launched_process me{env};
+    decision& mine = out[env.rank];
+    mine.error = message_of([&] { mine.ckpt = std::make_unique<trainer::checkpointing>(o, me); });
+  });
   return out;
 }
 

@@ -14,40 +14,32 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <tpx/launch/process_group.hpp>
 #include <tpx/launch/tcp_processes.hpp>
 #include <tpx/launch/tcp_rendezvous.hpp>
 #include <vector>
 
-#include "../support/free_port.hpp"
+#include "../support/launched_threads.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-tpx::launch_environment process(int rank, int world, int port) {
-  return {rank, world, rank, "127.0.0.1", port, "a port the test chose", "torchrun"};
-}
-
-// What each of `world` processes, on threads, makes of body(its group): the text it returns, or
-// the message of what it throws.
+// What each of `world` processes, on threads, makes of body(its group, its environment): the
+// text it returns, or the message of what it throws.
 std::vector<std::string> on_each_process(
-    int world, const std::function<std::string(const tpx::tcp_processes&, int port)>& body) {
-  const int port = free_port();
+    int world,
+    const std::function<std::string(const tpx::tcp_processes&, const tpx::launch_environment&)>&
+        body) {
   std::vector<std::string> out(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      const tpx::tcp_processes group(process(r, world, port), 20s);
-      try {
-        out[r] = body(group, port);
-      } catch (const std::exception& e) {
-        out[r] = std::string("threw: ") + e.what();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  on_launched_threads(world, [&](const tpx::launch_environment& env) {
+    const tpx::tcp_processes group(env, 20s);
+    try {
+      out[env.rank] = body(group, env);
+    } catch (const std::exception& e) {
+      out[env.rank] = std::string("threw: ") + e.what();
+    }
+  });
   return out;
 }
 
@@ -63,7 +55,7 @@ std::string pattern(std::size_t n, char salt) {
 
 TEST_CASE("every process gets rank 0's texts, one broadcast after another") {
   const std::size_t large = (std::size_t{5} << 19) + 3;  // 2.5 MiB: three rendezvous
-  const auto got = on_each_process(4, [&](const tpx::tcp_processes& group, int) {
+  const auto got = on_each_process(4, [&](const tpx::tcp_processes& group, const auto&) {
     const bool first = group.rank() == 0;
     std::string seen;
     for (const std::string& text : {std::string("run 7f3a, step 120"), std::string(),
@@ -80,12 +72,12 @@ TEST_CASE("every process gets rank 0's texts, one broadcast after another") {
 }
 
 TEST_CASE("first_process_decides gives every process rank 0's answer, or its error") {
-  const auto answers = on_each_process(3, [](const tpx::tcp_processes& group, int) {
+  const auto answers = on_each_process(3, [](const tpx::tcp_processes& group, const auto&) {
     return tpx::first_process_decides(group, [] { return std::string("resume from step 40"); });
   });
   for (const std::string& answer : answers) CHECK(answer == "resume from step 40");
 
-  const auto failures = on_each_process(3, [](const tpx::tcp_processes& group, int) {
+  const auto failures = on_each_process(3, [](const tpx::tcp_processes& group, const auto&) {
     return tpx::first_process_decides(group, []() -> std::string {
       throw std::runtime_error("ckpt: checkpoint folder is in use by another writer (pid 12)");
     });
@@ -95,11 +87,12 @@ TEST_CASE("first_process_decides gives every process rank 0's answer, or its err
 }
 
 TEST_CASE("a process that goes on to NCCL's rendezvous while rank 0 decides fails, naming both") {
-  const auto got = on_each_process(2, [](const tpx::tcp_processes& group, int port) {
-    if (group.rank() == 0) return group.broadcast_from_first("run 7f3a, step 120");
-    tpx::tcp_rendezvous(process(1, 2, port), {}, "tpx mesh 2x1", 20s);  // skipped the decision
-    return std::string("met");
-  });
+  const auto got =
+      on_each_process(2, [](const tpx::tcp_processes& group, const tpx::launch_environment& env) {
+        if (group.rank() == 0) return group.broadcast_from_first("run 7f3a, step 120");
+        tpx::tcp_rendezvous(env, {}, "tpx mesh 2x1", 20s);  // skipped the decision
+        return std::string("met");
+      });
   const std::string mismatch =
       "rank 1 runs a different build or mesh than rank 0: rank 0 has 'tpx process group: a "
       "broadcast of rank 0 before the ranks start', rank 1 has 'tpx mesh 2x1'";
@@ -108,18 +101,19 @@ TEST_CASE("a process that goes on to NCCL's rendezvous while rank 0 decides fail
 }
 
 TEST_CASE("a launch's rendezvous one after another on one port all meet") {
-  const auto got = on_each_process(4, [](const tpx::tcp_processes& group, int port) {
-    int met = 0;
-    for (int round = 0; round < 12; ++round) {
-      const std::string text = "round " + std::to_string(round);
-      if (group.broadcast_from_first(group.rank() == 0 ? text : "") == text) ++met;
-    }
-    const std::string id = "NCCL's id";  // then the rendezvous of spmd(tpx::cuda_launched)
-    const std::vector<std::byte> bytes = tpx::tcp_rendezvous(
-        process(group.rank(), 4, port), std::as_bytes(std::span(id)), "tpx mesh 2x2", 20s);
-    if (std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()) == id) ++met;
-    return std::to_string(met);
-  });
+  const auto got =
+      on_each_process(4, [](const tpx::tcp_processes& group, const tpx::launch_environment& env) {
+        int met = 0;
+        for (int round = 0; round < 12; ++round) {
+          const std::string text = "round " + std::to_string(round);
+          if (group.broadcast_from_first(group.rank() == 0 ? text : "") == text) ++met;
+        }
+        const std::string id = "NCCL's id";  // then the rendezvous of spmd(tpx::cuda_launched)
+        const std::vector<std::byte> bytes =
+            tpx::tcp_rendezvous(env, std::as_bytes(std::span(id)), "tpx mesh 2x2", 20s);
+        if (std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()) == id) ++met;
+        return std::to_string(met);
+      });
   for (int r = 0; r < 4; ++r) {
     INFO("process " << r);
     CHECK(got[r] == "13");
