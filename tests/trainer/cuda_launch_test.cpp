@@ -37,7 +37,7 @@ const environment_table torchrun{{"RANK", "1"},
                                  {"LOCAL_RANK", "1"},
                                  {"MASTER_ADDR", "node0"},
                                  {"MASTER_PORT", "29500"}};
-const environment_table srun{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}};
+const environment_table srun{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}};
 const environment_table mpirun{{"PMI_RANK", "0"}};
 
 }  // namespace
@@ -68,7 +68,7 @@ TEST_CASE("under torchrun or srun, NCCL runs; simulated only in a launch of one 
   CHECK(
       verdict(srun, 2, "simulated")
           .starts_with(
-              "--backend simulated: started by srun (SLURM_PROCID is set) as one of 2 processes"));
+              "--backend simulated: started by srun (SLURM_STEP_ID is set) as one of 2 processes"));
 }
 
 TEST_CASE("under mpirun, a build without MPI is refused; with MPI, NCCL runs") {

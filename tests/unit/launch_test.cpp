@@ -2,6 +2,9 @@
 // (issue 10, "one program, any launch"):
 //  - process_launcher_from names the launcher from fake environments: an MPI launcher's
 //    variables win over srun's (srun --mpi=pmix sets both), torchrun's over srun's, none: alone;
+//    srun's are a job step's (SLURM_STEP_ID, or older Slurm's SLURM_STEPID), so a batch script's
+//    SLURM_PROCID and SLURM_NTASKS without one are alone too; world_size_variable names the
+//    variable that counts the processes (the step's count before the allocation's);
 //  - first_process_decides, on a group whose processes are played in turn by this thread, runs
 //    the decision on the first process only and gives every process its answer, whatever bytes it
 //    holds; when the decision throws, the first process rethrows its own exception and every
@@ -55,9 +58,33 @@ TEST_CASE("process_launcher_from names the launcher that started the process") {
   const tpx::process_launcher torchrun = launcher_in({{"RANK", "0"}, {"SLURM_PROCID", "3"}});
   CHECK(torchrun.kind == tpx::process_launcher::torchrun);  // torchrun inside an allocation
   CHECK(torchrun.describe() == "torchrun (RANK is set)");
-  const tpx::process_launcher srun = launcher_in({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}});
+  const tpx::process_launcher srun =
+      launcher_in({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_STEP_ID", "0"}});
   CHECK(srun.kind == tpx::process_launcher::srun);
-  CHECK(srun.describe() == "srun (SLURM_PROCID is set)");
+  CHECK(srun.describe() == "srun (SLURM_STEP_ID is set)");
+  const tpx::process_launcher old_srun =
+      launcher_in({{"SLURM_PROCID", "2"}, {"SLURM_STEPID", "3"}});
+  CHECK(old_srun.kind == tpx::process_launcher::srun);
+  CHECK(old_srun.describe() == "srun (SLURM_STEPID is set)");
+}
+
+TEST_CASE("a batch script's SLURM variables without a job step are no launch: alone") {
+  // What sbatch gives the script on the allocation's first node (4 tasks on 4 nodes).
+  const environment_table batch_script{{"SLURM_JOB_ID", "200505"}, {"SLURM_PROCID", "0"},
+                                       {"SLURM_NTASKS", "4"},      {"SLURM_LOCALID", "0"},
+                                       {"SLURM_NODEID", "0"},      {"SLURM_NNODES", "4"}};
+  CHECK(launcher_in(batch_script).kind == tpx::process_launcher::alone);
+  CHECK(launcher_in(batch_script).describe() == "no launcher");
+}
+
+TEST_CASE("world_size_variable: WORLD_SIZE, or the srun step's count before the allocation's") {
+  const environment_table step{{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_NTASKS", "8"}};
+  CHECK(std::string(tpx::world_size_variable(tpx::process_launcher::torchrun, lookup_in(step))) ==
+        "WORLD_SIZE");
+  CHECK(std::string(tpx::world_size_variable(tpx::process_launcher::srun, lookup_in(step))) ==
+        "SLURM_STEP_NUM_TASKS");
+  CHECK(std::string(tpx::world_size_variable(
+            tpx::process_launcher::srun, lookup_in({{"SLURM_NTASKS", "8"}}))) == "SLURM_NTASKS");
 }
 
 TEST_CASE("first_process_decides: the first process decides, every process gets the answer") {

@@ -107,6 +107,8 @@ variables torchrun(int rank, int world, int port) {
 
 variables srun(int rank, int world, int port) {
   return {{"SLURM_PROCID", std::to_string(rank)},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_STEP_NUM_TASKS", std::to_string(world)},
           {"SLURM_NTASKS", std::to_string(world)},
           {"SLURM_LOCALID", std::to_string(rank)},
           {"MASTER_ADDR", "localhost"},
@@ -137,6 +139,12 @@ TEST_CASE("launch_environment_from reads torchrun's and srun's variables") {
   CHECK(s.rank == 1);
   CHECK(s.world_size == 2);
   CHECK(s.launcher == "srun");
+  variables preserved = srun(1, 2, 1234);  // srun --preserve-env: the allocation's SLURM_NTASKS
+  preserved["SLURM_NTASKS"] = "8";
+  CHECK(from(preserved).world_size == 2);
+  variables older = srun(1, 2, 1234);  // an srun without SLURM_STEP_NUM_TASKS
+  older.erase("SLURM_STEP_NUM_TASKS");
+  CHECK(from(older).world_size == 2);
 
   variables both = srun(0, 8, 1);
   for (const auto& [name, value] : torchrun(3, 4, 29500)) both[name] = value;
@@ -175,8 +183,8 @@ TEST_CASE("launch_environment_from names the variable that is missing or wrong")
   no_address.erase("MASTER_ADDR");
   CHECK(message(no_address) == "tpx: cannot join a srun launch: MASTER_ADDR is not set");
   variables zero_world = srun(0, 2, 29500);
-  zero_world["SLURM_NTASKS"] = "0";
-  CHECK(contains(message(zero_world), "SLURM_NTASKS='0' is not a whole number from 1"));
+  zero_world["SLURM_STEP_NUM_TASKS"] = "0";
+  CHECK(contains(message(zero_world), "SLURM_STEP_NUM_TASKS='0' is not a whole number from 1"));
 }
 
 TEST_CASE("four processes started by hand, rank 0 last, all get rank 0's bytes") {

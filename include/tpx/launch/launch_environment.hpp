@@ -4,8 +4,9 @@
 // listens for the rendezvous (launch/tcp_rendezvous.hpp), without MPI.
 //
 //   torchrun:  RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
-//   srun:      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; MASTER_ADDR and MASTER_PORT are the
-//              job script's to export (srun sets no rendezvous address), e.g.
+//   srun:      SLURM_PROCID, SLURM_STEP_NUM_TASKS (SLURM_NTASKS where srun lacks it: see
+//              process_launcher.hpp's world_size_variable), SLURM_LOCALID; MASTER_ADDR and
+//              MASTER_PORT are the job script's to export (srun sets no rendezvous address), e.g.
 //              MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 //
 // The rendezvous port is MASTER_PORT, except under torchrun's agent store
@@ -25,6 +26,8 @@
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "tpx/launch/process_launcher.hpp"
 
 namespace tpx {
 
@@ -93,7 +96,8 @@ inline launch_environment launch_environment_from(
   env.launcher = torchrun ? "torchrun" : "srun";
   const detail::launch_variables vars(get, env.launcher);
   constexpr int most = 1 << 24;
-  env.world_size = vars.whole(torchrun ? "WORLD_SIZE" : "SLURM_NTASKS", 1, most);
+  const auto launcher = torchrun ? process_launcher::torchrun : process_launcher::srun;
+  env.world_size = vars.whole(world_size_variable(launcher, get), 1, most);
   env.rank = vars.whole(torchrun ? "RANK" : "SLURM_PROCID", 0, env.world_size - 1);
   env.local_rank = vars.whole(torchrun ? "LOCAL_RANK" : "SLURM_LOCALID", 0, env.world_size - 1);
   env.master_addr = vars.text("MASTER_ADDR");
