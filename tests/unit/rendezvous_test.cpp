@@ -166,6 +166,12 @@ TEST_CASE("launch_environment_from names the variable that is missing or wrong")
     return message_of([&] { (void)from(env); });
   };
   CHECK(contains(message({}), "neither RANK (torchrun) nor SLURM_PROCID (srun) is set"));
+  variables batch_script = srun(0, 4, 29500);  // sbatch's script: SLURM_PROCID=0, but no step
+  batch_script.erase("SLURM_STEP_ID");
+  CHECK(message(batch_script) ==
+        "tpx: not started by a multi-process launcher: SLURM_PROCID is set, but neither "
+        "SLURM_STEP_ID nor SLURM_STEPID: a SLURM batch script's own process, not a task of srun "
+        "(start the program with srun)");
 
   variables no_world = torchrun(0, 4, 29500);
   no_world.erase("WORLD_SIZE");

@@ -13,6 +13,9 @@
 // (TORCHELASTIC_USE_AGENT_STORE=True, PyTorch 2.4 and later), where torchrun's own TCPStore
 // listens on MASTER_PORT and tpx takes MASTER_PORT + 1; TPX_RENDEZVOUS_PORT, when set, wins.
 //
+// srun's set counts only in a job step (process_launcher.hpp's srun_step_variable): a batch
+// script's own process has SLURM_PROCID=0 and the allocation's SLURM_NTASKS but is no task, and
+// is refused rather than left waiting for tasks that never start.
 // RANK wins when both sets are present (torchrun inside a SLURM allocation). Every value is
 // checked: a missing variable, a value that is not a whole number, a rank outside the world or a
 // port outside 1..65535 throws std::invalid_argument naming the variable, its value and the
@@ -87,7 +90,12 @@ inline launch_environment launch_environment_from(
       return std::getenv(name);
     }) {
   const bool torchrun = get("RANK") != nullptr;
-  if (!torchrun && get("SLURM_PROCID") == nullptr) {
+  if (!torchrun && srun_step_variable(get) == nullptr) {
+    if (get("SLURM_PROCID") != nullptr)
+      throw std::invalid_argument(
+          "tpx: not started by a multi-process launcher: SLURM_PROCID is set, but neither "
+          "SLURM_STEP_ID nor SLURM_STEPID: a SLURM batch script's own process, not a task of "
+          "srun (start the program with srun)");
     throw std::invalid_argument(
         "tpx: not started by a multi-process launcher: neither RANK (torchrun) nor SLURM_PROCID "
         "(srun) is set");

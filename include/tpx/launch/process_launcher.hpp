@@ -15,7 +15,9 @@
 // it for task 0 of an srun launch would wait for tasks that never start. `variable` names the
 // variable that decided, for messages.
 //
-// world_size_variable() names the variable that counts a torchrun or srun launch's processes.
+// srun_step_variable() says whether this process is a task of an srun step (launch_environment.hpp
+// asks it too, so both agree), and world_size_variable() names the variable that counts a torchrun
+// or srun launch's processes.
 #pragma once
 
 #include <cstdlib>
@@ -38,16 +40,23 @@ struct process_launcher {
   }
 };
 
+// The variable that makes this process a task of an srun job step: SLURM_STEP_ID, or older
+// Slurm's SLURM_STEPID, beside SLURM_PROCID; nullptr when there is none (a batch script's own
+// process has SLURM_PROCID but no step).
+inline const char* srun_step_variable(const std::function<const char*(const char*)>& get) {
+  if (get("SLURM_PROCID") == nullptr) return nullptr;
+  for (const char* step : {"SLURM_STEP_ID", "SLURM_STEPID"})
+    if (get(step) != nullptr) return step;
+  return nullptr;
+}
+
 inline process_launcher process_launcher_from(const std::function<const char*(const char*)>& get =
                                                   [](const char* name) {
                                                     return std::getenv(name);
                                                   }) {
   if (const char* variable = mpi_launcher_variable(get)) return {process_launcher::mpi, variable};
   if (get("RANK") != nullptr) return {process_launcher::torchrun, "RANK"};
-  if (get("SLURM_PROCID") != nullptr) {
-    for (const char* step : {"SLURM_STEP_ID", "SLURM_STEPID"})  // SLURM_STEPID: older Slurm's name
-      if (get(step) != nullptr) return {process_launcher::srun, step};
-  }
+  if (const char* step = srun_step_variable(get)) return {process_launcher::srun, step};
   return {};
 }
 
