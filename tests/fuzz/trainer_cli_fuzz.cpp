@@ -4,7 +4,7 @@
 // picks the program, which is then argv[0] (as when started from PATH; CLI11 names its errors
 // after argv[0], and a program named "RuntimeError" would print none): a first line with "gpt"
 // in it parses tpx-gpt's flags (gpt::family), any other tpx-train's (trainer::mlp), and with
-// "cuda" in it too, tpx-gpt-cuda's or tpx-train-cuda's (--backend simulated or nccl).
+// "cuda" in it too, tpx-gpt-cuda's or tpx-train-cuda's (--backend simulated or nccl, --cuda-graph).
 // Whatever the arguments, parsing must not crash or hit undefined behaviour (ASan and UBSan), and
 // must end in one of:
 //   - options to train with, every value within the range its flag documents, checked here
@@ -60,18 +60,31 @@ std::vector<std::string> arguments(const std::uint8_t* data, std::size_t size) {
   __builtin_trap();
 }
 
-// Every flag the program declares: its size flags, the shared ones and --backend.
+// The flags without a value the program declares: a value given to one (--bf16=g) is refused.
 template <class Family>
-std::vector<std::string> declared_flags() {
+std::vector<std::string> declared_switches(bool on_gpu) {
   typename Family::config config;
-  std::vector<std::string> flags = {"--mesh",      "--steps",        "--batch",
-                                    "--lr",        "--weight-decay", "--clip",
-                                    "--seed",      "--bf16",         "--checkpoint-every",
-                                    "--ckpt-dir",  "--save-every",   "--resume",
-                                    "--keep",      "--text",         "--log",
-                                    "--log-every", "--report-every", "--peak-gflops",
-                                    "--timeout",   "--backend",      "--help"};
+  std::vector<std::string> switches = {"--bf16", "--resume", "--profile-phases"};
+  if (on_gpu) switches.emplace_back("--cuda-graph");
+  if constexpr (requires { Family::switch_flags(config); })
+    for (const trainer::switch_flag& f : Family::switch_flags(config))
+      switches.emplace_back(f.name);
+  return switches;
+}
+
+// Every flag the program declares: its size flags, its switches, the shared ones and --backend.
+template <class Family>
+std::vector<std::string> declared_flags(bool on_gpu) {
+  typename Family::config config;
+  std::vector<std::string> flags = {
+      "--mesh",         "--steps",      "--batch",        "--lr",
+      "--weight-decay", "--clip",       "--seed",         "--checkpoint-every",
+      "--ckpt-dir",     "--save-every", "--keep",         "--text",
+      "--log",          "--log-every",  "--report-every", "--peak-gflops",
+      "--timeout",      "--backend",    "--help"};
+  if constexpr (requires { config.overlap; }) flags.emplace_back("--overlap");
   for (const trainer::size_flag& f : Family::size_flags(config)) flags.emplace_back(f.name);
+  for (const std::string& s : declared_switches<Family>(on_gpu)) flags.push_back(s);
   return flags;
 }
 
@@ -114,7 +127,7 @@ void check_accepted(const trainer::command_line<Family>& c,
 // A refusal: the help text, or an error that starts as the programs' errors do (see the top).
 template <class Family>
 void check_refused(const trainer::parsed_command_line<Family>& p, const std::string& program,
-                   const std::vector<std::string>& args) {
+                   bool on_gpu, const std::vector<std::string>& args) {
   if (p.status == 0) {
     if (!p.error.empty() || !p.out.starts_with(program + ": "))
       broken("status 0 without options, and not --help's text: [" + p.out + "]", args);
@@ -127,28 +140,29 @@ void check_refused(const trainer::parsed_command_line<Family>& p, const std::str
   // A value given to a switch (--bf16=g) is a conversion error; a number never is: the checks
   // (cli_checks.hpp) accept only text CLI11 converts to the number they checked.
   bool named = first_line.starts_with("The following argument was not expected: ") ||
-               first_line.starts_with("The following arguments were not expected: ") ||
-               first_line.starts_with("Could not convert: --bf16 = ") ||
-               first_line.starts_with("Could not convert: --resume = ");
-  for (const std::string& flag : declared_flags<Family>())
+               first_line.starts_with("The following arguments were not expected: ");
+  for (const std::string& s : declared_switches<Family>(on_gpu))
+    named = named || first_line.starts_with("Could not convert: " + s + " = ");
+  for (const std::string& flag : declared_flags<Family>(on_gpu))
     named = named || (first_line.starts_with(flag) && first_line.size() > flag.size() &&
                       (first_line[flag.size()] == ':' || first_line[flag.size()] == ' '));
   if (!named || !error.ends_with(cli11_end) || first_line.size() <= 2)
     broken("status " + std::to_string(p.status) + " with the error [" + p.error + "]", args);
 }
 
-// Parses args as `program`, whose --backend may name `backends` (with one, it has no --backend).
+// Parses args as `program`, whose --backend may name `backends` (with one, it has no --backend);
+// a program on a GPU also has --cuda-graph.
 template <class Family>
 void parse(const std::vector<std::string>& args, const std::string& program,
-           const std::vector<std::string>& backends) {
+           const std::vector<std::string>& backends, bool on_gpu) {
   std::vector<const char*> argv = {program.c_str()};  // as when started from PATH
   for (std::size_t i = 1; i < args.size(); ++i) argv.push_back(args[i].c_str());
   const trainer::parsed_command_line<Family> p = trainer::parse_command_line<Family>(
-      static_cast<int>(argv.size()), argv.data(), program.c_str(), "fuzzed", backends);
+      static_cast<int>(argv.size()), argv.data(), program.c_str(), "fuzzed", backends, on_gpu);
   if (p.options)
     check_accepted(*p.options, backends, args);
   else
-    check_refused(p, program, args);
+    check_refused(p, program, on_gpu, args);
 }
 
 }  // namespace
@@ -159,8 +173,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool cuda = args[0].find("cuda") != std::string::npos;
   const std::vector<std::string> threads = {"threads"}, gpus = {"simulated", "nccl"};
   if (gpt)
-    parse<gpt::family>(args, cuda ? "tpx-gpt-cuda" : "tpx-gpt", cuda ? gpus : threads);
+    parse<gpt::family>(args, cuda ? "tpx-gpt-cuda" : "tpx-gpt", cuda ? gpus : threads, cuda);
   else
-    parse<trainer::mlp>(args, cuda ? "tpx-train-cuda" : "tpx-train", cuda ? gpus : threads);
+    parse<trainer::mlp>(args, cuda ? "tpx-train-cuda" : "tpx-train", cuda ? gpus : threads, cuda);
   return 0;
 }
