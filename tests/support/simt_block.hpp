@@ -6,17 +6,23 @@
 // (__syncthreads), shfl_xor (__shfl_xor_sync over the full warp), mma (mma.sync.m16n8k16,
 // bf16 inputs, fp32 accumulators: d += a b), ldmatrix_x4 and ldmatrix_x4_trans
 // (ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16), cp.async's copy, commit and wait, and the
-// block's shared memory. Warp-wide
-// operations meet at a barrier of the warp: each lane posts its operands, every lane reads what it
-// needs, and a second barrier frees the slots for the next operation. Like the hardware, every lane
-// (thread) must reach every warp operation (barrier) in the same order; a program that does not
-// deadlocks here as it would misbehave there.
+// block's shared memory.
+//
+// A warp-wide operation is one barrier of the warp: each lane posts its operands in its slot,
+// passes the barrier, and reads what it needs of the other lanes' slots. Operations alternate
+// between two sets of slots: a lane that hurries on posts into the other set, and the set it read
+// is written again only after the next barrier, which every reader of this one must have reached
+// first. That is one barrier per operation instead of two (a second one freeing the slots), and
+// the barriers are most of these tests' time: a few cores switching between 32 threads per warp.
+// Like the hardware, every lane (thread) must reach every warp operation in the same order; a
+// program that does not deadlocks here as it would misbehave there.
 //
 // The threads are real and only sync() and the warp operations order them, so under
 // ThreadSanitizer (CI's tsan stage runs the unit tests) a program that reads shared memory
 // another thread wrote with no sync() between them is reported as a data race, as
 // compute-sanitizer's racecheck would on the GPU: removing the sync after flash attention's key
-// staging gives 61 reports, in stage, load_pair and load_b.
+// staging (over_staged_tiles) gives 101 reports in the first attention test case, in ldmatrix,
+// copy_async_16 and key_block_gradients.
 //
 // mma and ldmatrix are written from the PTX ISA's tables ("Matrix Fragments for mma.m16n8k16",
 // "ldmatrix"), element by element, independently of kernels/mma_fragments.hpp, which the
@@ -50,7 +56,7 @@ class simt_block {
       : warps_(warps),
         shared_(shared_bytes),
         block_barrier_(32 * warps),
-        slots_(32 * static_cast<std::size_t>(warps)) {
+        slots_(2 * 32 * static_cast<std::size_t>(warps)) {
     warp_barriers_.reserve(warps);
     for (int w = 0; w < warps; ++w) warp_barriers_.push_back(std::make_unique<std::barrier<>>(32));
   }
@@ -76,20 +82,19 @@ class simt_block {
     void sync() { block_.block_barrier_.arrive_and_wait(); }
 
     float shfl_xor(float value, int mask) {
-      slot().value = value;
-      warp_barrier().arrive_and_wait();
-      const float other = block_.slots_[warp() * 32 + (lane() ^ mask)].value;
-      warp_barrier().arrive_and_wait();
-      return other;
+      post().value = value;
+      meet();
+      return posted(lane() ^ mask).value;
     }
 
     void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
-      for (int i = 0; i < 4; ++i) slot().a[i] = a[i];
-      for (int i = 0; i < 2; ++i) slot().b[i] = b[i];
-      warp_barrier().arrive_and_wait();
+      lane_slot& mine = post();
+      for (int i = 0; i < 4; ++i) mine.a[i] = a[i];
+      for (int i = 0; i < 2; ++i) mine.b[i] = b[i];
+      meet();
       float a_matrix[16][16], b_matrix[16][8];
       for (int l = 0; l < 32; ++l) {
-        const lane_slot& s = block_.slots_[warp() * 32 + l];
+        const lane_slot& s = posted(l);
         const int group = l / 4, pair = l % 4;
         for (int i = 0; i < 8; ++i) {  // a0..a7: register i / 2, half i % 2
           const int row = group + 8 * ((i / 2) % 2), col = 2 * pair + (i % 2) + 8 * (i / 4);
@@ -107,7 +112,6 @@ class simt_block {
         for (int k = 0; k < 16; ++k) sum += a_matrix[row][k] * b_matrix[k][col];
         d[i] = sum;
       }
-      warp_barrier().arrive_and_wait();
     }
 
     // Four 8x8 matrices of 16-bit elements: lanes 8j .. 8j + 7 give the addresses of matrix j's
@@ -128,12 +132,12 @@ class simt_block {
    private:
     friend class simt_block;
     void ldmatrix(std::uint32_t (&r)[4], const bf16* row, bool transpose) {
-      slot().row = row;
-      warp_barrier().arrive_and_wait();
+      post().row = row;
+      meet();
       const int l = lane();
       for (int j = 0; j < 4; ++j) {
         const auto at = [&](int matrix_row, int matrix_column) {
-          return block_.slots_[warp() * 32 + 8 * j + matrix_row].row[matrix_column];
+          return posted(8 * j + matrix_row).row[matrix_column];
         };
         bf16 first, second;
         if (transpose) {
@@ -146,7 +150,6 @@ class simt_block {
         r[j] = static_cast<std::uint32_t>(first.bits) |
                (static_cast<std::uint32_t>(second.bits) << 16);
       }
-      warp_barrier().arrive_and_wait();
     }
     thread_context(simt_block& block, int index) : block_(block), index_(index) {}
     static float element(std::uint32_t reg, int half) {
@@ -154,11 +157,24 @@ class simt_block {
       x.bits = static_cast<std::uint16_t>(half == 0 ? reg & 0xffffu : reg >> 16);
       return static_cast<float>(x);
     }
-    lane_slot& slot() { return block_.slots_[index_]; }
-    std::barrier<>& warp_barrier() { return *block_.warp_barriers_[warp()]; }
+    // This lane's slot in the next warp operation's set of slots, for its operands.
+    lane_slot& post() {
+      set_ ^= 1;
+      return block_.slots_[slot_index(set_, lane())];
+    }
+    // Waits until every lane of the warp has posted its operands.
+    void meet() { block_.warp_barriers_[warp()]->arrive_and_wait(); }
+    // What `from_lane` of this warp posted for the operation under way (after meet()).
+    const lane_slot& posted(int from_lane) const {
+      return block_.slots_[slot_index(set_, from_lane)];
+    }
+    std::size_t slot_index(int set, int in_warp) const {
+      return static_cast<std::size_t>((set * block_.warps_ + warp()) * 32 + in_warp);
+    }
 
     simt_block& block_;
     int index_;
+    int set_ = 1;  // the set of slots of the operation under way (the first one uses set 0)
   };
 
  private:
@@ -166,7 +182,7 @@ class simt_block {
   std::vector<unsigned char> shared_;
   std::barrier<> block_barrier_;
   std::vector<std::unique_ptr<std::barrier<>>> warp_barriers_;
-  std::vector<lane_slot> slots_;
+  std::vector<lane_slot> slots_;  // two sets of 32 per warp: [set][warp][lane]
 };
 
 }  // namespace tpx::testing
