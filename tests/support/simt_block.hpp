@@ -160,16 +160,14 @@ class simt_block {
     // This lane's slot in the next warp operation's set of slots, for its operands.
     lane_slot& post() {
       set_ ^= 1;
-      return block_.slots_[slot_index(set_, lane())];
+      return block_.slots_[slot_index(lane())];
     }
     // Waits until every lane of the warp has posted its operands.
     void meet() { block_.warp_barriers_[warp()]->arrive_and_wait(); }
     // What `from_lane` of this warp posted for the operation under way (after meet()).
-    const lane_slot& posted(int from_lane) const {
-      return block_.slots_[slot_index(set_, from_lane)];
-    }
-    std::size_t slot_index(int set, int in_warp) const {
-      return static_cast<std::size_t>((set * block_.warps_ + warp()) * 32 + in_warp);
+    const lane_slot& posted(int from_lane) const { return block_.slots_[slot_index(from_lane)]; }
+    std::size_t slot_index(int in_warp) const {
+      return static_cast<std::size_t>((set_ * block_.warps_ + warp()) * 32 + in_warp);
     }
 
     simt_block& block_;
