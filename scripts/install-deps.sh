@@ -6,10 +6,27 @@
 # clang and fuzz stages). Only the packages missing are installed (checked with dpkg-query first),
 # so a second run, or a run on a machine that has everything, returns at once without touching
 # apt. Uses sudo when not run as root. CUDA (nvcc) is not installed here: it is optional.
+#
+# --slurm (.ci/run passes it) also installs Slurm's daemons and munge, for slurm_program_test,
+# which starts a private one-node cluster (tests/scripts/with_private_slurm.sh), but not where
+# systemd runs: there the packages would enable services of their own (slurmd's fails without a
+# slurm.conf), so a workstation keeps its system as it is and the test says it is skipped.
 set -euo pipefail
 
 packages=(cmake ninja-build make g++ doctest-dev libopenblas-dev nlohmann-json3-dev libxxhash-dev
           libcli11-dev ccache gnuplot-nox python3 libopenmpi-dev openmpi-bin)
+
+if [[ ${1-} == --slurm ]]; then
+  if [[ -d /run/systemd/system ]]; then
+    echo "install-deps: --slurm: systemd runs here, so Slurm is not installed (its packages" \
+         "would start services); slurm_program_test runs where Slurm already is, else skips"
+  else
+    packages+=(slurmctld slurmd slurm-client munge)
+  fi
+elif (($#)); then
+  echo "usage: $0 [--slurm]" >&2
+  exit 2
+fi
 
 # clang >= 16 for CI's clang stage (tpx's diagnostics under clang), where apt has one, with its
 # runtime libraries (libFuzzer and the sanitizers: CI's fuzz stage), only recommended by clang.

@@ -15,12 +15,12 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <tpx/io/directory_lock.hpp>
 #include <vector>
 
 #include "../support/run_command.hpp"
+#include "launched_trainer_runs.hpp"
 
 namespace {
 
@@ -30,46 +30,7 @@ std::string mpirun(int processes) {
   return std::string(TPX_MPIRUN) + " " + std::to_string(processes) + " " + TPX_MPIRUN_FLAGS + " ";
 }
 
-// The "loss" field of every line of a JSONL log, as written.
-std::vector<std::string> logged_losses(const fs::path& log) {
-  std::ifstream in(log);
-  std::vector<std::string> losses;
-  for (std::string line; std::getline(in, line);) {
-    const auto at = line.find("\"loss\": ");
-    REQUIRE(at != std::string::npos);
-    const auto begin = at + 8;
-    losses.push_back(line.substr(begin, line.find(',', begin) - begin));
-  }
-  return losses;
-}
-
-std::size_t count(const std::string& text, const std::string& part) {
-  std::size_t n = 0;
-  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
-
 fs::path scratch(const std::string& name) { return scratch_folder("tpx-mpi-program", name); }
-
-void check_same_losses(const std::string& program, const std::string& flags, int steps) {
-  const fs::path dir = scratch(fs::path(program).filename().string());
-  const std::string common = program + " --mesh 2x2 --steps " + std::to_string(steps) +
-                             " --peak-gflops 1 --log-every 1 " + flags + " --log ";
-  const command_result threads = run_command(common + (dir / "threads.jsonl").string());
-  const command_result processes = run_command(mpirun(4) + common + (dir / "mpi.jsonl").string());
-  INFO(program, "\nthreads:\n", threads.output, "\nmpirun:\n", processes.output);
-  REQUIRE(threads.status == 0);
-  REQUIRE(processes.status == 0);
-  const std::string header = fs::path(program).filename().string() + ": mesh 2x2";
-  CHECK(count(threads.output, header) == 1);
-  CHECK(count(processes.output, header) == 1);  // rank 0 prints; the others' stdout is discarded
-  const std::string last =
-      "step " + std::string(steps - 1 < 10 ? "    " : "   ") + std::to_string(steps - 1) + " |";
-  CHECK(count(processes.output, last) == 1);  // rank 0's progress line, once
-  const std::vector<std::string> expected = logged_losses(dir / "threads.jsonl");
-  CHECK(expected.size() == static_cast<std::size_t>(steps));
-  CHECK(logged_losses(dir / "mpi.jsonl") == expected);
-}
 
 // A run of `steps` steps under mpirun -np 4, stopped halfway and resumed, logs the losses of the
 // uninterrupted thread run, and the resumed job prints its progress once.
@@ -102,11 +63,14 @@ void check_resume(const std::string& program, const std::string& flags, int step
 }  // namespace
 
 TEST_CASE("tpx-train under mpirun -np 4 logs the thread run's losses") {
-  check_same_losses(TPX_TRAIN, "--batch 16 --d-model 16 --ffn 32 --layers 2", 20);
+  check_same_losses(mpirun(4), TPX_TRAIN, "--batch 16 --d-model 16 --ffn 32 --layers 2", 20,
+                    scratch("tpx-train"));
 }
 
 TEST_CASE("tpx-gpt under mpirun -np 4 logs the thread run's losses") {
-  check_same_losses(TPX_GPT, "--batch 4 --seq 8 --heads 2 --head-dim 4 --ffn 16 --layers 1", 5);
+  check_same_losses(mpirun(4), TPX_GPT,
+                    "--batch 4 --seq 8 --heads 2 --head-dim 4 --ffn 16 --layers 1", 5,
+                    scratch("tpx-gpt"));
 }
 
 TEST_CASE("tpx-bench-collectives under mpirun runs on MPI's communicators") {

@@ -5,6 +5,7 @@
 //    srun's are a job step's (SLURM_STEP_ID, or older Slurm's SLURM_STEPID), so a batch script's
 //    SLURM_PROCID and SLURM_NTASKS without one are alone too; world_size_variable names the
 //    variable that counts the processes (the step's count before the allocation's);
+//    mpi_launch_command says how to start n processes: srun's flags in an srun step, else mpirun's;
 //  - first_process_decides, on a group whose processes are played in turn by this thread, runs
 //    the decision on the first process only and gives every process its answer, whatever bytes it
 //    holds; when the decision throws, the first process rethrows its own exception and every
@@ -17,6 +18,7 @@
 #include <string>
 #include <tpx/launch/process_group.hpp>
 #include <tpx/launch/process_launcher.hpp>
+#include <tpx/launch/started_by_mpi.hpp>
 #include <utility>
 
 #include "../support/environment_table.hpp"
@@ -85,6 +87,18 @@ TEST_CASE("world_size_variable: WORLD_SIZE, or the srun step's count before the 
         "SLURM_STEP_NUM_TASKS");
   CHECK(std::string(tpx::world_size_variable(
             tpx::process_launcher::srun, lookup_in({{"SLURM_NTASKS", "8"}}))) == "SLURM_NTASKS");
+}
+
+TEST_CASE("mpi_launch_command: srun's flags inside an srun step, mpirun's elsewhere") {
+  CHECK(tpx::mpi_launch_command(4, lookup_in({})) == "mpirun -np 4");
+  CHECK(tpx::mpi_launch_command(4, lookup_in({{"OMPI_COMM_WORLD_SIZE", "3"}})) == "mpirun -np 4");
+  // sbatch's own process under mpirun: SLURM_PROCID without a job step
+  CHECK(tpx::mpi_launch_command(4, lookup_in({{"OMPI_COMM_WORLD_SIZE", "3"},
+                                              {"SLURM_PROCID", "0"}})) == "mpirun -np 4");
+  const environment_table pmix{{"PMIX_RANK", "1"}, {"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}};
+  CHECK(tpx::mpi_launch_command(8, lookup_in(pmix)) == "srun -n 8 --mpi=pmix");
+  const environment_table pmi2{{"PMI_RANK", "1"}, {"SLURM_PROCID", "1"}, {"SLURM_STEPID", "2"}};
+  CHECK(tpx::mpi_launch_command(2, lookup_in(pmi2)) == "srun -n 2 --mpi=pmi2");
 }
 
 TEST_CASE("first_process_decides: the first process decides, every process gets the answer") {

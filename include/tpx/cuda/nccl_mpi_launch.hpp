@@ -38,6 +38,7 @@
 #include "tpx/cuda/nccl_mesh.hpp"
 #include "tpx/cuda/spmd_nccl.hpp"
 #include "tpx/launch/mpi_processes.hpp"
+#include "tpx/launch/started_by_mpi.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/spmd.hpp"
 #include "tpx/spmd/spmd_mpi.hpp"
@@ -99,12 +100,11 @@ void spmd(cuda_mpi_backend, const Mesh<Axes...>& mesh, Fn&& fn, cuda::launch_opt
   const int r = processes.rank();
   const std::string host = detail::mpi_host_name();
   if (processes.size() != mesh.rank_count())
-    throw spmd_error(r, "tpx: the mesh (" + mesh.to_string() + ") has " +
-                            std::to_string(mesh.rank_count()) + " ranks but MPI started " +
-                            std::to_string(processes.size()) + " processes (seen by MPI rank " +
-                            std::to_string(r) + " on host " + host +
-                            "); start one process per rank and GPU: mpirun -np " +
-                            std::to_string(mesh.rank_count()));
+    throw spmd_error(
+        r, "tpx: the mesh (" + mesh.to_string() + ") has " + std::to_string(mesh.rank_count()) +
+               " ranks but MPI started " + std::to_string(processes.size()) +
+               " processes (seen by MPI rank " + std::to_string(r) + " on host " + host +
+               "); start one process per rank and GPU: " + mpi_launch_command(mesh.rank_count()));
   const std::string failed = "tpx: " + detail::rank_label(mesh, r) + " on host " + host + " failed";
   // Outside the try, as spmd(tpx::mpi) keeps its own: a failing rank aborts the job while the
   // heartbeat's word in flight still has its buffer.

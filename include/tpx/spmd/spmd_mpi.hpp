@@ -52,6 +52,7 @@
 #include "tpx/comm/mpi_watchdog.hpp"
 #include "tpx/kernels/blas_threads.hpp"
 #include "tpx/launch/mpi_processes.hpp"  // processes_of(tpx::mpi), always with the launcher
+#include "tpx/launch/started_by_mpi.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/mpi_fingerprint.hpp"
 #include "tpx/spmd/rank.hpp"
@@ -129,7 +130,7 @@ void spmd(mpi_backend, const Mesh<Axes...>& mesh, Fn&& fn, spmd_options options 
         r, "tpx: the mesh (" + mesh.to_string() + ") has " + std::to_string(mesh.rank_count()) +
                " ranks but MPI started " + std::to_string(processes) +
                " processes (seen by MPI rank " + std::to_string(r) + " on host " + host +
-               "); start one process per rank: mpirun -np " + std::to_string(mesh.rank_count()));
+               "); start one process per rank: " + mpi_launch_command(mesh.rank_count()));
   }
   std::vector<std::string> hosts = detail::hosts_of_an_alike_job(mesh.to_string(), r);
   kernels::set_blas_threads(
