@@ -9,11 +9,16 @@
 //   - a batch script that runs tpx-train directly, without srun, in an allocation of 4 tasks
 //     (SLURM_PROCID=0 and SLURM_NTASKS=4, no SLURM_STEP_ID) trains alone on 4 threads, with the
 //     thread run's losses, rather than waiting for tasks that never start;
+//   - a trainer rank that throws mid-step, and a process that fails before its rank starts, end
+//     an `srun --mpi=pmix -n 4` step with their reports (mpi_trainer_failure_test's and
+//     mpi_process_failure_test's programs), well before the 2 minutes Slurm gives the step;
 //   - the rendezvous of the CUDA trainers' srun launch (launch/tcp_rendezvous.hpp, through
 //     tpx-rendezvous-peer) forms under `srun -n 4` in a batch script that sets MASTER_ADDR as
 //     launch_environment.hpp says, and is refused in the batch script's own process.
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -31,7 +36,13 @@ const std::string srun = "srun --time=2 ";
 
 const std::string train_flags = "--batch 16 --d-model 16 --ffn 32 --layers 2";
 
-fs::path scratch(const std::string& name) { return scratch_folder("tpx-slurm-program", name); }
+// Every case's first call: the cluster must be the private one (run by CTest, or by hand as
+// `bash tests/scripts/with_private_slurm.sh build/default/tests/mpi/slurm_program_test`).
+fs::path scratch(const std::string& name) {
+  INFO("SLURM_CONF is not set: run this test through tests/scripts/with_private_slurm.sh");
+  REQUIRE(std::getenv("SLURM_CONF") != nullptr);
+  return scratch_folder("tpx-slurm-program", name);
+}
 
 // Submits `script` (its lines after #!/bin/bash) as a batch job of `tasks` tasks, waits for its
 // end and returns its status and what it printed (sbatch itself says nothing but errors).
@@ -102,6 +113,27 @@ TEST_CASE("a batch script that runs tpx-train without srun trains alone on its o
   const std::vector<std::string> expected = logged_losses(dir / "threads.jsonl");
   CHECK(expected.size() == static_cast<std::size_t>(steps));
   CHECK(logged_losses(dir / "batch.jsonl") == expected);
+}
+
+TEST_CASE("a failing rank or process ends an srun --mpi=pmix step with its report") {
+  struct failure {
+    const char* program;
+    std::string report;
+  };
+  for (const failure& f :
+       {failure{TPX_TRAINER_FAILURE, "failed: injected fault at step "},  // tpx: rank R (..)
+        failure{TPX_PROCESS_FAILURE,
+                "MPI process 1 failed while other processes of the job were "
+                "still running (waited 10 s for them): ending the job"}}) {
+    const auto start = std::chrono::steady_clock::now();
+    const command_result r = run_command(srun + "--mpi=pmix -n 4 " + f.program);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(f.program, "\n", r.output);
+    CHECK(r.status != 0);
+    CHECK(count(r.output, f.report) == 1);
+    CHECK(seconds < 60);  // ended by MPI_Abort, not by Slurm's limit
+  }
 }
 
 TEST_CASE("the CUDA trainers' rendezvous forms under srun -n 4, and not in a batch script") {
