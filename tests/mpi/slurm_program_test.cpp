@@ -14,14 +14,21 @@
 //     mpi_process_failure_test's programs), well before the 2 minutes Slurm gives the step;
 //   - the rendezvous of the CUDA trainers' srun launch (launch/tcp_rendezvous.hpp, through
 //     tpx-rendezvous-peer) forms under `srun -n 4` in a batch script that sets MASTER_ADDR as
-//     launch_environment.hpp says, and is refused in the batch script's own process.
+//     launch_environment.hpp says, and is refused in the batch script's own process;
+//   - the CUDA trainers' choice of GPU (launch/local_device.hpp, through tpx-local-device-peer)
+//     on the cluster's 4 stand-in GPUs: under `srun -n 4 --gpus-per-task=1` (README.md's
+//     command) task L is bound to GPU L alone and drives it, and under `--gpus-per-node=4`
+//     every task sees all 4 and drives the one of its local rank.
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "../support/free_port.hpp"
 #include "../support/run_command.hpp"
@@ -161,4 +168,22 @@ TEST_CASE("the CUDA trainers' rendezvous forms under srun -n 4, and not in a bat
               "tpx: not started by a multi-process launcher: SLURM_PROCID is set, "
               "but neither SLURM_STEP_ID nor SLURM_STEPID: a SLURM batch script's "
               "own process, not a task of srun (start the program with srun)") == 1);
+}
+
+TEST_CASE("the CUDA trainers drive the GPU Slurm binds to each task, or their local rank's") {
+  scratch("gpus");
+  const std::string peer = std::string("MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ") + srun + "-n 4 ";
+  const command_result per_task = run_command(peer + "--gpus-per-task=1 " + TPX_LOCAL_DEVICE_PEER);
+  const command_result per_node = run_command(peer + "--gpus-per-node=4 " + TPX_LOCAL_DEVICE_PEER);
+  INFO("--gpus-per-task=1:\n", per_task.output, "\n--gpus-per-node=4:\n", per_node.output);
+  REQUIRE(per_task.status == 0);
+  REQUIRE(per_node.status == 0);
+  for (int local = 0; local < 4; ++local) {
+    const std::string rank = "local rank " + std::to_string(local);
+    // per_task binding gives the node's GPUs to its tasks in order (srun's manual)
+    CHECK(count(per_task.output,
+                rank + ": CUDA_VISIBLE_DEVICES=" + std::to_string(local) + ", device 0\n") == 1);
+    CHECK(count(per_node.output, rank + ": CUDA_VISIBLE_DEVICES=0,1,2,3, device " +
+                                     std::to_string(local) + "\n") == 1);
+  }
 }

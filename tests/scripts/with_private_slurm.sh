@@ -8,7 +8,10 @@
 # SLURM_CONF, which every Slurm command reads), free ports on 127.0.0.1, state and logs in the
 # folder; a Slurm installation already on the machine is neither used nor disturbed. The node is
 # this host under its short name (as `scontrol show hostnames "$SLURM_JOB_NODELIST"` gives it to
-# job scripts) with at least 8 CPUs whatever the cores, so that a step of 4 tasks fits on CI's 2.
+# job scripts) with at least 8 CPUs whatever the cores, so that a step of 4 tasks fits on CI's 2,
+# and 4 GPUs that are not there: Slurm's GPU plugin wants a character device per GPU, and links to
+# /dev/null, /dev/zero, /dev/full and /dev/urandom stand in for /dev/nvidia0-3, so that jobs that
+# ask for GPUs get them bound as on a GPU node (CUDA_VISIBLE_DEVICES per task).
 # Any user may run it: the daemons run as that user (SlurmUser), and so do the jobs.
 # Exits with COMMAND's status; with 77 (CTest's SKIP_RETURN_CODE) when Slurm or munge is not
 # installed, saying what to install; with 1 and the daemons' logs when the cluster does not start.
@@ -105,9 +108,16 @@ SlurmdParameters=config_overrides
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1000 State=UNKNOWN
+GresTypes=gpu
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1000 Gres=gpu:4 State=UNKNOWN
 PartitionName=tpx Nodes=$node Default=YES MaxTime=10 State=UP
 EOF
+gpu=0
+for device in /dev/null /dev/zero /dev/full /dev/urandom; do
+  ln -s "$device" "$dir/nvidia$gpu"
+  gpu=$((gpu + 1))
+done
+printf 'AutoDetect=off\nName=gpu File=%s/nvidia[0-3]\n' "$dir" > "$dir/gres.conf"
 export SLURM_CONF=$dir/slurm.conf
 
 if ! slurmctld -f "$SLURM_CONF" || ! slurmd -f "$SLURM_CONF" -N "$node"; then

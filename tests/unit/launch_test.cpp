@@ -6,6 +6,8 @@
 //    SLURM_PROCID and SLURM_NTASKS without one are alone too; world_size_variable names the
 //    variable that counts the processes (the step's count before the allocation's);
 //    mpi_launch_command says how to start n processes: srun's flags in an srun step, else mpirun's;
+//  - local_device picks a launched rank's GPU: its local rank's among the node's, or the one GPU
+//    a launcher bound to it (srun --gpus-per-task=1), else none;
 //  - first_process_decides, on a group whose processes are played in turn by this thread, runs
 //    the decision on the first process only and gives every process its answer, whatever bytes it
 //    holds; when the decision throws, the first process rethrows its own exception and every
@@ -16,6 +18,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <tpx/launch/local_device.hpp>
 #include <tpx/launch/process_group.hpp>
 #include <tpx/launch/process_launcher.hpp>
 #include <tpx/launch/started_by_mpi.hpp>
@@ -99,6 +102,29 @@ TEST_CASE("mpi_launch_command: srun's flags inside an srun step, mpirun's elsewh
   CHECK(tpx::mpi_launch_command(8, lookup_in(pmix)) == "srun -n 8 --mpi=pmix");
   const environment_table pmi2{{"PMI_RANK", "1"}, {"SLURM_PROCID", "1"}, {"SLURM_STEPID", "2"}};
   CHECK(tpx::mpi_launch_command(2, lookup_in(pmi2)) == "srun -n 2 --mpi=pmi2");
+}
+
+TEST_CASE("local_device: the local rank's GPU, or the one GPU the launcher gave the process") {
+  // torchrun, or srun --gpus-per-node=8 (CUDA_VISIBLE_DEVICES=0,...,7 for every task)
+  for (int local = 0; local < 8; ++local) {
+    CHECK(tpx::local_device(local, 8, nullptr) == local);
+    CHECK(tpx::local_device(local, 8, "0,1,2,3,4,5,6,7") == local);
+  }
+  // srun --gpus-per-task=1: task L sees CUDA_VISIBLE_DEVICES=L, which the runtime calls device 0
+  for (const char* own : {"0", "3", "7", "GPU-5a1c"}) CHECK(tpx::local_device(3, 1, own) == 0);
+  // more ranks than GPUs, none of them given its own
+  CHECK(tpx::local_device(1, 1, nullptr) == -1);  // a node of one GPU, two ranks
+  CHECK(tpx::local_device(8, 8, nullptr) == -1);  // 9 ranks on 8 GPUs
+  CHECK(tpx::local_device(1, 1, "") == -1);       // an empty variable gives no device
+  CHECK(tpx::local_device(2, 2, "4,5") == -1);    // two GPUs per task, more tasks than that
+  CHECK(tpx::local_device(0, 0, nullptr) == -1);  // no GPU at all
+  CHECK(tpx::local_device_shortage(2, "4,5", "") ==
+        "and sees 2 CUDA device(s) (CUDA_VISIBLE_DEVICES=4,5): start at most one rank per GPU on "
+        "each node, or give each process one GPU of its own (srun --gpus-per-task=1)");
+  CHECK(tpx::local_device_shortage(0, nullptr, "cudaErrorNoDevice: no CUDA-capable device") ==
+        "and sees 0 CUDA device(s) (cudaErrorNoDevice: no CUDA-capable device): start at most one "
+        "rank per GPU on each node, or give each process one GPU of its own (srun "
+        "--gpus-per-task=1)");
 }
 
 TEST_CASE("first_process_decides: the first process decides, every process gets the answer") {

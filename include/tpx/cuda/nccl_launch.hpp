@@ -1,6 +1,7 @@
 // One process per GPU, started by torchrun or srun without MPI: this process's place comes from
 // the launcher's variables (launch/launch_environment.hpp), NCCL's unique id from rank 0 over
-// the TCP rendezvous (launch/tcp_rendezvous.hpp), and its GPU is its rank on the node.
+// the TCP rendezvous (launch/tcp_rendezvous.hpp), and its GPU is its rank on the node, or the one
+// GPU the launcher gave it (srun --gpus-per-task=1: launch/local_device.hpp).
 //
 //   cuda::nccl_bootstrap_from(env, fingerprint, timeout)   the id, world rank and device (and,
 //                                                          if asked, the rendezvous's links)
@@ -29,6 +30,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -45,6 +47,7 @@
 #include "tpx/cuda/spmd_nccl.hpp"
 #include "tpx/launch/build_fingerprint.hpp"
 #include "tpx/launch/launch_environment.hpp"
+#include "tpx/launch/local_device.hpp"
 #include "tpx/launch/tcp_processes.hpp"
 #include "tpx/launch/tcp_rendezvous.hpp"
 #include "tpx/sharding/mesh.hpp"
@@ -68,20 +71,21 @@ inline std::string launch_fingerprint(const std::string& mesh, const launch_opti
 }
 
 // This process's nccl_bootstrap: rank 0 makes the id and the rendezvous hands it to the others;
-// the device is the local rank. The rendezvous's connections go to `links` if given (for the
-// heartbeat: comm/tcp_watchdog.hpp), else they close.
+// the device is the local rank's among those it sees (launch/local_device.hpp). The
+// rendezvous's connections go to `links` if given (for the heartbeat: comm/tcp_watchdog.hpp),
+// else they close.
 inline nccl_bootstrap nccl_bootstrap_from(const launch_environment& env,
                                           std::string_view fingerprint,
                                           std::chrono::milliseconds timeout,
                                           rendezvous_links* links = nullptr) {
   const device_census devices = find_devices();
-  if (env.local_rank >= devices.count) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const int device = local_device(env.local_rank, devices.count, visible);
+  if (device < 0) {
     throw cuda_error("tpx: rank " + std::to_string(env.rank) + " of " +
                      std::to_string(env.world_size) + " is local rank " +
-                     std::to_string(env.local_rank) + " on " + tpx::this_host() + ", which has " +
-                     std::to_string(devices.count) + " CUDA device(s)" +
-                     (devices.reason.empty() ? "" : " (" + devices.reason + ")") +
-                     ": start at most one rank per GPU on each node");
+                     std::to_string(env.local_rank) + " on " + tpx::this_host() + " " +
+                     local_device_shortage(devices.count, visible, devices.reason));
   }
   ncclUniqueId id{};
   if (env.rank == 0) id = nccl_unique_id();
@@ -95,7 +99,7 @@ inline nccl_bootstrap nccl_bootstrap_from(const launch_environment& env,
   }
   std::memcpy(&id, bytes.data(), sizeof id);
   if (links != nullptr) *links = std::move(met);
-  return {id, env.rank, env.local_rank};
+  return {id, env.rank, device};
 }
 
 // Runs this process's rank of `mesh` under the launch its environment describes (see the top).

@@ -2,7 +2,8 @@
 // programs started by mpirun (or srun --mpi=...), with collectives over NCCL. What
 // nccl_launch.hpp does for torchrun and srun through a TCP rendezvous, done through MPI where MPI
 // is there (issue 10): the process's rank is its MPI_COMM_WORLD rank, its GPU its rank among the
-// processes of its node (MPI_COMM_TYPE_SHARED), and NCCL's unique id comes from world rank 0 by
+// processes of its node (MPI_COMM_TYPE_SHARED), or the one GPU the launcher gave it
+// (launch/local_device.hpp), and NCCL's unique id comes from world rank 0 by
 // MPI_Bcast. The collectives are NCCL's (cuda/spmd_nccl.hpp's run_rank); with collectives
 // checked (TPX_CHECK_COLLECTIVES=1), MPI also carries the heartbeat of the MPI backend
 // (comm/mpi_watchdog.hpp): every checked exchange and every wait in one is reported to it, so
@@ -25,6 +26,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -37,6 +39,7 @@
 #include "tpx/cuda/nccl_launch.hpp"
 #include "tpx/cuda/nccl_mesh.hpp"
 #include "tpx/cuda/spmd_nccl.hpp"
+#include "tpx/launch/local_device.hpp"
 #include "tpx/launch/mpi_processes.hpp"
 #include "tpx/launch/started_by_mpi.hpp"
 #include "tpx/sharding/mesh.hpp"
@@ -67,18 +70,17 @@ inline int mpi_rank_on_node() {
   return rank;
 }
 
-// This process's nccl_bootstrap: the id from world rank 0, the GPU from the rank on the node,
-// after the checks at the top. Collective over MPI_COMM_WORLD.
+// This process's nccl_bootstrap: the id from world rank 0, the GPU from the rank on the node
+// (local_device), after the checks at the top. Collective over MPI_COMM_WORLD.
 inline nccl_bootstrap nccl_bootstrap_from_mpi(const mpi_world_processes& processes,
                                               const std::string& fingerprint) {
   const int on_node = mpi_rank_on_node();
   const device_census devices = find_devices();
-  if (on_node >= devices.count)
-    throw cuda_error("it is process " + std::to_string(on_node) +
-                     " of the job on its node, which has " + std::to_string(devices.count) +
-                     " CUDA device(s)" +
-                     (devices.reason.empty() ? "" : " (" + devices.reason + ")") +
-                     ": start at most one process per GPU on each node");
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const int device = local_device(on_node, devices.count, visible);
+  if (device < 0)
+    throw cuda_error("it is process " + std::to_string(on_node) + " of the job on its node " +
+                     local_device_shortage(devices.count, visible, devices.reason));
   const std::string first = processes.broadcast_from_first(fingerprint);
   if (first != fingerprint)
     throw std::invalid_argument("it was built or started for " + fingerprint +
@@ -89,7 +91,7 @@ inline nccl_bootstrap nccl_bootstrap_from_mpi(const mpi_world_processes& process
   const std::string bytes =
       processes.broadcast_from_first(std::string(reinterpret_cast<const char*>(&id), sizeof id));
   std::memcpy(&id, bytes.data(), sizeof id);
-  return {id, processes.rank(), on_node};
+  return {id, processes.rank(), device};
 }
 
 }  // namespace cuda::detail
