@@ -5,9 +5,9 @@
 //   alone           every rank in this process: --backend simulated (the default: all ranks on
 //                   one GPU, spmd(tpx::cuda_simulated, ...)) or nccl (a GPU per rank,
 //                   spmd(tpx::cuda_devices, ...))
-//   torchrun, srun  this process is one rank over NCCL, on GPU LOCAL_RANK (SLURM_LOCALID), NCCL's
-//                   id from rank 0 over the TCP rendezvous at MASTER_ADDR (spmd(tpx::cuda_launched,
-//                   ...))
+//   torchrun, srun  this process is one rank over NCCL, on GPU LOCAL_RANK (SLURM_LOCALID) or the
+//                   one GPU srun bound to it (launch/local_device.hpp), NCCL's id from rank 0
+//                   over the TCP rendezvous at MASTER_ADDR (spmd(tpx::cuda_launched, ...))
 //   mpirun          this process is one rank over NCCL, on its node's next GPU, the id by MPI
 //                   (spmd(tpx::cuda_mpi, ...)); a build without MPI refuses it
 // Under a launcher --backend nccl is the default, and simulated runs only in a launch of one

@@ -7,9 +7,10 @@
 //                reduction kernels: any mesh on one GPU
 //     nccl       one GPU per rank, collectives over NCCL (spmd(tpx::cuda_devices, ...)): needs as
 //                many GPUs as ranks; --mesh 1x1 runs every NCCL call on a single GPU
-//   started by torchrun or srun: this process is one rank over NCCL on GPU LOCAL_RANK, NCCL's id
-//     through the TCP rendezvous (spmd(tpx::cuda_launched, ...)); checkpoints as on the host,
-//     world rank 0's decisions about the folder over the same port (launch/tcp_processes.hpp)
+//   started by torchrun or srun: this process is one rank over NCCL on GPU LOCAL_RANK (or the one
+//     GPU srun bound to it: launch/local_device.hpp), NCCL's id through the TCP rendezvous
+//     (spmd(tpx::cuda_launched, ...)); checkpoints as on the host, world rank 0's decisions about
+//     the folder over the same port (launch/tcp_processes.hpp)
 //   started by mpirun (a build with MPI): one rank over NCCL per process, the id through MPI
 //     (spmd(tpx::cuda_mpi, ...)); checkpoints as on the host (training.hpp)
 // Under a launcher only world rank 0 prints, and the launch is checked first (cuda_launch.hpp).
