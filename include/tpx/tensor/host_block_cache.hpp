@@ -108,7 +108,9 @@ class host_block_cache {
         kept_[bytes].push_back(block);
         kept_bytes_ += bytes;
         return;
-      } catch (const std::bad_alloc&) {  // no room to note it: free it instead
+      } catch (const std::bad_alloc&) {  // no room to note it: free it instead, and drop the
+        // empty list of its size that kept_[bytes] may have made (take() reads only kept blocks)
+        if (const auto it = kept_.find(bytes); it != kept_.end() && it->second.empty()) kept_.erase(it);
       }
     }
     ::operator delete(block);
