@@ -7,8 +7,9 @@
 # (trainer/device_ranks.hpp says why), linked by tpx-train-cuda or tpx-gpt-cuda and
 # cuda_trainer_test. tpx_trainer_command_line(DIR) is the object library tpx_DIR_command_line of
 # DIR/command_line.cpp, the family's command line (CLI11; trainer/command_line.hpp says why),
-# linked by both programs of the family, host and CUDA. Called by examples/ and tests/, whichever
-# of them is built; the first call defines the library.
+# linked by both programs of the family, host and CUDA; tpx_trainer_dry_run(DIR) likewise is
+# tpx_DIR_dry_run, DIR/dry_run.cpp, the family's --dry-run (trainer/dry_run.hpp). Called by
+# examples/ and tests/, whichever of them is built; the first call defines the library.
 include_guard(GLOBAL)
 
 # The object library TARGET of SOURCES (relative to this folder), linked to LIBRARIES, once.
@@ -37,4 +38,9 @@ endfunction()
 function(tpx_trainer_command_line dir)
   _tpx_example_objects(tpx_${dir}_command_line SOURCES ${dir}/command_line.cpp
                        LIBRARIES tpx::io CLI11::CLI11)
+endfunction()
+
+function(tpx_trainer_dry_run dir)
+  _tpx_example_objects(tpx_${dir}_dry_run SOURCES ${dir}/dry_run.cpp
+                       LIBRARIES tpx::io)
 endfunction()

@@ -20,8 +20,10 @@
 #include <string>
 
 #include "command_line.hpp"
+#include "dry_run.hpp"
 #include "peak.hpp"
 #include "phase_table.hpp"
+#include "run_description.hpp"
 #include "training.hpp"
 
 namespace trainer {
@@ -55,31 +57,16 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
     std::cerr << parsed.error << std::flush;
     return parsed.status;
   }
+  if (parsed.options->dry_run) return dry_run_main<Family>(program, *parsed.options);
   const run_options<Family>& o = parsed.options->training;
   const std::string& log_path = parsed.options->log_path;
   const int log_every = parsed.options->log_every;
   const double peak_gflops = parsed.options->peak_gflops;
   try {
     std::unique_ptr<std::ofstream> log;
-    if (!log_path.empty()) {
-      std::error_code same_error;
-      if (std::filesystem::equivalent(log_path, o.text, same_error))
-        throw std::runtime_error("--log " + log_path + " is the training text (--text " + o.text +
-                                 "); writing the log would overwrite it");
-      log = std::make_unique<std::ofstream>(log_path);
-      if (!*log) throw std::runtime_error("cannot write the log " + log_path);
-    }
-    const std::string replica_axis =
-        o.mesh_r > 1 ? "R=" + std::to_string(o.mesh_r) + " replicas, " : "";
-    const std::string checkpointing =
-        o.model.checkpoint_every > 0
-            ? ", activation checkpointing every " + std::to_string(o.model.checkpoint_every) +
-                  " block(s)"
-            : "";
-    std::printf("%s: mesh %s (%sX=%d FSDP, Y=%d TP), %d steps, %s, %s%s\n", program,
-                mesh_text(o).c_str(), replica_axis.c_str(), o.mesh_x, o.mesh_y, o.steps,
-                Family::describe(o.model).c_str(), o.bf16 ? "bf16" : "fp32",
-                checkpointing.c_str());
+    if (!log_path.empty()) log = std::make_unique<std::ofstream>(open_log(log_path, o.text));
+    std::printf("%s: %s, %d steps, %s\n", program, layout_text(o).c_str(), o.steps,
+                model_text(o).c_str());
     const double flops = Family::flops_per_step(o.model);
     const double tokens = Family::tokens_per_step(o.model);
     double peak = peak_gflops * 1e9;

@@ -32,6 +32,7 @@ struct command_line {
   std::string log_path;    // --log: the JSONL log; empty: none
   int log_every = 10;      // a progress line every N steps
   double peak_gflops = 0;  // what MFU divides by; 0: measure it
+  bool dry_run = false;    // --dry-run: report what a step would take instead (dry_run.hpp)
 };
 
 // What parse_command_line found: the options, or else the status to exit with after printing

@@ -176,6 +176,14 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
                  "naming the collective (and, with threads, the ranks that never came)")
       ->capture_default_str()
       ->check(finite_number(0, bound::open));
+  CLI::Option* dry_run = app.add_flag("--dry-run", c.dry_run,
+               "train nothing: print what a step of this run would take on each rank of the "
+               "mesh (tensor memory, matrix FLOPs, what each axis's collectives move), found by "
+               "running the step on tensors without values (tpx::dry_run); any mesh size, on "
+               "this machine")
+      ->excludes("--ckpt-dir")
+      ->excludes("--profile-phases");
+  if (on_gpu) dry_run->excludes("--cuda-graph");
   if (backends.size() > 1)
     app.add_option("--backend", c.backend, "how the ranks run")
         ->capture_default_str()

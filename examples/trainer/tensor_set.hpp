@@ -10,6 +10,7 @@
 // sets one of those tensors at initialization.
 #pragma once
 
+#include <tpx/tensor/meta_space.hpp>
 #include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
 #include <utility>
@@ -17,12 +18,14 @@
 namespace trainer {
 
 // Overwrites t with value_at(global index), filled on the host and copied to t's space (at
-// initialization, outside the training step).
+// initialization, outside the training step); nothing for a tensor without values (a dry run's).
 template <tpx::AnyTensor Tn, class Fn>
 void fill_staged(Tn& t, Fn&& value_at) {
-  tpx::host_twin_t<Tn> h(t.context(), t.shape());
-  tpx::fill_with(h, value_at);
-  t = tpx::in_space<typename Tn::space>(std::move(h));
+  if constexpr (tpx::holds_values<typename Tn::space>) {
+    tpx::host_twin_t<Tn> h(t.context(), t.shape());
+    tpx::fill_with(h, value_at);
+    t = tpx::in_space<typename Tn::space>(std::move(h));
+  }
 }
 
 template <class Derived>

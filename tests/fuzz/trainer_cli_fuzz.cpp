@@ -13,7 +13,7 @@
 //     --checkpoint-every, --save-every and --keep at least 0; --lr finite and > 0;
 //     --weight-decay, --clip and --peak-gflops finite and >= 0; a mesh of positive sizes whose
 //     product is an int; a timeout of at least 1 ms; a backend offered; --resume only with a
-//     checkpoint folder;
+//     checkpoint folder; --dry-run without --ckpt-dir, --profile-phases or --cuda-graph;
 //   - --help: the help text on standard output, exit status 0;
 //   - an error on standard error, non-zero status, that starts as the programs' errors do:
 //     CLI11's naming a declared flag ("--steps: expected ...", "--resume requires --ckpt-dir"),
@@ -64,7 +64,7 @@ std::vector<std::string> arguments(const std::uint8_t* data, std::size_t size) {
 template <class Family>
 std::vector<std::string> declared_switches(bool on_gpu) {
   typename Family::config config;
-  std::vector<std::string> switches = {"--bf16", "--resume", "--profile-phases"};
+  std::vector<std::string> switches = {"--bf16", "--resume", "--profile-phases", "--dry-run"};
   if (on_gpu) switches.emplace_back("--cuda-graph");
   if constexpr (requires { Family::switch_flags(config); })
     for (const trainer::switch_flag& f : Family::switch_flags(config))
@@ -122,6 +122,8 @@ void check_accepted(const trainer::command_line<Family>& c,
   expect(o.timeout.count() >= 1, "a timeout of " + std::to_string(o.timeout.count()) + " ms");
   expect(std::ranges::find(backends, c.backend) != backends.end(), "--backend " + c.backend);
   expect(!o.resume || !o.ckpt_dir.empty(), "--resume with an empty --ckpt-dir");
+  expect(!c.dry_run || (o.ckpt_dir.empty() && !o.profile_phases && !o.cuda_graph),
+         "--dry-run with --ckpt-dir, --profile-phases or --cuda-graph");
 }
 
 // A refusal: the help text, or an error that starts as the programs' errors do (see the top).

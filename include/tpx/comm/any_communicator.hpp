@@ -3,7 +3,9 @@
 //
 // Backends implement the Communicator concept (communicator.hpp) as plain classes;
 // communicator_model<C> wraps one. A virtual call per collective costs nothing next to moving a
-// tensor, and it keeps Tensor<float, B<X>, D<Y>> one type whatever transport carries it.
+// tensor, and it keeps Tensor<float, B<X>, D<Y>> one type whatever transport carries it. The
+// wrapper also keeps, for every backend alike, the time the rank spends in the collectives and
+// what they moved (comm/collective_traffic.hpp).
 #pragma once
 
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <span>
 #include <utility>
 
+#include "tpx/comm/collective_traffic.hpp"
 #include "tpx/comm/communicator.hpp"
 #include "tpx/core/bfloat16.hpp"
 
@@ -48,6 +51,8 @@ class any_communicator : public detail::collectives_of<float>,
   // Wall time this rank has spent inside this communicator's collectives (waiting included):
   // the trainers report it as the share of a step spent communicating.
   double collective_seconds() const { return seconds_; }
+  // What this rank's collectives on this communicator have moved.
+  const collective_traffic& traffic() const { return traffic_; }
 
   using detail::collectives_of<float>::all_gather;
   using detail::collectives_of<bf16>::all_gather;
@@ -75,9 +80,12 @@ class any_communicator : public detail::collectives_of<float>,
     any_communicator& c_;
     std::chrono::steady_clock::time_point start_;
   };
+  // Counts one call of `op` over `data_bytes` of data on this group.
+  void count(detail::CollectiveOp op, double data_bytes) { traffic_.add(op, size(), data_bytes); }
 
  private:
   double seconds_ = 0;
+  collective_traffic traffic_;
 };
 
 namespace detail {
@@ -92,26 +100,37 @@ class collectives_model : public Base {
   using Base::reduce_scatter;
   void all_gather(std::span<const T> in, std::span<T> out,
                   std::span<const std::size_t> counts) override {
+    this->count(detail::CollectiveOp::all_gather, bytes(out));
     const typename Base::timed clock(*this);
     this->impl().all_gather(in, out, counts);
   }
   void reduce_scatter(std::span<const T> in, std::span<T> out,
                       std::span<const std::size_t> counts) override {
+    this->count(detail::CollectiveOp::reduce_scatter, bytes(in));
     const typename Base::timed clock(*this);
     this->impl().reduce_scatter(in, out, counts);
   }
   void all_reduce(std::span<const T> in, std::span<T> out, reduction op = reduction::sum) override {
+    this->count(detail::CollectiveOp::all_reduce, bytes(in));
     const typename Base::timed clock(*this);
     this->impl().all_reduce(in, out, op);
   }
   void all_to_all(std::span<const T> in, std::span<T> out,
                   std::span<const std::size_t> counts) override {
+    this->count(detail::CollectiveOp::all_to_all, bytes(in));
     const typename Base::timed clock(*this);
     this->impl().all_to_all(in, out, counts);
   }
   void broadcast(std::span<const T> in, std::span<T> out, int root) override {
+    this->count(detail::CollectiveOp::broadcast, bytes(out));
     const typename Base::timed clock(*this);
     this->impl().broadcast(in, out, root);
+  }
+
+ private:
+  template <class U>
+  static double bytes(std::span<U> s) {
+    return static_cast<double>(s.size_bytes());
   }
 };
 
@@ -122,6 +141,7 @@ class communicator_holder : public any_communicator {
   int size() const override { return static_cast<int>(comm_.size()); }
   int rank() const override { return static_cast<int>(comm_.rank()); }
   void barrier() override {
+    count(CollectiveOp::barrier, 0);
     const timed clock(*this);
     comm_.barrier();
   }

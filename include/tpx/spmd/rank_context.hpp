@@ -148,6 +148,17 @@ class rank_context {
     return total;
   }
 
+  // What this rank's collectives have moved, per set of axes, indexed like the groups (bit i =
+  // axes()[i]; [0] unused): its own thread's and its communication thread's together.
+  std::vector<collective_traffic> traffic_by_axes() const {
+    std::vector<collective_traffic> traffic(groups_.size());
+    for (std::size_t mask = 1; mask < groups_.size(); ++mask) {
+      if (groups_[mask] != nullptr) traffic[mask] += groups_[mask]->traffic();
+      if (mask < background_groups_.size() && background_groups_[mask] != nullptr)
+        traffic[mask] += background_groups_[mask]->traffic();
+    }
+    return traffic;
+  }
   // "X=2, Y=2"
   std::string mesh_string() const {
     std::string text;

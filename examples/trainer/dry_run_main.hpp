@@ -1,0 +1,212 @@
+// The definition of dry_run_main<Family> (dry_run.hpp): every rank of the mesh runs
+// measure_step_usage (step_usage.hpp) on meta tensors under tpx::spmd(tpx::dry_run, ...), one
+// after another, and the report says per rank what the second step took. Memory is the memory
+// meter's: tensors, not what a GPU process also holds (the CUDA context, cuBLASLt's workspace,
+// NCCL's buffers, the pool's slack). The FLOPs are those of the products the step runs
+// (recomputation under activation checkpointing and attention's masked or repeated products
+// included), beside the model FLOPs the progress line's MFU counts.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tpx/spmd/dry_run.hpp>
+#include <vector>
+
+#include "dry_run.hpp"
+#include "run_description.hpp"
+#include "step_usage.hpp"
+#include "training.hpp"
+
+namespace trainer {
+
+namespace detail {
+
+// Bytes in the unit that suits `scale` (KiB below 10 MiB, MiB below 10 GiB, else GiB): its name
+// and size.
+struct byte_unit {
+  const char* name;
+  double bytes;
+};
+inline byte_unit unit_for(double scale) {
+  if (scale < 10.0 * (1 << 20)) return {"KiB", 1 << 10};
+  if (scale < 10.0 * (1 << 30)) return {"MiB", 1 << 20};
+  return {"GiB", 1 << 30};
+}
+// "724.5 KiB", "2.6 MiB", "9.29 GiB"
+inline std::string bytes_text(double bytes) {
+  char text[32];
+  if (bytes < (1 << 20))
+    std::snprintf(text, sizeof text, "%.1f KiB", bytes / (1 << 10));
+  else if (bytes < (1 << 30))
+    std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1 << 20));
+  else
+    std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1 << 30));
+  return text;
+}
+
+// "1.23 TFLOP"
+inline std::string flops_text(double flops) {
+  constexpr const char* units[] = {"GFLOP", "TFLOP", "PFLOP", "EFLOP"};
+  int unit = 0;
+  double value = flops * 1e-9;
+  while (unit < 3 && value >= 1000) value /= 1000, ++unit;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f %s", value, units[unit]);
+  return text;
+}
+
+// "2.6 MiB on every rank", or "2.6 MiB on rank 0, from 2.5 MiB (rank 5) to 2.6 MiB (rank 0)"
+template <class Field>
+std::string per_rank_bytes(const std::vector<step_usage>& ranks, Field field) {
+  const auto by_field = [&](const step_usage& a, const step_usage& b) { return field(a) < field(b); };
+  const auto [smallest, largest] = std::minmax_element(ranks.begin(), ranks.end(), by_field);
+  const auto text = [&](const step_usage& u) { return bytes_text(static_cast<double>(field(u))); };
+  if (field(*smallest) == field(*largest))
+    return text(ranks[0]) + (ranks.size() > 1 ? " on every rank" : "");
+  return text(ranks[0]) + " on rank 0, from " + text(*smallest) + " (rank " + std::to_string(smallest->rank) +
+         ") to " + text(*largest) + " (rank " + std::to_string(largest->rank) + ")";
+}
+
+// The axes of a set of them as rank_context::traffic_by_axes indexes it (bit i: the mesh's axis
+// i), "X, Y", and the ranks of one of its groups.
+template <class MeshT>
+std::string axes_of(const MeshT&, unsigned mask) {
+  std::string names;
+  for (int a = 0; a < MeshT::axis_count; ++a)
+    if (mask & (1u << a)) names += (names.empty() ? "" : ", ") + std::string(MeshT::name(a));
+  return names;
+}
+template <class MeshT>
+int group_size(const MeshT& mesh, unsigned mask) {
+  int ranks = 1;
+  for (int a = 0; a < MeshT::axis_count; ++a)
+    if (mask & (1u << a)) ranks *= mesh.size(a);
+  return ranks;
+}
+
+inline nlohmann::json traffic_json(const tpx::collective_traffic& t) {
+  nlohmann::json out = nlohmann::json::object();
+  for (tpx::detail::CollectiveOp op : tpx::collective_traffic::operations) {
+    const tpx::traffic_count& c = t.of(op);
+    if (c.calls == 0) continue;
+    out[std::string(tpx::detail::op_name(op))] = {
+        {"calls", c.calls}, {"data_bytes", c.data_bytes}, {"link_bytes", c.link_bytes}};
+  }
+  return out;
+}
+
+// Every rank's usage, from a dry run of the step o describes; prints progress on large meshes.
+template <class Family>
+std::vector<step_usage> dry_run_ranks(const run_options<Family>& o) {
+  const typename Family::mesh mesh = mesh_of(o);
+  const text_data data(o.text, Family::context(o.model));
+  const int count = mesh.rank_count();
+  std::vector<step_usage> ranks;
+  tpx::spmd(tpx::dry_run, mesh, [&](auto& rank) {
+    ranks.push_back(o.bf16 ? measure_step_usage<tpx::bf16, tpx::meta_space>(rank, o, data)
+                           : measure_step_usage<float, tpx::meta_space>(rank, o, data));
+    if (count >= 16 && (rank.world_rank() + 1) % (count / 8) == 0) {
+      std::printf("  ran %d of %d ranks\n", rank.world_rank() + 1, count);
+      std::fflush(stdout);
+    }
+  });
+  return ranks;
+}
+
+// The memory and FLOPs lines of the report.
+template <class Family>
+void print_memory_and_flops(const run_options<Family>& o, const std::vector<step_usage>& ranks) {
+  std::printf("tensor memory per rank (tpx's memory meter; a GPU process also holds the CUDA context,\n"
+              "cuBLASLt's workspace and NCCL's buffers):\n");
+  std::printf("  between steps (parameters, gradients, AdamW moments): %s\n",
+              per_rank_bytes(ranks, [](const step_usage& u) { return u.state_bytes; }).c_str());
+  std::printf("  peak during a step:                                   %s\n",
+              per_rank_bytes(ranks, [](const step_usage& u) { return u.peak_bytes; }).c_str());
+  double all_flops = 0;
+  for (const step_usage& u : ranks) all_flops += u.matrix_flops;
+  const double model_flops = Family::flops_per_step(o.model);
+  std::printf("matrix FLOPs per step: %s on rank 0; %s on all ranks, %.2fx the %s of model FLOPs\n",
+              flops_text(ranks[0].matrix_flops).c_str(), flops_text(all_flops).c_str(), all_flops / model_flops,
+              flops_text(model_flops).c_str());
+}
+
+// The table of rank 0's collectives per set of mesh axes (those of more than one rank); returns
+// the same as JSON, {"X": {"all_gather": {"calls": ..., "data_bytes": ..., "link_bytes": ...}}}.
+template <class MeshT>
+nlohmann::json print_traffic(const MeshT& mesh, const step_usage& rank_0) {
+  std::printf("communication per step of rank 0 (link: what a ring puts on the rank's link, nccl-tests' bus bytes):\n");
+  tpx::traffic_count total;
+  for (const tpx::collective_traffic& t : rank_0.traffic) total += t.total();
+  const byte_unit unit = unit_for(total.data_bytes);
+  std::printf("  %-8s %-16s %8s %11s %s %11s %s\n", "axes", "collective", "calls", "data", unit.name, "link",
+              unit.name);
+  const auto row = [&](const std::string& axes, const std::string& collective, const tpx::traffic_count& t) {
+    std::printf("  %-8s %-16s %8lld %15.1f %15.1f\n", axes.c_str(), collective.c_str(), static_cast<long long>(t.calls),
+                t.data_bytes / unit.bytes, t.link_bytes / unit.bytes);
+  };
+  total = {};
+  nlohmann::json json = nlohmann::json::object();
+  for (unsigned mask = 1; mask < rank_0.traffic.size(); ++mask) {
+    if (group_size(mesh, mask) <= 1) continue;  // a group of one rank moves nothing
+    const std::string axes = axes_of(mesh, mask);
+    json[axes] = traffic_json(rank_0.traffic[mask]);
+    for (tpx::detail::CollectiveOp op : tpx::collective_traffic::operations) {
+      const tpx::traffic_count& t = rank_0.traffic[mask].of(op);
+      if (t.calls == 0) continue;
+      total += t;
+      row(axes, std::string(tpx::detail::op_name(op)), t);
+    }
+  }
+  if (total.calls == 0)
+    std::printf("  none: every axis of this mesh has one rank\n");
+  else
+    row("all", "", total);
+  return json;
+}
+
+}  // namespace detail
+
+template <class Family>
+int dry_run_main(const char* program, const command_line<Family>& c) {
+  const run_options<Family>& o = c.training;
+  try {
+    std::ofstream log;
+    if (!c.log_path.empty()) log = open_log(c.log_path, o.text);
+    std::printf("%s --dry-run: %s, %s\n", program, layout_text(o).c_str(), model_text(o).c_str());
+    std::fflush(stdout);
+    const std::vector<step_usage> ranks = detail::dry_run_ranks(o);
+    std::printf("Nothing was computed or moved: %s ran two training steps on meta tensors (shapes\n"
+                "without values) and communicators that only count; the figures are of the second step.\n",
+                ranks.size() == 1 ? "the one rank" : ("each of the " + std::to_string(ranks.size()) + " ranks").c_str());
+    detail::print_memory_and_flops(o, ranks);
+    const nlohmann::json traffic = detail::print_traffic(mesh_of(o), ranks[0]);
+    if (log.is_open()) {
+      nlohmann::json out = {{"dry_run", true},
+                            {"program", program},
+                            {"mesh", mesh_text(o)},
+                            {"bf16", o.bf16},
+                            {"model", Family::shape(o.model)},
+                            {"checkpoint_every", o.model.checkpoint_every},
+                            {"model_flops", Family::flops_per_step(o.model)},
+                            {"traffic_of_rank_0", traffic}};
+      for (const step_usage& u : ranks)
+        out["ranks"].push_back({{"rank", u.rank},
+                                {"state_bytes", u.state_bytes},
+                                {"peak_bytes", u.peak_bytes},
+                                {"matrix_flops", u.matrix_flops}});
+      log << out.dump() << "\n" << std::flush;
+      if (!log) throw std::runtime_error("cannot write the log " + c.log_path);
+      std::printf("log: %s\n", c.log_path.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace trainer

@@ -1,0 +1,45 @@
+// What a run of the example trainers says of itself and where it writes: the layout and model
+// texts of the first line that training (cli.hpp) and --dry-run (dry_run_main.hpp) print, and the
+// --log file both write, which must never be the training text.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "training.hpp"
+
+namespace trainer {
+
+// "mesh 2x2x2 (R=2 replicas, X=2 FSDP, Y=2 TP)"
+template <class Family>
+std::string layout_text(const run_options<Family>& o) {
+  const std::string replicas = o.mesh_r > 1 ? "R=" + std::to_string(o.mesh_r) + " replicas, " : "";
+  return "mesh " + mesh_text(o) + " (" + replicas + "X=" + std::to_string(o.mesh_x) + " FSDP, Y=" +
+         std::to_string(o.mesh_y) + " TP)";
+}
+
+// "batch 16, T=32, ..., bf16, activation checkpointing every 2 block(s)"
+template <class Family>
+std::string model_text(const run_options<Family>& o) {
+  std::string text = Family::describe(o.model) + (o.bf16 ? ", bf16" : ", fp32");
+  if (o.model.checkpoint_every > 0)
+    text += ", activation checkpointing every " + std::to_string(o.model.checkpoint_every) + " block(s)";
+  return text;
+}
+
+// The --log file, opened for writing; refused when it is the training text, which writing it
+// would overwrite (any spelling of the path), or when it cannot be written.
+inline std::ofstream open_log(const std::string& log_path, const std::string& text) {
+  std::error_code same_error;
+  if (std::filesystem::equivalent(log_path, text, same_error))
+    throw std::runtime_error("--log " + log_path + " is the training text (--text " + text +
+                             "); writing the log would overwrite it");
+  std::ofstream log(log_path);
+  if (!log) throw std::runtime_error("cannot write the log " + log_path);
+  return log;
+}
+
+}  // namespace trainer

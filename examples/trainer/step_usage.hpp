@@ -1,0 +1,52 @@
+// What a training step of a model family takes on one rank: its tensor memory, the FLOPs of its
+// matrix products and what its collectives move over each set of mesh axes. measure_step_usage
+// sets up the training state as train_rank does (training.hpp: parameters, gradients and both
+// AdamW moments, then the network) and runs two steps of train_step, the first to reach the steady
+// state (the second step holds what the first made and kept), and measures the second.
+//
+// --dry-run runs it on meta tensors (dry_run_main.hpp), where nothing is computed; the trainer
+// tests run it on a real run too and check that both read the same (tests/trainer/
+// dry_run_test.cpp).
+#pragma once
+
+#include <cstdint>
+#include <tpx/spmd/dry_run.hpp>
+#include <vector>
+
+#include "text_data.hpp"
+#include "train_step.hpp"
+
+namespace trainer {
+
+struct step_usage {
+  int rank = 0;
+  std::int64_t state_bytes = 0;  // held between steps: the shards of the parameters, their
+                                 // gradients, both AdamW moments and what the network keeps
+  std::int64_t peak_bytes = 0;   // the most held during the two steps
+  double matrix_flops = 0;       // of the second step (counted by meta tensors only)
+  std::vector<tpx::collective_traffic> traffic;  // of the second step, by set of mesh axes
+                                                 // (rank_context::traffic_by_axes)
+};
+
+template <class Tc, class Space, class Family, class Rank>
+step_usage measure_step_usage(Rank& rank, const run_options<Family>& o, const text_data& data) {
+  using Tensors = typename Family::template tensors<Space>;
+  Tensors params(rank, o.model), grads(rank, o.model), m(rank, o.model), v(rank, o.model);
+  Family::initialize(params, o.model);
+  typename Family::template network<Tc, Space> net(rank, o.model);
+  step_usage usage;
+  usage.rank = rank.world_rank();
+  usage.state_bytes = rank.memory().live_bytes();
+  rank.memory().reset_peak();
+  train_step(rank, net, o, data, 0, params, grads, m, v);
+  const std::vector<tpx::collective_traffic> before = rank.traffic_by_axes();
+  const double flops_before = tpx::dry_run_flops(rank);
+  train_step(rank, net, o, data, 1, params, grads, m, v);
+  usage.peak_bytes = rank.memory().peak_bytes();
+  usage.matrix_flops = tpx::dry_run_flops(rank) - flops_before;
+  usage.traffic = rank.traffic_by_axes();
+  for (std::size_t mask = 0; mask < usage.traffic.size(); ++mask) usage.traffic[mask] -= before[mask];
+  return usage;
+}
+
+}  // namespace trainer

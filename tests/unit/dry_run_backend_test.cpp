@@ -1,0 +1,60 @@
+// The dry-run backend (spmd/dry_run.hpp) and its meta tensors (tensor/meta_space.hpp) on a typed
+// program: each rank's tensors are counted on its memory meter at their shard's size and hold no
+// host-readable values, its products count 2 m n k FLOPs each (worked out here from the shapes),
+// ranks run one after another with their own coordinates, and a rank that throws stops the run
+// with the rank named, as the thread backend does.
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+#include <tpx/spmd/dry_run.hpp>
+#include <tpx/tpx.hpp>
+#include <vector>
+
+namespace {
+
+TPX_MESH_AXES(X, Y);
+TPX_DIMS(B, D, F);
+
+template <class Tn>
+concept host_readable = requires(Tn& t) { t.local(); };
+static_assert(!host_readable<tpx::MetaTensor<float, B<X>, D<Y>>>,
+              "a meta tensor has no values for the host to read");
+static_assert(std::is_same_v<tpx::space_of_t<tpx::MetaRank<tpx::Mesh<X, Y>>&>, tpx::meta_space>);
+
+}  // namespace
+
+TEST_CASE("a dry run meters each rank's shards and counts its products' FLOPs") {
+  std::vector<int> ranks_run;
+  tpx::spmd(tpx::dry_run, tpx::Mesh<X, Y>{2, 3}, [&](auto& rank) {
+    ranks_run.push_back(rank.world_rank());
+    CHECK(rank.template coord<X>() == rank.world_rank() / 3);
+    CHECK(rank.template coord<Y>() == rank.world_rank() % 3);
+    // B = 8 over X: 4 rows; D = 12 over Y: 4 columns; F = 6 whole.
+    auto in = tpx::randn<float, B<X>, D<Y>>(rank, {B(8), D(12)}, 1);
+    CHECK(rank.memory().live_bytes() == 4 * 4 * 4);
+    auto w = tpx::randn<float, D<Y>, F<>>(rank, {D(12), F(6)}, 2);
+    CHECK(rank.memory().live_bytes() == (4 * 4 + 4 * 6) * 4);
+    CHECK(tpx::dry_run_flops(rank) == 0);
+    {
+      const auto partial = tpx::matmul(in, w);  // a local [4, 4] x [4, 6] product, {U_Y}
+      CHECK(tpx::dry_run_flops(rank) == 2.0 * 4 * 4 * 6);
+      CHECK(rank.memory().live_bytes() == (4 * 4 + 4 * 6 + 4 * 6) * 4);
+    }
+    CHECK(rank.memory().live_bytes() == (4 * 4 + 4 * 6) * 4);
+    CHECK(rank.memory().peak_bytes() == (4 * 4 + 4 * 6 + 4 * 6) * 4);
+  });
+  CHECK(ranks_run == std::vector<int>{0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("a dry run's rank that throws stops the run, named") {
+  std::vector<int> ranks_run;
+  const auto run = [&] {
+    tpx::spmd(tpx::dry_run, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) {
+      ranks_run.push_back(rank.world_rank());
+      if (rank.world_rank() == 2) throw std::runtime_error("out of ideas");
+    });
+  };
+  CHECK_THROWS_WITH_AS(run(), "tpx: rank 2 (X=1, Y=0) failed: out of ideas", tpx::spmd_error);
+  CHECK(ranks_run == std::vector<int>{0, 1, 2});
+}
