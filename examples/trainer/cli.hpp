@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
