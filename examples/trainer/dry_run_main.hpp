@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tpx/spmd/dry_run.hpp>
@@ -134,21 +133,17 @@ void print_memory_and_flops(const run_options<Family>& o, const std::vector<step
               flops_text(model_flops).c_str());
 }
 
-// The table of rank 0's collectives per set of mesh axes (those of more than one rank); returns
-// the same as JSON, {"X": {"all_gather": {"calls": ..., "data_bytes": ..., "link_bytes": ...}}}.
+// The table of rank 0's collectives per set of mesh axes (those of more than one rank), in the
+// unit that suits their total; returns the same as JSON,
+// {"X": {"all_gather": {"calls": ..., "data_bytes": ..., "link_bytes": ...}}}.
 template <class MeshT>
 nlohmann::json print_traffic(const MeshT& mesh, const step_usage& rank_0) {
-  std::printf("communication per step of rank 0 (link: what a ring puts on the rank's link, nccl-tests' bus bytes):\n");
-  tpx::traffic_count total;
-  for (const tpx::collective_traffic& t : rank_0.traffic) total += t.total();
-  const byte_unit unit = unit_for(total.data_bytes);
-  std::printf("  %-8s %-16s %8s %11s %s %11s %s\n", "axes", "collective", "calls", "data", unit.name, "link",
-              unit.name);
-  const auto row = [&](const std::string& axes, const std::string& collective, const tpx::traffic_count& t) {
-    std::printf("  %-8s %-16s %8lld %15.1f %15.1f\n", axes.c_str(), collective.c_str(), static_cast<long long>(t.calls),
-                t.data_bytes / unit.bytes, t.link_bytes / unit.bytes);
+  struct row {
+    std::string axes, collective;
+    tpx::traffic_count count;
   };
-  total = {};
+  std::vector<row> rows;
+  tpx::traffic_count total;
   nlohmann::json json = nlohmann::json::object();
   for (unsigned mask = 1; mask < rank_0.traffic.size(); ++mask) {
     if (group_size(mesh, mask) <= 1) continue;  // a group of one rank moves nothing
@@ -157,14 +152,22 @@ nlohmann::json print_traffic(const MeshT& mesh, const step_usage& rank_0) {
     for (tpx::detail::CollectiveOp op : tpx::collective_traffic::operations) {
       const tpx::traffic_count& t = rank_0.traffic[mask].of(op);
       if (t.calls == 0) continue;
+      rows.push_back({axes, std::string(tpx::detail::op_name(op)), t});
       total += t;
-      row(axes, std::string(tpx::detail::op_name(op)), t);
     }
   }
-  if (total.calls == 0)
+  std::printf("communication per step of rank 0 (link: what a ring puts on the rank's link, nccl-tests' bus bytes):\n");
+  const byte_unit unit = unit_for(total.data_bytes);
+  std::printf("  %-8s %-16s %8s %11s %s %11s %s\n", "axes", "collective", "calls", "data", unit.name, "link",
+              unit.name);
+  if (rows.empty()) {
     std::printf("  none: every axis of this mesh has one rank\n");
-  else
-    row("all", "", total);
+    return json;
+  }
+  rows.push_back({"all", "", total});
+  for (const row& r : rows)
+    std::printf("  %-8s %-16s %8lld %15.1f %15.1f\n", r.axes.c_str(), r.collective.c_str(),
+                static_cast<long long>(r.count.calls), r.count.data_bytes / unit.bytes, r.count.link_bytes / unit.bytes);
   return json;
 }
 
