@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "command_line.hpp"
@@ -41,6 +42,20 @@ backend(const char*, Launcher) -> backend<Launcher>;  // clang 14 does not deduc
 template <class Launcher>
 concept gpu_launcher = requires(typename Launcher::options o) { o.device; };
 
+// Answers a command line that trains nothing: prints its --help or the parser's refusal, or runs
+// its --dry-run; returns the process's exit code, or nothing when the command line asks to train.
+template <class Family>
+std::optional<int> answer_without_training(const parsed_command_line<Family>& parsed,
+                                           const char* program) {
+  if (!parsed.options) {
+    std::cout << parsed.out;
+    std::cerr << parsed.error << std::flush;
+    return parsed.status;
+  }
+  if (parsed.options->dry_run) return dry_run_main<Family>(program, *parsed.options);
+  return std::nullopt;
+}
+
 // The command line: parses the flags, trains Family's model with the launcher --backend names
 // (the first of `backends` by default: tpx::host for tpx-train and tpx-gpt; tpx::cuda_simulated
 // or tpx::cuda_devices for tpx-train-cuda), prints progress; returns the process's exit code.
@@ -51,12 +66,7 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
   constexpr bool on_gpu = (gpu_launcher<Launchers> || ...);
   const parsed_command_line<Family> parsed = parse_command_line<Family>(
       argc, argv, program, about, {std::string(backends.name)...}, on_gpu);
-  if (!parsed.options) {
-    std::cout << parsed.out;
-    std::cerr << parsed.error << std::flush;
-    return parsed.status;
-  }
-  if (parsed.options->dry_run) return dry_run_main<Family>(program, *parsed.options);
+  if (const std::optional<int> answered = answer_without_training(parsed, program)) return *answered;
   const run_options<Family>& o = parsed.options->training;
   const std::string& log_path = parsed.options->log_path;
   const int log_every = parsed.options->log_every;

@@ -14,7 +14,9 @@
 //   started by mpirun (a build with MPI): one rank over NCCL per process, the id through MPI
 //     (spmd(tpx::cuda_mpi, ...)); checkpoints as on the host (training.hpp)
 // Under a launcher only world rank 0 prints, and the launch is checked first (cuda_launch.hpp).
-// Without a CUDA device it says so and exits with 77, the project's "skipped" status.
+// Without a CUDA device it still answers what needs none (--help, a refused flag, and --dry-run:
+// sizing a GPU run from a login node or a laptop); a command line that would train says there is
+// no device and exits with 77, the project's "skipped" status.
 #pragma once
 
 #include <cstdio>
@@ -38,13 +40,27 @@
 
 namespace trainer {
 
+// How the program's ranks run when it is started alone, as --help describes it, and the
+// launchers --backend chooses from then (the first is the default).
+inline constexpr const char* alone_about = "on the GPU";
+inline constexpr const char* alone_backends[] = {"simulated", "nccl"};
+
+// The program on a machine without a CUDA device (see the top); `reason` says why there is none.
+template <class Family>
+int cuda_main_without_device(int argc, char** argv, const char* program,
+                             const std::string& reason) {
+  const parsed_command_line<Family> parsed = parse_command_line<Family>(
+      argc, argv, program, alone_about, {alone_backends[0], alone_backends[1]}, true);
+  if (const std::optional<int> answered = answer_without_training(parsed, program)) return *answered;
+  std::fprintf(stderr, "%s: no CUDA device (%s); --dry-run sizes this run without one\n", program,
+               reason.c_str());
+  return 77;
+}
+
 template <class Family>
 int cuda_main(int argc, char** argv, const char* program) {
   const tpx::cuda::device_census devices = tpx::cuda::find_devices();
-  if (devices.count == 0) {
-    std::fprintf(stderr, "%s: no CUDA device (%s)\n", program, devices.reason.c_str());
-    return 77;
-  }
+  if (devices.count == 0) return cuda_main_without_device<Family>(argc, argv, program, devices.reason);
   const tpx::process_launcher started = tpx::process_launcher_from();
   const std::optional<std::string> backend_name = backend_flag(argc, argv);
   const auto refused = [&](const std::exception& e) {
@@ -59,9 +75,9 @@ int cuda_main(int argc, char** argv, const char* program) {
   try {
     switch (started.kind) {
       case tpx::process_launcher::alone:
-        return train_main<Family>(argc, argv, program, "on the GPU",
-                                  backend{"simulated", tpx::cuda_simulated},
-                                  backend{"nccl", tpx::cuda_devices});
+        return train_main<Family>(argc, argv, program, alone_about,
+                                  backend{alone_backends[0], tpx::cuda_simulated},
+                                  backend{alone_backends[1], tpx::cuda_devices});
       case tpx::process_launcher::torchrun:
       case tpx::process_launcher::srun: {
         const tpx::launch_environment env = tpx::launch_environment_from();

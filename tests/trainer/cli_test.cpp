@@ -279,38 +279,6 @@ TEST_CASE("tpx-gpt --no-sequence-parallel says so and logs the losses of the run
   }
 }
 
-TEST_CASE("tpx-gpt --dry-run trains nothing and reports every rank's memory, FLOPs and traffic") {
-  // Sizes that divide the 2x2 mesh, so every parameter is split evenly over all four ranks: the
-  // memory held between steps, summed over the ranks, is 16 bytes per parameter (fp32 weight,
-  // gradient and two AdamW moments), the parameters counted here from the model's shapes.
-  const fs::path log = scratch("dry-run") / "dry.json";
-  const std::int64_t seq = 8, heads = 2, e = 4, ffn = 16, layers = 2, vocab = 256;
-  const result r = run(TPX_GPT, "--dry-run --mesh 2x2 --batch 4 --seq 8 --heads 2 --head-dim 4 --ffn 16 "
-                                "--layers 2 --log " + log.string());
-  INFO(r.output);
-  REQUIRE(r.status == 0);
-  CHECK(r.output.find("| loss") == std::string::npos);
-  CHECK(r.output.find("peak during a step") != std::string::npos);
-  const nlohmann::json report = nlohmann::json::parse(read(log));
-  CHECK(report.at("dry_run") == true);
-  REQUIRE(report.at("ranks").size() == 4);
-  const std::int64_t d = heads * e;
-  const std::int64_t parameters =
-      vocab * d + seq * d + layers * (2 * d + 4 * d * d + 2 * d * ffn) + d + d * vocab;
-  std::int64_t held = 0;
-  for (const nlohmann::json& rank : report.at("ranks")) {
-    held += rank.at("state_bytes").get<std::int64_t>();
-    CHECK(rank.at("peak_bytes").get<std::int64_t>() > rank.at("state_bytes").get<std::int64_t>());
-  }
-  CHECK(held == 16 * parameters);
-  // Both axes carry the step: FSDP's gathers and scatters over X, sequence parallelism's over Y.
-  for (const char* axis : {"X", "Y"}) {
-    INFO(axis);
-    CHECK(report.at("traffic_of_rank_0").at(axis).at("all_gather").at("link_bytes").get<double>() > 0);
-    CHECK(report.at("traffic_of_rank_0").at(axis).at("reduce_scatter").at("link_bytes").get<double>() > 0);
-  }
-}
-
 TEST_CASE("--profile-phases prints each phase of tpx-train's step with its marks per step") {
   // 2 layers over 5 steps: the table covers the last 4, each block phase marked twice per step.
   const std::string log = (scratch("profile-phases") / "log.jsonl").string();

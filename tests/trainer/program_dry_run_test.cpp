@@ -1,0 +1,124 @@
+// The example programs' --dry-run as a user runs it: tpx-gpt and tpx-train (or, built in the CUDA
+// tests, tpx-gpt-cuda and tpx-train-cuda: TPX_PROGRAMS_ON_GPU) started in a child process with
+// --dry-run and --log, their JSON report checked against the models' own counts, worked out here
+// from the shapes: summed over the ranks of a mesh that splits every parameter evenly, the memory
+// held between steps is 16 bytes per parameter (fp32 weight, gradient and two AdamW moments),
+// and for the MLP the products' FLOPs are the model's 6 per weight and token. The trainers' own
+// dry-run tests (dry_run_test.cpp) compare a dry run with a real one in-process; this one proves
+// the programs' flag, report and log.
+//
+// The CUDA programs answer what needs no GPU on a machine without one (examples/trainer/
+// cuda_main.hpp): --help, a refused flag and --dry-run, so that a user sizes a GPU run from a
+// login node; a command line that trains there exits with 77 and points to --dry-run, and with a
+// GPU it trains. CI has no GPU, so this test is one of the CUDA stage's that runs.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "../support/run_command.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path scratch(const std::string& name) { return scratch_folder("tpx-program-dry-run-test", name); }
+
+// The report --dry-run writes to --log `log`, after checking the run printed one and trained nothing.
+nlohmann::json dry_run_report(const std::string& program, const std::string& args, const fs::path& log) {
+  const command_result r = run_command(program + " --dry-run " + args + " --log " + log.string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("| loss") == std::string::npos);
+  CHECK(r.output.find("peak during a step") != std::string::npos);
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json report = nlohmann::json::parse(text.str());
+  CHECK(report.at("dry_run") == true);
+  return report;
+}
+
+std::int64_t held_bytes(const nlohmann::json& report) {
+  std::int64_t held = 0;
+  for (const nlohmann::json& rank : report.at("ranks")) {
+    held += rank.at("state_bytes").get<std::int64_t>();
+    CHECK(rank.at("peak_bytes").get<std::int64_t>() > rank.at("state_bytes").get<std::int64_t>());
+  }
+  return held;
+}
+
+}  // namespace
+
+TEST_CASE("--dry-run of the GPT program reports every rank's memory and both axes' traffic") {
+  const std::int64_t seq = 8, heads = 2, e = 4, ffn = 16, layers = 2, vocab = 256;
+  const nlohmann::json report =
+      dry_run_report(TPX_GPT, "--mesh 2x2 --batch 4 --seq 8 --heads 2 --head-dim 4 --ffn 16 --layers 2",
+                     scratch("gpt") / "dry.json");
+  REQUIRE(report.at("ranks").size() == 4);
+  // Embeddings of tokens and positions, per block two norms, Q, K, V, O and the MLP's two
+  // matrices, the final norm and the LM head.
+  const std::int64_t d = heads * e;
+  const std::int64_t parameters =
+      vocab * d + seq * d + layers * (2 * d + 4 * d * d + 2 * d * ffn) + d + d * vocab;
+  CHECK(held_bytes(report) == 16 * parameters);
+  // Both axes carry the step: FSDP's gathers and scatters over X, sequence parallelism's over Y.
+  for (const char* axis : {"X", "Y"}) {
+    INFO(axis);
+    CHECK(report.at("traffic_of_rank_0").at(axis).at("all_gather").at("link_bytes").get<double>() > 0);
+    CHECK(report.at("traffic_of_rank_0").at(axis).at("reduce_scatter").at("link_bytes").get<double>() > 0);
+  }
+}
+
+TEST_CASE("--dry-run of the MLP program counts its parameters' memory and its model FLOPs") {
+  const std::int64_t batch = 16, d = 16, ffn = 32, layers = 2, context = 3, vocab = 256;
+  const nlohmann::json report = dry_run_report(
+      TPX_TRAIN, "--mesh 2x2 --batch 16 --d-model 16 --ffn 32 --layers 2 --context 3",
+      scratch("mlp") / "dry.json");
+  REQUIRE(report.at("ranks").size() == 4);
+  // An embedding per context position, per block a norm and two matrices, the final norm, the head.
+  const std::int64_t parameters =
+      context * vocab * d + layers * (d + 2 * d * ffn) + d + d * vocab;
+  CHECK(held_bytes(report) == 16 * parameters);
+  // No checkpointing: the ranks' products are one forward and two backward products of every
+  // matrix (2 FLOPs a multiply-add each) over the batch, the embeddings' gathers none.
+  double flops = 0;
+  for (const nlohmann::json& rank : report.at("ranks")) flops += rank.at("matrix_flops").get<double>();
+  CHECK(flops == doctest::Approx(6.0 * batch * (layers * 2 * d * ffn + d * vocab)).epsilon(1e-12));
+}
+
+#ifdef TPX_PROGRAMS_ON_GPU
+TEST_CASE("the CUDA programs answer --help and refuse bad flags with or without a GPU") {
+  for (const char* program : {TPX_GPT, TPX_TRAIN}) {
+    INFO(program);
+    const command_result help = run_command(std::string(program) + " --help");
+    INFO(help.output);
+    CHECK(help.status == 0);
+    CHECK(help.output.find("--dry-run") != std::string::npos);
+    CHECK(help.output.find("--backend") != std::string::npos);
+    const command_result bad = run_command(std::string(program) + " --mesh 0x2");
+    INFO(bad.output);
+    CHECK(bad.status != 0);
+    CHECK(bad.status != 77);  // refused, not skipped for want of a GPU
+    CHECK(bad.output.find("--mesh: expected XxY") != std::string::npos);
+  }
+}
+
+TEST_CASE("a CUDA program asked to train without a GPU says so and points to --dry-run") {
+  const command_result r = run_command(std::string(TPX_TRAIN) +
+                                       " --mesh 1x1 --steps 2 --batch 8 --d-model 8 --ffn 16 --layers 1 "
+                                       "--peak-gflops 1");
+  INFO(r.output);
+  if (r.status == 77) {
+    CHECK(r.output.find("no CUDA device") != std::string::npos);
+    CHECK(r.output.find("--dry-run sizes this run without one") != std::string::npos);
+  } else {  // a machine with a GPU trains
+    CHECK(r.status == 0);
+    CHECK(r.output.find("| loss") != std::string::npos);
+  }
+}
+#endif
