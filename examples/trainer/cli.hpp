@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -41,6 +42,29 @@ backend(const char*, Launcher) -> backend<Launcher>;  // clang 14 does not deduc
 // host's do not.
 template <class Launcher>
 concept gpu_launcher = requires(typename Launcher::options o) { o.device; };
+
+// The progress output's line of rank 0's link bytes per step (step_report), once a run, for the
+// sets of axes that carry any: "rank 0's collectives put on its link per step: X 357.0 KiB,
+// Y 652.8 KiB (...)"; none on a mesh of one rank.
+inline void print_link_bytes(const step_report& r) {
+  std::string moved;
+  for (const auto& [axes, bytes] : r.link_bytes_per_step)
+    if (bytes > 0) moved += (moved.empty() ? "" : ", ") + axes + " " + bytes_text(bytes);
+  if (!moved.empty())
+    std::printf("rank 0's collectives put on its link per step: %s (nccl-tests' bus bytes; "
+                "--dry-run lists them by collective)\n",
+                moved.c_str());
+}
+
+// The log's field of rank 0's link bytes per step by set of mesh axes (step_report), with its
+// leading comma: `, "link_bytes_per_step": {"X": 72089600, "Y": 1043333120}`; none when the
+// steps replayed a recording, whose collectives went uncounted.
+inline std::string link_bytes_log_field(const step_report& r) {
+  if (r.replayed) return "";
+  nlohmann::ordered_json moved = nlohmann::ordered_json::object();
+  for (const auto& [axes, bytes] : r.link_bytes_per_step) moved[axes] = bytes;
+  return ", \"link_bytes_per_step\": " + moved.dump();
+}
 
 // Answers a command line that trains nothing: prints its --help or the parser's refusal, or runs
 // its --dry-run; returns the process's exit code, or nothing when the command line asks to train.
@@ -87,6 +111,7 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
         std::fflush(stdout);
       };
     };
+    bool traffic_printed = false;
     const auto report = [&](const step_report& r) {
       const double tokens_per_s = tokens / r.seconds;
       const double gflops = flops / r.seconds * 1e-9;
@@ -99,6 +124,7 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
             "%5.1f%% | collectives %3.0f%%, exposed %3.0f%% | peak mem %.1f MiB\n",
             r.step, r.loss, r.grad_norm, tokens_per_s, gflops, 100 * mfu, 100 * comm,
             100 * exposed, static_cast<double>(r.peak_bytes) / (1 << 20));
+        if (!traffic_printed && !r.replayed) traffic_printed = (print_link_bytes(r), true);
         std::fflush(stdout);  // progress shows at once through a pipe or a file too
       }
       if (log)
@@ -107,7 +133,8 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
              << ", \"tokens_per_s\": " << tokens_per_s << ", \"gflops\": " << gflops
              << ", \"mfu\": " << mfu << ", \"collective_share\": " << comm
              << ", \"exposed_collective_share\": " << exposed
-             << ", \"peak_bytes\": " << r.peak_bytes << phase_log_fields(r) << "}\n"
+             << ", \"peak_bytes\": " << r.peak_bytes << link_bytes_log_field(r)
+             << phase_log_fields(r) << "}\n"
              << std::flush;  // whole lines, for whoever tails the log
       print_phase_table(stdout, r);
     };

@@ -35,18 +35,6 @@ inline byte_unit unit_for(double scale) {
   if (scale < 10.0 * (1 << 30)) return {"MiB", 1 << 20};
   return {"GiB", 1 << 30};
 }
-// "724.5 KiB", "2.6 MiB", "9.29 GiB"
-inline std::string bytes_text(double bytes) {
-  char text[32];
-  if (bytes < (1 << 20))
-    std::snprintf(text, sizeof text, "%.1f KiB", bytes / (1 << 10));
-  else if (bytes < (1 << 30))
-    std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1 << 20));
-  else
-    std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1 << 30));
-  return text;
-}
-
 // "1.23 TFLOP"
 inline std::string flops_text(double flops) {
   constexpr const char* units[] = {"GFLOP", "TFLOP", "PFLOP", "EFLOP"};
@@ -68,23 +56,6 @@ std::string per_rank_bytes(const std::vector<step_usage>& ranks, Field field) {
     return text(ranks[0]) + (ranks.size() > 1 ? " on every rank" : "");
   return text(ranks[0]) + " on rank 0, from " + text(*smallest) + " (rank " + std::to_string(smallest->rank) +
          ") to " + text(*largest) + " (rank " + std::to_string(largest->rank) + ")";
-}
-
-// The axes of a set of them as rank_context::traffic_by_axes indexes it (bit i: the mesh's axis
-// i), "X, Y", and the ranks of one of its groups.
-template <class MeshT>
-std::string axes_of(const MeshT&, unsigned mask) {
-  std::string names;
-  for (int a = 0; a < MeshT::axis_count; ++a)
-    if (mask & (1u << a)) names += (names.empty() ? "" : ", ") + std::string(MeshT::name(a));
-  return names;
-}
-template <class MeshT>
-int group_size(const MeshT& mesh, unsigned mask) {
-  int ranks = 1;
-  for (int a = 0; a < MeshT::axis_count; ++a)
-    if (mask & (1u << a)) ranks *= mesh.size(a);
-  return ranks;
 }
 
 inline nlohmann::json traffic_json(const tpx::collective_traffic& t) {
@@ -136,8 +107,7 @@ void print_memory_and_flops(const run_options<Family>& o, const std::vector<step
 // The table of rank 0's collectives per set of mesh axes (those of more than one rank), in the
 // unit that suits their total; returns the same as JSON,
 // {"X": {"all_gather": {"calls": ..., "data_bytes": ..., "link_bytes": ...}}}.
-template <class MeshT>
-nlohmann::json print_traffic(const MeshT& mesh, const step_usage& rank_0) {
+inline nlohmann::json print_traffic(const step_usage& rank_0) {
   struct row {
     std::string axes, collective;
     tpx::traffic_count count;
@@ -145,14 +115,12 @@ nlohmann::json print_traffic(const MeshT& mesh, const step_usage& rank_0) {
   std::vector<row> rows;
   tpx::traffic_count total;
   nlohmann::json json = nlohmann::json::object();
-  for (unsigned mask = 1; mask < rank_0.traffic.size(); ++mask) {
-    if (group_size(mesh, mask) <= 1) continue;  // a group of one rank moves nothing
-    const std::string axes = axes_of(mesh, mask);
-    json[axes] = traffic_json(rank_0.traffic[mask]);
+  for (const tpx::axes_traffic& axes : rank_0.traffic) {
+    json[axes.axes] = traffic_json(axes.traffic);
     for (tpx::detail::CollectiveOp op : tpx::collective_traffic::operations) {
-      const tpx::traffic_count& t = rank_0.traffic[mask].of(op);
+      const tpx::traffic_count& t = axes.traffic.of(op);
       if (t.calls == 0) continue;
-      rows.push_back({axes, std::string(tpx::detail::op_name(op)), t});
+      rows.push_back({axes.axes, std::string(tpx::detail::op_name(op)), t});
       total += t;
     }
   }
@@ -186,7 +154,7 @@ int dry_run_main(const char* program, const command_line<Family>& c) {
                 "without values) and communicators that only count; the figures are of the second step.\n",
                 ranks.size() == 1 ? "the one rank" : ("each of the " + std::to_string(ranks.size()) + " ranks").c_str());
     detail::print_memory_and_flops(o, ranks);
-    const nlohmann::json traffic = detail::print_traffic(mesh_of(o), ranks[0]);
+    const nlohmann::json traffic = detail::print_traffic(ranks[0]);
     if (log.is_open()) {
       nlohmann::json out = {{"dry_run", true},
                             {"program", program},

@@ -1,8 +1,10 @@
 // What a run of the example trainers says of itself and where it writes: the layout and model
-// texts of the first line that training (cli.hpp) and --dry-run (dry_run_main.hpp) print, and the
-// --log file both write, which must never be the training text.
+// texts of the first line that training (cli.hpp) and --dry-run (dry_run_main.hpp) print, the
+// sizes in bytes both report, and the --log file both write, which must never be the training
+// text.
 #pragma once
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -12,6 +14,18 @@
 #include "training.hpp"
 
 namespace trainer {
+
+// "724.5 KiB", "2.6 MiB", "9.29 GiB"
+inline std::string bytes_text(double bytes) {
+  char text[32];
+  if (bytes < (1 << 20))
+    std::snprintf(text, sizeof text, "%.1f KiB", bytes / (1 << 10));
+  else if (bytes < (1 << 30))
+    std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1 << 20));
+  else
+    std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1 << 30));
+  return text;
+}
 
 // "mesh 2x2x2 (R=2 replicas, X=2 FSDP, Y=2 TP)"
 template <class Family>

@@ -24,8 +24,8 @@ struct step_usage {
                                  // gradients, both AdamW moments and what the network keeps
   std::int64_t peak_bytes = 0;   // the most held during the two steps
   double matrix_flops = 0;       // of the second step (counted by meta tensors only)
-  std::vector<tpx::collective_traffic> traffic;  // of the second step, by set of mesh axes
-                                                 // (rank_context::traffic_by_axes)
+  std::vector<tpx::axes_traffic> traffic;  // of the second step, by set of mesh axes
+                                           // (rank_context::traffic_by_axis_names)
 };
 
 template <class Tc, class Space, class Family, class Rank>
@@ -39,13 +39,12 @@ step_usage measure_step_usage(Rank& rank, const run_options<Family>& o, const te
   usage.state_bytes = rank.memory().live_bytes();
   rank.memory().reset_peak();
   train_step(rank, net, o, data, 0, params, grads, m, v);
-  const std::vector<tpx::collective_traffic> before = rank.traffic_by_axes();
+  const std::vector<tpx::axes_traffic> before = rank.traffic_by_axis_names();
   const double flops_before = tpx::dry_run_flops(rank);
   train_step(rank, net, o, data, 1, params, grads, m, v);
   usage.peak_bytes = rank.memory().peak_bytes();
   usage.matrix_flops = tpx::dry_run_flops(rank) - flops_before;
-  usage.traffic = rank.traffic_by_axes();
-  for (std::size_t mask = 0; mask < usage.traffic.size(); ++mask) usage.traffic[mask] -= before[mask];
+  usage.traffic = tpx::traffic_since(rank.traffic_by_axis_names(), before);
   return usage;
 }
 

@@ -38,6 +38,7 @@
 #include <tpx/launch/process_group.hpp>
 #include <tpx/spmd/background.hpp>
 #include <tpx/spmd/phase_clock.hpp>
+#include <utility>
 #include <vector>
 
 #include "mlp_family.hpp"
@@ -89,6 +90,11 @@ struct step_report {
   std::vector<tpx::phase_time> phases;
   int phase_steps = 0;
   double phase_wall_seconds = 0;
+  // What rank 0's collectives put on its link per step since the last report, by set of mesh
+  // axes ("X", "Y", "X, Y": rank_context::traffic_by_axis_names; nccl-tests' bus bytes), as
+  // --dry-run counts them; empty when steps replayed a recording (--cuda-graph), whose
+  // collectives no communicator sees.
+  std::vector<std::pair<std::string, double>> link_bytes_per_step;
 };
 
 // The checkpoint of the training state after `step` steps: every rank's shards of the
@@ -248,6 +254,7 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
   std::optional<step_result<Space>> unrecorded;
   auto since = std::chrono::steady_clock::now();
   tpx::communication_seconds comm_since = tpx::communication_time(rank);
+  std::vector<tpx::axes_traffic> traffic_at_report = rank.traffic_by_axis_names();
   int last_report = first - 1;
   // --profile-phases: rank 0's phases, from the second step on (the first warms up: plans,
   // memory), unless there is only one.
@@ -281,7 +288,12 @@ void train_rank(Rank& rank, const run_options<Family>& o, const checkpointing& c
         step_report r{step, loss, norm, std::chrono::duration<double>(now - since).count() / steps,
                       (comm.total - comm_since.total) / steps,
                       (comm.exposed - comm_since.exposed) / steps, rank.memory().peak_bytes(),
-                      recorded && recorded->recording().recorded(), {}, 0, 0};
+                      recorded && recorded->recording().recorded(), {}, 0, 0, {}};
+        const std::vector<tpx::axes_traffic> traffic = rank.traffic_by_axis_names();
+        if (!r.replayed)
+          for (const tpx::axes_traffic& moved : tpx::traffic_since(traffic, traffic_at_report))
+            r.link_bytes_per_step.emplace_back(moved.axes, moved.traffic.total().link_bytes / steps);
+        traffic_at_report = traffic;
         if (timing && last) {
           r.phases = timing->totals();
           r.phase_steps = step + 1 - timed_first;

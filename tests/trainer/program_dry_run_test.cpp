@@ -5,7 +5,7 @@
 // held between steps is 16 bytes per parameter (fp32 weight, gradient and two AdamW moments),
 // and for the MLP the products' FLOPs are the model's 6 per weight and token. The trainers' own
 // dry-run tests (dry_run_test.cpp) compare a dry run with a real one in-process; this one proves
-// the programs' flag, report and log.
+// the programs' flag, report and log, and that a real run's log reads what the dry run counts.
 //
 // The CUDA programs answer what needs no GPU on a machine without one (examples/trainer/
 // cuda_main.hpp): --help, a refused flag and --dry-run, so that a user sizes a GPU run from a
@@ -89,6 +89,49 @@ TEST_CASE("--dry-run of the MLP program counts its parameters' memory and its mo
   double flops = 0;
   for (const nlohmann::json& rank : report.at("ranks")) flops += rank.at("matrix_flops").get<double>();
   CHECK(flops == doctest::Approx(6.0 * batch * (layers * 2 * d * ffn + d * vocab)).epsilon(1e-12));
+}
+
+TEST_CASE("a real run logs the link bytes per step and the peak memory that --dry-run counts") {
+  // The same flags trained for three steps (rank 0's collectives are the same every step) and
+  // dry-run: the log's link bytes per set of axes, every step, are the dry run's summed over its
+  // collectives. The progress output names them once.
+  const std::string flags = "--mesh 2x2 --batch 4 --seq 8 --heads 2 --head-dim 4 --ffn 16 --layers 2";
+  const fs::path folder = scratch("real-and-dry");
+  const nlohmann::json dry = dry_run_report(TPX_GPT, flags, folder / "dry.json");
+  const command_result r = run_command(std::string(TPX_GPT) + " " + flags +
+                                       " --steps 3 --peak-gflops 1 --log " + (folder / "run.jsonl").string());
+  INFO(r.output);
+  if (r.status == 77) {
+    MESSAGE("no GPU for the CUDA program's real run: its half of the case is not run");
+    return;
+  }
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("rank 0's collectives put on its link per step: X ") != std::string::npos);
+  std::ifstream lines(folder / "run.jsonl");
+  int steps = 0;
+  std::int64_t peak_bytes = 0;
+  for (std::string line; std::getline(lines, line); ++steps) {
+    INFO("step ", steps);
+    peak_bytes = nlohmann::json::parse(line).at("peak_bytes").get<std::int64_t>();
+    const nlohmann::json logged = nlohmann::json::parse(line).at("link_bytes_per_step");
+    CHECK(logged.size() == dry.at("traffic_of_rank_0").size());
+    for (const auto& [axes, collectives] : dry.at("traffic_of_rank_0").items()) {
+      INFO(axes);
+      double link_bytes = 0;
+      for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
+      CHECK(logged.at(axes).get<double>() == doctest::Approx(link_bytes).epsilon(1e-12));
+    }
+  }
+  CHECK(steps == 3);
+  // Rank 0's peak tensor memory: the dry run takes the CUDA space's paths (whole-row norm and loss
+  // kernels), which the CUDA program's real run takes too; the host program's differ by a few
+  // bytes of temporaries.
+  const auto dry_peak = dry.at("ranks").at(0).at("peak_bytes").get<std::int64_t>();
+#ifdef TPX_PROGRAMS_ON_GPU
+  CHECK(peak_bytes == dry_peak);
+#else
+  CHECK(static_cast<double>(peak_bytes) == doctest::Approx(static_cast<double>(dry_peak)).epsilon(0.01));
+#endif
 }
 
 #ifdef TPX_PROGRAMS_ON_GPU

@@ -87,3 +87,20 @@ TEST_CASE("bus factors are nccl-tests', and a group of one rank puts nothing on 
     CHECK(g.size() == 16);
   });
 }
+
+TEST_CASE("traffic by axis names lists the sets of axes whose groups hold more than one rank") {
+  // On a 1x2 mesh only Y's groups and the whole mesh's ("X, Y") have two ranks; X's have one.
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 2}, [&](auto& rank) {
+    const std::vector<tpx::axes_traffic> before = rank.traffic_by_axis_names();
+    const auto t = tpx::randn<float, B<Y>, D<>>(rank, {B(8), D(2)}, 1);  // [4, 2] per rank
+    const auto g = tpx::all_gather<Y>(t);
+    rank.template group<X, Y>().barrier();
+    const std::vector<tpx::axes_traffic> moved = tpx::traffic_since(rank.traffic_by_axis_names(), before);
+    REQUIRE(moved.size() == 2);
+    CHECK(moved[0].axes == "Y");
+    CHECK(moved[0].traffic.of(CollectiveOp::all_gather) == tpx::traffic_count{1, 8 * 2 * 4, 8 * 2 * 4 / 2.0});
+    CHECK(moved[1].axes == "X, Y");
+    CHECK(moved[1].traffic.total() == tpx::traffic_count{1, 0, 0});
+    CHECK(g.size() == 16);
+  });
+}

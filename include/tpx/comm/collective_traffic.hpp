@@ -3,7 +3,8 @@
 // this rank's link for them.
 //
 // Every communicator counts it (any_communicator.hpp, beside the time it spends), so a run can
-// say how much each mesh axis carried, and a dry run (spmd/dry_run.hpp), whose communicators move
+// say how much each mesh axis carried (rank_context::traffic_by_axis_names: by the axes' names,
+// as the example trainers' log and --dry-run report it), and a dry run (spmd/dry_run.hpp), whose communicators move
 // nothing, says what a real run of the same program would move. The two byte counts follow
 // nccl-tests' conventions (its doc/PERFORMANCE.md): the data size of an all_gather is the
 // gathered result, of a reduce_scatter its input, of an all_reduce, all_to_all or broadcast the
@@ -16,6 +17,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "tpx/comm/collective_descriptor.hpp"
 
@@ -100,5 +103,21 @@ class collective_traffic {
   // Indexed by CollectiveOp; send and recv are not collectives of a group and stay 0.
   std::array<traffic_count, 8> counts_{};
 };
+
+// What a rank's collectives moved over one set of mesh axes, named as reports name it: "X",
+// "X, Y" (rank_context::traffic_by_axis_names).
+struct axes_traffic {
+  std::string axes;
+  collective_traffic traffic;
+  friend bool operator==(const axes_traffic&, const axes_traffic&) = default;
+};
+
+// What was moved between two lists taken from the same rank, `earlier` first.
+inline std::vector<axes_traffic> traffic_since(std::vector<axes_traffic> now,
+                                               const std::vector<axes_traffic>& earlier) {
+  for (std::size_t i = 0; i < now.size() && i < earlier.size(); ++i)
+    now[i].traffic -= earlier[i].traffic;
+  return now;
+}
 
 }  // namespace tpx

@@ -159,6 +159,23 @@ class rank_context {
     }
     return traffic;
   }
+  // traffic_by_axes() by the names of the axes, {"X", ...}, {"Y", ...}, {"X, Y", ...}, in the
+  // same order, for the sets whose groups hold more than one rank (a group of one moves nothing).
+  std::vector<axes_traffic> traffic_by_axis_names() const {
+    const std::vector<collective_traffic> traffic = traffic_by_axes();
+    std::vector<axes_traffic> named;
+    for (std::size_t mask = 1; mask < traffic.size(); ++mask) {
+      std::string names;
+      int ranks = 1;
+      for (std::size_t a = 0; a < axes_.size(); ++a) {
+        if (!(mask & (std::size_t{1} << a))) continue;
+        names += (names.empty() ? "" : ", ") + std::string(axes_[a].name);
+        ranks *= axes_[a].size;
+      }
+      if (ranks > 1) named.push_back({names, traffic[mask]});
+    }
+    return named;
+  }
   // "X=2, Y=2"
   std::string mesh_string() const {
     std::string text;
