@@ -14,7 +14,8 @@
 // For each row the program runs what tpx::matmul would run, in its parts: the collectives of
 // the plan (matmul_plan_t<L, R>::lhs_steps / rhs_steps, then the reshard of the product), each
 // through the typed collectives, timed as communication; and tpx::matmul on the operands the
-// collectives produced (its plan then has no steps), timed as compute. The backward pass is
+// collectives produced (its plan then has no steps), timed as compute. The layer's pass is
+// tpx::cost::mlp::run_step (cost/mlp_step.hpp), the step the cost model prices, its backward
 // written as tests/unit/fsdp_tp_mlp_test.cpp writes it, with loss = sum(Out^2) / 2: the adjoints
 // of the forward's collectives (apply<adjoint_t<Step>>, last step first), the weights gathered
 // again, the four local GEMMs contract<B>, contract<D>, contract<B>, contract<F>, and for DP the
@@ -39,6 +40,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tpx/cost/mlp.hpp>
+#include <tpx/cost/mlp_step.hpp>
 #include <tpx/tpx.hpp>
 #include <utility>
 #include <vector>
@@ -71,26 +73,6 @@ struct options {
   std::string json;
 };
 
-// Runs the steps of a plan, as types, through tpx's typed collectives (tpx::apply<Step>).
-template <class Step, class Tn>
-auto run_steps(tpx::type_list<Step>, const Tn& t) {
-  return tpx::apply<Step>(t);
-}
-template <class Step, class Next, class... Rest, class Tn>
-auto run_steps(tpx::type_list<Step, Next, Rest...>, const Tn& t) {
-  return run_steps(tpx::type_list<Next, Rest...>{}, tpx::apply<Step>(t));
-}
-
-// The backward of run_steps on a gradient: the adjoint of each step, last step first.
-template <class Step, class Tn>
-auto run_adjoints(tpx::type_list<Step>, const Tn& g) {
-  return tpx::apply<tpx::adjoint_t<Step>>(g);
-}
-template <class Step, class Next, class... Rest, class Tn>
-auto run_adjoints(tpx::type_list<Step, Next, Rest...>, const Tn& g) {
-  return tpx::apply<tpx::adjoint_t<Step>>(run_adjoints(tpx::type_list<Next, Rest...>{}, g));
-}
-
 // A tensor of type Tn with the given global extents and seeded normal values.
 template <class Tn>
 struct random_tensor;
@@ -109,58 +91,20 @@ struct parts {
   double compute = 0, comm = 0;
 };
 
-// t after Steps, timed as communication; t itself, untouched, when there are none.
-template <class Steps, class Tn, class Timed>
-decltype(auto) after_steps(const Tn& t, parts& p, Timed&& timed) {
-  if constexpr (std::is_same_v<Steps, tpx::type_list<>>)
-    return (t);
-  else
-    return timed(p.comm, [&] { return run_steps(Steps{}, t); });
-}
-
-// g after the adjoints of Steps, timed as communication; g itself when there are none.
-template <class Steps, class Tn, class Timed>
-decltype(auto) after_adjoints(const Tn& g, parts& p, Timed&& timed) {
-  if constexpr (std::is_same_v<Steps, tpx::type_list<>>)
-    return (g);
-  else
-    return timed(p.comm, [&] { return run_adjoints(Steps{}, g); });
-}
-
-// The gradient of a tensor of type Target whose forward pass ran Steps on it: the adjoints of
-// Steps on the partial gradient g, then whatever reshard is left to Target's type (DP's
-// AllReduce of a weight gradient, which the forward pass has no step for).
-template <class Target, class Steps, class Tn, class Timed>
-Target gradient(const Tn& g, parts& p, Timed&& timed) {
-  const auto& adjoint = after_adjoints<Steps>(g, p, timed);
-  using rest = typename tpx::reshard_traits<std::remove_cvref_t<decltype(adjoint)>, Target>::steps;
-  return Target(after_steps<rest>(adjoint, p, timed));
-}
-
-// contract<J>(a, b) timed as compute, for operands whose product needs no collective (in the
-// backward pass every operand has been gathered as the forward pass gathered it).
-template <template <class...> class J, class L, class R, class Timed>
-auto local_contract(const L& a, const R& b, parts& p, Timed&& timed) {
-  using plan = tpx::matmul_traits<L, R, J<>>;
-  static_assert(plan::plan.lhs_steps.count == 0 && plan::plan.rhs_steps.count == 0,
-                "tpx-bench-matmul-strategies: a backward product needs a collective; time it as "
-                "communication before contracting");
-  return timed(p.compute, [&] { return tpx::contract<J>(a, b); });
-}
-
 // The communication and compute of one product l * r of the plan, reduced to Out when Out is
 // not void, timed by `timed` (barrier, fn, barrier). Returns the result.
 template <class Out, class L, class R, class Timed>
 auto product(const L& l, const R& r, parts& p, Timed&& timed) {
   using plan = tpx::matmul_plan_t<L, R>;
-  const auto& lhs = after_steps<typename plan::lhs_steps>(l, p, timed);
-  const auto& rhs = after_steps<typename plan::rhs_steps>(r, p, timed);
+  const auto communicate = [&](auto&& fn) { return timed(p.comm, fn); };
+  const auto& lhs = tpx::cost::after_steps<typename plan::lhs_steps>(l, communicate);
+  const auto& rhs = tpx::cost::after_steps<typename plan::rhs_steps>(r, communicate);
   auto c = timed(p.compute, [&] { return tpx::matmul(lhs, rhs); });
   if constexpr (std::is_void_v<Out>) {
     return c;
   } else {
     using steps = typename tpx::reshard_traits<decltype(c), Out>::steps;
-    return Out(after_steps<steps>(c, p, timed));
+    return Out(tpx::cost::after_steps<steps>(c, communicate));
   }
 }
 
@@ -330,12 +274,6 @@ std::pair<row, row> layer(const char* name, int x, int y, std::int64_t batch, co
   using in_t = typename Layout::in;
   using w_in_t = typename Layout::w_in;
   using w_out_t = typename Layout::w_out;
-  using out_t = typename Layout::out;
-  using first = tpx::matmul_plan_t<in_t, w_in_t>;
-  using second = tpx::matmul_plan_t<typename first::result, w_out_t>;
-  using reduce_out = typename tpx::reshard_traits<typename second::result, out_t>::steps;
-  static_assert(std::is_same_v<typename second::lhs_steps, tpx::type_list<>>,
-                "tpx-bench-matmul-strategies: the backward pass assumes Tmp is used as computed");
 
   std::pair<row, row> r;
   r.first = {"layer", name, mesh_name(x, y), "forward", batch, o.d_model, o.d_ff, {}, {}, {}, {}};
@@ -354,38 +292,15 @@ std::pair<row, row> layer(const char* name, int x, int y, std::int64_t batch, co
     const auto w_out = random_tensor<w_out_t>::make(rank, o.d_ff, o.d_model, 3);
     for (int i = 0; i < o.warmup + o.iters; ++i) {
       parts f, b;
-      // Forward. The gathered weights are dropped after use (FSDP); In as gathered, (B.., D), is
-      // kept for the backward pass, and so is Tmp, (B.., F..).
-      const auto& in_full = after_steps<typename first::lhs_steps>(in, f, timed);
-      const auto tmp = [&] {
-        const auto& w = after_steps<typename first::rhs_steps>(w_in, f, timed);
-        return timed(f.compute, [&] { return tpx::matmul(in_full, w); });
-      }();
-      const out_t out = [&] {
-        const auto& w = after_steps<typename second::rhs_steps>(w_out, f, timed);
-        const auto partial = timed(f.compute, [&] { return tpx::matmul(tmp, w); });
-        return out_t(after_steps<reduce_out>(partial, f, timed));
-      }();
-
-      // Backward, with loss = sum(Out^2) / 2: dOut = Out.
-      const auto& dout_full = after_adjoints<reduce_out>(out, b, timed);  // (B.., D)
-      const auto dw_out = gradient<w_out_t, typename second::rhs_steps>(
-          local_contract<B>(tmp, dout_full, b, timed), b, timed);
-      const auto dtmp = [&] {  // (B.., F..), with W_out gathered again
-        const auto& w = after_steps<typename second::rhs_steps>(w_out, b, timed);
-        return local_contract<D>(dout_full, w, b, timed);
-      }();
-      const auto dw_in = gradient<w_in_t, typename first::rhs_steps>(
-          local_contract<B>(in_full, dtmp, b, timed), b, timed);
-      const auto din = [&] {
-        const auto& w = after_steps<typename first::rhs_steps>(w_in, b, timed);
-        return gradient<in_t, typename first::lhs_steps>(local_contract<F>(dtmp, w, b, timed), b,
-                                                         timed);
-      }();
-      static_assert(std::is_same_v<decltype(din), const in_t> &&
-                        std::is_same_v<decltype(dw_in), const w_in_t> &&
-                        std::is_same_v<decltype(dw_out), const w_out_t>,
-                    "tpx-bench-matmul-strategies: each gradient has its tensor's type");
+      tpx::cost::mlp::run_step<Layout, tpx::host_space>(
+          in, w_in, w_out, [&](tpx::cost::step_part part, auto&& fn) {
+            using enum tpx::cost::step_part;
+            double& total = part == forward_communication ? f.comm
+                            : part == forward_compute     ? f.compute
+                            : part == backward_communication ? b.comm
+                                                             : b.compute;
+            return timed(total, fn);
+          });
       if (i < o.warmup || rank.world_rank() != 0) continue;
       r.first.compute.seconds.push_back(f.compute);
       r.first.comm.seconds.push_back(f.comm);
