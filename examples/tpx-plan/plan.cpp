@@ -15,11 +15,18 @@
 // --memory-bw and --link-bw, which also override the other two; --links gives how many physical
 // links carry each mesh axis (a TPU v5p axis spread over several ICI axes). --json FILE writes the
 // table.
+//
+//   tpx-plan --hardware h100 --reports 8x1.json 4x2.json 2x4.json --axis-link-bw X=50e9
+//
+// With --reports, it prices the example trainers' --dry-run reports instead (the exact memory,
+// FLOPs and traffic of a step of the real program on each mesh) on the same profile, and
+// recommends a mesh (dry_run_reports.hpp).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -28,6 +35,7 @@
 #include <vector>
 
 #include "../trainer/cli_checks.hpp"
+#include "dry_run_reports.hpp"
 
 namespace {
 
@@ -89,6 +97,25 @@ mlp::mesh mesh_for(std::string_view layout, int x, int y) {
   return {x * y, 1};
 }
 
+// --json FILE: the command, the profile, the recommendation and the table's rows.
+void write_json(const std::string& file, int argc, char** argv, const cost::hardware_profile& hw,
+                const std::string& recommendation, const nlohmann::json& rows) {
+  std::ofstream out(file);
+  std::string command;
+  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  const nlohmann::json machine = {{"name", std::string(hw.name)}, {"flops", hw.flops},
+                                  {"memory_bw", hw.memory_bw},    {"link_bw", hw.link_bw},
+                                  {"memory", hw.memory},          {"source", std::string(hw.source)}};
+  out << nlohmann::json{{"bench", "tpx-plan"},
+                        {"command", command},
+                        {"machine", machine},
+                        {"recommendation", recommendation},
+                        {"rows", rows}}
+             .dump(1)
+      << '\n';
+  if (!out) throw std::runtime_error("cannot write " + file);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,7 +124,8 @@ int main(int argc, char** argv) {
   std::vector<double> links = {1, 1};
   double layers = 1, d_model = 8192, d_ff = 28672, batch = 256, seq = 4096, bytes = 2;
   double flops = 0, memory_bw = 0, link_bw = 0, memory = 0;
-  CLI::App app{"tpx-plan: predicted cost of DP, FSDP, TP and FSDP+TP for an MLP stack"};
+  CLI::App app{"tpx-plan: predicted cost of DP, FSDP, TP and FSDP+TP for an MLP stack, or of the "
+               "example trainers' --dry-run reports (--reports)"};
   CLI::Option* named = app.add_option("--hardware", hardware, "h100, h200, a100 or tpu-v5p")
                            ->check(CLI::IsMember({"h100", "h200", "a100", "tpu-v5p"}));
   app.add_option("--profile", profile,
@@ -106,20 +134,32 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile)
       ->excludes(named);
   const CLI::Validator positive = trainer::finite_number(0, trainer::bound::open);
-  app.add_option("--mesh", mesh_sizes, "devices along X,Y")
-      ->delimiter(',')
-      ->expected(2)
-      ->transform(trainer::whole_number(1));
-  app.add_option("--links", links, "physical links carrying X,Y")
-      ->delimiter(',')
-      ->expected(2)
-      ->check(positive);
-  app.add_option("--layers", layers, "MLP layers")->check(positive);
-  app.add_option("-d,--d-model", d_model, "D")->check(positive);
-  app.add_option("-f,--d-ff", d_ff, "F")->check(positive);
-  app.add_option("--batch", batch, "sequences per global batch")->check(positive);
-  app.add_option("--seq", seq, "tokens per sequence")->check(positive);
-  app.add_option("--bytes", bytes, "bytes per element (2: bf16)")->check(positive);
+  const std::vector<CLI::Option*> mlp_flags = {
+      app.add_option("--mesh", mesh_sizes, "devices along X,Y")
+          ->delimiter(',')
+          ->expected(2)
+          ->transform(trainer::whole_number(1)),
+      app.add_option("--links", links, "physical links carrying X,Y")
+          ->delimiter(',')
+          ->expected(2)
+          ->check(positive),
+      app.add_option("--layers", layers, "MLP layers")->check(positive),
+      app.add_option("-d,--d-model", d_model, "D")->check(positive),
+      app.add_option("-f,--d-ff", d_ff, "F")->check(positive),
+      app.add_option("--batch", batch, "sequences per global batch")->check(positive),
+      app.add_option("--seq", seq, "tokens per sequence")->check(positive),
+      app.add_option("--bytes", bytes, "bytes per element (2: bf16)")->check(positive)};
+  std::vector<std::string> reports, axis_link_bw;
+  CLI::Option* reports_flag =
+      app.add_option("--reports", reports,
+                     "instead of the MLP layer, price these --dry-run reports of tpx-gpt or "
+                     "tpx-train (--dry-run --log FILE) and recommend one")
+          ->check(CLI::ExistingFile);
+  for (CLI::Option* flag : mlp_flags) reports_flag->excludes(flag);
+  app.add_option("--axis-link-bw", axis_link_bw,
+                 "with --reports: AXIS=BYTES_PER_S, the link bandwidth of a mesh axis that "
+                 "leaves the node (e.g. X=50e9; repeat for more axes)")
+      ->needs(reports_flag);
   app.add_option("--flops", flops, "override: FLOP/s per device")->check(positive);
   app.add_option("--memory-bw", memory_bw, "override: memory bytes/s per device")->check(positive);
   app.add_option("--link-bw", link_bw, "override: link bytes/s per device and axis")
@@ -142,6 +182,15 @@ int main(int argc, char** argv) {
     if (memory_bw > 0) hw.memory_bw = memory_bw;
     if (link_bw > 0) hw.link_bw = link_bw;
     if (memory > 0) hw.memory = memory;
+    if (!reports.empty()) {
+      const std::map<std::string, double> by_axis = plan::parse_axis_link_bw(axis_link_bw);
+      std::vector<plan::priced_report> priced;
+      for (const std::string& file : reports) priced.push_back(plan::price_report(file, hw, by_axis));
+      plan::check_axes_named(priced, by_axis);
+      const plan::priced_table table = plan::print_priced_reports(priced, hw);
+      if (!json.empty()) write_json(json, argc, argv, hw, table.recommendation, table.rows);
+      return 0;
+    }
     const mlp::shape shape{batch * seq, d_model, d_ff};
 
     std::printf(
@@ -215,22 +264,7 @@ int main(int argc, char** argv) {
     else
       std::printf("# recommendation: %s (%.3f ms per layer per step, communication overlapped)\n",
                   best.c_str(), best_step * 1e3);
-    if (!json.empty()) {
-      std::ofstream out(json);
-      std::string command;
-      for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-      const nlohmann::json machine = {
-          {"name", std::string(hw.name)}, {"flops", hw.flops},
-          {"memory_bw", hw.memory_bw},    {"link_bw", hw.link_bw},
-          {"memory", hw.memory},          {"source", std::string(hw.source)}};
-      out << nlohmann::json{{"bench", "tpx-plan"},
-                            {"command", command},
-                            {"machine", machine},
-                            {"recommendation", best},
-                            {"rows", rows}}
-                 .dump(1)
-          << '\n';
-    }
+    if (!json.empty()) write_json(json, argc, argv, hw, best, rows);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tpx-plan: %s\n", e.what());

@@ -5,7 +5,8 @@
 // held between steps is 16 bytes per parameter (fp32 weight, gradient and two AdamW moments),
 // and for the MLP the products' FLOPs are the model's 6 per weight and token. The trainers' own
 // dry-run tests (dry_run_test.cpp) compare a dry run with a real one in-process; this one proves
-// the programs' flag, report and log, and that a real run's log reads what the dry run counts.
+// the programs' flag, report and log, that a real run's log reads what the dry run counts, and
+// (with tpx-plan: TPX_PLAN) that tpx-plan --reports prices the reports as they say.
 //
 // The CUDA programs answer what needs no GPU on a machine without one (examples/trainer/
 // cuda_main.hpp): --help, a refused flag and --dry-run, so that a user sizes a GPU run from a
@@ -13,12 +14,14 @@
 // GPU it trains. CI has no GPU, so this test is one of the CUDA stage's that runs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "../support/run_command.hpp"
 
@@ -133,6 +136,80 @@ TEST_CASE("a real run logs the link bytes per step and the peak memory that --dr
   CHECK(static_cast<double>(peak_bytes) == doctest::Approx(static_cast<double>(dry_peak)).epsilon(0.01));
 #endif
 }
+
+#ifdef TPX_PLAN
+TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that fits") {
+  // Three meshes of the same GPT, priced on a made-up device: 1 TFLOP/s, links of 1 GB/s, X's of
+  // 0.5 GB/s, and memory just short of the largest rank's peak among the three, so that one mesh
+  // does not fit. Each row is worked out here from the reports.
+  const fs::path folder = scratch("plan");
+  const std::string model = "--batch 8 --seq 16 --heads 4 --head-dim 8 --ffn 64 --layers 2";
+  std::vector<nlohmann::json> reports;
+  std::string files;
+  for (const std::string mesh : {"4x1", "2x2", "1x4"}) {
+    const fs::path file = folder / (mesh + ".json");
+    reports.push_back(dry_run_report(TPX_GPT, "--mesh " + mesh + " " + model, file));
+    files.append(" ").append(file.string());  // not `" " + ...`: GCC 12 -O3 -Wrestrict
+  }
+  const auto peak_of = [](const nlohmann::json& report) {
+    double peak = 0;
+    for (const nlohmann::json& r : report.at("ranks")) peak = std::max(peak, r.at("peak_bytes").get<double>());
+    return peak;
+  };
+  double largest_peak = 0;
+  for (const nlohmann::json& report : reports) largest_peak = std::max(largest_peak, peak_of(report));
+  const double flops = 1e12, link_bw = 1e9, x_link_bw = 5e8, memory = largest_peak - 1;
+  const fs::path out = folder / "plan.json";
+  const command_result r =
+      run_command(std::string(TPX_PLAN) + " --reports" + files + " --flops 1e12 --link-bw 1e9 --memory " +
+                  std::to_string(static_cast<long long>(memory)) + " --axis-link-bw X=5e8 --json " + out.string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  std::ifstream in(out);
+  const nlohmann::json plan = nlohmann::json::parse(in);
+  REQUIRE(plan.at("rows").size() == reports.size());
+  std::string fastest;
+  double fastest_rate = 0;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const nlohmann::json& report = reports[i];
+    const nlohmann::json& row = plan.at("rows")[i];
+    INFO(row.dump());
+    double busiest = 0;
+    for (const nlohmann::json& rank : report.at("ranks"))
+      busiest = std::max(busiest, rank.at("matrix_flops").get<double>());
+    const double compute_ms = busiest / flops * 1e3;
+    CHECK(row.at("compute_ms").get<double>() == doctest::Approx(compute_ms).epsilon(1e-12));
+    double comm_ms = 0;
+    for (const auto& [axes, collectives] : report.at("traffic_of_rank_0").items()) {
+      double link_bytes = 0;
+      for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
+      if (link_bytes == 0) continue;
+      const double ms = link_bytes / (axes.find('X') != std::string::npos ? x_link_bw : link_bw) * 1e3;
+      CHECK(row.at("comm_ms_by_axes").at(axes).get<double>() == doctest::Approx(ms).epsilon(1e-12));
+      comm_ms += ms;
+    }
+    const double step_ms = std::max(compute_ms, comm_ms);
+    CHECK(row.at("step_ms").get<double>() == doctest::Approx(step_ms).epsilon(1e-12));
+    const bool fits = peak_of(report) <= memory;
+    CHECK(row.at("fits").get<bool>() == fits);
+    const double rate = report.at("model_flops").get<double>() / step_ms;
+    if (fits && rate > fastest_rate) fastest = row.at("report").get<std::string>(), fastest_rate = rate;
+  }
+  CHECK(!fastest.empty());
+  CHECK(plan.at("recommendation").get<std::string>() == fastest);
+  CHECK(r.output.find("# recommendation: " + fastest) != std::string::npos);
+
+  const command_result unknown_axis = run_command(std::string(TPX_PLAN) + " --reports" + files + " --axis-link-bw Z=1e9");
+  CHECK(unknown_axis.status != 0);
+  CHECK(unknown_axis.output.find("--axis-link-bw Z: no report's mesh has an axis Z") != std::string::npos);
+  const command_result not_a_report = run_command(std::string(TPX_PLAN) + " --reports " + out.string());
+  CHECK(not_a_report.status != 0);
+  CHECK(not_a_report.output.find(out.string() + ": not a --dry-run report") != std::string::npos);
+  const command_result mixed = run_command(std::string(TPX_PLAN) + " --reports" + files + " --layers 4");
+  CHECK(mixed.status != 0);
+  CHECK(mixed.output.find("--layers excludes --reports") != std::string::npos);
+}
+#endif
 
 #ifdef TPX_PROGRAMS_ON_GPU
 TEST_CASE("the CUDA programs answer --help and refuse bad flags with or without a GPU") {

@@ -1,0 +1,225 @@
+// tpx-plan --reports: the example trainers' dry runs priced on a hardware profile. A --dry-run
+// report (`tpx-gpt --dry-run --mesh 4x2 ... --log 4x2.json`: examples/trainer/dry_run_main.hpp)
+// holds the exact counts of one training step of the real program on every rank: tensor memory,
+// the FLOPs of its matrix products, and rank 0's link bytes per set of mesh axes. This prices
+// them: the busiest rank's products at the profile's FLOP/s, each set of axes' link bytes at its
+// link bandwidth (the profile's, or --axis-link-bw's for an axis that leaves the node; a set of
+// several axes at its slowest), and the step as the longer of the two (communication hidden
+// behind compute: the bound a perfectly overlapped step reaches) and as their sum (nothing
+// hidden). The MFU ceiling is the model FLOPs per device over the profile's FLOP/s and the
+// overlapped step; the recommendation is the report whose mesh trains fastest, the most model
+// FLOPs per second of the whole mesh (for one model and batch: the shortest step), among those
+// whose largest rank's tensors fit in device memory. These
+// are the cost model's bounds from the profile's peaks, not measurements: a kernel below peak
+// or a collective below its bus bandwidth makes a real step longer.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <tpx/cost/hardware.hpp>
+#include <utility>
+#include <vector>
+
+namespace plan {
+
+// One report, priced.
+struct priced_report {
+  std::string file, program, mesh;
+  bool bf16 = false;
+  int ranks = 0;
+  double peak_bytes = 0;  // the largest rank's, tensors only
+  bool fits = false;
+  double compute_seconds = 0;                               // the busiest rank's products
+  std::vector<std::pair<std::string, double>> comm_seconds;  // rank 0's, per set of axes
+  double comm_total_seconds = 0;
+  double step_overlapped_seconds = 0, step_serial_seconds = 0;
+  double mfu_ceiling = 0;
+  double model_flops = 0;      // of a step, on all ranks
+  std::set<std::string> axes;  // the mesh's axes in sets of more than one rank
+};
+
+// The link bandwidth of a set of axes ("X, Y"): its slowest axis's, each the profile's unless
+// `axis_link_bw` names it.
+inline double link_bandwidth(const std::string& axes, const tpx::cost::hardware_profile& hw,
+                             const std::map<std::string, double>& axis_link_bw) {
+  double slowest = hw.link_bw;
+  for (std::size_t begin = 0; begin < axes.size();) {
+    const std::size_t end = std::min(axes.find(", ", begin), axes.size());
+    const auto named = axis_link_bw.find(axes.substr(begin, end - begin));
+    if (named != axis_link_bw.end()) slowest = std::min(slowest, named->second);
+    begin = end + 2;
+  }
+  return slowest;
+}
+
+// The report in `file`, read; throws std::runtime_error naming the file when it is not JSON or
+// not a dry-run report.
+inline nlohmann::json read_report(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error("cannot read " + file);
+  try {
+    nlohmann::json report = nlohmann::json::parse(in);
+    if (!report.is_object() || report.value("dry_run", false) != true ||
+        !report.contains("traffic_of_rank_0") || !report.contains("ranks") || report.at("ranks").empty())
+      throw std::runtime_error("no dry run's figures");
+    return report;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(file + ": not a --dry-run report of tpx-gpt or tpx-train (--dry-run --log FILE "
+                             "writes one): " + e.what());
+  }
+}
+
+// The report in `file`, priced on hw; throws std::runtime_error naming the file when it is not
+// a dry-run report.
+inline priced_report price_report(const std::string& file, const tpx::cost::hardware_profile& hw,
+                                  const std::map<std::string, double>& axis_link_bw) {
+  const nlohmann::json report = read_report(file);
+  priced_report p;
+  p.file = file;
+  p.program = report.at("program").get<std::string>();
+  p.mesh = report.at("mesh").get<std::string>();
+  p.bf16 = report.at("bf16").get<bool>();
+  const nlohmann::json& ranks = report.at("ranks");
+  p.ranks = static_cast<int>(ranks.size());
+  double busiest = 0;
+  for (const nlohmann::json& r : ranks) {
+    p.peak_bytes = std::max(p.peak_bytes, r.at("peak_bytes").get<double>());
+    busiest = std::max(busiest, r.at("matrix_flops").get<double>());
+  }
+  p.fits = hw.memory <= 0 || p.peak_bytes <= hw.memory;
+  p.compute_seconds = busiest / hw.flops;
+  const nlohmann::json& traffic = report.at("traffic_of_rank_0");
+  for (const auto& [axes, collectives] : traffic.items()) {
+    for (std::size_t begin = 0; begin < axes.size();) {
+      const std::size_t end = std::min(axes.find(", ", begin), axes.size());
+      p.axes.insert(axes.substr(begin, end - begin));
+      begin = end + 2;
+    }
+    double link_bytes = 0;
+    for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
+    if (link_bytes == 0) continue;  // a set of axes the step reduces nothing over
+    const double seconds = link_bytes / link_bandwidth(axes, hw, axis_link_bw);
+    p.comm_seconds.emplace_back(axes, seconds);
+    p.comm_total_seconds += seconds;
+  }
+  p.step_overlapped_seconds = std::max(p.compute_seconds, p.comm_total_seconds);
+  p.step_serial_seconds = p.compute_seconds + p.comm_total_seconds;
+  p.model_flops = report.at("model_flops").get<double>();
+  p.mfu_ceiling = p.model_flops / p.ranks / hw.flops / p.step_overlapped_seconds;
+  return p;
+}
+
+// --axis-link-bw's values, "X=50e9" (bytes/s), by axis; throws std::invalid_argument with the
+// sentence for the user when one is not NAME=a finite number > 0.
+inline std::map<std::string, double> parse_axis_link_bw(const std::vector<std::string>& values) {
+  std::map<std::string, double> by_axis;
+  for (const std::string& v : values) {
+    const std::size_t equals = v.find('=');
+    double bandwidth = 0;
+    std::size_t used = 0;
+    try {
+      if (equals != std::string::npos && equals > 0) bandwidth = std::stod(v.substr(equals + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || equals + 1 + used != v.size() || !(bandwidth > 0) || bandwidth > 1e300)
+      throw std::invalid_argument("--axis-link-bw: expected AXIS=BYTES_PER_S with a finite number > 0, "
+                                  "e.g. X=50e9; got '" + v + "'");
+    by_axis[v.substr(0, equals)] = bandwidth;
+  }
+  return by_axis;
+}
+
+// Throws std::invalid_argument when an axis --axis-link-bw names is on no report's mesh.
+inline void check_axes_named(const std::vector<priced_report>& reports,
+                             const std::map<std::string, double>& axis_link_bw) {
+  std::set<std::string> axes;
+  for (const priced_report& p : reports) axes.insert(p.axes.begin(), p.axes.end());
+  for (const auto& [axis, bandwidth] : axis_link_bw) {
+    (void)bandwidth;
+    if (axes.contains(axis)) continue;
+    std::string known;
+    for (const std::string& a : axes) known += (known.empty() ? "" : ", ") + a;
+    throw std::invalid_argument("--axis-link-bw " + axis + ": no report's mesh has an axis " + axis +
+                                " of more than one rank (theirs: " + (known.empty() ? "none" : known) + ")");
+  }
+}
+
+// The reports priced on hw, as a table and JSON rows, and the recommendation (a report's file;
+// empty when none fits).
+struct priced_table {
+  nlohmann::json rows;
+  std::string recommendation;
+};
+
+// Prints the table of the reports priced on hw and the recommendation.
+inline priced_table print_priced_reports(const std::vector<priced_report>& reports,
+                                           const tpx::cost::hardware_profile& hw) {
+  std::printf("# tpx-plan: %zu dry-run report(s) priced on %s: %.3g FLOP/s, %.3g B/s per link, "
+              "%.3g B of memory per device\n",
+              reports.size(), std::string(hw.name).c_str(), hw.flops, hw.link_bw, hw.memory);
+  std::printf("# bounds from the profile's peaks, not measurements; memory is tensors only (a GPU\n"
+              "# process also holds the CUDA context, cuBLASLt's workspace and NCCL's buffers)\n");
+  for (const priced_report& p : reports)
+    if (!p.bf16)
+      std::printf("# %s is fp32: the profile's FLOP/s is its bf16 peak; give --flops for fp32\n",
+                  p.file.c_str());
+  for (const priced_report& p : reports)
+    if (p.mfu_ceiling > 1) {
+      std::printf("# a ceiling above 100%%: the model FLOPs (the trainers' MFU: 6 per parameter and token,\n"
+                  "# plus attention's whole T x T) count the masked half the fused attention skips\n");
+      break;
+    }
+  std::printf("#\n# %-14s %-7s %6s %10s %11s %11s %11s %6s  %s\n", "report", "mesh", "ranks",
+              "peak GiB", "compute ms", "comm ms", "step ms", "MFU", "communication per set of axes (ms)");
+  priced_table table{nlohmann::json::array(), ""};
+  const priced_report* best = nullptr;
+  for (const priced_report& p : reports) {
+    std::string axes_text;
+    nlohmann::json comm = nlohmann::json::object();
+    for (const auto& [axes, seconds] : p.comm_seconds) {
+      char part[64];
+      std::snprintf(part, sizeof part, "%s%s %.3f", axes_text.empty() ? "" : ", ", axes.c_str(),
+                    seconds * 1e3);
+      axes_text += part;
+      comm[axes] = seconds * 1e3;
+    }
+    std::printf("  %-14s %-7s %6d %10.2f %11.3f %11.3f %11.3f %5.1f%%  %s%s\n", p.file.c_str(),
+                p.mesh.c_str(), p.ranks, p.peak_bytes / (1 << 30), p.compute_seconds * 1e3,
+                p.comm_total_seconds * 1e3, p.step_overlapped_seconds * 1e3, 100 * p.mfu_ceiling,
+                axes_text.empty() ? "none" : axes_text.c_str(), p.fits ? "" : "; does not fit");
+    const auto rate = [](const priced_report& r) { return r.model_flops / r.step_overlapped_seconds; };
+    if (p.fits && (!best || rate(p) > rate(*best))) best = &p;
+    table.rows.push_back({{"report", p.file},
+                    {"program", p.program},
+                    {"mesh", p.mesh},
+                    {"ranks", p.ranks},
+                    {"peak_bytes", p.peak_bytes},
+                    {"fits", p.fits},
+                    {"compute_ms", p.compute_seconds * 1e3},
+                    {"comm_ms", p.comm_total_seconds * 1e3},
+                    {"comm_ms_by_axes", comm},
+                    {"step_ms", p.step_overlapped_seconds * 1e3},
+                    {"step_ms_without_overlap", p.step_serial_seconds * 1e3},
+                    {"mfu_ceiling", p.mfu_ceiling}});
+  }
+  if (best) {
+    table.recommendation = best->file;
+    std::printf("# recommendation: %s (mesh %s, the fastest that fits: %.3g model FLOP/s over its %d "
+                "devices, a step of %.3f ms with communication overlapped, %.3f ms without)\n",
+                best->file.c_str(), best->mesh.c_str(),
+                best->model_flops / best->step_overlapped_seconds, best->ranks,
+                best->step_overlapped_seconds * 1e3, best->step_serial_seconds * 1e3);
+  } else {
+    std::printf("# recommendation: none of the reports fits in %.3g bytes per device\n", hw.memory);
+  }
+  return table;
+}
+
+}  // namespace plan
