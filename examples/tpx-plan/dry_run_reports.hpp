@@ -44,16 +44,25 @@ struct priced_report {
   std::set<std::string> axes;  // the mesh's axes in sets of more than one rank
 };
 
+// The axes of a set as the report names it: "X, Y" -> {"X", "Y"}.
+inline std::vector<std::string> axes_in(const std::string& set) {
+  std::vector<std::string> axes;
+  for (std::size_t begin = 0; begin < set.size();) {
+    const std::size_t end = std::min(set.find(", ", begin), set.size());
+    axes.push_back(set.substr(begin, end - begin));
+    begin = end + 2;
+  }
+  return axes;
+}
+
 // The link bandwidth of a set of axes ("X, Y"): its slowest axis's, each the profile's unless
 // `axis_link_bw` names it.
-inline double link_bandwidth(const std::string& axes, const tpx::cost::hardware_profile& hw,
+inline double link_bandwidth(const std::string& set, const tpx::cost::hardware_profile& hw,
                              const std::map<std::string, double>& axis_link_bw) {
   double slowest = hw.link_bw;
-  for (std::size_t begin = 0; begin < axes.size();) {
-    const std::size_t end = std::min(axes.find(", ", begin), axes.size());
-    const auto named = axis_link_bw.find(axes.substr(begin, end - begin));
+  for (const std::string& axis : axes_in(set)) {
+    const auto named = axis_link_bw.find(axis);
     if (named != axis_link_bw.end()) slowest = std::min(slowest, named->second);
-    begin = end + 2;
   }
   return slowest;
 }
@@ -96,11 +105,7 @@ inline priced_report price_report(const std::string& file, const tpx::cost::hard
   p.compute_seconds = busiest / hw.flops;
   const nlohmann::json& traffic = report.at("traffic_of_rank_0");
   for (const auto& [axes, collectives] : traffic.items()) {
-    for (std::size_t begin = 0; begin < axes.size();) {
-      const std::size_t end = std::min(axes.find(", ", begin), axes.size());
-      p.axes.insert(axes.substr(begin, end - begin));
-      begin = end + 2;
-    }
+    for (const std::string& axis : axes_in(axes)) p.axes.insert(axis);
     double link_bytes = 0;
     for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
     if (link_bytes == 0) continue;  // a set of axes the step reduces nothing over

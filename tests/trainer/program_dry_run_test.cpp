@@ -46,6 +46,13 @@ nlohmann::json dry_run_report(const std::string& program, const std::string& arg
   return report;
 }
 
+// What a report's collectives over one set of axes put on rank 0's link.
+double link_bytes_of(const nlohmann::json& collectives) {
+  double link_bytes = 0;
+  for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
+  return link_bytes;
+}
+
 std::int64_t held_bytes(const nlohmann::json& report) {
   std::int64_t held = 0;
   for (const nlohmann::json& rank : report.at("ranks")) {
@@ -120,8 +127,7 @@ TEST_CASE("a real run logs the link bytes per step and the peak memory that --dr
     CHECK(logged.size() == dry.at("traffic_of_rank_0").size());
     for (const auto& [axes, collectives] : dry.at("traffic_of_rank_0").items()) {
       INFO(axes);
-      double link_bytes = 0;
-      for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
+      const double link_bytes = link_bytes_of(collectives);
       CHECK(logged.at(axes).get<double>() == doctest::Approx(link_bytes).epsilon(1e-12));
     }
   }
@@ -181,8 +187,7 @@ TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that 
     CHECK(row.at("compute_ms").get<double>() == doctest::Approx(compute_ms).epsilon(1e-12));
     double comm_ms = 0;
     for (const auto& [axes, collectives] : report.at("traffic_of_rank_0").items()) {
-      double link_bytes = 0;
-      for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
+      const double link_bytes = link_bytes_of(collectives);
       if (link_bytes == 0) continue;
       const double ms = link_bytes / (axes.find('X') != std::string::npos ? x_link_bw : link_bw) * 1e3;
       CHECK(row.at("comm_ms_by_axes").at(axes).get<double>() == doctest::Approx(ms).epsilon(1e-12));
