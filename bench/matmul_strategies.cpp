@@ -30,7 +30,10 @@
 // bus bandwidth of an all_gather of 16 MiB over all ranks, medians of 5. Each JSON row carries
 // the profile it was predicted with, and settings.profiles holds each as a hardware profile
 // (FLOP/s, memory and link bytes/s, memory per rank) that `tpx-plan --profile FILE` reads as
-// "this machine". bench/README.md compares measurement and prediction.
+// "this machine". bench/README.md compares measurement and prediction. Beside the predicted
+// bytes each row prints the link bytes rank 0's communicators counted in one timed run (the
+// nccl-tests bus bytes of its collectives, comm/collective_traffic.hpp), so that a row whose
+// model moves other bytes than the program shows it.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
@@ -137,28 +140,40 @@ struct row {
   std::int64_t m = 0, k = 0, n = 0;  // I, J, K or B, D, F
   samples compute, comm, unsharded;
   tpx::cost::op_estimate predicted;
+  double counted_link_bytes = 0;  // rank 0's in one timed run, as its communicators counted it
 };
+
+// What the rank's collectives have put on its link so far, over every set of mesh axes.
+double link_bytes_so_far(const tpx::rank_context& rank) {
+  double bytes = 0;
+  for (const tpx::axes_traffic& axes : rank.traffic_by_axis_names())
+    bytes += axes.traffic.total().link_bytes;
+  return bytes;
+}
 
 std::string mesh_name(int x, int y) { return "X=" + std::to_string(x) + ",Y=" + std::to_string(y); }
 
 void print_header() {
-  std::printf("# %-8s %-4s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "name",
-              "pass", "mesh", "I|B", "J|D", "K|F", "measured", "compute", "comm", "predicted",
-              "p.comm", "p.total", "meas/", "comm MiB", "unsharded");
-  std::printf("# %-8s %-4s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %10s\n", "", "",
-              "", "", "", "", "(ms)", "(ms)", "(ms)", "compute", "(ms)", "(ms)", "pred", "per rank",
-              "(ms)");
+  std::printf(
+      "# %-8s %-4s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %9s %10s\n", "name",
+      "pass", "mesh", "I|B", "J|D", "K|F", "measured", "compute", "comm", "predicted", "p.comm",
+      "p.total", "meas/", "link MiB", "link MiB", "unsharded");
+  std::printf(
+      "# %-8s %-4s %-7s %6s %6s %6s %10s %10s %10s %10s %10s %10s %7s %9s %9s %10s\n", "", "", "",
+      "", "", "", "(ms)", "(ms)", "(ms)", "compute", "(ms)", "(ms)", "pred", "predicted",
+      "counted", "(ms)");
 }
 
 void print_row(const row& r) {
   const double c = r.compute.median(), m = r.comm.median(), p = r.predicted.seconds();
   std::printf(
       "  %-8s %-4s %-7s %6lld %6lld %6lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %7.2f %9.2f "
-      "%10.3f\n",
+      "%9.2f %10.3f\n",
       r.name.c_str(), r.pass.substr(0, 3).c_str(), r.mesh.c_str(), static_cast<long long>(r.m),
       static_cast<long long>(r.k), static_cast<long long>(r.n), (c + m) * 1e3, c * 1e3, m * 1e3,
       r.predicted.compute_seconds() * 1e3, r.predicted.comm.seconds * 1e3, p * 1e3, (c + m) / p,
-      r.predicted.comm.bus_bytes / (1 << 20), r.unsharded.median() * 1e3);
+      r.predicted.comm.bus_bytes / (1 << 20), r.counted_link_bytes / (1 << 20),
+      r.unsharded.median() * 1e3);
   std::fflush(stdout);
 }
 
@@ -179,6 +194,7 @@ nlohmann::json to_json(const row& r) {
           {"predicted_comm_ms", r.predicted.comm.seconds * 1e3},
           {"measured_over_predicted", (c + m) / r.predicted.seconds()},
           {"comm_bus_mib_per_rank", r.predicted.comm.bus_bytes / (1 << 20)},
+          {"comm_bus_mib_per_rank_counted", r.counted_link_bytes / (1 << 20)},
           {"collectives", r.predicted.comm.collectives},
           {"unsharded_ms", r.unsharded.median() * 1e3}};
 }
@@ -255,10 +271,12 @@ row sharded_case(const char* name, int x, int y, const options& o, const calibra
     const auto b = random_tensor<R>::make(rank, o.matrix, o.matrix, 2);
     for (int i = 0; i < o.warmup + o.iters; ++i) {
       parts p;
+      const double link_before = link_bytes_so_far(rank);
       product<Out>(a, b, p, timed);
       if (i < o.warmup || rank.world_rank() != 0) continue;
       r.compute.seconds.push_back(p.compute);
       r.comm.seconds.push_back(p.comm);
+      r.counted_link_bytes = link_bytes_so_far(rank) - link_before;
     }
   });
   return r;
@@ -292,20 +310,27 @@ std::pair<row, row> layer(const char* name, int x, int y, std::int64_t batch, co
     const auto w_out = random_tensor<w_out_t>::make(rank, o.d_ff, o.d_model, 3);
     for (int i = 0; i < o.warmup + o.iters; ++i) {
       parts f, b;
+      double forward_link = 0, backward_link = 0;
       tpx::cost::mlp::run_step<Layout, tpx::host_space>(
           in, w_in, w_out, [&](tpx::cost::step_part part, auto&& fn) {
             using enum tpx::cost::step_part;
+            const bool forward = part == forward_communication || part == forward_compute;
             double& total = part == forward_communication ? f.comm
                             : part == forward_compute     ? f.compute
                             : part == backward_communication ? b.comm
                                                              : b.compute;
-            return timed(total, fn);
+            const double link_before = link_bytes_so_far(rank);
+            auto result = timed(total, fn);
+            (forward ? forward_link : backward_link) += link_bytes_so_far(rank) - link_before;
+            return result;
           });
       if (i < o.warmup || rank.world_rank() != 0) continue;
       r.first.compute.seconds.push_back(f.compute);
       r.first.comm.seconds.push_back(f.comm);
       r.second.compute.seconds.push_back(b.compute);
       r.second.comm.seconds.push_back(b.comm);
+      r.first.counted_link_bytes = forward_link;
+      r.second.counted_link_bytes = backward_link;
     }
   });
   return r;

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "../support/run_command.hpp"
 #include "../trainer/trainer_checkpoints.hpp"
 #include "mpi_trainer_runs.hpp"
 
@@ -34,13 +35,18 @@ namespace fs = std::filesystem;
 
 int world_rank() { return tpx::mpi_world_processes().rank(); }  // starts MPI if need be
 
-// <tmp>/tpx-mpi-checkpoint-<world rank 0's pid>/<name>, the same on every process, empty.
+// <tmp>/tpx-mpi-checkpoint-<world rank 0's pid>/<name>, the same on every process, empty; world
+// rank 0 removes <tmp>/tpx-mpi-checkpoint-<pid> when it exits.
 std::string shared_folder(const std::string& name) {
   const tpx::mpi_world_processes processes;
-  const fs::path dir =
+  const fs::path root =
       fs::temp_directory_path() /
-      ("tpx-mpi-checkpoint-" + processes.broadcast_from_first(std::to_string(::getpid()))) / name;
-  if (processes.rank() == 0) fs::remove_all(dir);
+      ("tpx-mpi-checkpoint-" + processes.broadcast_from_first(std::to_string(::getpid())));
+  const fs::path dir = root / name;
+  if (processes.rank() == 0) {
+    static const scratch_root removed_at_exit(root);
+    fs::remove_all(dir);
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   return dir.string();
 }

@@ -4,7 +4,9 @@
 // `mpirun -np 4`: the even world ranks call spmd(tpx::mpi, ...) with a 2x2 mesh, the odd ones with
 // 4x1 (4 ranks too, so the world-size check passes and only the fingerprint can tell). Each
 // process checks that spmd throws spmd_error carrying its own rank and the whole message, never
-// runs the function, and does so within 2 s.
+// runs the function, and does so within 2 s. And two processes claiming one GPU
+// (launch/exclusive_claims.hpp, as cuda_mpi's launch claims them) are named, on every process,
+// by world rank 0's sentence; processes with GPUs of their own pass.
 #include <doctest/doctest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -51,4 +53,19 @@ TEST_CASE("processes given different meshes are refused on every rank, naming th
       on_host(3) + " has mesh X=4, Y=1 where " + on_host(0) +
       " has mesh X=2, Y=2. Start one program, built once, with the same mesh on every process.";
   CHECK(what == expected);
+}
+
+TEST_CASE("shared_claim_among names, on every process, the first two processes claiming one GPU") {
+  const tpx::mpi_world_processes processes;
+  const int me = processes.rank();
+  const auto claim_of = [](int rank, int gpus) -> tpx::exclusive_claim {
+    return {"GPU GPU-" + std::to_string(rank % gpus), "process " + std::to_string(rank)};
+  };
+  CHECK(tpx::shared_claim_among(processes, claim_of(me, processes.size())).empty());
+  CHECK(tpx::shared_claim_among(processes, {}).empty());
+  // Four processes, two GPUs: 0 and 2 share GPU-0 (1 and 3 GPU-1, found after).
+  REQUIRE(processes.size() == 4);
+  CHECK(tpx::shared_claim_among(processes, claim_of(me, 2)) ==
+        "rank 0 (process 0) and rank 2 (process 2) both claim GPU GPU-0; each rank needs one of "
+        "its own");
 }

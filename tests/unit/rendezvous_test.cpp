@@ -3,7 +3,9 @@
 // processes started here by hand (tests/launch/rendezvous_peer.cpp, posix_spawn with an
 // environment of our making, no MPI), gives every rank rank 0's bytes, and fails on every rank
 // with a message within its timeout when rank 0 is unreachable, a rank never comes, two ranks
-// claim one rank, or the builds or world sizes differ.
+// claim one rank, the builds or world sizes differ, or two ranks claim one GPU (their
+// exclusive_claims, as the CUDA launch makes them from the GPUs' UUIDs: the rule and the UUID's
+// text are checked here too).
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tpx/launch/exclusive_claims.hpp>
 #include <tpx/launch/launch_environment.hpp>
 #include <tpx/launch/tcp_rendezvous.hpp>
 #include <utility>
@@ -50,7 +54,8 @@ struct finished {
 // A rendezvous_peer process with exactly `env` as its environment, stdout and stderr to files.
 class peer {
  public:
-  peer(const variables& env, const std::string& fingerprint, int timeout_ms) {
+  peer(const variables& env, const std::string& fingerprint, int timeout_ms,
+       const tpx::exclusive_claim& claim = {}) {
     static int count = 0;
     folder_ = fs::temp_directory_path() /
               ("tpx-rendezvous-" + std::to_string(::getpid()) + "-" + std::to_string(count++));
@@ -67,8 +72,9 @@ class peer {
     for (std::string& text : texts) envp.push_back(text.data());
     envp.push_back(nullptr);
     std::string program = TPX_RENDEZVOUS_PEER, timeout = std::to_string(timeout_ms);
-    std::string print = fingerprint;
-    char* argv[] = {program.data(), print.data(), timeout.data(), nullptr};
+    std::string print = fingerprint, key = claim.key, holder = claim.holder;
+    char* argv[] = {program.data(), print.data(), timeout.data(),
+                    claim.key.empty() ? nullptr : key.data(), holder.data(), nullptr};
     const int started = ::posix_spawn(&pid_, program.c_str(), &files, nullptr, argv, envp.data());
     posix_spawn_file_actions_destroy(&files);
     REQUIRE_MESSAGE(started == 0, "posix_spawn of " << program << " failed");
@@ -308,5 +314,80 @@ TEST_CASE(
     CHECK(a.exit_code == 1);
     CHECK(b.exit_code == 1);
     CHECK(contains(a.err + b.err, "the rendezvous failed at rank 0: " + why));
+  }
+}
+
+TEST_CASE("shared_claim_problem names the first two ranks that claim one thing") {
+  using claims = std::vector<tpx::exclusive_claim>;
+  CHECK(tpx::shared_claim_problem(claims{}).empty());
+  CHECK(tpx::shared_claim_problem(claims{{"GPU a", "device 0"}, {"GPU b", "device 1"}}).empty());
+  CHECK(tpx::shared_claim_problem(claims{{"", "nothing"}, {"", "nothing"}}).empty());
+  CHECK(tpx::shared_claim_problem(claims{{"GPU a", "device 0 on n1"},
+                                         {"GPU b", "device 1 on n1"},
+                                         {"GPU b", "device 0 (CUDA_VISIBLE_DEVICES=1) on n1"},
+                                         {"GPU a", "device 0 on n1"}}) ==
+        "rank 1 (device 1 on n1) and rank 2 (device 0 (CUDA_VISIBLE_DEVICES=1) on n1) both claim "
+        "GPU b; each rank needs one of its own");
+}
+
+TEST_CASE("gpu_uuid_text writes a UUID as nvidia-smi -L does") {
+  std::array<unsigned char, 16> bytes{};
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 17);
+  CHECK(tpx::gpu_uuid_text(bytes) == "GPU-00112233-4455-6677-8899-aabbccddeeff");
+  bytes.fill(0xf0);
+  CHECK(tpx::gpu_uuid_text(bytes) == "GPU-f0f0f0f0-f0f0-f0f0-f0f0-f0f0f0f0f0f0");
+}
+
+TEST_CASE("two ranks that claim one GPU fail on every rank, naming both; distinct GPUs meet") {
+  const auto device = [](int local_rank) -> tpx::exclusive_claim {
+    return {"GPU GPU-" + std::to_string(local_rank % 2),
+            "device " + std::to_string(local_rank % 2) + ", local rank " +
+                std::to_string(local_rank) + " on n1"};
+  };
+  SUBCASE("ranks 1 and 3 share a GPU") {
+    const int port = free_port();
+    std::vector<std::unique_ptr<peer>> ranks;
+    for (int r = 0; r < 4; ++r)
+      ranks.push_back(std::make_unique<peer>(torchrun(r, 4, port), "tpx", 20000,
+                                             r == 0 ? tpx::exclusive_claim{"GPU GPU-x", "x"}
+                                                    : device(r)));
+    const std::string why =
+        "rank 1 (device 1, local rank 1 on n1) and rank 3 (device 1, local rank 3 on n1) both "
+        "claim GPU GPU-1; each rank needs one of its own";
+    for (int r = 0; r < 4; ++r) {
+      const finished result = ranks[r]->wait();
+      INFO("rank " << r << ": " << result.err);
+      CHECK(result.exit_code == 1);
+      CHECK(contains(result.err, r == 0 ? "tpx: rank 0: the rendezvous failed: " + why
+                                        : "tpx: rank " + std::to_string(r) +
+                                              " of 4: the rendezvous failed at rank 0: " + why));
+    }
+  }
+  SUBCASE("rank 0 and rank 2 share one, found on rank 0's own claim") {
+    const int port = free_port();
+    peer rank0(torchrun(0, 3, port), "tpx", 20000, device(0));
+    peer rank1(torchrun(1, 3, port), "tpx", 20000, device(1));
+    peer rank2(torchrun(2, 3, port), "tpx", 20000, device(2));
+    const finished zero = rank0.wait(), one = rank1.wait(), two = rank2.wait();
+    INFO(zero.err << one.err << two.err);
+    const std::string why =
+        "rank 0 (device 0, local rank 0 on n1) and rank 2 (device 0, local rank 2 on n1) both "
+        "claim GPU GPU-0";
+    CHECK(zero.exit_code == 1);
+    CHECK(one.exit_code == 1);
+    CHECK(two.exit_code == 1);
+    CHECK(contains(zero.err, why));
+    CHECK(contains(one.err, why));
+    CHECK(contains(two.err, why));
+  }
+  SUBCASE("each its own") {
+    const int port = free_port();
+    peer rank0(torchrun(0, 2, port), "tpx", 20000, device(0));
+    peer rank1(torchrun(1, 2, port), "tpx", 20000, device(1));
+    const finished zero = rank0.wait(), one = rank1.wait();
+    INFO(zero.err << one.err);
+    CHECK(zero.exit_code == 0);
+    CHECK(one.exit_code == 0);
+    CHECK(zero.out == one.out);
   }
 }

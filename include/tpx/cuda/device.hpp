@@ -3,12 +3,18 @@
 //
 // The CUDA tests and benches call this first and report themselves skipped ("skipped: no CUDA
 // device") rather than passed when it returns 0; the launchers call it to refuse a mesh that
-// needs more GPUs than there are.
+// needs more GPUs than there are, and gpu_claim to refuse two ranks on one GPU
+// (launch/exclusive_claims.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <span>
 #include <string>
+
+#include "tpx/cuda/check.hpp"
+#include "tpx/launch/exclusive_claims.hpp"
+#include "tpx/launch/this_host.hpp"
 
 namespace tpx::cuda {
 
@@ -29,5 +35,23 @@ inline device_census find_devices() {
 }
 
 inline int device_count() { return find_devices().count; }
+
+// What a launched rank that drives `device` holds alone: the GPU by its UUID (the same on every
+// process, however CUDA_VISIBLE_DEVICES numbers it), and how the rank came to it,
+// "device 0 (CUDA_VISIBLE_DEVICES=3), local rank 1 on node7". `visible` is
+// CUDA_VISIBLE_DEVICES's value, nullptr when unset.
+inline exclusive_claim gpu_claim(int device, const char* visible, int local_rank) {
+  cudaDeviceProp properties{};
+  TPX_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(properties.uuid.bytes);
+  std::string holder = "device " + std::to_string(device);
+  if (visible != nullptr) {
+    holder += " (CUDA_VISIBLE_DEVICES=";
+    holder += visible;
+    holder += ')';
+  }
+  holder += ", local rank " + std::to_string(local_rank) + " on " + tpx::this_host();
+  return {"GPU " + gpu_uuid_text(std::span<const unsigned char, 16>(bytes, 16)), holder};
+}
 
 }  // namespace tpx::cuda

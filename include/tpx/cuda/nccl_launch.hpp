@@ -9,9 +9,10 @@
 //   spmd(tpx::cuda_launched, mesh, fn, options)             the same as an SPMD launcher
 //
 // Before any NCCL call every rank checks what would otherwise hang or fail deep inside NCCL: a
-// launch whose world size is not the mesh's rank count, a node with more ranks than GPUs, and
+// launch whose world size is not the mesh's rank count, a node with more ranks than GPUs,
 // (through the rendezvous fingerprint) ranks built from other tpx, CUDA or NCCL versions or
-// given another mesh. Each fails with a message naming the rank and its host.
+// given another mesh, and (through the ranks' claims, launch/exclusive_claims.hpp) two ranks
+// driving one GPU. Each fails with a message naming the rank and its host.
 //
 // spmd(tpx::cuda_launched, ...) lets code written against a launcher (the example trainers)
 // run as one launched process: it is run_launched_rank, with a failure of fn reported as
@@ -89,8 +90,8 @@ inline nccl_bootstrap nccl_bootstrap_from(const launch_environment& env,
   }
   ncclUniqueId id{};
   if (env.rank == 0) id = nccl_unique_id();
-  rendezvous_links met =
-      tcp_rendezvous_linked(env, std::as_bytes(std::span(&id, 1)), fingerprint, timeout);
+  rendezvous_links met = tcp_rendezvous_linked(env, std::as_bytes(std::span(&id, 1)), fingerprint,
+                                               timeout, gpu_claim(device, visible, env.local_rank));
   const std::vector<std::byte> bytes = std::move(met.payload);
   if (bytes.size() != sizeof id) {
     throw rendezvous_error("tpx: rank " + std::to_string(env.rank) + " received " +

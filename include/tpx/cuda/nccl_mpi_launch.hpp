@@ -12,8 +12,9 @@
 //
 // Before any NCCL call every process checks what would otherwise hang inside NCCL: a job whose
 // size is not the mesh's rank count (every process throws spmd_error naming both, as
-// spmd(tpx::mpi) does), a node with more processes than GPUs, and processes built from other tpx,
-// CUDA or NCCL versions or given another mesh (world rank 0's fingerprint, sent to all). A
+// spmd(tpx::mpi) does), a node with more processes than GPUs, processes built from other tpx,
+// CUDA or NCCL versions or given another mesh (world rank 0's fingerprint, sent to all), and two
+// processes driving one GPU (their claims compared on world rank 0: launch/exclusive_claims.hpp). A
 // failure that may differ between processes, those and any failure of fn, ends the job as
 // spmd(tpx::mpi) does: the rank prints "tpx: rank 2 (X=1, Y=0) on host node3 failed: ..." and
 // calls MPI_Abort, so that no process waits in NCCL for one that is gone.
@@ -86,6 +87,9 @@ inline nccl_bootstrap nccl_bootstrap_from_mpi(const mpi_world_processes& process
     throw std::invalid_argument("it was built or started for " + fingerprint +
                                 ", world rank 0 for " + first +
                                 ": start every process from one build, with one mesh");
+  const std::string shared = shared_claim_among(processes, gpu_claim(device, visible, on_node));
+  if (!shared.empty())
+    throw std::invalid_argument("the processes of this job cannot share a GPU: " + shared);
   ncclUniqueId id{};
   if (processes.rank() == 0) id = nccl_unique_id();
   const std::string bytes =

@@ -4,6 +4,8 @@
 // checkpoint folder) can let world rank 0 decide for every process. spmd/spmd_mpi.hpp includes
 // it: code that sees tpx::mpi always sees its processes_of, which is found by argument-dependent
 // lookup, so that no translation unit can take the launcher for one without a process group.
+// shared_claim_among compares what each process holds alone (its GPU: launch/exclusive_claims.hpp)
+// on world rank 0, for the MPI launch of the CUDA backend (cuda/nccl_mpi_launch.hpp).
 //
 // MPI is initialized here if the program has not (comm/mpi_environment.hpp). A failing MPI call
 // throws comm_error naming the call, the rank and its host; MPI_Bcast has no timeout, so the
@@ -16,9 +18,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tpx/comm/mpi_environment.hpp"
 #include "tpx/comm/mpi_errors.hpp"
+#include "tpx/launch/exclusive_claims.hpp"
 #include "tpx/launch/process_group.hpp"
 
 namespace tpx {
@@ -40,20 +44,42 @@ class mpi_world_processes {
   // World rank 0's text, on every process (collective: every process calls it).
   std::string broadcast_from_first(std::string text) const {
     std::uint64_t length = text.size();
-    check(MPI_Bcast(&length, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    check(MPI_Bcast(&length, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
     text.resize(length);
     for (std::uint64_t at = 0; at < length;) {  // MPI counts are ints
       const int count = static_cast<int>(std::min<std::uint64_t>(length - at, 1u << 30));
-      check(MPI_Bcast(text.data() + at, count, MPI_CHAR, 0, MPI_COMM_WORLD));
+      check(MPI_Bcast(text.data() + at, count, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast");
       at += static_cast<std::uint64_t>(count);
     }
     return text;
   }
 
+  // Every process's text on world rank 0, in rank order; empty elsewhere (collective). A text
+  // is at most 2^31 - 1 bytes, as MPI counts are ints.
+  std::vector<std::string> gather_to_first(const std::string& text) const {
+    const int length = static_cast<int>(text.size());
+    std::vector<int> lengths(rank_ == 0 ? size_ : 0), offsets(lengths.size());
+    check(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD),
+          "MPI_Gather");
+    std::string all;
+    for (std::size_t r = 0; r < lengths.size(); ++r) {
+      offsets[r] = static_cast<int>(all.size());
+      all.resize(all.size() + static_cast<std::size_t>(lengths[r]));
+    }
+    check(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
+                      MPI_CHAR, 0, MPI_COMM_WORLD),
+          "MPI_Gatherv");
+    std::vector<std::string> texts;
+    for (std::size_t r = 0; r < lengths.size(); ++r)
+      texts.push_back(all.substr(static_cast<std::size_t>(offsets[r]),
+                                 static_cast<std::size_t>(lengths[r])));
+    return texts;
+  }
+
  private:
-  void check(int code) const {
-    detail::check_mpi(code, "MPI_Bcast",
-                      "a decision of world rank 0 sent to every process, on world rank " +
+  void check(int code, const char* call) const {
+    detail::check_mpi(code, call,
+                      "world rank 0 deciding for every process, on world rank " +
                           std::to_string(rank_) + " on host " + detail::mpi_host_name());
   }
 
@@ -62,5 +88,16 @@ class mpi_world_processes {
 };
 
 inline mpi_world_processes processes_of(const mpi_backend&) { return {}; }
+
+// On every process: "" when no two processes of the job claim one thing, else world rank 0's
+// sentence naming the first two that do (shared_claim_problem). Collective.
+inline std::string shared_claim_among(const mpi_world_processes& processes,
+                                      const exclusive_claim& claim) {
+  const std::vector<std::string> keys = processes.gather_to_first(claim.key);
+  const std::vector<std::string> holders = processes.gather_to_first(claim.holder);
+  std::vector<exclusive_claim> claims;
+  for (std::size_t r = 0; r < keys.size(); ++r) claims.push_back({keys[r], holders[r]});
+  return processes.broadcast_from_first(shared_claim_problem(claims));
+}
 
 }  // namespace tpx

@@ -5,11 +5,13 @@
 // Rank 0 listens on the rendezvous port (MASTER_PORT, or the port launch_environment.hpp
 // says). Every other rank connects to MASTER_ADDR on that port, retrying every 100 ms while
 // nothing listens yet (launchers start ranks in any order), and says hello: its rank, the world
-// size it was started for and a fingerprint, the caller's string (tpx's build, the mesh). When
-// all world_size - 1 ranks have said hello, rank 0 answers each with the payload. If one never
-// comes within the timeout, two claim the same rank, or a world size or a fingerprint differs
-// from rank 0's, rank 0 answers every connected rank with the reason instead, and every rank
-// throws rendezvous_error with it: no rank goes on into NCCL with a world that cannot form. A
+// size it was started for, a fingerprint, the caller's string (tpx's build, the mesh), and what
+// it holds alone (launch/exclusive_claims.hpp: its GPU; nothing by default). When all
+// world_size - 1 ranks have said hello, rank 0 answers each with the payload. If one never comes
+// within the timeout, two claim the same rank, a world size or a fingerprint differs from rank
+// 0's, or two ranks claim one GPU, rank 0 answers every connected rank with the reason instead,
+// and every rank throws rendezvous_error with it: no rank goes on into NCCL with a world that
+// cannot form. A
 // rank that cannot reach rank 0 within the timeout throws naming the address, the variables it
 // came from, its host and the last socket error. Sockets are non-blocking under poll(), so no
 // step waits past the deadline; writes use MSG_NOSIGNAL, so a peer that died is an error, not
@@ -17,8 +19,8 @@
 // each rank's to rank 0), for the heartbeat of checked collectives (comm/tcp_watchdog.hpp).
 //
 // Wire format, integers as 4 little-endian bytes: hello = "tpxR", version, rank, world size,
-// fingerprint length, fingerprint; answer = status (0: payload follows, 1: the reason follows),
-// length, bytes.
+// fingerprint length, fingerprint, claim key length, key, claim holder length, holder; answer =
+// status (0: payload follows, 1: the reason follows), length, bytes.
 #pragma once
 
 #include <netdb.h>
@@ -45,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "tpx/launch/exclusive_claims.hpp"
 #include "tpx/launch/launch_environment.hpp"
 #include "tpx/launch/this_host.hpp"
 
@@ -60,7 +63,7 @@ namespace detail::rendezvous {
 using clock = std::chrono::steady_clock;
 constexpr std::array<std::byte, 4> magic{std::byte{'t'}, std::byte{'p'}, std::byte{'x'},
                                          std::byte{'R'}};
-constexpr std::uint32_t version = 1;
+constexpr std::uint32_t version = 2;
 constexpr std::uint32_t most_bytes = 1u << 20;  // fingerprints and payloads are small
 
 class socket_fd {
@@ -226,11 +229,14 @@ inline socket_fd listen_on(const launch_environment& env) {
 // Rank 0: waits for every other rank's hello, then answers all with the payload or the reason
 // the world cannot form.
 inline links serve(const launch_environment& env, std::span<const std::byte> payload,
-                   std::string_view fingerprint, std::chrono::milliseconds timeout) {
+                   std::string_view fingerprint, const exclusive_claim& claim,
+                   std::chrono::milliseconds timeout) {
   const auto deadline = clock::now() + timeout;
   socket_fd listener = listen_on(env);
   std::vector<socket_fd> ranks(static_cast<std::size_t>(env.world_size));
   std::vector<socket_fd> others;  // connections that named a bad rank: told why, then closed
+  std::vector<exclusive_claim> claims(static_cast<std::size_t>(env.world_size));
+  claims[0] = claim;
   std::string problem;
   int arrived = 0;
   while (arrived < env.world_size - 1 && problem.empty() &&
@@ -242,12 +248,14 @@ inline links serve(const launch_environment& env, std::span<const std::byte> pay
     const auto hello_deadline = std::min(deadline, clock::now() + std::chrono::seconds(5));
     std::array<std::byte, 4> said;
     std::uint32_t peer_version = 0, rank = 0, world = 0;
-    std::vector<std::byte> peer_fingerprint;
+    std::vector<std::byte> peer_fingerprint, claim_key, claim_holder;
     if (!receive_all(peer.get(), said, hello_deadline) || said != magic ||
         !receive_u32(peer.get(), peer_version, hello_deadline) || peer_version != version ||
         !receive_u32(peer.get(), rank, hello_deadline) ||
         !receive_u32(peer.get(), world, hello_deadline) ||
-        !receive_block(peer.get(), peer_fingerprint, hello_deadline)) {
+        !receive_block(peer.get(), peer_fingerprint, hello_deadline) ||
+        !receive_block(peer.get(), claim_key, hello_deadline) ||
+        !receive_block(peer.get(), claim_holder, hello_deadline)) {
       continue;  // not a tpx rank of this version (a port scanner, a stale process): ignored
     }
     const std::string theirs = text_of(peer_fingerprint);
@@ -273,6 +281,7 @@ inline links serve(const launch_environment& env, std::span<const std::byte> pay
                   "'";
       }
       ranks[rank] = std::move(peer);
+      claims[rank] = {text_of(claim_key), text_of(claim_holder)};
       ++arrived;
     }
   }
@@ -289,6 +298,7 @@ inline links serve(const launch_environment& env, std::span<const std::byte> pay
               std::to_string(env.rendezvous_port) + " of " + tpx::this_host() + " within " +
               seconds(timeout);
   }
+  if (problem.empty()) problem = shared_claim_problem(claims);
   // Closed before any rank hears back: a rank that goes on to the launch's next rendezvous on
   // this port (a decision of the process group, then NCCL's id) must find nothing listening and
   // retry, not wait in the backlog of this listener, which accepts no one any more.
@@ -335,7 +345,7 @@ inline socket_fd connect_to(const addrinfo& address, clock::time_point deadline,
 
 // Every other rank: reaches rank 0, says hello, and waits for the answer.
 inline links join(const launch_environment& env, std::string_view fingerprint,
-                  std::chrono::milliseconds timeout) {
+                  const exclusive_claim& claim, std::chrono::milliseconds timeout) {
   const auto deadline = clock::now() + timeout;
   const std::string me =
       "tpx: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size);
@@ -368,9 +378,12 @@ inline links join(const launch_environment& env, std::string_view fingerprint,
   append_u32(hello, version);
   append_u32(hello, static_cast<std::uint32_t>(env.rank));
   append_u32(hello, static_cast<std::uint32_t>(env.world_size));
-  append_u32(hello, static_cast<std::uint32_t>(fingerprint.size()));
-  const auto fingerprint_bytes = bytes_of(fingerprint);
-  hello.insert(hello.end(), fingerprint_bytes.begin(), fingerprint_bytes.end());
+  for (const std::string_view text : {fingerprint, std::string_view(claim.key),
+                                      std::string_view(claim.holder)}) {
+    append_u32(hello, static_cast<std::uint32_t>(text.size()));
+    const auto bytes = bytes_of(text);
+    hello.insert(hello.end(), bytes.begin(), bytes.end());
+  }
   std::uint32_t status = 0;
   std::vector<std::byte> body;
   if (!send_all(rank0.get(), hello, deadline) || !receive_u32(rank0.get(), status, deadline) ||
@@ -393,27 +406,30 @@ using rendezvous_links = detail::rendezvous::links;
 inline rendezvous_links tcp_rendezvous_linked(const launch_environment& env,
                                               std::span<const std::byte> payload,
                                               std::string_view fingerprint,
-                                              std::chrono::milliseconds timeout) {
-  if (fingerprint.size() > detail::rendezvous::most_bytes ||
-      payload.size() > detail::rendezvous::most_bytes) {
+                                              std::chrono::milliseconds timeout,
+                                              const exclusive_claim& claim = {}) {
+  constexpr std::size_t most = detail::rendezvous::most_bytes;
+  if (fingerprint.size() > most || payload.size() > most || claim.key.size() > most ||
+      claim.holder.size() > most) {
     throw std::invalid_argument(
-        "tpx: tcp_rendezvous carries at most 1 MiB of payload and of "
-        "fingerprint");
+        "tpx: tcp_rendezvous carries at most 1 MiB of payload, of fingerprint and of each part "
+        "of a claim");
   }
   if (env.world_size == 1)
     return {{payload.begin(), payload.end()}, {}, detail::rendezvous::socket_fd()};
-  return env.rank == 0 ? detail::rendezvous::serve(env, payload, fingerprint, timeout)
-                       : detail::rendezvous::join(env, fingerprint, timeout);
+  return env.rank == 0 ? detail::rendezvous::serve(env, payload, fingerprint, claim, timeout)
+                       : detail::rendezvous::join(env, fingerprint, claim, timeout);
 }
 
 // Rank 0's payload (read on rank 0 only), on every rank of the launch `env` describes, once all
-// have arrived with the same fingerprint; rendezvous_error, on every rank that can be told, when
-// that does not happen within `timeout`.
+// have arrived with the same fingerprint and no two with one claim; rendezvous_error, on every
+// rank that can be told, when that does not happen within `timeout`.
 inline std::vector<std::byte> tcp_rendezvous(const launch_environment& env,
                                              std::span<const std::byte> payload,
                                              std::string_view fingerprint,
-                                             std::chrono::milliseconds timeout) {
-  return tcp_rendezvous_linked(env, payload, fingerprint, timeout).payload;
+                                             std::chrono::milliseconds timeout,
+                                             const exclusive_claim& claim = {}) {
+  return tcp_rendezvous_linked(env, payload, fingerprint, timeout, claim).payload;
 }
 
 }  // namespace tpx
