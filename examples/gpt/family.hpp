@@ -40,15 +40,24 @@ struct family {
   }
   static int context(const config& c) { return static_cast<int>(c.seq); }
   static nlohmann::json shape(const config& c) {
-    return {{"batch", c.batch}, {"seq", c.seq},       {"heads", c.heads}, {"head_dim", c.head_dim},
-            {"ffn", c.ffn},     {"layers", c.layers}, {"vocab", c.vocab}, {"seed", c.seed}};
+    return {{"batch", c.batch},
+            {"seq", c.seq},
+            {"heads", c.heads},
+            {"head_dim", c.head_dim},
+            {"ffn", c.ffn},
+            {"mlp", c.swiglu ? "swiglu" : "gelu"},
+            {"layers", c.layers},
+            {"vocab", c.vocab},
+            {"seed", c.seed}};
   }
   // Every position predicts the byte after it.
   static double tokens_per_step(const config& c) { return static_cast<double>(c.batch * c.seq); }
-  // The weights of the matrix products: Q, K, V, O and the MLP's two per block, and the LM head.
+  // The weights of the matrix products: Q, K, V, O and the MLP's two (SwiGLU's three) per block,
+  // and the LM head.
   static double matrix_weights(const config& c) {
     const double d = static_cast<double>(c.d_model()), f = static_cast<double>(c.ffn);
-    return c.layers * (4 * d * d + 2 * d * f) + d * static_cast<double>(c.vocab);
+    const double mlp_matrices = c.swiglu ? 3 : 2;
+    return c.layers * (4 * d * d + mlp_matrices * d * f) + d * static_cast<double>(c.vocab);
   }
   static double flops_per_step(const config& c) {
     const double attention = 12.0 * c.layers * static_cast<double>(c.seq) * c.d_model();
@@ -60,12 +69,17 @@ struct family {
            std::to_string(c.head_dim) + "), F=" + std::to_string(c.ffn) + ", " +
            std::to_string(c.layers) + " layers" +
            (c.vocab == 256 ? "" : ", V=" + std::to_string(c.vocab)) +
+           (c.swiglu ? ", SwiGLU MLP" : "") +
            (c.plain_tensor_parallel ? ", no sequence parallelism" : "");
   }
   static std::vector<trainer::switch_flag> switch_flags(config& c) {
     return {{"--fused-attention", &c.fused_attention,
              "attention by the fused kernels (tile by tile, O(T) memory; nn/fused_attention.hpp) "
              "instead of the reference that stores the [T, T] probabilities"},
+            {"--swiglu", &c.swiglu,
+             "the MLP as Llama's SwiGLU, (silu(h Wgate) * (h Win)) Wout, a third matrix split "
+             "over Y like Win, instead of GELU(h Win) Wout (set --ffn to about 8/3 D for GELU's "
+             "parameter count at 4 D)"},
             {"--no-sequence-parallel", &c.plain_tensor_parallel,
              "plain Megatron tensor parallelism over Y: the residual stream whole on every Y rank "
              "(norms and residual adds repeated on each), one AllReduce over Y after each "

@@ -10,6 +10,8 @@
 //             x += ReduceScatter<Y, T>(o)                            [B_RX, T_Y, D]
 //             h  = AllGather<Y, T>(RMSNorm(x))
 //             x += ReduceScatter<Y, T>(GELU(h *_D Win[D, F_Y]) *_F Wout[F_Y, D])
+//                  or, with config::swiglu (Llama's MLP), of
+//                  (silu(h *_D Wgate[D, F_Y]) * (h *_D Win[D, F_Y])) *_F Wout[F_Y, D]
 //   logits[B_RX, T, V_Y] = AllGather<Y, T>(RMSNorm(x)) *_D Head[D, V_Y]
 //   loss = mean cross-entropy over B and T, over the vocabulary shards (nn/cross_entropy.hpp)
 //
@@ -122,6 +124,9 @@ struct config {
   // Megatron's tensor parallelism without its sequence parallelism: the residual stream whole
   // and the same on every rank of Y, one AllReduce over Y after each sublayer (see model).
   bool plain_tensor_parallel = false;
+  // SwiGLU's gated MLP (Llama's) instead of GELU's: a third matrix, Wgate, column-parallel like
+  // Win, and silu(h Wgate) * (h Win) where GELU(h Win) was.
+  bool swiglu = false;
   std::int64_t d_model() const { return heads * head_dim; }
 };
 
@@ -145,6 +150,7 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
   std::vector<projection> wq, wk, wv;
   std::vector<Tensor<float, H<Y>, E<>, D<X>>> wo;  // row-parallel by heads
   std::vector<Tensor<float, D<X>, F<Y>>> w_in;
+  std::vector<Tensor<float, D<X>, F<Y>>> w_gate;  // with config::swiglu only: empty otherwise
   std::vector<Tensor<float, F<Y>, D<X>>> w_out;
   norm final_norm;
   Tensor<float, D<X>, V<Y>> head;
@@ -163,6 +169,7 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
         w->emplace_back(rank, tpx::Shape{D(d), H(c.heads), E(c.head_dim)});
       wo.emplace_back(rank, tpx::Shape{H(c.heads), E(c.head_dim), D(d)});
       w_in.emplace_back(rank, tpx::Shape{D(d), F(c.ffn)});
+      if (c.swiglu) w_gate.emplace_back(rank, tpx::Shape{D(d), F(c.ffn)});
       w_out.emplace_back(rank, tpx::Shape{F(c.ffn), D(d)});
     }
   }
@@ -181,6 +188,7 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
       f(p + "wo", self.wo[l], others.wo[l]...);
       f(p + "norm2", self.norm2[l], others.norm2[l]...);
       f(p + "w_in", self.w_in[l], others.w_in[l]...);
+      if (!self.w_gate.empty()) f(p + "w_gate", self.w_gate[l], others.w_gate[l]...);
       f(p + "w_out", self.w_out[l], others.w_out[l]...);
     }
     f(std::string("final_norm"), self.final_norm, others.final_norm...);
@@ -213,6 +221,7 @@ void initialize(model_tensors<Space>& p, const config& c) {
     for (auto* w : {&p.wq[l], &p.wk[l], &p.wv[l]}) normal(*w, d);
     normal(p.wo[l], d);
     normal(p.w_in[l], d);
+    if (c.swiglu) normal(p.w_gate[l], d);
     normal(p.w_out[l], static_cast<double>(c.ffn));
   }
   ones(p.final_norm);
@@ -463,14 +472,18 @@ class transformer {
     Tensor<Tc, H<Y>, E<>, D<>> wo;
     Tensor<Tc, D<>> norm2;
     Tensor<Tc, D<>, F<Y>> w_in;
+    std::optional<Tensor<Tc, D<>, F<Y>>> w_gate;  // with config::swiglu
     Tensor<Tc, F<Y>, D<>> w_out;
   };
 
   block_weights gather_block(const params& p, int l) const {
-    return {gathered<gather_norm>(p.norm1[l]),  gathered<gather_weight>(p.wq[l]),
-            gathered<gather_weight>(p.wk[l]),   gathered<gather_weight>(p.wv[l]),
-            gathered<gather_weight>(p.wo[l]),   gathered<gather_norm>(p.norm2[l]),
-            gathered<gather_weight>(p.w_in[l]), gathered<gather_weight>(p.w_out[l])};
+    block_weights w{gathered<gather_norm>(p.norm1[l]),  gathered<gather_weight>(p.wq[l]),
+                    gathered<gather_weight>(p.wk[l]),   gathered<gather_weight>(p.wv[l]),
+                    gathered<gather_weight>(p.wo[l]),   gathered<gather_norm>(p.norm2[l]),
+                    gathered<gather_weight>(p.w_in[l]), std::nullopt,
+                    gathered<gather_weight>(p.w_out[l])};
+    if (c_.swiglu) w.w_gate.emplace(gathered<gather_weight>(p.w_gate[l]));
+    return w;
   }
 
   // Every block's gathered weights in the order the block loop visits the blocks, each started
@@ -574,16 +587,17 @@ class transformer {
   }
 
   struct block_state {
-    stream x;                                   // block input
-    rstd rstd1;                                 // RMSNorm statistics before attention
-    whole h1;                                   // normalized input, its sequence whole
-    attention_state att;                        // attention output and what its backward needs
-    stream mid;                                 // input + attention
-    rstd rstd2;                                 // RMSNorm statistics before the MLP
-    whole h2;                                   // normalized mid, its sequence whole
-    Tensor<Tc, B<R, X>, T<>, F<Y>> a;           // MLP pre-activation
-    Tensor<Tc, B<R, X>, T<>, F<Y>> g;           // GELU(a)
-    stream out;                                 // mid + MLP
+    stream x;                                          // block input
+    rstd rstd1;                                        // RMSNorm statistics before attention
+    whole h1;                                          // normalized input, its sequence whole
+    attention_state att;                               // attention output, what its backward needs
+    stream mid;                                        // input + attention
+    rstd rstd2;                                        // RMSNorm statistics before the MLP
+    whole h2;                                          // normalized mid, its sequence whole
+    Tensor<Tc, B<R, X>, T<>, F<Y>> a;                  // MLP pre-activation (SwiGLU: the gate's)
+    std::optional<Tensor<Tc, B<R, X>, T<>, F<Y>>> up;  // SwiGLU's h2 Win
+    Tensor<Tc, B<R, X>, T<>, F<Y>> g;                  // GELU(a), or silu(a) * up: Wout's input
+    stream out;                                        // mid + MLP
   };
 
   // Each part marks its phase (tpx::mark_phase, timed by --profile-phases); a phase holds the
@@ -604,10 +618,10 @@ class transformer {
     tpx::mark_phase("MLP norm");
     auto n2 = tpx::nn::rmsnorm_forward(mid, w.norm2);
     whole h2 = enter_sublayer::forward(std::move(n2.y));
-    tpx::mark_phase("MLP up (GELU)");
-    auto up = tpx::nn::gelu_product<D>(h2, w.w_in);  // [B_RX, T, F_Y], GELU fused into the GEMM
+    tpx::mark_phase(w.w_gate ? "MLP up (SwiGLU)" : "MLP up (GELU)");
+    auto [a, up, g] = mlp_up(w, h2);
     tpx::mark_phase("MLP down");
-    stream out = tpx::add(mid, leave_sublayer::forward(tpx::einsum<F>(up.out, w.w_out)));
+    stream out = tpx::add(mid, leave_sublayer::forward(tpx::einsum<F>(g, w.w_out)));
     return {x,
             std::move(n1.rstd),
             std::move(h1),
@@ -615,9 +629,48 @@ class transformer {
             std::move(mid),
             std::move(n2.rstd),
             std::move(h2),
-            std::move(up.pre),
-            std::move(up.out),
+            std::move(a),
+            std::move(up),
+            std::move(g),
             std::move(out)};
+  }
+
+  // The MLP's activations [B_RX, T, F_Y] up to Wout's input: GELU(h2 Win), the GELU fused into
+  // the GEMM; or SwiGLU's gate a = h2 Wgate, up = h2 Win and silu(a) * up.
+  using mlp_activation = Tensor<Tc, B<R, X>, T<>, F<Y>>;
+  struct mlp_activations {
+    mlp_activation a;
+    std::optional<mlp_activation> up;
+    mlp_activation g;
+  };
+  mlp_activations mlp_up(const block_weights& w, const whole& h2) const {
+    if (!w.w_gate) {
+      auto up = tpx::nn::gelu_product<D>(h2, w.w_in);
+      return {std::move(up.pre), std::nullopt, std::move(up.out)};
+    }
+    mlp_activation a = tpx::einsum<D>(h2, *w.w_gate);
+    mlp_activation up = tpx::einsum<D>(h2, w.w_in);
+    mlp_activation g = tpx::map(tpx::kernels::silu_product{}, a, up);
+    return {std::move(a), std::move(up), std::move(g)};
+  }
+
+  // The MLP's backward from do2 [B_RX, T, D] to dh2 [B_RX, T, D]{U_Y} (before leaving the
+  // sublayer's gather), adding the up projections' weight gradients to the reductions.
+  auto mlp_up_backward(const block_weights& w, int l, const block_state& s, const whole& do2,
+                       params& grads, gradient_reductions& reductions) const {
+    if (!w.w_gate) {
+      // (do2 *_D Wout) * GELU'(a): [B_RX, T, F_Y], GELU' fused into the GEMM
+      const auto da = tpx::nn::gelu_product_backward<D>(s.a, do2, w.w_out);
+      reductions.add(gather_weight{}, grads.w_in[l], tpx::einsum<B, T>(s.h2, da));  // [D_X, F_Y]
+      return tpx::einsum<F>(da, w.w_in);
+    }
+    // dg = do2 *_D Wout; the gate's gradient dg * up * silu'(a), up's dg * silu(a).
+    const mlp_activation dg = tpx::einsum<D>(do2, w.w_out);
+    const mlp_activation da = tpx::map(tpx::kernels::silu_product_gate_backward{}, s.a, *s.up, dg);
+    const mlp_activation dup = tpx::map(tpx::kernels::silu_product_up_backward{}, s.a, dg);
+    reductions.add(gather_weight{}, grads.w_gate[l], tpx::einsum<B, T>(s.h2, da));  // [D_X, F_Y]
+    reductions.add(gather_weight{}, grads.w_in[l], tpx::einsum<B, T>(s.h2, dup));
+    return tpx::add(tpx::einsum<F>(da, *w.w_gate), tpx::einsum<F>(dup, w.w_in));
   }
 
   // A weight's partial gradient is the contraction over the rows (B, T) that the forward pass's
@@ -626,15 +679,13 @@ class transformer {
   stream_gradient block_backward(const block_weights& w, int l, const block_state& s,
                                  const stream_gradient& dout, params& grads,
                                  gradient_reductions& reductions) const {
-    // MLP: out = mid + leave(GELU(h2 Win) Wout)
+    // MLP: out = mid + leave(g Wout), g = GELU(h2 Win) or silu(h2 Wgate) * (h2 Win)
     tpx::mark_phase("MLP down backward");
     const whole do2 = leave_sublayer::backward(dout);                              // [B_RX, T, D]
     reductions.add(gather_weight{}, grads.w_out[l], tpx::einsum<B, T>(s.g, do2));  // [F_Y, D_X]
-    // (do2 *_D Wout) * GELU'(a): [B_RX, T, F_Y], GELU' fused into the GEMM
-    const auto da = tpx::nn::gelu_product_backward<D>(s.a, do2, w.w_out);
     tpx::mark_phase("MLP up backward");
-    reductions.add(gather_weight{}, grads.w_in[l], tpx::einsum<B, T>(s.h2, da));  // [D_X, F_Y]
-    const stream_gradient dh2 = enter_sublayer::backward(tpx::einsum<F>(da, w.w_in));
+    const stream_gradient dh2 =
+        enter_sublayer::backward(mlp_up_backward(w, l, s, do2, grads, reductions));
     tpx::mark_phase("MLP norm backward");
     auto dn2 = tpx::nn::rmsnorm_backward(s.mid, w.norm2, s.rstd2, dh2);
     reductions.add(gather_norm{}, grads.norm2[l], std::move(dn2.dw));

@@ -5,7 +5,7 @@
 //     collective's calls and bytes over every set of mesh axes, are those of a real run on the
 //     thread backend (host memory behind a device-like space, so that the layers take the GPU's
 //     paths: support/device_like_space.hpp), to the byte, on meshes with uneven shards, replicas,
-//     checkpointing, both attentions, with and without sequence parallelism;
+//     checkpointing, both attentions, both MLPs, with and without sequence parallelism;
 //   - the FLOPs its products count, summed over the ranks, are the model's FLOPs as the trainers
 //     count them for MFU (6 per weight and token, plus attention's 12 L T D), plus one forward
 //     pass of every block under activation checkpointing; with the fused attention, its products
@@ -145,6 +145,10 @@ TEST_CASE("a dry run of the GPT's step reads the real run's memory and traffic, 
                                             ", checkpoint every " + std::to_string(m.every) +
                                             (m.plain_tp ? ", no sequence parallelism" : ""));
   }
+  gpt::config swiglu = gpt_config(true, 1);
+  swiglu.swiglu = true;
+  check_dry_run_reads_the_real_run(gpt_options(1, 2, 2, swiglu),
+                                   "GPT with SwiGLU on 2x2, fused attention, checkpoint every 1");
 }
 
 TEST_CASE("the products a dry run counts are the model FLOPs the trainers count, on every mesh") {
@@ -172,6 +176,16 @@ TEST_CASE("the products a dry run counts are the model FLOPs the trainers count,
     const double block_forward = n * 2 * (4 * d * d + 2 * d * f) + 4 * n * t * d;
     CHECK(total_flops(usage<host_path_meta_space>(tpx::dry_run, gpt_options(1, 2, 2, gpt_config(false, 1)))) ==
           doctest::Approx(model + plain.layers * block_forward).epsilon(1e-12));
+  }
+  SUBCASE("the GPT with SwiGLU: a third MLP matrix, 6 D F more per token") {
+    gpt::config swiglu = plain;
+    swiglu.swiglu = true;
+    const double model = 6 * n * (swiglu.layers * (4 * d * d + 3 * d * f) + d * static_cast<double>(swiglu.vocab)) +
+                         12.0 * swiglu.layers * n * t * d;
+    CHECK(gpt::family::flops_per_step(swiglu) == doctest::Approx(model).epsilon(1e-12));
+    for (const auto& [r, x, y] : {std::tuple{1, 1, 1}, std::tuple{1, 2, 2}})
+      CHECK(total_flops(usage<host_path_meta_space>(tpx::dry_run, gpt_options(r, x, y, swiglu))) ==
+            doctest::Approx(model).epsilon(1e-12));
   }
   SUBCASE("the GPT, fused attention: its products over the visible pairs only") {
     const gpt::config fused = gpt_config(true);

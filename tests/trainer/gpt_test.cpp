@@ -28,6 +28,12 @@
 //    the order in which the model gathers their weights ahead;
 //  - the trainer's peak memory of rank 0 (its memory meter) holds at least the model state on
 //    1x1, counted from the config, and less on 2x2;
+//  - with SwiGLU's MLP (config::swiglu: a third matrix Wgate, silu(h Wgate) * (h Win)) the loss
+//    and gradients equal the 1x1 SwiGLU run's on 2x2, 4x1, 1x4, 2x1x2, and without sequence
+//    parallelism and with fused attention on 2x2 (tolerances as above), the backward pass is the
+//    gradient of the loss by central differences on 1x1 and 2x2, 30 training steps on 2x2 with
+//    checkpointing and overlap follow the 1x1 losses, which fall, and a GELU checkpoint does not
+//    resume as a SwiGLU model;
 //  - --profile-phases (run_options::profile_phases) reports, with the last step, every phase the
 //    step marks, each as often per step as the model runs it, together within the timed steps'
 //    wall time, and leaves every loss as it was, on 1x1 and 2x2; with --cuda-graph it is refused.
@@ -396,4 +402,71 @@ TEST_CASE("block_visits lists the blocks in the order the block loop visits them
           });
       CHECK(visited == trainer::block_visits(layers, every));
     }
+}
+
+TEST_CASE("GPT with SwiGLU's MLP: every mesh has the 1x1 gradients, which are the loss's") {
+  gpt::config swiglu = tiny();
+  swiglu.swiglu = true;
+  const gpt_test::run_result want = gradients({1, 1, 1}, tpx::host, swiglu);
+  REQUIRE(want.grads.size() == 2 + 9 * 2 + 2);
+  CHECK(want.names[9] == "block.0.w_gate");
+  CHECK(want.loss != gradients({1, 1, 1}).loss);  // another model than GELU's
+  for (const gpt::mesh& mesh :
+       {gpt::mesh{1, 2, 2}, gpt::mesh{1, 4, 1}, gpt::mesh{1, 1, 4}, gpt::mesh{2, 1, 2}}) {
+    CAPTURE(mesh.to_string());
+    const auto d = gpt_test::differences(gradients(mesh, tpx::host, swiglu), want, 1e-5, 1e-4);
+    CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
+  }
+  gpt::config variant = swiglu;
+  variant.plain_tensor_parallel = true;
+  variant.fused_attention = true;
+  const auto d = gpt_test::differences(gradients({1, 2, 2}, tpx::host, variant), want, 1e-5, 1e-4);
+  CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
+
+  const trainer::text_data data(text, static_cast<int>(swiglu.seq));
+  for (const gpt::mesh& mesh : {gpt::mesh{1, 1, 1}, gpt::mesh{1, 2, 2}}) {
+    CAPTURE(mesh.to_string());
+    trainer_test::directional_check check;
+    tpx::spmd(tpx::host, mesh, [&](auto& rank) {
+      gpt::model_tensors params(rank, swiglu), grads(rank, swiglu), scratch(rank, swiglu);
+      gpt::initialize(params, swiglu);
+      const gpt::model<float> net(rank, swiglu);
+      const auto tokens = gpt::load_batch<tpx::host_space>(rank, data, swiglu, 0);
+      net.forward_backward(params, tokens, grads);
+      check.run(rank, params, grads, [&] {
+        return tpx::scalar_on_host(net.forward_backward(params, tokens, scratch));
+      });
+    });
+    CHECK(check.checked == 2 + 9 * 2 + 2);
+    for (const auto& m : check.mismatches) FAIL_CHECK(m);
+  }
+}
+
+TEST_CASE("GPT training with SwiGLU on 2x2 follows the 1x1 losses; a GELU checkpoint is refused") {
+  trainer::run_options<gpt::family> one = training(1, 1, 1);
+  one.model.swiglu = true;
+  const std::vector<float> want = losses(one);
+  REQUIRE(want.size() == 30);
+  CHECK(want.back() < want.front() - 0.5f);
+  trainer::run_options<gpt::family> four = training(1, 2, 2, 1);
+  four.model.swiglu = true;
+  four.model.overlap = true;
+  const float worst = worst_relative_difference(losses(four), want);
+  INFO("worst relative loss difference " << worst);
+  CHECK(worst <= 1e-4f);
+
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("tpx-gpt-swiglu-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  trainer::run_options<gpt::family> gelu = training(1, 1, 1);
+  gelu.steps = 2;
+  gelu.ckpt_dir = dir.string();
+  (void)losses(gelu);
+  trainer::run_options<gpt::family> resumed = gelu;
+  resumed.steps = 4;
+  resumed.resume = true;
+  resumed.model.swiglu = true;
+  CHECK_THROWS_WITH(losses(resumed),
+                    doctest::Contains("has mlp = \"gelu\", this run \"swiglu\""));
+  std::filesystem::remove_all(dir);
 }

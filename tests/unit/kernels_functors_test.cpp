@@ -105,6 +105,32 @@ TEST_CASE("gelu (tanh approximation) and its derivative") {
   CHECK(k::gelu{}(-1.0f) == doctest::Approx(-0.1588080).epsilon(1e-5));
 }
 
+TEST_CASE("SwiGLU's silu(g) * u and its two derivatives, against double and finite differences") {
+  const auto silu_ref = [](double g) { return g / (1.0 + std::exp(-g)); };
+  for (float g : sample_points) {
+    for (float up : {-1.5f, 0.25f, 3.0f}) {
+      CAPTURE(g);
+      CAPTURE(up);
+      // sigmoid's error is a few ulps of 1 (expf's, then a division), times |g u|.
+      CHECK(std::abs(k::silu_product{}(g, up) - silu_ref(g) * up) <=
+            8 * u * (1.0 + std::abs(g)) * std::abs(up));
+      const float dy = -0.7f;
+      const double gate = dy * up * central_difference(silu_ref, g);
+      // The slope's second term carries a factor g: |err| <= 16u (1 + g^2) |u dy|, plus the
+      // central difference's own O(h^2) error.
+      CHECK(std::abs(k::silu_product_gate_backward{}(g, up, dy) - gate) <=
+            16 * u * (1.0 + g * g) * std::abs(up * dy) + 1e-7);
+      CHECK(std::abs(k::silu_product_up_backward{}(g, dy) - dy * silu_ref(g)) <=
+            8 * u * (1.0 + std::abs(g)) * std::abs(dy));
+    }
+  }
+  // Far below zero the gate closes: silu and both slopes are (minus) zero, never NaN.
+  CHECK(k::silu_product{}(-200.0f, 2.0f) == 0.0f);
+  CHECK(k::silu_product_gate_backward{}(-200.0f, 2.0f, 1.0f) == 0.0f);
+  CHECK(k::silu_product_up_backward{}(-200.0f, 1.0f) == 0.0f);
+  CHECK(k::silu_product{}(1.0f, 1.0f) == doctest::Approx(0.7310586).epsilon(1e-6));
+}
+
 TEST_CASE(
     "vectorizable_expf: within 1.03 ulps of exp over the float range, and exp's special values") {
   // Every 1021st float of [-104, 89] (2.2 million, subnormal results included), called directly

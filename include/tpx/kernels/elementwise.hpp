@@ -104,6 +104,31 @@ struct gelu_backward {
   }
 };
 
+// SwiGLU's gate (Shazeer 2020, "GLU Variants Improve Transformer"; Llama's MLP): with g = h W_gate
+// and u = h W_up, the MLP's inner activation is silu(g) * u, silu(g) = g * sigmoid(g). Its
+// backward takes dy at that product: the gate's gradient dy * u * silu'(g), with
+// silu'(g) = s (1 + g (1 - s)), s = sigmoid(g), and the up projection's dy * silu(g).
+// For g far below 0, exp(-g) overflows to inf and s to 0: silu is -0 and both slopes 0.
+struct silu_product {
+  TPX_HOST_DEVICE static float sigmoid(float g) { return 1.0f / (1.0f + vectorizable_expf(-g)); }
+  TPX_HOST_DEVICE float operator()(float g, float u) const { return g * sigmoid(g) * u; }
+};
+
+// d(silu(g) * u)/dg times dy.
+struct silu_product_gate_backward {
+  TPX_HOST_DEVICE float operator()(float g, float u, float dy) const {
+    const float s = silu_product::sigmoid(g);
+    return dy * u * s * (1.0f + g * (1.0f - s));
+  }
+};
+
+// d(silu(g) * u)/du times dy: dy * silu(g).
+struct silu_product_up_backward {
+  TPX_HOST_DEVICE float operator()(float g, float dy) const {
+    return dy * g * silu_product::sigmoid(g);
+  }
+};
+
 // out[i] = f(in[i]...) for i in [0, n), on the host: the inputs are widened to compute_t, f runs
 // in fp32, and its result is converted to Out once. out may be one of the inputs (in place), but
 // must not overlap one otherwise. The loop vectorizes when f's math does (kernels/host_loop.hpp).
