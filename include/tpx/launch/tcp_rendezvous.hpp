@@ -11,12 +11,12 @@
 // within the timeout, two claim the same rank, a world size or a fingerprint differs from rank
 // 0's, or two ranks claim one GPU, rank 0 answers every connected rank with the reason instead,
 // and every rank throws rendezvous_error with it: no rank goes on into NCCL with a world that
-// cannot form. A
-// rank that cannot reach rank 0 within the timeout throws naming the address, the variables it
-// came from, its host and the last socket error. Sockets are non-blocking under poll(), so no
-// step waits past the deadline; writes use MSG_NOSIGNAL, so a peer that died is an error, not
-// SIGPIPE. tcp_rendezvous_linked keeps the connections open afterwards (rank 0's to every rank,
-// each rank's to rank 0), for the heartbeat of checked collectives (comm/tcp_watchdog.hpp).
+// cannot form. A rank that cannot reach rank 0 within the timeout throws naming the address, the
+// variables it came from, its host and the last socket error. Sockets are non-blocking under
+// poll(), so no step waits past the deadline; writes use MSG_NOSIGNAL, so a peer that died is an
+// error, not SIGPIPE. tcp_rendezvous_linked keeps the connections open afterwards (rank 0's to
+// every rank, each rank's to rank 0), for the heartbeat of checked collectives
+// (comm/tcp_watchdog.hpp).
 //
 // Wire format, integers as 4 little-endian bytes: hello = "tpxR", version, rank, world size,
 // fingerprint length, fingerprint, claim key length, key, claim holder length, holder; answer =
