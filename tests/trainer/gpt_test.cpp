@@ -33,7 +33,8 @@
 //    parallelism and with fused attention on 2x2 (tolerances as above), the backward pass is the
 //    gradient of the loss by central differences on 1x1 and 2x2, 30 training steps on 2x2 with
 //    checkpointing and overlap follow the 1x1 losses, which fall, and a GELU checkpoint does not
-//    resume as a SwiGLU model;
+//    resume as a SwiGLU model, nor one saved before checkpoints recorded the MLP, which resumes
+//    as the GELU model it is;
 //  - --profile-phases (run_options::profile_phases) reports, with the last step, every phase the
 //    step marks, each as often per step as the model runs it, together within the timed steps'
 //    wall time, and leaves every loss as it was, on 1x1 and 2x2; with --cuda-graph it is refused.
@@ -46,6 +47,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -468,5 +470,27 @@ TEST_CASE("GPT training with SwiGLU on 2x2 follows the 1x1 losses; a GELU checkp
   resumed.model.swiglu = true;
   CHECK_THROWS_WITH(losses(resumed),
                     doctest::Contains("has mlp = \"gelu\", this run \"swiglu\""));
+
+  // A checkpoint saved before the shape recorded mlp (its state without the key, the manifest
+  // re-sealed) is the GELU model's: GELU resumes from it as from the one saved above, SwiGLU is
+  // refused.
+  trainer::run_options<gpt::family> continued = gelu;
+  continued.steps = 4;
+  continued.resume = true;
+  const std::filesystem::path saved = dir.string() + "-saved";
+  std::filesystem::remove_all(saved);
+  std::filesystem::copy(dir, saved, std::filesystem::copy_options::recursive);
+  const std::vector<float> want_continued = losses(continued);
+  REQUIRE(want_continued.size() == 2);
+  const std::filesystem::path manifest = tpx::io::step_folder(saved, 2) / "manifest.json";
+  nlohmann::json old = nlohmann::json::parse(tpx::io::read_text_file(manifest));
+  REQUIRE(old["state"].erase("mlp") == 1);
+  old[tpx::io::manifest_checksum_key] = tpx::io::to_hex(tpx::io::manifest_checksum(old));
+  std::ofstream(manifest) << old.dump(1);
+  continued.ckpt_dir = resumed.ckpt_dir = saved.string();
+  CHECK_THROWS_WITH(losses(resumed),
+                    doctest::Contains("has mlp = \"gelu\", this run \"swiglu\""));
+  CHECK(losses(continued) == want_continued);
   std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(saved);
 }
