@@ -5,8 +5,8 @@
 // 4x1 (4 ranks too, so the world-size check passes and only the fingerprint can tell). Each
 // process checks that spmd throws spmd_error carrying its own rank and the whole message, never
 // runs the function, and does so within 2 s. And two processes claiming one GPU
-// (launch/exclusive_claims.hpp, as cuda_mpi's launch claims them) are named, on every process,
-// by world rank 0's sentence; processes with GPUs of their own pass.
+// (launch/exclusive_claims.hpp, as cuda_mpi's launch claims them) are named by the same sentence
+// on every process; processes with GPUs of their own pass.
 #include <doctest/doctest.h>
 #include <mpi.h>
 #include <unistd.h>

@@ -41,7 +41,6 @@
 // gpt_hsdp_test.cpp checks the same against 1x1 on meshes with replicas (R > 1), and checkpoints
 // across R.
 #include <doctest/doctest.h>
-#include <unistd.h>  // getpid
 
 #include <algorithm>
 #include <array>
@@ -54,6 +53,7 @@
 #include <vector>
 
 #include "../../examples/trainer/block_stack.hpp"
+#include "../support/run_command.hpp"
 #include "directional_check.hpp"
 #include "gpt_test_support.hpp"
 
@@ -236,9 +236,7 @@ TEST_CASE("a GPT checkpoint saved with sequence parallelism resumes without it a
   // The same parameters in both layouts: 10 steps on 2x2 with SP, 10 resumed on 1x2 without,
   // 10 resumed on 2x2 with, follow the uninterrupted 1x1 run.
   const std::vector<float> want = losses(training(1, 1, 1));
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("tpx-gpt-layouts-test-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const std::filesystem::path dir = scratch_folder("tpx-gpt-test", "layouts");
   std::vector<float> got;
   for (const auto& [x_, y_, steps_, plain_] :
        {std::array{2, 2, 10, 0}, std::array{1, 2, 20, 1}, std::array{2, 2, 30, 0}}) {
@@ -255,7 +253,6 @@ TEST_CASE("a GPT checkpoint saved with sequence parallelism resumes without it a
   const float worst = worst_relative_difference(got, want);
   INFO("worst relative loss difference " << worst);
   CHECK(worst <= 1e-4f);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("GPT training in bf16 follows the fp32 losses") {
@@ -457,9 +454,7 @@ TEST_CASE("GPT training with SwiGLU on 2x2 follows the 1x1 losses; a GELU checkp
   INFO("worst relative loss difference " << worst);
   CHECK(worst <= 1e-4f);
 
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("tpx-gpt-swiglu-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const std::filesystem::path dir = scratch_folder("tpx-gpt-test", "swiglu");
   trainer::run_options<gpt::family> gelu = training(1, 1, 1);
   gelu.steps = 2;
   gelu.ckpt_dir = dir.string();
@@ -477,8 +472,7 @@ TEST_CASE("GPT training with SwiGLU on 2x2 follows the 1x1 losses; a GELU checkp
   trainer::run_options<gpt::family> continued = gelu;
   continued.steps = 4;
   continued.resume = true;
-  const std::filesystem::path saved = dir.string() + "-saved";
-  std::filesystem::remove_all(saved);
+  const std::filesystem::path saved = scratch_folder("tpx-gpt-test", "swiglu-saved");
   std::filesystem::copy(dir, saved, std::filesystem::copy_options::recursive);
   const std::vector<float> want_continued = losses(continued);
   REQUIRE(want_continued.size() == 2);
@@ -491,6 +485,4 @@ TEST_CASE("GPT training with SwiGLU on 2x2 follows the 1x1 losses; a GELU checkp
   CHECK_THROWS_WITH(losses(resumed),
                     doctest::Contains("has mlp = \"gelu\", this run \"swiglu\""));
   CHECK(losses(continued) == want_continued);
-  std::filesystem::remove_all(dir);
-  std::filesystem::remove_all(saved);
 }

@@ -14,10 +14,11 @@
 // size is not the mesh's rank count (every process throws spmd_error naming both, as
 // spmd(tpx::mpi) does), a node with more processes than GPUs, processes built from other tpx,
 // CUDA or NCCL versions or given another mesh (world rank 0's fingerprint, sent to all), and two
-// processes driving one GPU (their claims compared on world rank 0: launch/exclusive_claims.hpp). A
-// failure that may differ between processes, those and any failure of fn, ends the job as
-// spmd(tpx::mpi) does: the rank prints "tpx: rank 2 (X=1, Y=0) on host node3 failed: ..." and
-// calls MPI_Abort, so that no process waits in NCCL for one that is gone.
+// processes driving one GPU (their claims gathered on every process:
+// launch/exclusive_claims.hpp). A failure that may differ between processes, those and any
+// failure of fn, ends the job as spmd(tpx::mpi) does: the rank prints "tpx: rank 2 (X=1, Y=0)
+// on host node3 failed: ..." and calls MPI_Abort, so that no process waits in NCCL for one that
+// is gone.
 //
 // Its process group is MPI_COMM_WORLD's (processes_of: launch/mpi_processes.hpp), so code that
 // lets one process decide for all before the ranks start (the example trainers' checkpoint folder)

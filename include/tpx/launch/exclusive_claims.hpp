@@ -10,7 +10,7 @@
 // GPU's UUID, which the CUDA runtime reports the same whatever CUDA_VISIBLE_DEVICES renumbers);
 // the holder says how this rank came to it, for the message. The launchers compare the claims of
 // every rank where they compare fingerprints: the TCP rendezvous on rank 0
-// (launch/tcp_rendezvous.hpp), the MPI launch on world rank 0 (cuda/nccl_mpi_launch.hpp). Host
+// (launch/tcp_rendezvous.hpp), the MPI launch on every process (cuda/nccl_mpi_launch.hpp). Host
 // code: the rule and the UUID's text are tested without a GPU.
 #pragma once
 

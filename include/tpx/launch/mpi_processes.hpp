@@ -4,8 +4,8 @@
 // checkpoint folder) can let world rank 0 decide for every process. spmd/spmd_mpi.hpp includes
 // it: code that sees tpx::mpi always sees its processes_of, which is found by argument-dependent
 // lookup, so that no translation unit can take the launcher for one without a process group.
-// shared_claim_among compares what each process holds alone (its GPU: launch/exclusive_claims.hpp)
-// on world rank 0, for the MPI launch of the CUDA backend (cuda/nccl_mpi_launch.hpp).
+// shared_claim_among compares what each process holds alone (its GPU: launch/exclusive_claims.hpp),
+// gathered on every process, for the MPI launch of the CUDA backend (cuda/nccl_mpi_launch.hpp).
 //
 // MPI is initialized here if the program has not (comm/mpi_environment.hpp). A failing MPI call
 // throws comm_error naming the call, the rank and its host; MPI_Bcast has no timeout, so the
@@ -27,6 +27,32 @@
 
 namespace tpx {
 
+namespace detail {
+// Every process's text (at most a few hundred bytes each), in world-rank order.
+inline std::vector<std::string> gather_texts(const std::string& mine, const std::string& where) {
+  int processes = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &processes);
+  std::vector<int> lengths(static_cast<std::size_t>(processes)), offsets(lengths.size());
+  const int length = static_cast<int>(mine.size());
+  check_mpi(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD),
+            "MPI_Allgather", where);
+  int total = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    offsets[r] = total;
+    total += lengths[r];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  check_mpi(MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                           offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
+            "MPI_Allgatherv", where);
+  std::vector<std::string> texts;
+  for (std::size_t r = 0; r < lengths.size(); ++r)
+    texts.push_back(
+        all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lengths[r])));
+  return texts;
+}
+}  // namespace detail
+
 struct mpi_backend;  // spmd/spmd_mpi.hpp, which includes this file
 
 class mpi_world_processes {
@@ -44,42 +70,20 @@ class mpi_world_processes {
   // World rank 0's text, on every process (collective: every process calls it).
   std::string broadcast_from_first(std::string text) const {
     std::uint64_t length = text.size();
-    check(MPI_Bcast(&length, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    check(MPI_Bcast(&length, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
     text.resize(length);
     for (std::uint64_t at = 0; at < length;) {  // MPI counts are ints
       const int count = static_cast<int>(std::min<std::uint64_t>(length - at, 1u << 30));
-      check(MPI_Bcast(text.data() + at, count, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast");
+      check(MPI_Bcast(text.data() + at, count, MPI_CHAR, 0, MPI_COMM_WORLD));
       at += static_cast<std::uint64_t>(count);
     }
     return text;
   }
 
-  // Every process's text on world rank 0, in rank order; empty elsewhere (collective). A text
-  // is at most 2^31 - 1 bytes, as MPI counts are ints.
-  std::vector<std::string> gather_to_first(const std::string& text) const {
-    const int length = static_cast<int>(text.size());
-    std::vector<int> lengths(rank_ == 0 ? size_ : 0), offsets(lengths.size());
-    check(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD),
-          "MPI_Gather");
-    std::string all;
-    for (std::size_t r = 0; r < lengths.size(); ++r) {
-      offsets[r] = static_cast<int>(all.size());
-      all.resize(all.size() + static_cast<std::size_t>(lengths[r]));
-    }
-    check(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
-                      MPI_CHAR, 0, MPI_COMM_WORLD),
-          "MPI_Gatherv");
-    std::vector<std::string> texts;
-    for (std::size_t r = 0; r < lengths.size(); ++r)
-      texts.push_back(all.substr(static_cast<std::size_t>(offsets[r]),
-                                 static_cast<std::size_t>(lengths[r])));
-    return texts;
-  }
-
  private:
-  void check(int code, const char* call) const {
-    detail::check_mpi(code, call,
-                      "world rank 0 deciding for every process, on world rank " +
+  void check(int code) const {
+    detail::check_mpi(code, "MPI_Bcast",
+                      "a decision of world rank 0 sent to every process, on world rank " +
                           std::to_string(rank_) + " on host " + detail::mpi_host_name());
   }
 
@@ -89,15 +93,17 @@ class mpi_world_processes {
 
 inline mpi_world_processes processes_of(const mpi_backend&) { return {}; }
 
-// On every process: "" when no two processes of the job claim one thing, else world rank 0's
-// sentence naming the first two that do (shared_claim_problem). Collective.
+// On every process: "" when no two processes of the job claim one thing, else the sentence naming
+// the first two that do (shared_claim_problem), the same on every process. Collective.
 inline std::string shared_claim_among(const mpi_world_processes& processes,
                                       const exclusive_claim& claim) {
-  const std::vector<std::string> keys = processes.gather_to_first(claim.key);
-  const std::vector<std::string> holders = processes.gather_to_first(claim.holder);
+  const std::string where = "the GPU claims' exchange on world rank " +
+                            std::to_string(processes.rank());
+  const std::vector<std::string> keys = detail::gather_texts(claim.key, where);
+  const std::vector<std::string> holders = detail::gather_texts(claim.holder, where);
   std::vector<exclusive_claim> claims;
   for (std::size_t r = 0; r < keys.size(); ++r) claims.push_back({keys[r], holders[r]});
-  return processes.broadcast_from_first(shared_claim_problem(claims));
+  return shared_claim_problem(claims);
 }
 
 }  // namespace tpx

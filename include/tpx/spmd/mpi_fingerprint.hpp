@@ -4,7 +4,8 @@
 // Each process contributes its host (MPI_Get_processor_name) and its fingerprint: the fields of
 // launch/build_fingerprint.hpp (mesh, compiler, language level, build options, type sizes) and
 // the MPI library it loaded (the first line of MPI_Get_library_version: nodes with different MPI
-// installs), one line each, gathered with MPI_Allgather (lengths) and MPI_Allgatherv (text).
+// installs), one line each, gathered with MPI_Allgather (lengths) and MPI_Allgatherv (text):
+// gather_texts, launch/mpi_processes.hpp.
 // When any process's fingerprint differs from world rank 0's, every process throws spmd_error
 // with the same message, naming each differing rank (the first 8), its host, and the first field
 // that differs with both values:
@@ -22,6 +23,7 @@
 
 #include "tpx/comm/mpi_errors.hpp"
 #include "tpx/launch/build_fingerprint.hpp"
+#include "tpx/launch/mpi_processes.hpp"
 #include "tpx/spmd/spmd.hpp"
 
 namespace tpx::detail {
@@ -33,30 +35,6 @@ inline std::string mpi_library_version() {
   version = version.substr(0, version.find('\n'));
   while (!version.empty() && (version.back() == ' ' || version.back() == '\r')) version.pop_back();
   return version;
-}
-
-// Every process's text (at most a few hundred bytes each), in world-rank order.
-inline std::vector<std::string> gather_texts(const std::string& mine, const std::string& where) {
-  int processes = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &processes);
-  std::vector<int> lengths(static_cast<std::size_t>(processes)), offsets(lengths.size());
-  const int length = static_cast<int>(mine.size());
-  check_mpi(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD),
-            "MPI_Allgather", where);
-  int total = 0;
-  for (std::size_t r = 0; r < lengths.size(); ++r) {
-    offsets[r] = total;
-    total += lengths[r];
-  }
-  std::string all(static_cast<std::size_t>(total), '\0');
-  check_mpi(MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(),
-                           offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
-            "MPI_Allgatherv", where);
-  std::vector<std::string> texts;
-  for (std::size_t r = 0; r < lengths.size(); ++r)
-    texts.push_back(
-        all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lengths[r])));
-  return texts;
 }
 
 inline std::vector<std::string> lines_of(const std::string& text) {
