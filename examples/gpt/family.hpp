@@ -46,6 +46,7 @@ struct family {
             {"head_dim", c.head_dim},
             {"ffn", c.ffn},
             {"mlp", c.swiglu ? "swiglu" : "gelu"},
+            {"positions", c.rope ? "rotary" : "learned"},
             {"layers", c.layers},
             {"vocab", c.vocab},
             {"seed", c.seed}};
@@ -69,7 +70,7 @@ struct family {
            std::to_string(c.head_dim) + "), F=" + std::to_string(c.ffn) + ", " +
            std::to_string(c.layers) + " layers" +
            (c.vocab == 256 ? "" : ", V=" + std::to_string(c.vocab)) +
-           (c.swiglu ? ", SwiGLU MLP" : "") +
+           (c.swiglu ? ", SwiGLU MLP" : "") + (c.rope ? ", rotary positions" : "") +
            (c.plain_tensor_parallel ? ", no sequence parallelism" : "");
   }
   static std::vector<trainer::switch_flag> switch_flags(config& c) {
@@ -80,6 +81,9 @@ struct family {
              "the MLP as Llama's SwiGLU, (silu(h Wgate) * (h Win)) Wout, a third matrix split "
              "over Y like Win, instead of GELU(h Win) Wout (set --ffn to about 8/3 D for GELU's "
              "parameter count at 4 D)"},
+            {"--rope", &c.rope,
+             "rotary position embedding of queries and keys (Llama's RoPE, base 10000; "
+             "nn/rotary.hpp) instead of a learned position table added to the token embedding"},
             {"--no-sequence-parallel", &c.plain_tensor_parallel,
              "plain Megatron tensor parallelism over Y: the residual stream whole on every Y rank "
              "(norms and residual adds repeated on each), one AllReduce over Y after each "

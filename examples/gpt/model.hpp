@@ -6,6 +6,7 @@
 //   x[B_RX, T_Y, D] = TokE[token] + PosE[t]                        sequence-parallel residual
 //   block l:  h  = AllGather<Y, T>(RMSNorm(x))                       [B_RX, T, D]
 //             q  = h *_D Wq[D, H_Y, E],  k, v likewise (T renamed S) [B_RX, T, H_Y, E]
+//                  with config::rope (Llama's positions) no PosE: q and k turned by RoPE
 //             o  = causal_attention(q, k, v) *_{H,E} Wo[H_Y, E, D]    [B_RX, T, D]{U_Y}
 //             x += ReduceScatter<Y, T>(o)                            [B_RX, T_Y, D]
 //             h  = AllGather<Y, T>(RMSNorm(x))
@@ -16,8 +17,9 @@
 //   loss = mean cross-entropy over B and T, over the vocabulary shards (nn/cross_entropy.hpp)
 //
 // Heads are split over Y, so attention itself needs no collective (nn/attention.hpp, or with
-// config::fused_attention the fused kernels of nn/fused_attention.hpp); between
-// the blocks the residual stream is split along the sequence over Y (Megatron's sequence
+// config::fused_attention the fused kernels of nn/fused_attention.hpp), nor does rotary
+// embedding (nn/rotary.hpp: each rank turns its own heads' pairs by their positions' angles);
+// between the blocks the residual stream is split along the sequence over Y (Megatron's sequence
 // parallelism), so norms and residual adds run on 1/Y of the tokens, and the AllGather before each
 // sublayer and the ReduceScatter after it replace Megatron-TP's AllReduce. With
 // config::plain_tensor_parallel the stream is Megatron-TP's instead, x[B_RX, T, D] whole on every
@@ -58,8 +60,9 @@
 //
 // Tokens are bytes; a batch is [B, T, W] int32 with three columns per position: the input byte,
 // the target byte (the next one) and the position, which indexes PosE through the same embedding
-// lookup as the bytes. The model reads them twice: split like the residual stream, [B_RX, T_Y, W],
-// for the embeddings, and with the sequence whole, [B_RX, T, W], for the loss (plain TP reads the
+// lookup as the bytes (with rotary embedding, the rotation finds a row's position from its
+// index). The model reads them twice: split like the residual stream, [B_RX, T_Y, W], for the
+// embeddings, and with the sequence whole, [B_RX, T, W], for the loss (plain TP reads the
 // second for both; the batch loads the first all the same, so that its type is one).
 #pragma once
 
@@ -76,6 +79,7 @@
 #include <tpx/nn/fused_attention.hpp>
 #include <tpx/nn/gelu_product.hpp>
 #include <tpx/nn/rmsnorm.hpp>
+#include <tpx/nn/rotary.hpp>
 #include <tpx/spmd/background.hpp>
 #include <tpx/spmd/phase_clock.hpp>
 #include <tpx/tensor/staging.hpp>
@@ -117,6 +121,9 @@ struct config {
   // Tokens are bytes, so only the first 256 rows of the embedding and columns of the head are
   // ever used; a larger vocabulary (GPT-2's 50304) sizes them as a real model's, for benchmarks.
   std::int64_t vocab = 256;
+  // Rotary position embedding of queries and keys (Llama's, GPT-NeoX's; nn/rotary.hpp, base
+  // 10000) instead of the learned position table PosE, which the model then does not have.
+  bool rope = false;
   // Attention by the fused kernels (nn/fused_attention.hpp: O(T) memory, the probabilities
   // recomputed in the backward pass) rather than the reference (nn/attention.hpp), which keeps
   // the [T, T] probabilities and is the faster of the two on the host (BLAS GEMMs).
@@ -145,7 +152,7 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
   using projection = Tensor<float, D<X>, H<Y>, E<>>;  // Wq, Wk, Wv: column-parallel by heads
 
   table token_embed;
-  Tensor<float, T<X>, D<Y>> position_embed;
+  std::optional<Tensor<float, T<X>, D<Y>>> position_embed;  // without config::rope only
   std::vector<norm> norm1, norm2;
   std::vector<projection> wq, wk, wv;
   std::vector<Tensor<float, H<Y>, E<>, D<X>>> wo;  // row-parallel by heads
@@ -158,10 +165,10 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
   // Zeros of every parameter's shape.
   model_tensors(const tpx::rank_context& rank, const config& c)
       : token_embed(rank, {V(c.vocab), D(c.d_model())}),
-        position_embed(rank, {T(c.seq), D(c.d_model())}),
         final_norm(rank, {D(c.d_model())}),
         head(rank, {D(c.d_model()), V(c.vocab)}) {
     const std::int64_t d = c.d_model();
+    if (!c.rope) position_embed.emplace(rank, tpx::Shape{T(c.seq), D(d)});
     for (int l = 0; l < c.layers; ++l) {
       norm1.emplace_back(rank, tpx::Shape{D(d)});
       norm2.emplace_back(rank, tpx::Shape{D(d)});
@@ -178,7 +185,8 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
   template <class Self, class Fn, class... Others>
   static void visit(Self& self, Fn& f, Others&... others) {
     f(std::string("token_embed"), self.token_embed, others.token_embed...);
-    f(std::string("position_embed"), self.position_embed, others.position_embed...);
+    if (self.position_embed)
+      f(std::string("position_embed"), *self.position_embed, *others.position_embed...);
     for (std::size_t l = 0; l < self.norm1.size(); ++l) {
       const std::string p = "block." + std::to_string(l) + ".";
       f(p + "norm1", self.norm1[l], others.norm1[l]...);
@@ -214,7 +222,7 @@ void initialize(model_tensors<Space>& p, const config& c) {
   auto ones = [](auto& t) { trainer::fill_staged(t, [](std::int64_t) { return 1.0f; }); };
   const auto d = static_cast<double>(c.d_model());
   normal(p.token_embed, 1.0);
-  normal(p.position_embed, 1.0);
+  if (p.position_embed) normal(*p.position_embed, 1.0);
   for (std::size_t l = 0; l < p.norm1.size(); ++l) {
     ones(p.norm1[l]);
     ones(p.norm2[l]);
@@ -407,11 +415,13 @@ class transformer {
       return b.whole;
   }
 
-  // x = TokE[byte] + PosE[t] ([B_RX, T_Y, D] with SP): two row lookups into the gathered tables.
+  // x = TokE[byte] + PosE[t] ([B_RX, T_Y, D] with SP): two row lookups into the gathered tables;
+  // with rotary embedding, TokE[byte] alone.
   stream embed_forward(const params& p, const stream_tokens& tokens) const {
     stream x(rank_, {B(c_.batch), T(c_.seq), D(c_.d_model())});
     tpx::nn::embedding_add(x, gathered<gather_table>(p.token_embed), tokens, input_byte);
-    tpx::nn::embedding_add(x, gathered<gather_positions>(p.position_embed), tokens, position);
+    if (p.position_embed)
+      tpx::nn::embedding_add(x, gathered<gather_positions>(*p.position_embed), tokens, position);
     return x;
   }
 
@@ -459,8 +469,9 @@ class transformer {
                       gradient_reductions& reductions) const {
     reductions.add(gather_table{}, grads.token_embed,
                    tpx::nn::embedding_gradient<V>(dx, tokens, input_byte, c_.vocab));
-    reductions.add(gather_positions{}, grads.position_embed,
-                   tpx::nn::embedding_gradient<T>(dx, tokens, position, c_.seq));
+    if (grads.position_embed)
+      reductions.add(gather_positions{}, *grads.position_embed,
+                     tpx::nn::embedding_gradient<T>(dx, tokens, position, c_.seq));
     reductions.start();
   }
 
@@ -610,6 +621,11 @@ class transformer {
     tokens q = tpx::einsum<D>(h1, w.wq);  // [B_RX, T, H_Y, E]
     token_keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk));
     token_keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv));
+    if (c_.rope) {
+      tpx::mark_phase("rotary embedding");
+      q = tpx::nn::rotary_forward<T>(std::move(q));
+      k = tpx::nn::rotary_forward<S>(std::move(k));
+    }
     tpx::mark_phase("attention");
     attention_state att = attend(std::move(q), std::move(k), std::move(v));
     // [B_RX, T, H_Y, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, reduced into the stream.
@@ -698,7 +714,12 @@ class transformer {
     const tokens datt = tpx::einsum<D>(do1, w.wo);
     // dq, dk, dv: [B_RX, T, H_Y, E]
     tpx::mark_phase("attention backward");
-    const auto [dq, dk, dv] = attend_backward(s.att, datt);
+    auto [dq, dk, dv] = attend_backward(s.att, datt);
+    if (c_.rope) {  // the gradients at the projections' outputs, turned back
+      tpx::mark_phase("rotary embedding backward");
+      dq = tpx::nn::rotary_backward<T>(std::move(dq));
+      dk = tpx::nn::rotary_backward<T>(std::move(dk));
+    }
     tpx::mark_phase("QKV backward");
     reductions.add(gather_weight{}, grads.wq[l], tpx::einsum<B, T>(s.h1, dq));  // [D_X, H_Y, E]
     reductions.add(gather_weight{}, grads.wk[l], tpx::einsum<B, T>(s.h1, dk));

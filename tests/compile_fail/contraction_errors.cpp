@@ -1,6 +1,7 @@
 // Batched contractions (tpx::einsum, include/tpx/ops/einsum.hpp), the attention built on them
 // (include/tpx/nn/attention.hpp), GELU fused into products (nn/gelu_product.hpp), RMSNorm's
-// backward pass on a gradient of another layout (nn/rmsnorm.hpp), an embedding lookup into a
+// backward pass on a gradient of another layout (nn/rmsnorm.hpp), rotary embedding of a split
+// head dim or of a missing position dim (nn/rotary.hpp), an embedding lookup into a
 // partial sum (nn/embedding.hpp) and the renaming of dims they need (ops/rename.hpp) that tpx
 // must reject at compile time, one per case, each with the sentence the compiler must print. As
 // for sharding_errors.cpp, tests/CMakeLists.txt reads the `// expect(CASE): text` lines below,
@@ -22,11 +23,14 @@
 // expect(RENAME_UNKNOWN_DIM): rename<S, F>: tensor \[B, T, E\] has no dim S
 // expect(RENAME_TO_EXISTING): rename<T, E>: tensor \[B, T, E\] already has a dim E
 // expect(RMSNORM_GRADIENT_SPLIT_DIFFERS): rmsnorm_backward: dy \[B_X, T, E\].U_Y. must have the dims of x \[B_X, T_Y, E\], split alike
+// expect(ROTARY_SPLIT_HEAD_DIM): rotary: head dim E of \[B, T, H, E_Y\] is split over mesh axes Y
+// expect(ROTARY_NO_POSITION_DIM): rotary: tensor \[B, T, H, E\] has no position dim S before its last
 // expect(EMBEDDING_ADD_PARTIAL): embedding_add: x \[B_X, T, E\].U_Y. is a partial sum
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/embedding.hpp>
 #include <tpx/nn/gelu_product.hpp>
 #include <tpx/nn/rmsnorm.hpp>
+#include <tpx/nn/rotary.hpp>
 #include <tpx/tpx.hpp>
 
 TPX_MESH_AXES(X, Y);
@@ -90,6 +94,13 @@ void body() {
   auto g = tpx::nn::rmsnorm_backward(some<Tensor<float, B<X>, T<Y>, E<>>>(), some<Tensor<float, E<>>>(),
                                      some<Tensor<float, B<X>, T<Y>>>(),
                                      some<Tensor<float, B<X>, T<>, E<>, Unreduced<Y>>>());
+#elif defined(ROTARY_SPLIT_HEAD_DIM)
+  // Heads' elements split over Y, as a wrong weight layout would leave them: a pair (i, i + E/2)
+  // spans two ranks.
+  auto t = tpx::nn::rotary_forward<T>(some<Tensor<float, B<>, T<>, H<>, E<Y>>>());
+#elif defined(ROTARY_NO_POSITION_DIM)
+  // Keys named S rotated as if their positions were called S, on queries that have T.
+  auto t = tpx::nn::rotary_forward<S>(some<Tensor<float, B<>, T<>, H<>, E<>>>());
 #elif defined(EMBEDDING_ADD_PARTIAL)
   // A lookup added to a gradient-like partial sum instead of to the stream.
   auto x = some<Tensor<float, B<X>, T<>, E<>, Unreduced<Y>>>();

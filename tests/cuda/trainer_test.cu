@@ -10,8 +10,8 @@
 // when the machine has a GPU for each, and as the one process of a torchrun launch
 // (spmd(tpx::cuda_launched, ...)). The GPT example's model: one step's loss and gradients on
 // the simulated meshes 2x2 and 2x1x2 (two replicas, HSDP), and on 2x2 without sequence
-// parallelism and with SwiGLU's MLP, equal the host's (tests/trainer/gpt_test.cpp and gpt_hsdp_test.cpp check the
-// host's). With communication
+// parallelism, with SwiGLU's MLP and with rotary positions, equal the host's
+// (tests/trainer/gpt_test.cpp and gpt_hsdp_test.cpp check the host's). With communication
 // overlapped (gpt::config::overlap: block gathers and gradient reduce-scatters on each rank's
 // background lane, a second stream) one step's loss and gradients equal those without on the
 // simulated 2x2 mesh within 1e-5, and 30 training losses within 1e-4 (AdamW carries differences
@@ -87,14 +87,18 @@ TEST_CASE("gpt: the simulated CUDA mesh gives the host's loss and gradients") {
     const auto d = gpt_test::differences(device, host, 1e-5, 1e-4);
     CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
   }
-  // Without sequence parallelism (the norms' whole-row kernels on a gradient partial over Y), and
-  // with SwiGLU's MLP (its gate functors as device kernels).
+  // Without sequence parallelism (the norms' whole-row kernels on a gradient partial over Y),
+  // with SwiGLU's MLP (its gate functors as device kernels) and with rotary embedding (its
+  // rotation as a device kernel).
   gpt::config plain = gpt_test::tiny();
   plain.plain_tensor_parallel = true;
   gpt::config swiglu = gpt_test::tiny();
   swiglu.swiglu = true;
-  for (const gpt::config& c : {plain, swiglu}) {
+  gpt::config rope = gpt_test::tiny();
+  rope.rope = true;
+  for (const gpt::config& c : {plain, swiglu, rope}) {
     CAPTURE(c.swiglu);
+    CAPTURE(c.rope);
     const auto host = gpt_test::gradients(gpt::mesh{1, 2, 2}, tpx::host, c);
     const auto device = gpt_test::gradients(gpt::mesh{1, 2, 2}, tpx::cuda_simulated, c);
     const auto d = gpt_test::differences(device, host, 1e-5, 1e-4);

@@ -5,7 +5,8 @@
 //     collective's calls and bytes over every set of mesh axes, are those of a real run on the
 //     thread backend (host memory behind a device-like space, so that the layers take the GPU's
 //     paths: support/device_like_space.hpp), to the byte, on meshes with uneven shards, replicas,
-//     checkpointing, both attentions, both MLPs, with and without sequence parallelism;
+//     checkpointing, both attentions, both MLPs, learned and rotary positions, with and without
+//     sequence parallelism;
 //   - the FLOPs its products count, summed over the ranks, are the model's FLOPs as the trainers
 //     count them for MFU (6 per weight and token, plus attention's 12 L T D), plus one forward
 //     pass of every block under activation checkpointing; with the fused attention, its products
@@ -149,6 +150,9 @@ TEST_CASE("a dry run of the GPT's step reads the real run's memory and traffic, 
   swiglu.swiglu = true;
   check_dry_run_reads_the_real_run(gpt_options(1, 2, 2, swiglu),
                                    "GPT with SwiGLU on 2x2, fused attention, checkpoint every 1");
+  gpt::config rope = gpt_config(false, 0);
+  rope.rope = true;
+  check_dry_run_reads_the_real_run(gpt_options(1, 2, 2, rope), "GPT with rotary positions on 2x2");
 }
 
 TEST_CASE("the products a dry run counts are the model FLOPs the trainers count, on every mesh") {

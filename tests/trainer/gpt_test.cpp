@@ -35,6 +35,12 @@
 //    checkpointing and overlap follow the 1x1 losses, which fall, and a GELU checkpoint does not
 //    resume as a SwiGLU model, nor one saved before checkpoints recorded the MLP, which resumes
 //    as the GELU model it is;
+//  - with rotary position embedding (config::rope: q and k turned by their positions' angles, no
+//    position table) the loss and gradients equal the 1x1 rotary run's on 2x2, 4x1, 1x4, 2x1x2
+//    and 3x2, and without sequence parallelism and with fused attention (with SwiGLU: Llama's
+//    block) on 2x2, the backward pass is the gradient of the loss by central differences on 1x1
+//    and 2x2, 30 training steps on 2x2 with checkpointing and overlap follow the 1x1 losses, which
+//    fall, and a checkpoint of the learned-position model does not resume with rotary positions;
 //  - --profile-phases (run_options::profile_phases) reports, with the last step, every phase the
 //    step marks, each as often per step as the model runs it, together within the timed steps'
 //    wall time, and leaves every loss as it was, on 1x1 and 2x2; with --cuda-graph it is refused.
@@ -47,6 +53,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -107,15 +114,26 @@ TEST_CASE("GPT with fused attention computes the reference attention's loss and 
   }
 }
 
-TEST_CASE("GPT's sharded backward pass is the gradient of its loss") {
-  const gpt::config c = tiny();
+namespace {
+// Every mesh's loss and gradients of model c equal want's (1e-5 relative, 1e-4 of each
+// gradient's largest element).
+void check_meshes_follow(const gpt_test::run_result& want, const gpt::config& c,
+                         std::initializer_list<gpt::mesh> meshes) {
+  for (const gpt::mesh& mesh : meshes) {
+    CAPTURE(mesh.to_string());
+    const auto d = gpt_test::differences(gradients(mesh, tpx::host, c), want, 1e-5, 1e-4);
+    CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
+  }
+}
+
+// On 1x1 and 2x2, each of model c's `tensors` parameter tensors has the gradient the central
+// difference of the loss finds along a random direction (directional_check.hpp).
+void check_backward_is_the_loss_gradient(const gpt::config& c, int tensors) {
   const trainer::text_data data(text, static_cast<int>(c.seq));
-  for (const auto& [mx_, my_] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}}) {
-    const int mx = mx_, my = my_;
-    CAPTURE(mx);
-    CAPTURE(my);
+  for (const gpt::mesh& mesh : {gpt::mesh{1, 1, 1}, gpt::mesh{1, 2, 2}}) {
+    CAPTURE(mesh.to_string());
     trainer_test::directional_check check;
-    tpx::spmd(tpx::host, gpt::mesh{1, mx, my}, [&](auto& rank) {
+    tpx::spmd(tpx::host, mesh, [&](auto& rank) {
       gpt::model_tensors params(rank, c), grads(rank, c), scratch(rank, c);
       gpt::initialize(params, c);
       const gpt::model<float> net(rank, c);
@@ -124,9 +142,14 @@ TEST_CASE("GPT's sharded backward pass is the gradient of its loss") {
       check.run(rank, params, grads,
                 [&] { return tpx::scalar_on_host(net.forward_backward(params, tokens, scratch)); });
     });
-    CHECK(check.checked == 2 + 8 * 2 + 2);
+    CHECK(check.checked == tensors);
     for (const auto& m : check.mismatches) FAIL_CHECK(m);
   }
+}
+}  // namespace
+
+TEST_CASE("GPT's sharded backward pass is the gradient of its loss") {
+  check_backward_is_the_loss_gradient(tiny(), 2 + 8 * 2 + 2);
 }
 
 TEST_CASE("GPT activation checkpointing does not change a single bit") {
@@ -410,68 +433,64 @@ TEST_CASE("GPT with SwiGLU's MLP: every mesh has the 1x1 gradients, which are th
   REQUIRE(want.grads.size() == 2 + 9 * 2 + 2);
   CHECK(want.names[9] == "block.0.w_gate");
   CHECK(want.loss != gradients({1, 1, 1}).loss);  // another model than GELU's
-  for (const gpt::mesh& mesh :
-       {gpt::mesh{1, 2, 2}, gpt::mesh{1, 4, 1}, gpt::mesh{1, 1, 4}, gpt::mesh{2, 1, 2}}) {
-    CAPTURE(mesh.to_string());
-    const auto d = gpt_test::differences(gradients(mesh, tpx::host, swiglu), want, 1e-5, 1e-4);
-    CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
-  }
+  check_meshes_follow(want, swiglu,
+                      {gpt::mesh{1, 2, 2}, gpt::mesh{1, 4, 1}, gpt::mesh{1, 1, 4},
+                       gpt::mesh{2, 1, 2}});
   gpt::config variant = swiglu;
   variant.plain_tensor_parallel = true;
   variant.fused_attention = true;
-  const auto d = gpt_test::differences(gradients({1, 2, 2}, tpx::host, variant), want, 1e-5, 1e-4);
-  CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
-
-  const trainer::text_data data(text, static_cast<int>(swiglu.seq));
-  for (const gpt::mesh& mesh : {gpt::mesh{1, 1, 1}, gpt::mesh{1, 2, 2}}) {
-    CAPTURE(mesh.to_string());
-    trainer_test::directional_check check;
-    tpx::spmd(tpx::host, mesh, [&](auto& rank) {
-      gpt::model_tensors params(rank, swiglu), grads(rank, swiglu), scratch(rank, swiglu);
-      gpt::initialize(params, swiglu);
-      const gpt::model<float> net(rank, swiglu);
-      const auto tokens = gpt::load_batch<tpx::host_space>(rank, data, swiglu, 0);
-      net.forward_backward(params, tokens, grads);
-      check.run(rank, params, grads, [&] {
-        return tpx::scalar_on_host(net.forward_backward(params, tokens, scratch));
-      });
-    });
-    CHECK(check.checked == 2 + 9 * 2 + 2);
-    for (const auto& m : check.mismatches) FAIL_CHECK(m);
-  }
+  check_meshes_follow(want, variant, {gpt::mesh{1, 2, 2}});
+  check_backward_is_the_loss_gradient(swiglu, 2 + 9 * 2 + 2);
 }
 
-TEST_CASE("GPT training with SwiGLU on 2x2 follows the 1x1 losses; a GELU checkpoint is refused") {
+namespace {
+// 30 training steps of the model variant(c) makes of tiny()'s on 2x2, checkpointing every block
+// and overlapping communication, follow its 1x1 losses (relative 1e-4), which fall.
+template <class Variant>
+void check_training_follows_one_rank(const Variant& variant) {
   trainer::run_options<gpt::family> one = training(1, 1, 1);
-  one.model.swiglu = true;
+  variant(one.model);
   const std::vector<float> want = losses(one);
   REQUIRE(want.size() == 30);
   CHECK(want.back() < want.front() - 0.5f);
   trainer::run_options<gpt::family> four = training(1, 2, 2, 1);
-  four.model.swiglu = true;
+  variant(four.model);
   four.model.overlap = true;
   const float worst = worst_relative_difference(losses(four), want);
   INFO("worst relative loss difference " << worst);
   CHECK(worst <= 1e-4f);
+}
 
-  const std::filesystem::path dir = scratch_folder("tpx-gpt-test", "swiglu");
-  trainer::run_options<gpt::family> gelu = training(1, 1, 1);
-  gelu.steps = 2;
-  gelu.ckpt_dir = dir.string();
-  (void)losses(gelu);
-  trainer::run_options<gpt::family> resumed = gelu;
+// The options that resume, as the model variant(c) makes, for steps 2-3, the 1x1 run of the
+// default model that has saved steps 0-1 in scratch folder `name`.
+template <class Variant>
+trainer::run_options<gpt::family> default_checkpoint_resumed_as(const Variant& variant,
+                                                                const char* name) {
+  trainer::run_options<gpt::family> saved = training(1, 1, 1);
+  saved.steps = 2;
+  saved.ckpt_dir = scratch_folder("tpx-gpt-test", name).string();
+  (void)losses(saved);
+  trainer::run_options<gpt::family> resumed = saved;
   resumed.steps = 4;
   resumed.resume = true;
-  resumed.model.swiglu = true;
+  variant(resumed.model);
+  return resumed;
+}
+}  // namespace
+
+TEST_CASE("GPT training with SwiGLU on 2x2 follows the 1x1 losses; a GELU checkpoint is refused") {
+  const auto swiglu = [](gpt::config& c) { c.swiglu = true; };
+  check_training_follows_one_rank(swiglu);
+  trainer::run_options<gpt::family> resumed = default_checkpoint_resumed_as(swiglu, "swiglu");
+  const std::filesystem::path dir = resumed.ckpt_dir;
   CHECK_THROWS_WITH(losses(resumed),
                     doctest::Contains("has mlp = \"gelu\", this run \"swiglu\""));
 
   // A checkpoint saved before the shape recorded mlp (its state without the key, the manifest
   // re-sealed) is the GELU model's: GELU resumes from it as from the one saved above, SwiGLU is
   // refused.
-  trainer::run_options<gpt::family> continued = gelu;
-  continued.steps = 4;
-  continued.resume = true;
+  trainer::run_options<gpt::family> continued = resumed;
+  continued.model.swiglu = false;
   const std::filesystem::path saved = scratch_folder("tpx-gpt-test", "swiglu-saved");
   std::filesystem::copy(dir, saved, std::filesystem::copy_options::recursive);
   const std::vector<float> want_continued = losses(continued);
@@ -485,4 +504,36 @@ TEST_CASE("GPT training with SwiGLU on 2x2 follows the 1x1 losses; a GELU checkp
   CHECK_THROWS_WITH(losses(resumed),
                     doctest::Contains("has mlp = \"gelu\", this run \"swiglu\""));
   CHECK(losses(continued) == want_continued);
+}
+
+TEST_CASE("GPT with rotary positions: every mesh has the 1x1 gradients, which are the loss's") {
+  gpt::config rope = tiny();
+  rope.rope = true;
+  const gpt_test::run_result want = gradients({1, 1, 1}, tpx::host, rope);
+  // No position table: the token table, 8 per block, the final norm and the head.
+  REQUIRE(want.grads.size() == 1 + 8 * 2 + 2);
+  CHECK(want.names[1] == "block.0.norm1");
+  CHECK(want.loss != gradients({1, 1, 1}).loss);  // another model than the learned positions'
+  check_meshes_follow(want, rope,
+                      {gpt::mesh{1, 2, 2}, gpt::mesh{1, 4, 1}, gpt::mesh{1, 1, 4},
+                       gpt::mesh{2, 1, 2}, gpt::mesh{1, 3, 2}});
+  gpt::config variant = rope;
+  variant.plain_tensor_parallel = true;
+  variant.fused_attention = true;
+  check_meshes_follow(want, variant, {gpt::mesh{1, 2, 2}});
+
+  // Llama's block: rotary positions, SwiGLU, RMSNorm, fused attention.
+  gpt::config llama = rope;
+  llama.swiglu = true;
+  const gpt_test::run_result llama_want = gradients({1, 1, 1}, tpx::host, llama);
+  llama.fused_attention = true;
+  check_meshes_follow(llama_want, llama, {gpt::mesh{1, 2, 2}});
+  check_backward_is_the_loss_gradient(rope, 1 + 8 * 2 + 2);
+}
+
+TEST_CASE("GPT training with rotary positions on 2x2 follows 1x1; a learned checkpoint refused") {
+  const auto rope = [](gpt::config& c) { c.rope = true; };
+  check_training_follows_one_rank(rope);
+  CHECK_THROWS_WITH(losses(default_checkpoint_resumed_as(rope, "rope")),
+                    doctest::Contains("has positions = \"learned\", this run \"rotary\""));
 }

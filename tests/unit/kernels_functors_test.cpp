@@ -1,7 +1,8 @@
 // Tests of the per-element and per-row math of kernels/: elementwise functors and transform(),
-// the host's exp, reductions, softmax cross-entropy, RMSNorm, LayerNorm and the AdamW update,
-// each against an independent formula in double; and the pieces the CUDA kernels assemble rows
-// from (a row split into chunks, as threads split it) against the row functions.
+// rotary embedding's rotation, the host's exp, reductions, softmax cross-entropy, RMSNorm,
+// LayerNorm and the AdamW update, each against an independent formula in double; and the pieces
+// the CUDA kernels assemble rows from (a row split into chunks, as threads split it) against the
+// row functions.
 //
 // Derivatives (GELU, ReLU, RMSNorm) are checked against central finite differences of the double
 // formula, (f(x+h) - f(x-h)) / 2h with h = 1e-4, whose own error (h^2 f''' / 6 plus rounding
@@ -26,6 +27,7 @@
 #include "tpx/kernels/permute.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/kernels/rmsnorm.hpp"
+#include "tpx/kernels/rotary.hpp"
 #include "tpx/kernels/vectorizable_expf.hpp"
 
 namespace {
@@ -129,6 +131,83 @@ TEST_CASE("SwiGLU's silu(g) * u and its two derivatives, against double and fini
   CHECK(k::silu_product_gate_backward{}(-200.0f, 2.0f, 1.0f) == 0.0f);
   CHECK(k::silu_product_up_backward{}(-200.0f, 1.0f) == 0.0f);
   CHECK(k::silu_product{}(1.0f, 1.0f) == doctest::Approx(0.7310586).epsilon(1e-6));
+}
+
+namespace {
+// Rows [positions, heads] of width e, turned by k::rotary_turn starting at global position
+// `first`, forward (direction 1) or back (-1), a row at a time as a space's loop calls it.
+template <class T>
+void turn_rows(std::vector<T>& x, int64_t positions, int64_t heads, int64_t e, int64_t first,
+               float direction, double base = 10000.0) {
+  const k::rotary_turn<T> turn{x.data(), e, heads, positions, first,
+                               static_cast<float>(std::log2(base)), direction};
+  for (int64_t r = 0; r < positions * heads; ++r)
+    for (int64_t i = 0; i < e / 2; ++i) turn(r, i);
+}
+}  // namespace
+
+TEST_CASE("rotary_turn against the rotation in double, its inverse, and relative positions") {
+  const int64_t positions = 9, heads = 3, e = 8, half = e / 2;
+  const double base = 10000.0;
+  for (const int64_t first : {int64_t{0}, int64_t{1000}}) {
+    CAPTURE(first);
+    const std::vector<float> x = random_floats(positions * heads * e, -2.0f, 2.0f, 11);
+    std::vector<float> turned = x;
+    turn_rows(turned, positions, heads, e, first, 1.0f);
+    // The angle p theta_i is rounded three times in fp32 (exp2f's few ulps, the product), an
+    // absolute error of about 4u |angle|; sin and cos add a few ulps: per element
+    // |err| <= 8u (1 + |angle|) (|a| + |b|).
+    for (int64_t r = 0; r < positions * heads; ++r) {
+      const double p = static_cast<double>(first + r / heads);
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = p * std::pow(base, -static_cast<double>(i) / half);
+        const double a = x[r * e + i], b = x[r * e + i + half];
+        const double tol = 8 * u * (1.0 + angle) * (std::abs(a) + std::abs(b));
+        CHECK(std::abs(turned[r * e + i] - (a * std::cos(angle) - b * std::sin(angle))) <= tol);
+        CHECK(std::abs(turned[r * e + i + half] - (b * std::cos(angle) + a * std::sin(angle))) <=
+              tol);
+      }
+    }
+    // Turning back restores x: two roundings per element and the angle's error cancels, as both
+    // directions compute the same angle: |err| <= 4u (|a| + |b|).
+    std::vector<float> back = turned;
+    turn_rows(back, positions, heads, e, first, -1.0f);
+    for (int64_t r = 0; r < positions * heads; ++r)
+      for (int64_t i = 0; i < e; ++i) {
+        const int64_t j = r * e + (i < half ? i + half : i - half);
+        CHECK(std::abs(back[r * e + i] - x[r * e + i]) <=
+              4 * u * (std::abs(x[r * e + i]) + std::abs(x[j])) + 1e-30);
+      }
+  }
+  // A query at position m and a key at n have the same product as at m + s and n + s: RoPE's
+  // point. With positions up to 1030 and |a| + |b| <= 2, each turned element is off by at most
+  // 16u * 1031 (above) and is at most sqrt(2) in size, so each product by at most
+  // 2 e sqrt(2) 16u 1031 (about 0.02), and two products' difference by twice that.
+  const std::vector<float> q = random_floats(e, -1.0f, 1.0f, 12);
+  const std::vector<float> key = random_floats(e, -1.0f, 1.0f, 13);
+  const auto product_at = [&](int64_t m, int64_t n) {
+    std::vector<float> qm = q, kn = key;
+    turn_rows(qm, 1, 1, e, m, 1.0f);
+    turn_rows(kn, 1, 1, e, n, 1.0f);
+    double dot = 0;
+    for (int64_t i = 0; i < e; ++i) dot += double(qm[i]) * kn[i];
+    return dot;
+  };
+  for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>>{{5, 2}, {2, 5}, {7, 7}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    const double at = product_at(m, n);
+    for (const int64_t shift : {int64_t{1}, int64_t{30}, int64_t{1023}})
+      CHECK(std::abs(product_at(m + shift, n + shift) - at) <= 2 * 2 * e * 1.5 * 16 * u * 1031);
+  }
+  // Stored as bf16 the rotation rounds once per element: within 2^-8 of the fp32 result's size.
+  std::vector<float> f(static_cast<std::size_t>(e));
+  std::vector<bf16> b(static_cast<std::size_t>(e));
+  for (int64_t i = 0; i < e; ++i) b[i] = bf16(q[i]), f[i] = static_cast<float>(b[i]);
+  turn_rows(f, 1, 1, e, 3, 1.0f);
+  turn_rows(b, 1, 1, e, 3, 1.0f);
+  for (int64_t i = 0; i < e; ++i)
+    CHECK(std::abs(static_cast<float>(b[i]) - f[i]) <= 0x1.0p-8 * std::abs(f[i]));
 }
 
 TEST_CASE(

@@ -9,7 +9,9 @@
 // whole along Y, as plain tensor parallelism's stream is) return partial sums whose totals are
 // the loops' gradients, with the grid loops and with whole-row kernels. Tolerances: fp32 math
 // against double, relative to the magnitude of the summed terms: 1e-5 for sums of a few dozen
-// terms, as stated at each check.
+// terms, as stated at each check. Rotary embedding of [B, T, H, E] and [B, H, T, E] with
+// positions, heads and batch split over X and Y (uneven blocks) turns every pair by its global
+// position's angle, forward and back, as a loop in double does.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
 #include <tpx/nn/rmsnorm.hpp>
+#include <tpx/nn/rotary.hpp>
 #include <tpx/tpx.hpp>
 #include <tuple>
 #include <type_traits>
@@ -28,7 +31,7 @@
 namespace {
 
 TPX_MESH_AXES(X, Y);
-TPX_DIMS(B, D, T, V, W);
+TPX_DIMS(B, D, E, H, T, V, W);
 
 const std::vector<std::pair<int, int>> meshes = {{1, 1}, {2, 2}, {2, 3}, {3, 1}};
 
@@ -554,4 +557,77 @@ TEST_CASE("row layers on sequence-parallel [B_X, T_Y, D] rows equal the flat lay
 
 TEST_CASE("row layers on tensor-parallel [B_X, T, D_Y] rows equal the flat layers") {
   check_sequence_layout<tpx::type_list<B<X>, T<>, D<Y>>, tpx::type_list<B<X>, T<Y>, V<>>>();
+}
+
+namespace {
+// x [batch, positions, heads, e] turned by RoPE in double, pair i of the row at position t by
+// direction * t * base^(-2i/e); returned in the layout [B, T, H, E] or, heads first, [B, H, T, E].
+std::vector<double> rotated(const std::vector<float>& x, std::int64_t batch, std::int64_t positions,
+                            std::int64_t heads, std::int64_t e, double base, double direction,
+                            bool heads_first) {
+  std::vector<double> out(x.size());
+  const std::int64_t half = e / 2;
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t t = 0; t < positions; ++t)
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const std::int64_t from = ((b * positions + t) * heads + h) * e;
+        const std::int64_t to = heads_first ? ((b * heads + h) * positions + t) * e : from;
+        for (std::int64_t i = 0; i < half; ++i) {
+          const double angle = direction * t * std::pow(base, -static_cast<double>(i) / half);
+          const double a = x[from + i], c = x[from + i + half];
+          out[to + i] = a * std::cos(angle) - c * std::sin(angle);
+          out[to + i + half] = c * std::cos(angle) + a * std::sin(angle);
+        }
+      }
+  return out;
+}
+
+std::vector<float> heads_first(const std::vector<float>& x, std::int64_t batch,
+                               std::int64_t positions, std::int64_t heads, std::int64_t e) {
+  std::vector<float> out(x.size());
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t t = 0; t < positions; ++t)
+      for (std::int64_t h = 0; h < heads; ++h)
+        for (std::int64_t i = 0; i < e; ++i)
+          out[((b * heads + h) * positions + t) * e + i] =
+              x[((b * positions + t) * heads + h) * e + i];
+  return out;
+}
+}  // namespace
+
+TEST_CASE("rotary embedding with positions, heads and batch split equals the rotation in double") {
+  const std::int64_t batch = 3, positions = 7, heads = 5, e = 6;
+  const double base = 500.0;
+  const auto x = values(batch * positions * heads * e, 21);
+  const auto x_heads_first = heads_first(x, batch, positions, heads, e);
+  // Angles up to 6 rad and |x| < 5: each element is within 8u (1 + 6) (|a| + |b|) < 1e-5 of the
+  // double rotation (kernels_functors_test derives the bound).
+  const double tol = 1e-5;
+  on_each_mesh([&](auto& rank) {
+    // Positions split over Y, as context parallelism's blocks are: each rank's rows start at its
+    // block's global position.
+    const auto xs = tpx::from_global<float, B<X>, T<Y>, H<>, E<>>(
+        rank, {B(batch), T(positions), H(heads), E(e)}, x);
+    check_close(tpx::to_global(tpx::nn::rotary_forward<T>(xs, float(base))),
+                rotated(x, batch, positions, heads, e, base, 1, false), 1.0, tol,
+                "[B_X, T_Y, H, E]");
+    check_close(tpx::to_global(tpx::nn::rotary_backward<T>(xs, float(base))),
+                rotated(x, batch, positions, heads, e, base, -1, false), 1.0, tol,
+                "backward [B_X, T_Y, H, E]");
+    // Heads split over Y (tensor parallelism), positions over X, heads first.
+    const auto hs = tpx::from_global<float, B<>, H<Y>, T<X>, E<>>(
+        rank, {B(batch), H(heads), T(positions), E(e)}, x_heads_first);
+    check_close(tpx::to_global(tpx::nn::rotary_forward<T>(hs, float(base))),
+                rotated(x, batch, positions, heads, e, base, 1, true), 1.0, tol,
+                "[B, H_Y, T_X, E]");
+    // The default base is Llama's 10000; a head of odd width has no pairs to turn.
+    const auto ys = tpx::from_global<float, B<X>, T<Y>, H<>, E<>>(
+        rank, {B(batch), T(positions), H(heads), E(e)}, x);
+    check_close(tpx::to_global(tpx::nn::rotary_forward<T>(ys)),
+                rotated(x, batch, positions, heads, e, 10000.0, 1, false), 1.0, tol, "base 10000");
+    const auto odd = tpx::zeros<float, B<X>, T<Y>, H<>, E<>>(rank, {B(2), T(3), H(1), E(5)});
+    CHECK_THROWS_WITH(tpx::nn::rotary_forward<T>(odd),
+                      doctest::Contains("head dim of [B_X, T_Y, H, E] has odd width 5"));
+    CHECK_THROWS_WITH(tpx::nn::rotary_forward<T>(ys, 1.0f), doctest::Contains("base 1.0"));
+  });
 }
