@@ -71,8 +71,10 @@ struct family {
            std::to_string(c.layers) + " layers" +
            (c.vocab == 256 ? "" : ", V=" + std::to_string(c.vocab)) +
            (c.swiglu ? ", SwiGLU MLP" : "") + (c.rope ? ", rotary positions" : "") +
-           (c.plain_tensor_parallel ? ", no sequence parallelism" : "");
+           (c.plain_tensor_parallel ? ", no sequence parallelism" : "") +
+           (c.context_parallel ? ", context parallel over X" : "");
   }
+  static std::string unsupported(const config& c) { return gpt::unsupported(c); }
   static std::vector<trainer::switch_flag> switch_flags(config& c) {
     return {{"--fused-attention", &c.fused_attention,
              "attention by the fused kernels (tile by tile, O(T) memory; nn/fused_attention.hpp) "
@@ -88,7 +90,11 @@ struct family {
              "plain Megatron tensor parallelism over Y: the residual stream whole on every Y rank "
              "(norms and residual adds repeated on each), one AllReduce over Y after each "
              "sublayer, forward and backward, instead of sequence parallelism's AllGather of T "
-             "before it and ReduceScatter after it"}};
+             "before it and ReduceScatter after it"},
+            {"--context-parallel", &c.context_parallel,
+             "context parallelism over X: X splits each sequence instead of the batch (each rank "
+             "a block of every row's positions), keys and values all-gathered over X before "
+             "attention and their gradients reduce-scattered after it; reference attention"}};
   }
   static std::vector<trainer::size_flag> size_flags(config& c) {
     return {{"--seq", &c.seq, "sequence length T (bytes per row; each predicts the next)"},

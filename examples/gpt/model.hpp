@@ -38,6 +38,23 @@
 // checkpoint_every = C > 0 only every C-th block input is kept and each segment runs forward again
 // during the backward pass (examples/trainer/block_stack.hpp).
 //
+// Context parallelism (config::context_parallel; tpx-gpt --context-parallel; Llama 3's, in its
+// all-gather form) makes X split each sequence instead of the batch: the batch is split over R
+// only, the stream is x[B_R, T_XY, D] (each rank of X a block of every row's positions, Y
+// splitting the block further between sublayers), a sublayer's input h[B_R, T_X, D], and q
+// [B_R, T_X, H_Y, E] a block of queries. Attention needs every key before a query, so k and v are
+// all-gathered over X to [B_R, S, H_Y, E] (rotary embedding turns them first, each rank its own
+// positions); nn/attention.hpp masks by each query's global position, and the types give dk and
+// dv as partial sums over X, {U_X}, which the gather's adjoint reduce-scatters back onto the
+// rank's block. Everything else is unchanged, the types carrying it: a weight's gradient
+// contracts B_R and T_X and so is {U_RX}, as the data-parallel model's is over B_RX, reduce-
+// scattered over X (FSDP) and all-reduced over R alike. Activation memory per rank is then 1/X of
+// a sequence's, which is what lets long sequences fit; the price is the gather of k and v and the
+// reduce-scatter of their gradients per block, over X. Contiguous blocks leave causal attention's
+// work uneven (the last block's queries see every key); balancing would permute the sequence
+// first (Megatron's two chunks per rank). The fused kernels take whole sequences of queries, so
+// this layout runs the reference attention.
+//
 // Communication can overlap computation (config::overlap; tpx-gpt --overlap on): a block's
 // weights are gathered together, on the rank's communication thread (tpx::in_background; on a
 // CUDA rank, its second stream), one block visit ahead in the block loop's order
@@ -62,8 +79,9 @@
 // the target byte (the next one) and the position, which indexes PosE through the same embedding
 // lookup as the bytes (with rotary embedding, the rotation finds a row's position from its
 // index). The model reads them twice: split like the residual stream, [B_RX, T_Y, W], for the
-// embeddings, and with the sequence whole, [B_RX, T, W], for the loss (plain TP reads the
-// second for both; the batch loads the first all the same, so that its type is one).
+// embeddings, and like a sublayer's input, with the sequence whole, [B_RX, T, W], for the loss
+// (plain TP reads the second for both; the batch loads the first all the same, so that its type
+// is one); with context parallelism, [B_R, T_XY, W] and [B_R, T_X, W].
 #pragma once
 
 #include <cmath>
@@ -134,6 +152,12 @@ struct config {
   // SwiGLU's gated MLP (Llama's) instead of GELU's: a third matrix, Wgate, column-parallel like
   // Win, and silu(h Wgate) * (h Win) where GELU(h Win) was.
   bool swiglu = false;
+  // Context parallelism over X (Llama 3's, all-gather based): X splits each sequence instead of
+  // the batch, so every rank of X holds a block of every row's positions; keys and values are
+  // all-gathered over X before attention and their gradients reduce-scattered after it. With
+  // sequence parallelism only, and the reference attention (nn/attention.hpp takes a block of
+  // queries, the fused kernels do not yet).
+  bool context_parallel = false;
   std::int64_t d_model() const { return heads * head_dim; }
 };
 
@@ -236,11 +260,23 @@ void initialize(model_tensors<Space>& p, const config& c) {
   normal(p.head, d);
 }
 
-// A step's batch, twice: split like the residual stream and with the sequence whole.
+// A step's tokens, twice: split like the residual stream, and like a sublayer's input (the
+// sequence gathered over Y). Rows: how the batch dim is split; StreamPositions and Positions:
+// how the sequence is, in the stream and in a sublayer.
+template <class Space, class Rows, class StreamPositions, class Positions>
+struct token_layouts {
+  tpx::BasicTensor<Space, std::int32_t, Rows, StreamPositions, W<>> stream;
+  tpx::BasicTensor<Space, std::int32_t, Rows, Positions, W<>> sublayer;
+};
+
+// A step's batch, in the layouts of the model it is for: data parallel over X (the rows split
+// over R and X, each rank's sublayers seeing whole sequences), or context parallel over X
+// (config::context_parallel: the rows split over R, each sequence over X, and over Y too in the
+// stream). The other is empty.
 template <class Space>
 struct batch {
-  tpx::BasicTensor<Space, std::int32_t, B<R, X>, T<Y>, W<>> stream;
-  tpx::BasicTensor<Space, std::int32_t, B<R, X>, T<>, W<>> whole;
+  std::optional<token_layouts<Space, B<R, X>, T<Y>, T<>>> rows;
+  std::optional<token_layouts<Space, B<R>, T<X, Y>, T<X>>> blocks;
 };
 
 // The batch of `step`: row b is a window of seq + 1 bytes of the text (trainer::text_data, made
@@ -259,17 +295,29 @@ batch<Space> load_batch(const tpx::rank_context& rank, const trainer::text_data&
     tpx::fill_with(h, token);
     return tpx::in_space<Space>(std::move(h));
   };
-  using Batch = batch<Space>;
-  return {load(static_cast<decltype(Batch::stream)*>(nullptr)),
-          load(static_cast<decltype(Batch::whole)*>(nullptr))};
+  batch<Space> b;
+  const auto load_both = [&](auto& layouts) {
+    using L = typename std::remove_reference_t<decltype(layouts)>::value_type;
+    layouts.emplace(L{load(static_cast<decltype(L::stream)*>(nullptr)),
+                      load(static_cast<decltype(L::sublayer)*>(nullptr))});
+  };
+  if (c.context_parallel)
+    load_both(b.blocks);
+  else
+    load_both(b.rows);
+  return b;
 }
 
 // h's elements into the batch d, whose tensors keep their buffers (the input of a recorded step,
 // trainer::recorded_training).
 template <class Space>
 void copy_batch(batch<Space>& d, const batch<tpx::host_space>& h) {
-  tpx::copy_from_host(d.stream, h.stream);
-  tpx::copy_from_host(d.whole, h.whole);
+  const auto copy = [](auto& device, const auto& host) {
+    tpx::copy_from_host(device->stream, host->stream);
+    tpx::copy_from_host(device->sublayer, host->sublayer);
+  };
+  if (d.rows) copy(d.rows, h.rows);
+  if (d.blocks) copy(d.blocks, h.blocks);
 }
 
 // A chain of collectives named as types, and its adjoint: the adjoints of the steps in reverse
@@ -312,23 +360,34 @@ struct step_chain {
 
 // Forward and backward passes in compute type Tc (float or tpx::bf16), on tensors of Space, with
 // the residual stream split along the sequence over Y (SequenceParallel) or whole on every rank
-// of Y (plain tensor parallelism); model below chooses by config::plain_tensor_parallel.
-template <class Tc, class Space, bool SequenceParallel>
+// of Y (plain tensor parallelism), and X splitting the batch (data parallel) or each sequence
+// (ContextParallel, with SequenceParallel only); model below chooses by the config.
+template <class Tc, class Space, bool SequenceParallel, bool ContextParallel = false>
 class transformer {
+  static_assert(SequenceParallel || !ContextParallel,
+                "gpt: context parallelism is written for the sequence-parallel stream");
+
  public:
   template <class T, class... Spec>
   using Tensor = tpx::BasicTensor<Space, T, Spec...>;
   using params = model_tensors<Space>;
   using scalar = Tensor<float>;
+  // How the batch dim is split, and the positions of a sublayer (its queries): every row's whole
+  // sequence on the ranks of X that hold the row, or (context parallel) every row, a block of
+  // its sequence on each rank of X.
+  using rows = std::conditional_t<ContextParallel, B<R>, B<R, X>>;
+  using positions = std::conditional_t<ContextParallel, T<X>, T<>>;
   // The residual stream between sublayers and its gradient. Split along the sequence, each rank's
   // gradient is its tokens' whole gradient; whole on every rank of Y, the stream's gradient is
   // a partial sum over Y (sharding/steps.hpp's convention: each rank holds the contribution of
   // its heads, its MLP columns and its vocabulary shard), which the norms' and the embeddings'
   // backward passes, linear in it, take as it is.
-  using stream = std::conditional_t<SequenceParallel, Tensor<Tc, B<R, X>, T<Y>, D<>>,
-                                    Tensor<Tc, B<R, X>, T<>, D<>>>;
+  using stream_positions =
+      std::conditional_t<SequenceParallel,
+                         std::conditional_t<ContextParallel, T<X, Y>, T<Y>>, positions>;
+  using stream = Tensor<Tc, rows, stream_positions, D<>>;
   using stream_gradient = std::conditional_t<SequenceParallel, stream,
-                                             Tensor<Tc, B<R, X>, T<>, D<>, tpx::Unreduced<Y>>>;
+                                             Tensor<Tc, rows, T<>, D<>, tpx::Unreduced<Y>>>;
 
   // The forward pass's collectives, as types; the backward pass applies their adjoints.
   using gather_weight = step_chain<AllGather<X, D<>>>;  // FSDP: every matrix is split on D over X
@@ -344,6 +403,11 @@ class transformer {
   // an AllReduce too, completes the stream's gradient before the sublayer's backward pass).
   using leave_sublayer = std::conditional_t<SequenceParallel, step_chain<ReduceScatter<Y, T<>>>,
                                             step_chain<tpx::AllReduce<Y>>>;
+  // Keys and values [B, S, H_Y, E] for attention: context parallelism gathers every position of
+  // the sequence over X (its adjoint reduce-scatters their gradients, each rank's queries'
+  // share, back onto the blocks); otherwise a rank has them all.
+  using gather_keys =
+      std::conditional_t<ContextParallel, step_chain<AllGather<X, S<>>>, step_chain<>>;
 
   transformer(const tpx::rank_context& rank, const config& c) : rank_(rank), c_(c) {}
 
@@ -364,7 +428,8 @@ class transformer {
           return block_forward(weights.take(l), x);
         },
         [&](const stream& x) {
-          head_result h = head_forward_backward(head->get(), x, tokens.whole, grads, reductions);
+          head_result h =
+              head_forward_backward(head->get(), x, layouts_of(tokens).sublayer, grads, reductions);
           loss = std::move(h.loss);
           return std::move(h.dx);
         },
@@ -405,14 +470,32 @@ class transformer {
     return tpx::cast<float>(tpx::all_reduce<R>(Chain::backward(std::forward<Partial>(partial))));
   }
 
+  // The batch's tokens in this model's layouts (load_batch makes those of the config).
+  using token_layouts = typename std::conditional_t<ContextParallel, decltype(batch<Space>::blocks),
+                                                    decltype(batch<Space>::rows)>::value_type;
+  static const token_layouts& layouts_of(const batch<Space>& b) {
+    const auto& layouts = [&]() -> const auto& {
+      if constexpr (ContextParallel)
+        return b.blocks;
+      else
+        return b.rows;
+    }();
+    if (!layouts)
+      throw std::invalid_argument(
+          std::string("gpt: a batch loaded for ") +
+          (ContextParallel ? "data" : "context") + " parallelism over X, given to a " +
+          (ContextParallel ? "context" : "data") + "-parallel model (load it with its config)");
+    return *layouts;
+  }
   // The batch's tokens split like the stream.
-  using stream_tokens = std::conditional_t<SequenceParallel, decltype(batch<Space>::stream),
-                                           decltype(batch<Space>::whole)>;
+  using sublayer_tokens = decltype(token_layouts::sublayer);
+  using stream_tokens =
+      std::conditional_t<SequenceParallel, decltype(token_layouts::stream), sublayer_tokens>;
   static const stream_tokens& tokens_of(const batch<Space>& b) {
     if constexpr (SequenceParallel)
-      return b.stream;
+      return layouts_of(b).stream;
     else
-      return b.whole;
+      return layouts_of(b).sublayer;
   }
 
   // x = TokE[byte] + PosE[t] ([B_RX, T_Y, D] with SP): two row lookups into the gathered tables;
@@ -537,11 +620,19 @@ class transformer {
   // operand must be copied first). The fused kernels read and write that layout in place; the
   // reference's products read heads first, [B, H, T, E], so its path copies q, k, v there once
   // and keeps them for the backward pass, and copies its results back once each.
-  using whole = Tensor<Tc, B<R, X>, T<>, D<>>;             // a sublayer's input, sequence gathered
-  using tokens = Tensor<Tc, B<R, X>, T<>, H<Y>, E<>>;      // q, attention's output, dq, dk, dv
-  using token_keys = Tensor<Tc, B<R, X>, S<>, H<Y>, E<>>;  // k and v, their positions named S
-  using heads = Tensor<Tc, B<R, X>, H<Y>, T<>, E<>>;       // the reference's q
-  using keys = Tensor<Tc, B<R, X>, H<Y>, S<>, E<>>;        // the reference's k and v
+  // With context parallelism a sublayer's positions are the rank's block of each sequence along
+  // X, and so are q's; k and v are gathered to every position (gather_keys) before attention.
+  using whole = Tensor<Tc, rows, positions, D<>>;         // a sublayer's input, sequence gathered
+  using tokens = Tensor<Tc, rows, positions, H<Y>, E<>>;  // q, attention's output, dq, dk, dv
+  using projected_keys = decltype(tpx::rename<T, S>(std::declval<tokens>()));  // k, v projected
+  using token_keys = Tensor<Tc, rows, S<>, H<Y>, E<>>;  // k and v as attention reads them
+  // Their gradients from attention: each rank's queries' share of every key's, over X, when the
+  // sequence is split there.
+  using key_gradient =
+      std::conditional_t<ContextParallel, Tensor<Tc, rows, S<>, H<Y>, E<>, tpx::Unreduced<X>>,
+                         token_keys>;
+  using heads = Tensor<Tc, rows, H<Y>, positions, E<>>;  // the reference's q
+  using keys = Tensor<Tc, rows, H<Y>, S<>, E<>>;         // the reference's k and v
   using rstd = tpx::nn::per_row_t<stream>;
   // Attention's output and what its backward pass needs (config::fused_attention): the fused
   // kernels' operands as projected and the log-sum-exp of each query row, or the reference's
@@ -549,12 +640,12 @@ class transformer {
   struct fused_saved {
     tokens q;
     token_keys k, v;
-    Tensor<float, B<R, X>, T<>, H<Y>> lse;
+    Tensor<float, rows, positions, H<Y>> lse;
   };
   struct reference_saved {
     heads q;
     keys k, v;
-    Tensor<Tc, B<R, X>, H<Y>, T<>, S<>> probs;
+    Tensor<Tc, rows, H<Y>, positions, S<>> probs;
   };
   struct attention_state {
     tokens out;
@@ -562,15 +653,18 @@ class transformer {
     std::optional<reference_saved> reference;
   };
   struct attention_gradients {
-    tokens dq, dk, dv;
+    tokens dq;
+    key_gradient dk, dv;
   };
 
   attention_state attend(tokens q, token_keys k, token_keys v) const {
-    if (c_.fused_attention) {
-      auto f = tpx::nn::fused_causal_attention_forward(q, k, v);
-      return {std::move(f.out),
-              fused_saved{std::move(q), std::move(k), std::move(v), std::move(f.lse)},
-              std::nullopt};
+    if constexpr (!ContextParallel) {  // the fused kernels take whole sequences of queries
+      if (c_.fused_attention) {
+        auto f = tpx::nn::fused_causal_attention_forward(q, k, v);
+        return {std::move(f.out),
+                fused_saved{std::move(q), std::move(k), std::move(v), std::move(f.lse)},
+                std::nullopt};
+      }
     }
     // Each projection is released as soon as it is copied heads first.
     heads hq = [](tokens t) { return tpx::permute<B, H, T, E>(t); }(std::move(q));
@@ -582,19 +676,20 @@ class transformer {
   }
 
   attention_gradients attend_backward(const attention_state& a, const tokens& dout) const {
-    if (a.fused) {
-      const fused_saved& f = *a.fused;
-      auto g = tpx::nn::fused_causal_attention_backward(f.q, f.k, f.v, a.out, f.lse, dout);
-      return {std::move(g.dq), tpx::rename<S, T>(std::move(g.dk)),
-              tpx::rename<S, T>(std::move(g.dv))};
+    if constexpr (!ContextParallel) {
+      if (a.fused) {
+        const fused_saved& f = *a.fused;
+        auto g = tpx::nn::fused_causal_attention_backward(f.q, f.k, f.v, a.out, f.lse, dout);
+        return {std::move(g.dq), std::move(g.dk), std::move(g.dv)};
+      }
     }
     const reference_saved& r = *a.reference;
     auto g =
         tpx::nn::causal_attention_backward(r.q, r.k, r.v, r.probs, tpx::permute<B, H, T, E>(dout));
     // Each heads-first gradient is released as soon as it is copied.
-    const auto tokens_first = [](auto t) { return tpx::permute<B, T, H, E>(t); };
-    return {tokens_first(std::move(g.dq)), tokens_first(tpx::rename<S, T>(std::move(g.dk))),
-            tokens_first(tpx::rename<S, T>(std::move(g.dv)))};
+    const auto keys_first = [](auto t) { return tpx::permute<B, S, H, E>(t); };
+    return {tpx::permute<B, T, H, E>(std::move(g.dq)), keys_first(std::move(g.dk)),
+            keys_first(std::move(g.dv))};
   }
 
   struct block_state {
@@ -605,9 +700,9 @@ class transformer {
     stream mid;                                        // input + attention
     rstd rstd2;                                        // RMSNorm statistics before the MLP
     whole h2;                                          // normalized mid, its sequence whole
-    Tensor<Tc, B<R, X>, T<>, F<Y>> a;                  // MLP pre-activation (SwiGLU: the gate's)
-    std::optional<Tensor<Tc, B<R, X>, T<>, F<Y>>> up;  // SwiGLU's h2 Win
-    Tensor<Tc, B<R, X>, T<>, F<Y>> g;                  // GELU(a), or silu(a) * up: Wout's input
+    Tensor<Tc, rows, positions, F<Y>> a;                  // MLP pre-activation (SwiGLU: gate's)
+    std::optional<Tensor<Tc, rows, positions, F<Y>>> up;  // SwiGLU's h2 Win
+    Tensor<Tc, rows, positions, F<Y>> g;  // GELU(a), or silu(a) * up: Wout's input
     stream out;                                        // mid + MLP
   };
 
@@ -619,15 +714,18 @@ class transformer {
     whole h1 = enter_sublayer::forward(std::move(n1.y));
     tpx::mark_phase("QKV projections");
     tokens q = tpx::einsum<D>(h1, w.wq);  // [B_RX, T, H_Y, E]
-    token_keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk));
-    token_keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv));
-    if (c_.rope) {
+    projected_keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk));
+    projected_keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv));
+    if (c_.rope) {  // each rank turns its own positions, before the gather
       tpx::mark_phase("rotary embedding");
       q = tpx::nn::rotary_forward<T>(std::move(q));
       k = tpx::nn::rotary_forward<S>(std::move(k));
     }
+    if constexpr (ContextParallel) tpx::mark_phase("key and value gather");
+    token_keys k_all = gather_keys::forward(std::move(k));
+    token_keys v_all = gather_keys::forward(std::move(v));
     tpx::mark_phase("attention");
-    attention_state att = attend(std::move(q), std::move(k), std::move(v));
+    attention_state att = attend(std::move(q), std::move(k_all), std::move(v_all));
     // [B_RX, T, H_Y, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, reduced into the stream.
     tpx::mark_phase("attention output");
     stream mid = tpx::add(x, leave_sublayer::forward(tpx::einsum<H, E>(att.out, w.wo)));
@@ -653,7 +751,7 @@ class transformer {
 
   // The MLP's activations [B_RX, T, F_Y] up to Wout's input: GELU(h2 Win), the GELU fused into
   // the GEMM; or SwiGLU's gate a = h2 Wgate, up = h2 Win and silu(a) * up.
-  using mlp_activation = Tensor<Tc, B<R, X>, T<>, F<Y>>;
+  using mlp_activation = Tensor<Tc, rows, positions, F<Y>>;
   struct mlp_activations {
     mlp_activation a;
     std::optional<mlp_activation> up;
@@ -712,9 +810,14 @@ class transformer {
     const whole do1 = leave_sublayer::backward(dmid);
     reductions.add(gather_weight{}, grads.wo[l], tpx::einsum<B, T>(s.att.out, do1));  // [H_Y, E, D_X]
     const tokens datt = tpx::einsum<D>(do1, w.wo);
-    // dq, dk, dv: [B_RX, T, H_Y, E]
+    // dq [B_RX, T, H_Y, E]; dk, dv [B_RX, S, H_Y, E], with context parallelism partial sums over
+    // X, reduce-scattered onto the rank's positions
     tpx::mark_phase("attention backward");
-    auto [dq, dk, dv] = attend_backward(s.att, datt);
+    attention_gradients g = attend_backward(s.att, datt);
+    if constexpr (ContextParallel) tpx::mark_phase("key and value gradient reduce-scatter");
+    tokens dq = std::move(g.dq);
+    tokens dk = tpx::rename<S, T>(gather_keys::backward(std::move(g.dk)));
+    tokens dv = tpx::rename<S, T>(gather_keys::backward(std::move(g.dv)));
     if (c_.rope) {  // the gradients at the projections' outputs, turned back
       tpx::mark_phase("rotary embedding backward");
       dq = tpx::nn::rotary_backward<T>(std::move(dq));
@@ -753,7 +856,7 @@ class transformer {
   // Final norm, logits [B_RX, T, V_Y] (the vocabulary stays split: nn/cross_entropy's
   // vocab-parallel loss), mean cross-entropy over every position, and their backward pass.
   head_result head_forward_backward(const head_weights& w, const stream& x,
-                                    const decltype(batch<Space>::whole)& tokens, params& grads,
+                                    const sublayer_tokens& tokens, params& grads,
                                     gradient_reductions& reductions) const {
     tpx::mark_phase("final norm");
     auto normed = tpx::nn::rmsnorm_forward(x, w.norm);
@@ -778,8 +881,22 @@ class transformer {
 };
 
 // The model of config c: the transformer with sequence parallelism, or without it when
-// c.plain_tensor_parallel. Both take the same parameters and batches and give the same loss and
-// gradients (to rounding: the sums over Y run in other orders).
+// c.plain_tensor_parallel, and with context parallelism when c.context_parallel. All take the
+// same parameters and give the same loss and gradients (to rounding: the sums over X and Y run in
+// other orders), each from a batch loaded with its config.
+// Why the model cannot be built as c asks, in the command line's words; empty when it can.
+inline std::string unsupported(const config& c) {
+  if (c.context_parallel && c.plain_tensor_parallel)
+    return "--context-parallel needs sequence parallelism (drop --no-sequence-parallel)";
+  if (c.context_parallel && c.fused_attention)
+    return "--context-parallel takes the reference attention: the fused kernels need every query "
+           "of a sequence on one rank (drop --fused-attention)";
+  if (c.rope && c.head_dim % 2 != 0)
+    return "--rope turns pairs of a head's elements: --head-dim " + std::to_string(c.head_dim) +
+           " is odd";
+  return {};
+}
+
 template <class Tc, class Space = tpx::host_space>
 class model {
  public:
@@ -796,13 +913,17 @@ class model {
   }
 
  private:
-  using either = std::variant<transformer<Tc, Space, true>, transformer<Tc, Space, false>>;
+  using either = std::variant<transformer<Tc, Space, true>, transformer<Tc, Space, false>,
+                              transformer<Tc, Space, true, true>>;
   static either made(const tpx::rank_context& rank, const config& c) {
+    if (const std::string why = unsupported(c); !why.empty())
+      throw std::invalid_argument("gpt: " + why);
+    if (c.context_parallel) return either(std::in_place_index<2>, rank, c);
     if (c.plain_tensor_parallel) return either(std::in_place_index<1>, rank, c);
     return either(std::in_place_index<0>, rank, c);
   }
 
-  either net_;  // the transformer with sequence parallelism, or the plain one
+  either net_;  // the transformer with sequence parallelism, the plain one, the context-parallel
 };
 
 }  // namespace gpt

@@ -1,9 +1,10 @@
-// What a model family tells the example trainers' shared code (training.hpp's loop and
-// checkpoints, command_line.hpp's flags) beyond its types: the size flags a program offers for
-// it, and its switches (optional: Family::switch_flags). A flag is data (a name, the field it
-// sets, a line of help), not a CLI11 call, so that a family's header needs no command-line
-// library and the command line checks every size alike (a whole number from `least`, 1 unless
-// the family says otherwise, up to the field's largest value).
+// What a model family tells the example trainers' shared code (training.hpp's loop and checkpoints,
+// command_line.hpp's flags) beyond its types: the size flags a program offers for it, its switches
+// (optional: Family::switch_flags), and the combinations of them it refuses (optional:
+// Family::unsupported(config), the sentence for the user, or empty). A flag is data (a name, the
+// field it sets, a line of help), not a CLI11 call, so that a family's header needs no command-line
+// library and the command line checks every size alike (a whole number from `least`, 1 unless the
+// family says otherwise, up to the field's largest value).
 #pragma once
 
 #include <cstdint>

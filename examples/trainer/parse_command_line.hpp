@@ -204,6 +204,14 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
     result.error = std::string(program) + ": " + e.what() + "\n";
     return result;
   }
+  // Flags each valid alone that the family cannot combine (optional: Family::unsupported).
+  if constexpr (requires { Family::unsupported(o.model); }) {
+    if (const std::string why = Family::unsupported(o.model); !why.empty()) {
+      result.status = 1;
+      result.error = std::string(program) + ": " + why + "\n";
+      return result;
+    }
+  }
   if constexpr (requires { o.model.overlap; }) o.model.overlap = overlap == "on";
   o.model.checkpoint_every =
       checkpoint_every == "sqrt" ? sqrt_policy(o.model.layers) : std::stoi(checkpoint_every);

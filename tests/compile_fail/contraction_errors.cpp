@@ -1,12 +1,12 @@
 // Batched contractions (tpx::einsum, include/tpx/ops/einsum.hpp), the attention built on them
-// (include/tpx/nn/attention.hpp), GELU fused into products (nn/gelu_product.hpp), RMSNorm's
-// backward pass on a gradient of another layout (nn/rmsnorm.hpp), rotary embedding of a split
-// head dim or of a missing position dim (nn/rotary.hpp), an embedding lookup into a
-// partial sum (nn/embedding.hpp) and the renaming of dims they need (ops/rename.hpp) that tpx
-// must reject at compile time, one per case, each with the sentence the compiler must print. As
-// for sharding_errors.cpp, tests/CMakeLists.txt reads the `// expect(CASE): text` lines below,
-// compiles this file once per CASE with -DCASE, and passes only if compilation fails with a
-// diagnostic containing the text.
+// (include/tpx/nn/attention.hpp, and the fused layer's nn/fused_attention.hpp), GELU fused into
+// products (nn/gelu_product.hpp), RMSNorm's backward pass on a gradient of another layout
+// (nn/rmsnorm.hpp), rotary embedding of a split head dim or of a missing position dim
+// (nn/rotary.hpp), an embedding lookup into a partial sum (nn/embedding.hpp) and the renaming of
+// dims they need (ops/rename.hpp) that tpx must reject at compile time, one per case, each with the
+// sentence the compiler must print. As for sharding_errors.cpp, tests/CMakeLists.txt reads the
+// `// expect(CASE): text` lines below, compiles this file once per CASE with -DCASE, and passes
+// only if compilation fails with a diagnostic containing the text.
 //
 // expect(EINSUM_BATCH_SPLIT_DIFFERS): batch dim H is split as H_Y on the left and as H on the right
 // expect(EINSUM_BATCH_AXES_ORDER): batch dim B is split as B_XY on the left and as B_YX
@@ -15,7 +15,8 @@
 // expect(EINSUM_UNREDUCED_MEETS_AXIS): left operand is unreduced over X and the right one also
 // expect(EINSUM_ELEMENT_TYPES): the operands must have the same element type and memory space
 // expect(EINSUM_TOO_MANY_DIMS): the result would have more dims than a tensor may
-// expect(ATTENTION_SPLIT_SEQUENCE): query sequence dim T of \[B, H_Y, T_X, E\] is split over mesh axes X
+// expect(ATTENTION_SPLIT_KEYS): key sequence dim S of \[B, H_Y, S_X, E\] is split over mesh axes X; attention needs every key on every rank
+// expect(FUSED_ATTENTION_SPLIT_QUERIES): fused_causal_attention: query sequence dim T of \[B, T_X, H_Y, E\] is split over mesh axes X; the fused kernels need every query
 // expect(ATTENTION_SPLIT_HEAD_DIM): head dim E of \[B, H, S, E_Y\] is split over mesh axes Y
 // expect(GELU_PRODUCT_PARTIAL_SUM): gelu_product \[B, E_Y\] \*_E \[E_Y, F\]: the product \[B, F\].U_Y. is a partial sum
 // expect(GELU_BACKWARD_SPLIT_DIFFERS): gelu_product_backward: the pre-activation \[B, F\] must be whole values with the dims, splits, element type and memory space of the product \[B, E\] \*_E \[F_Y, E\] -> \[B, F_Y\]
@@ -28,6 +29,7 @@
 // expect(EMBEDDING_ADD_PARTIAL): embedding_add: x \[B_X, T, E\].U_Y. is a partial sum
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/embedding.hpp>
+#include <tpx/nn/fused_attention.hpp>
 #include <tpx/nn/gelu_product.hpp>
 #include <tpx/nn/rmsnorm.hpp>
 #include <tpx/nn/rotary.hpp>
@@ -67,10 +69,16 @@ void body() {
 #elif defined(EINSUM_TOO_MANY_DIMS)
   auto t = tpx::contract<J>(some<Tensor<float, P1<>, P2<>, P3<>, P4<>, P5<>, J<>>>(),
                             some<Tensor<float, J<>, Q1<>, Q2<>, Q3<>, Q4<>>>());
-#elif defined(ATTENTION_SPLIT_SEQUENCE)
+#elif defined(ATTENTION_SPLIT_KEYS)
+  // Context parallelism's keys left split: a block of queries needs every key before it.
   using Q = Tensor<float, B<>, H<Y>, T<X>, E<>>;
-  using K = Tensor<float, B<>, H<Y>, S<>, E<>>;
+  using K = Tensor<float, B<>, H<Y>, S<X>, E<>>;
   auto t = tpx::nn::causal_attention_forward(some<Q>(), some<K>(), some<K>());
+#elif defined(FUSED_ATTENTION_SPLIT_QUERIES)
+  // A block of queries, which the reference layer takes, handed to the fused kernels.
+  using K = Tensor<float, B<>, S<>, H<Y>, E<>>;
+  auto t = tpx::nn::fused_causal_attention_forward(some<Tensor<float, B<>, T<X>, H<Y>, E<>>>(),
+                                                   some<K>(), some<K>());
 #elif defined(ATTENTION_SPLIT_HEAD_DIM)
   using K = Tensor<float, B<>, H<>, S<>, E<Y>>;
   auto t = tpx::nn::causal_attention_forward(some<Tensor<float, B<>, H<>, T<>, E<>>>(), some<K>(),

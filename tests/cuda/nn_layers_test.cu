@@ -1,7 +1,8 @@
 // The layers of tpx/nn on device tensors against the same layers on the host backend (whose own
 // test, tests/unit/nn_layers_test.cpp, checks them against naive loops): RMSNorm over D_Y,
 // vocab-parallel cross-entropy over V_Y, the embedding lookup and gradient, and causal attention
-// with batch over X and heads over Y, the reference and the fused layer (forward and backward;
+// with batch over X and heads over Y, the reference and the fused layer, and the reference with
+// the sequence over X (context parallelism: blocks of queries) (forward and backward;
 // tests/unit/attention_test.cpp checks the host's against finite differences), and GELU fused
 // into the MLP's products (cuBLASLt's GELU epilogues, 4e-3 relative as for a hardware tanh;
 // tests/unit/gelu_product_test.cpp checks the host's against loops), on a 2x2 mesh of
@@ -90,6 +91,15 @@ outputs run_layers(Launcher launcher) {
     const auto datt = tpx::nn::causal_attention_backward(qs, ks, vs, att.probs, douts);
     const auto fused = tpx::nn::fused_causal_attention_forward(qs, ks, vs);
     const auto dfused = tpx::nn::fused_causal_attention_backward(qs, ks, vs, fused.out, fused.lse, douts);
+    // Context parallelism: the sequence over X (blocks of 4 and 3 queries), heads over Y, keys
+    // and values gathered, their gradients reduce-scattered.
+    const auto qc = tpx::from_global<float, B<>, H<Y>, T<X>, E<>>(rank, {B(rows), H(heads), T(seq), E(head_dim)}, q);
+    const auto kc = tpx::from_global<float, B<>, H<Y>, S<X>, E<>>(rank, {B(rows), H(heads), S(seq), E(head_dim)}, k);
+    const auto vc = tpx::from_global<float, B<>, H<Y>, S<X>, E<>>(rank, {B(rows), H(heads), S(seq), E(head_dim)}, v);
+    const auto doutc = tpx::from_global<float, B<>, H<Y>, T<X>, E<>>(rank, {B(rows), H(heads), T(seq), E(head_dim)}, dout);
+    const auto kcf = tpx::all_gather<X>(kc), vcf = tpx::all_gather<X>(vc);
+    const auto cp = tpx::nn::causal_attention_forward(qc, kcf, vcf);
+    const auto dcp = tpx::nn::causal_attention_backward(qc, kcf, vcf, cp.probs, doutc);
     // [B_X, D_Y] *_D [D, F_Y]: each rank's F block is 8 wide, as cuBLASLt's GELU epilogues need.
     const auto w_in = tpx::from_global<float, D<>, F<Y>>(rank, {D(d), F(ffn)}, values(d * ffn, 15));
     const auto w_out = tpx::from_global<float, F<Y>, D<>>(rank, {F(ffn), D(d)}, values(ffn * d, 16));
@@ -104,7 +114,10 @@ outputs run_layers(Launcher launcher) {
                                            tpx::to_global(fused.out),   tpx::to_global(fused.lse),
                                            tpx::to_global(dfused.dq),   tpx::to_global(dfused.dk),
                                            tpx::to_global(dfused.dv),   tpx::to_global(up.pre),
-                                           tpx::to_global(up.out),      tpx::to_global(dup)};
+                                           tpx::to_global(up.out),      tpx::to_global(dup),
+                                           tpx::to_global(cp.out),      tpx::to_global(dcp.dq),
+                                           tpx::to_global(tpx::reduce_scatter<X, S>(dcp.dk)),
+                                           tpx::to_global(tpx::reduce_scatter<X, S>(dcp.dv))};
     if (rank.world_rank() == 0) out.arrays = std::move(all);
   });
   return out;
@@ -273,7 +286,8 @@ TEST_CASE("nn layers on device tensors equal the host layers") {
                          "attention out",    "attention dq",         "attention dk", "attention dv",
                          "fused out",        "fused lse",            "fused dq",     "fused dk",
                          "fused dv",         "gelu_product pre",     "gelu_product out",
-                         "gelu_product_backward"};
+                         "gelu_product_backward", "context-parallel out", "context-parallel dq",
+                         "context-parallel dk", "context-parallel dv"};
   // GELU and its slope from cuBLASLt's epilogues may use a hardware tanh (about 2^-11 relative);
   // the pre-activation is the plain product.
   const auto tolerance = [&](std::size_t a) {

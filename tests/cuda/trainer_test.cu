@@ -88,17 +88,21 @@ TEST_CASE("gpt: the simulated CUDA mesh gives the host's loss and gradients") {
     CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
   }
   // Without sequence parallelism (the norms' whole-row kernels on a gradient partial over Y),
-  // with SwiGLU's MLP (its gate functors as device kernels) and with rotary embedding (its
-  // rotation as a device kernel).
+  // with SwiGLU's MLP (its gate functors as device kernels), with rotary embedding (its
+  // rotation as a device kernel) and with context parallelism (the causal softmax of a block of
+  // queries in the device's grid passes).
   gpt::config plain = gpt_test::tiny();
   plain.plain_tensor_parallel = true;
   gpt::config swiglu = gpt_test::tiny();
   swiglu.swiglu = true;
   gpt::config rope = gpt_test::tiny();
   rope.rope = true;
-  for (const gpt::config& c : {plain, swiglu, rope}) {
+  gpt::config context = gpt_test::tiny();
+  context.context_parallel = true;
+  for (const gpt::config& c : {plain, swiglu, rope, context}) {
     CAPTURE(c.swiglu);
     CAPTURE(c.rope);
+    CAPTURE(c.context_parallel);
     const auto host = gpt_test::gradients(gpt::mesh{1, 2, 2}, tpx::host, c);
     const auto device = gpt_test::gradients(gpt::mesh{1, 2, 2}, tpx::cuda_simulated, c);
     const auto d = gpt_test::differences(device, host, 1e-5, 1e-4);

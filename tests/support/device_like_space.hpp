@@ -16,8 +16,8 @@ struct device_like_space : host_space {
   static constexpr bool host_accessible = false;
 
   template <class T>
-  static void causal_softmax_rows(const rank_context&, std::int64_t, std::int64_t, float,
-                                  T*) = delete;
+  static void causal_softmax_rows(const rank_context&, std::int64_t, std::int64_t,
+                                  kernels::query_block, float, T*) = delete;
 };
 
 }  // namespace tpx::testing

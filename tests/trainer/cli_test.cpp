@@ -15,7 +15,8 @@
 // (kernels/blas_work_buffers.hpp) or fail to start its rank threads. --profile-phases prints a
 // table with every phase of tpx-train's step, marked as often per step as the model runs it, and
 // the JSONL log's last line the same phases, marks and times (no earlier line has them).
-// tpx-gpt --no-sequence-parallel names its layout and logs the sequence-parallel run's losses.
+// tpx-gpt --no-sequence-parallel and --context-parallel name their layouts and log the default
+// layout's losses.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -118,6 +119,12 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
       {gpt, "--timeout nan", "--timeout: expected a finite number > 0, got 'nan'"},
       {gpt, "--overlap maybe", "--overlap: maybe not in {on,off}"},
       {gpt, "--dry-run --ckpt-dir ck", "--ckpt-dir excludes --dry-run"},
+      {gpt, "--context-parallel --fused-attention",
+       "tpx-gpt: --context-parallel takes the reference attention"},
+      {gpt, "--context-parallel --no-sequence-parallel",
+       "tpx-gpt: --context-parallel needs sequence parallelism"},
+      {gpt, "--rope --head-dim 15",
+       "tpx-gpt: --rope turns pairs of a head's elements: --head-dim 15 is odd"},
       {train, "--profile-phases --dry-run", "--profile-phases excludes --dry-run"},
       {plan, "-d nan", "--d-model: expected a finite number > 0, got 'nan'"},
       {plan, "--flops 0", "--flops: expected a finite number > 0, got '0'"},
@@ -252,31 +259,42 @@ TEST_CASE("tpx-gpt's log gives the exposed communication share, at most the tota
   }
 }
 
-TEST_CASE("tpx-gpt --no-sequence-parallel says so and logs the losses of the run with it") {
-  // The flag reaches the model (gpt::config::plain_tensor_parallel): the run names the layout in
-  // its first line, and its logged losses equal those of the sequence-parallel run within 1e-5
-  // relative (the same model; sums over Y in another order), on a mesh where Y has 2 ranks.
-  const fs::path dir = scratch("sequence-parallel");
-  std::vector<double> losses[2];
-  for (const bool plain : {false, true}) {
-    const std::string log = (dir / (plain ? "plain.jsonl" : "sp.jsonl")).string();
+TEST_CASE("tpx-gpt's other layouts say so and log the losses of the default one's run") {
+  // The flags reach the model (gpt::config::plain_tensor_parallel, context_parallel): each run
+  // names its layout in its first line, and its logged losses equal those of the default
+  // layout's run (FSDP over X, sequence parallelism over Y) within 1e-5 relative (the same model;
+  // sums over X and Y in other orders), on a mesh where X and Y have 2 ranks.
+  const fs::path dir = scratch("layouts");
+  struct layout {
+    const char* flag;
+    const char* says;
+  };
+  const std::vector<layout> layouts = {{"", ""},
+                                       {" --no-sequence-parallel", "no sequence parallelism"},
+                                       {" --context-parallel", "context parallel over X"}};
+  std::vector<std::vector<double>> losses;
+  for (const layout& l : layouts) {
+    const std::string log = (dir / ("run" + std::to_string(losses.size()) + ".jsonl")).string();
     const result r = run(TPX_GPT,
-                         "--mesh 1x2 --steps 4 --batch 4 --seq 8 --heads 2 --head-dim 4 "
+                         "--mesh 2x2 --steps 4 --batch 4 --seq 8 --heads 2 --head-dim 4 "
                          "--ffn 8 --layers 2 --peak-gflops 10 --log " +
-                             log + (plain ? " --no-sequence-parallel" : ""));
-    INFO(plain, "\n", r.output);
+                             log + l.flag);
+    INFO(l.flag, "\n", r.output);
     REQUIRE(r.status == 0);
-    CHECK((r.output.find("no sequence parallelism") != std::string::npos) == plain);
+    for (const layout& other : layouts)
+      if (*other.says) CHECK((r.output.find(other.says) != std::string::npos) == (&other == &l));
     std::istringstream lines(read(log));
+    losses.emplace_back();
     for (std::string line; std::getline(lines, line);)
-      losses[plain].push_back(nlohmann::json::parse(line).at("loss").get<double>());
+      losses.back().push_back(nlohmann::json::parse(line).at("loss").get<double>());
+    REQUIRE(losses.back().size() == 4);
   }
-  REQUIRE(losses[0].size() == 4);
-  REQUIRE(losses[1].size() == 4);
-  for (std::size_t s = 0; s < 4; ++s) {
-    CAPTURE(s);
-    CHECK(std::abs(losses[1][s] - losses[0][s]) <= 1e-5 * std::abs(losses[0][s]));
-  }
+  for (std::size_t l = 1; l < layouts.size(); ++l)
+    for (std::size_t s = 0; s < 4; ++s) {
+      CAPTURE(layouts[l].flag);
+      CAPTURE(s);
+      CHECK(std::abs(losses[l][s] - losses[0][s]) <= 1e-5 * std::abs(losses[0][s]));
+    }
 }
 
 TEST_CASE("--profile-phases prints each phase of tpx-train's step with its marks per step") {

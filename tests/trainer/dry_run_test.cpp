@@ -6,7 +6,7 @@
 //     thread backend (host memory behind a device-like space, so that the layers take the GPU's
 //     paths: support/device_like_space.hpp), to the byte, on meshes with uneven shards, replicas,
 //     checkpointing, both attentions, both MLPs, learned and rotary positions, with and without
-//     sequence parallelism;
+//     sequence parallelism, and with context parallelism;
 //   - the FLOPs its products count, summed over the ranks, are the model's FLOPs as the trainers
 //     count them for MFU (6 per weight and token, plus attention's 12 L T D), plus one forward
 //     pass of every block under activation checkpointing; with the fused attention, its products
@@ -153,6 +153,10 @@ TEST_CASE("a dry run of the GPT's step reads the real run's memory and traffic, 
   gpt::config rope = gpt_config(false, 0);
   rope.rope = true;
   check_dry_run_reads_the_real_run(gpt_options(1, 2, 2, rope), "GPT with rotary positions on 2x2");
+  gpt::config context = gpt_config(false, 1);
+  context.context_parallel = true;
+  check_dry_run_reads_the_real_run(gpt_options(2, 2, 2, context),
+                                   "GPT with context parallelism on 2x2x2, checkpoint every 1");
 }
 
 TEST_CASE("the products a dry run counts are the model FLOPs the trainers count, on every mesh") {

@@ -41,6 +41,11 @@
 //    block) on 2x2, the backward pass is the gradient of the loss by central differences on 1x1
 //    and 2x2, 30 training steps on 2x2 with checkpointing and overlap follow the 1x1 losses, which
 //    fall, and a checkpoint of the learned-position model does not resume with rotary positions;
+//  - with context parallelism (config::context_parallel: X splits each sequence instead of the
+//    batch, keys and values all-gathered over X) the loss and gradients equal the 1x1 run's on
+//    1x1, 2x1, 2x2, 4x1, 3x2, 2x2x1 and 2x2x2, and with Llama's block, checkpointing and overlap
+//    on 2x2 and 3x1; 30 training steps on 2x2 follow the 1x1 losses; a data-parallel batch, fused
+//    attention and plain tensor parallelism are refused with the reason;
 //  - --profile-phases (run_options::profile_phases) reports, with the last step, every phase the
 //    step marks, each as often per step as the model runs it, together within the timed steps'
 //    wall time, and leaves every loss as it was, on 1x1 and 2x2; with --cuda-graph it is refused.
@@ -525,4 +530,55 @@ TEST_CASE("GPT training with rotary positions on 2x2 follows 1x1; a learned chec
   check_training_follows_one_rank(rope);
   CHECK_THROWS_WITH(losses(default_checkpoint_resumed_as(rope, "rope")),
                     doctest::Contains("has positions = \"learned\", this run \"rotary\""));
+}
+
+TEST_CASE("GPT with context parallelism over X: every mesh has the 1x1 gradients, on a CP batch") {
+  // X splits each sequence (T = 6: blocks of 3 and 3 over 2 ranks, 2, 2, 2 over 3, 2, 2, 1, 1
+  // over 4; Y splits them again in the stream) instead of the batch; the same model.
+  const gpt_test::run_result want = gradients({1, 1, 1});
+  gpt::config cp = tiny();
+  cp.context_parallel = true;
+  check_meshes_follow(want, cp,
+                      {gpt::mesh{1, 1, 1}, gpt::mesh{1, 2, 1}, gpt::mesh{1, 2, 2},
+                       gpt::mesh{1, 4, 1}, gpt::mesh{1, 3, 2}, gpt::mesh{2, 2, 1},
+                       gpt::mesh{2, 2, 2}});
+  // Llama's block (rotary positions turned on each rank's block before the gather, SwiGLU),
+  // checkpointing every block and overlapping the weights' gathers.
+  gpt::config llama = tiny();
+  llama.rope = true;
+  llama.swiglu = true;
+  const gpt_test::run_result llama_want = gradients({1, 1, 1}, tpx::host, llama);
+  llama.context_parallel = true;
+  llama.checkpoint_every = 1;
+  llama.overlap = true;
+  check_meshes_follow(llama_want, llama, {gpt::mesh{1, 2, 2}, gpt::mesh{1, 3, 1}});
+}
+
+TEST_CASE("GPT training with context parallelism on 2x2 follows 1x1; flags it cannot take") {
+  check_training_follows_one_rank([](gpt::config& c) { c.context_parallel = true; });
+  // A batch is loaded for its model's layout; the model refuses the other's.
+  const trainer::text_data data(text, static_cast<int>(tiny().seq));
+  gpt::config cp = tiny();
+  cp.context_parallel = true;
+  tpx::spmd(tpx::host, gpt::mesh{1, 2, 1}, [&](auto& rank) {
+    gpt::model_tensors params(rank, cp), grads(rank, cp);
+    const gpt::model<float> net(rank, cp);
+    CHECK_THROWS_WITH_AS(net.forward_backward(params, gpt::load_batch<tpx::host_space>(
+                                                          rank, data, tiny(), 0), grads),
+                         doctest::Contains("a batch loaded for data parallelism over X, given to "
+                                           "a context-parallel model"),
+                         std::invalid_argument);
+  });
+  // not bindings: clang before 16 cannot capture them in lambdas
+  for (const auto& refusal : std::vector<std::pair<bool gpt::config::*, std::string>>{
+           {&gpt::config::fused_attention, "--context-parallel takes the reference attention"},
+           {&gpt::config::plain_tensor_parallel,
+            "--context-parallel needs sequence parallelism"}}) {
+    gpt::config refused = cp;
+    refused.*refusal.first = true;
+    tpx::spmd(tpx::host, gpt::mesh{1, 1, 1}, [&](auto& rank) {
+      CHECK_THROWS_WITH_AS(gpt::model<float>(rank, refused),
+                           doctest::Contains(refusal.second.c_str()), std::invalid_argument);
+    });
+  }
 }

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/fused_attention.hpp>
+#include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
 #include <tuple>
 #include <type_traits>
@@ -288,6 +289,116 @@ TEST_CASE("causal attention rejects sequences of different lengths, naming both 
 
 namespace {
 
+// out, dq, dk, dv of attention under context parallelism, gathered: the sequence split over X,
+// the heads over Y, in the projections' layout; k and v all-gathered over X before attention,
+// their gradients reduce-scattered after. The tensors live in Space (the host's, or a stand-in
+// for the GPU's that runs the device's grid passes).
+struct attention_results {
+  std::vector<float> out, dq, dk, dv;
+};
+template <class Space, class Rank>
+attention_results context_parallel_attention(Rank& rank) {
+  const auto& r = ref();
+  const auto split = [&](const std::vector<double>& x) {
+    return tpx::in_space<Space>(tpx::from_global<float, B<>, T<X>, H<Y>, E<>>(
+        rank, {B(nb), T(nt), H(nh), E(ne)}, as_float(sequence_major(x))));
+  };
+  const auto q = split(r.q);
+  const auto k = tpx::rename<T, S>(split(r.k));
+  const auto v = tpx::rename<T, S>(split(r.v));
+  const auto dout = tpx::in_space<Space>(tpx::from_global<float, B<>, H<Y>, T<X>, E<>>(
+      rank, {B(nb), H(nh), T(nt), E(ne)}, as_float(r.dout)));
+  const auto kf = tpx::all_gather<X>(k), vf = tpx::all_gather<X>(v);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(kf)>,
+                               tpx::BasicTensor<Space, float, B<>, S<>, H<Y>, E<>>>);
+  const auto fwd = tpx::nn::causal_attention_forward(q, kf, vf);
+  const auto grad = tpx::nn::causal_attention_backward(q, kf, vf, fwd.probs, dout);
+  // Each rank's queries give their share of every key's gradient: a partial sum over X.
+  using Queries = tpx::BasicTensor<Space, float, B<>, H<Y>, T<X>, E<>>;
+  using PartialKeys = tpx::BasicTensor<Space, float, B<>, H<Y>, S<>, E<>, tpx::Unreduced<X>>;
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(fwd.out)>, Queries>);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dq)>, Queries>);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dk)>, PartialKeys>);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dv)>, PartialKeys>);
+  const auto dk = tpx::reduce_scatter<X, S>(grad.dk), dv = tpx::reduce_scatter<X, S>(grad.dv);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(dk)>,
+                               tpx::BasicTensor<Space, float, B<>, H<Y>, S<X>, E<>>>);
+  const auto global = [](const auto& x) { return tpx::to_global(tpx::on_host(x)); };
+  return {global(fwd.out), global(grad.dq), global(dk), global(dv)};
+}
+
+}  // namespace
+
+TEST_CASE("context parallelism: blocks of queries over X, keys gathered, equal the reference") {
+  const auto& r = ref();
+  // T = 5 over 6 ranks of X leaves one rank no queries; over 2, 3 and 4 the blocks are uneven.
+  const std::vector<std::pair<int, int>> meshes = {{1, 1}, {2, 1}, {2, 2}, {3, 2}, {4, 1}, {6, 1}};
+  for (const auto& [mx_, my_] : meshes) {
+    const int mx = mx_, my = my_;
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const attention_results got = context_parallel_attention<tpx::host_space>(rank);
+      check_close(got.out, r.out, 2e-5, "out");
+      check_close(got.dq, r.dq, 1e-4, "dq");
+      check_close(got.dk, r.dk, 1e-4, "dk");
+      check_close(got.dv, r.dv, 1e-4, "dv");
+    });
+  }
+}
+
+TEST_CASE("context parallelism on the GPU's softmax passes gives the host's bits") {
+  // counting_space runs the device's grid passes of the masked softmax (kernels/
+  // attention_terms.hpp's functors with each rank's query block) where the host runs its rows.
+  for (const auto& [mx_, my_] : std::vector<std::pair<int, int>>{{3, 2}, {6, 1}}) {
+    const int mx = mx_, my = my_;
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const attention_results host = context_parallel_attention<tpx::host_space>(rank);
+      const attention_results device =
+          context_parallel_attention<tpx::testing::counting_space>(rank);
+      CHECK(device.out == host.out);
+      CHECK(device.dq == host.dq);
+      CHECK(device.dk == host.dk);
+      CHECK(device.dv == host.dv);
+    });
+  }
+}
+
+TEST_CASE("context parallelism over two axes, heads whole, equals the reference") {
+  const auto& r = ref();
+  for (const auto& [mx_, my_] : std::vector<std::pair<int, int>>{{2, 2}, {3, 2}, {1, 3}}) {
+    const int mx = mx_, my = my_;
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
+      const auto split = [&](const std::vector<double>& x) {
+        return tpx::from_global<float, B<>, H<>, T<X, Y>, E<>>(rank, {B(nb), H(nh), T(nt), E(ne)},
+                                                               as_float(x));
+      };
+      const auto q = split(r.q), dout = split(r.dout);
+      const auto k = tpx::rename<T, S>(split(r.k));
+      const auto v = tpx::rename<T, S>(split(r.v));
+      // Y, the inner split, first.
+      const auto kf = tpx::all_gather<X>(tpx::all_gather<Y>(k));
+      const auto vf = tpx::all_gather<X>(tpx::all_gather<Y>(v));
+      const auto fwd = tpx::nn::causal_attention_forward(q, kf, vf);
+      const auto grad = tpx::nn::causal_attention_backward(q, kf, vf, fwd.probs, dout);
+      const auto dk = tpx::reduce_scatter<Y, S>(tpx::reduce_scatter<X, S>(grad.dk));
+      const auto dv = tpx::reduce_scatter<Y, S>(tpx::reduce_scatter<X, S>(grad.dv));
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(dk)>,
+                                   tpx::Tensor<float, B<>, H<>, S<X, Y>, E<>>>);
+      check_close(tpx::to_global(fwd.out), r.out, 2e-5, "out");
+      check_close(tpx::to_global(grad.dq), r.dq, 1e-4, "dq");
+      check_close(tpx::to_global(dk), r.dk, 1e-4, "dk");
+      check_close(tpx::to_global(dv), r.dv, 1e-4, "dv");
+    });
+  }
+}
+
+namespace {
+
 // |got - want| <= absolute + relative |want| for every element.
 void check_near(const std::vector<float>& got, const std::vector<float>& want, double absolute,
                 double relative, const char* what) {
@@ -371,30 +482,37 @@ static_assert(!tpx::nn::detail::row_causal_softmax_space<tpx::testing::recording
 // [B, H, T, S], normal of deviation `spread`: the same bits, masked keys exactly 0, and each
 // visible row within 1e-6 (fp32) or 1e-2 (bf16) + 1e-2 |want| of the softmax taken in double. A
 // spread of 8 keeps every term above e^-16; one of 400 takes most terms below e^-87, to
-// subnormals and 0.
+// subnormals and 0. The rows are the queries [first, first + queries) of each sequence of t_len
+// keys (all of them by default; a block of them under context parallelism).
 template <class Tc>
-void check_row_softmax(std::int64_t t_len, double spread) {
+void check_row_softmax(std::int64_t t_len, double spread, std::int64_t queries = -1,
+                       std::int64_t first = 0) {
+  if (queries < 0) queries = t_len;
   CAPTURE(t_len);
   CAPTURE(spread);
-  const std::int64_t b = 2, h = 3, rows = b * h * t_len, n = rows * t_len;
+  CAPTURE(queries);
+  CAPTURE(first);
+  const std::int64_t b = 2, h = 3, rows = b * h * queries, n = rows * t_len;
   const float scale = 0.25f;
+  const tpx::kernels::query_block block{queries, first};
   std::vector<double> scores = values(n, 21);
   for (double& x : scores) x = static_cast<float>(spread * x);
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
     const auto make = [&] {
       return tpx::cast<Tc>(tpx::from_global<float, B<>, H<>, T<>, S<>>(
-          rank, {B(b), H(h), T(t_len), S(t_len)}, as_float(scores)));
+          rank, {B(b), H(h), T(queries), S(t_len)}, as_float(scores)));
     };
     auto by_rows = make(), by_grid = make();
     const std::vector<float> given = tpx::to_global(tpx::cast<float>(by_rows));
-    tpx::host_space::causal_softmax_rows(by_rows.context(), rows, t_len, scale, by_rows.data());
-    tpx::nn::detail::causal_softmax_in_grid_passes(by_grid, {rows, t_len, scale});
+    tpx::host_space::causal_softmax_rows(by_rows.context(), rows, t_len, block, scale,
+                                         by_rows.data());
+    tpx::nn::detail::causal_softmax_in_grid_passes(by_grid, {rows, t_len, block, scale});
     const std::vector<float> got = tpx::to_global(tpx::cast<float>(by_rows));
     const std::vector<float> grid = tpx::to_global(tpx::cast<float>(by_grid));
     std::int64_t differ = 0, masked_nonzero = 0, far = 0;
     const double tol = std::is_same_v<Tc, float> ? 1e-6 : 1e-2;
     for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t visible = r % t_len + 1;
+      const std::int64_t visible = first + r % queries + 1;
       double m = -INFINITY, l = 0;
       for (std::int64_t c = 0; c < visible; ++c)
         m = std::max(m, scale * double(given[r * t_len + c]));
@@ -432,6 +550,15 @@ TEST_CASE("the host's causal softmax, a row at a time, gives the grid passes' bi
   }
 }
 
+TEST_CASE("the host's causal softmax of a block of queries gives the grid passes' bits") {
+  // Blocks of context parallelism: the first, a middle one, the last, one of a single query.
+  check_row_softmax<float>(70, 8.0, 24, 0);
+  check_row_softmax<float>(70, 8.0, 23, 24);
+  check_row_softmax<float>(70, 400.0, 23, 47);
+  check_row_softmax<tpx::bf16>(70, 8.0, 23, 47);
+  check_row_softmax<float>(17, 8.0, 1, 16);
+}
+
 TEST_CASE("the host's causal softmax makes a row with a NaN score NaN, and no other row") {
   const std::int64_t t_len = 37, rows = 2 * t_len, nan_row = t_len + 20, nan_key = 17;
   std::vector<double> scores = values(rows * t_len, 22);
@@ -439,7 +566,7 @@ TEST_CASE("the host's causal softmax makes a row with a NaN score NaN, and no ot
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
     auto p =
         tpx::from_global<float, B<>, T<>, S<>>(rank, {B(2), T(t_len), S(t_len)}, as_float(scores));
-    tpx::host_space::causal_softmax_rows(p.context(), rows, t_len, 1.0f, p.data());
+    tpx::host_space::causal_softmax_rows(p.context(), rows, t_len, {t_len, 0}, 1.0f, p.data());
     const std::vector<float> got = tpx::to_global(p);
     std::int64_t wrong = 0, masked_nonzero = 0;
     for (std::int64_t r = 0; r < rows; ++r)

@@ -4,8 +4,10 @@
 // share one definition, as for grid_terms.hpp. The host runs the softmax a row at a time instead,
 // over the visible keys only, with the same expressions (tensor/host_causal_softmax.hpp).
 //
-// Row r is query position t = r % T (the sequence dims are whole on every rank); key s = c is
-// visible when s <= t. With scores x = q.k (unscaled) and scale = 1/sqrt(E):
+// Row r is query position t = first + r % Tq, where the rank holds the block of Tq queries
+// [first, first + Tq) of each sequence (all T of them, first = 0, unless the query sequence is
+// split: context parallelism); key s = c of the whole sequence is visible when s <= t. With
+// scores x = q.k (unscaled) and scale = 1/sqrt(E):
 //   p[r, c]  = exp(scale (x[r, c] - m[r])) / l[r]   for c <= t, else 0
 //   m[r]     = max over visible c of x[r, c]
 //   l[r]     = sum over visible c of exp(scale (x[r, c] - m[r]))
@@ -31,14 +33,22 @@ TPX_HOST_DEVICE inline float causal_softmax_term(float scale, float x, float max
   return vectorizable_expf(scale * (x - max));
 }
 
-// x[r, c] where key c is visible from query r % t_len, -inf where it is masked.
+// The queries of a rank's rows: each sequence's block [first, first + queries).
+struct query_block {
+  std::int64_t queries;
+  std::int64_t first;
+  // The position of row r's query, the last key it sees.
+  TPX_HOST_DEVICE std::int64_t last_visible(std::int64_t r) const { return first + r % queries; }
+};
+
+// x[r, c] where key c is visible from row r's query, -inf where it is masked.
 template <class T>
 struct causal_score {
   const T* x;
   std::int64_t cols;
-  std::int64_t t_len;
+  query_block block;
   TPX_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
-    return c <= r % t_len ? static_cast<float>(x[r * cols + c]) : -INFINITY;
+    return c <= block.last_visible(r) ? static_cast<float>(x[r * cols + c]) : -INFINITY;
   }
 };
 

@@ -18,11 +18,28 @@
 // of k that q lacks (a projection's [B, T, H, E] gives k after tpx::rename<T, S>); every other
 // dim (B and H above, any number of them, anywhere) is a batch dim. Split over the same axes on
 // q, k and v, batch dims stay split through every product (einsum's batch rule), so neither
-// direction communicates. T, S and E must be whole on every rank (sequence parallelism
-// all-gathers T before attention): a split is a compile error naming the dim and the axis.
+// direction communicates. S and E must be whole on every rank (sequence parallelism all-gathers
+// the sequence before attention): a split is a compile error naming the dim and the axis.
 // Results come in einsum's layout, batch dims first: [batch..., T, E] whatever q's layout (einsum
 // transposes an operand whose batch dims do not lead, once, locally). Self-attention: T and S
 // have the same extent, query t sees keys s <= t.
+//
+// Context parallelism: T may be split. A rank then holds a block of queries [t0, t0 + Tq) of each
+// sequence against all of its keys, and its query at t0 + i sees keys s <= t0 + i, t0 being the
+// block's offset along T. Keys and values are all-gathered over T's axes first (Llama 3's
+// context parallelism, all-gather based), and the types carry the rest:
+//
+//   // q[B, T_C, H_Y, E], k and v [B, S_C, H_Y, E]: the sequence split over C, heads over Y
+//   auto kf = tpx::all_gather<C>(k), vf = tpx::all_gather<C>(v);   // [B, S, H_Y, E]
+//   auto fwd = tpx::nn::causal_attention_forward(q, kf, vf);  // out [B, H_Y, T_C, E]
+//   auto g = tpx::nn::causal_attention_backward(q, kf, vf, fwd.probs, dout);
+//   // g.dq [B, H_Y, T_C, E]; g.dk and g.dv [B, H_Y, S, E]{U_C}: contracting T, split over C on
+//   // both sides, leaves each rank its queries' share, so the all-gather's adjoint, a
+//   // reduce-scatter over C, completes them onto k's and v's blocks.
+//
+// With T split in contiguous blocks, causal masking leaves the last block the most work (it
+// sees every key) and the first the least; balancing would need T permuted before the split
+// (Megatron's two chunks per rank), which this layer does not do.
 //
 // This is the reference formulation: it materialises the [T, S] probabilities of each head and
 // keeps them for the backward, on the host and the GPU alike (einsum's batched GEMMs, and the
@@ -66,16 +83,16 @@ struct attention_dims {
   using key_sequence = type_at_t<0, concat_t<key_only, type_list<void>>>;
 };
 
-// A dim attention needs whole on every rank; a split is named with its axes.
-template <class Tn, class Name, fixed_string Role>
+// A dim attention needs whole on every rank; a split is named with its axes, then Remedy.
+template <class Tn, class Name, fixed_string Layer, fixed_string Role, fixed_string Remedy>
 constexpr void check_whole_dim() {
   constexpr int position = index_of_v<Name, unsplit_dims_t<Tn>>;
   if constexpr (position >= 0) {
     using D = type_at_t<position, typename Tn::dims>;
     if constexpr (D::axes::size != 0)
-      compile_error<"tpx: causal_attention: " + Role + " dim " + D::name + " of " + Tn::notation +
+      compile_error<"tpx: " + Layer + ": " + Role + " dim " + D::name + " of " + Tn::notation +
                     " is split over mesh axes " + tpx::detail::axis_list<typename D::axes>() +
-                    "; attention needs it whole on every rank (all-gather it first)">{};
+                    Remedy>{};
   }
 }
 
@@ -96,18 +113,21 @@ constexpr bool check_attention_operands() {
     compile_error<"tpx: causal_attention: q " + Qt::notation + ", k " + Kt::notation + " and v " +
                   Vt::notation + " must be reduced (reshard a partial sum first)">{};
   } else {
-    check_whole_dim<Qt, typename dims::query_sequence, "query sequence">();
-    check_whole_dim<Kt, typename dims::key_sequence, "key sequence">();
-    check_whole_dim<Qt, typename dims::head, "head">();
-    check_whole_dim<Kt, typename dims::head, "head">();
+    constexpr fixed_string whole = "; attention needs it whole on every rank (all-gather it first)";
+    check_whole_dim<Kt, typename dims::key_sequence, "causal_attention", "key sequence",
+                    "; attention needs every key on every rank (all-gather k and v over it first, "
+                    "as context parallelism does)">();
+    check_whole_dim<Qt, typename dims::head, "causal_attention", "head", whole>();
+    check_whole_dim<Kt, typename dims::head, "causal_attention", "head", whole>();
   }
   return true;
 }
 
 struct attention_geometry {
-  std::int64_t rows;   // local rows of the scores [batch..., T, S]: batch... x T
-  std::int64_t t_len;  // T (= S)
-  float scale;         // 1 / sqrt(E)
+  std::int64_t rows;           // local rows of the scores [batch..., T, S]: batch... x Tq
+  std::int64_t keys;           // S (= T)
+  kernels::query_block block;  // this rank's queries of each sequence: Tq from t0
+  float scale;                 // 1 / sqrt(E)
 };
 
 // probs: the scores [batch..., T, S] (einsum's order: batch dims, then q's T, then k's S).
@@ -120,15 +140,17 @@ attention_geometry geometry_of(const Qt& q, const Pt& probs) {
                                 " has " + std::to_string(t) + " positions and k " +
                                 std::string(Kt::notation.c_str()) + " has " + std::to_string(s) +
                                 "; causal self-attention needs the same sequence on both");
-  const std::int64_t rows = local_rows(probs);
   const std::int64_t e = q.global_extent(Qt::order - 1);
-  return {rows, t, e > 0 ? 1.0f / std::sqrt(static_cast<float>(e)) : 1.0f};
+  return {local_rows(probs),
+          s,
+          {probs.local_extent(n - 2), probs.local_offset(n - 2)},
+          e > 0 ? 1.0f / std::sqrt(static_cast<float>(e)) : 1.0f};
 }
 
 // A space with a row kernel for the causal softmax over scores of T (the host's).
 template <class Space, class T>
 concept row_causal_softmax_space = requires(const rank_context& ctx, std::int64_t n, T* x) {
-  Space::causal_softmax_rows(ctx, n, n, 1.0f, x);
+  Space::causal_softmax_rows(ctx, n, n, kernels::query_block{n, 0}, 1.0f, x);
 };
 
 // The scores [batch..., T, S] overwritten by their causal softmax in three passes of the space's
@@ -138,10 +160,10 @@ void causal_softmax_in_grid_passes(Pt& scores, const attention_geometry& g) {
   using T = typename Pt::value_type;
   using Space = typename Pt::space;
   const rank_context& ctx = scores.context();
-  const std::int64_t cols = g.t_len;
+  const std::int64_t cols = g.keys;
   auto row_max = make_per_row<per_row_t<Pt>>(scores);
   auto row_sum = make_per_row<per_row_t<Pt>>(scores);
-  const kernels::causal_score<T> score{scores.data(), cols, g.t_len};
+  const kernels::causal_score<T> score{scores.data(), cols, g.block};
   const kernels::causal_shifted_exp<T> shifted{score, g.scale, row_max.data()};
   Space::template reduce_rows<kernels::max_reducer<float>>(ctx, g.rows, cols, score,
                                                            row_max.data());
@@ -169,7 +191,7 @@ auto causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
   const auto g = detail::geometry_of<Qt, Kt>(q, probs);
   using Space = typename Pt::space;
   if constexpr (detail::row_causal_softmax_space<Space, T>)
-    Space::causal_softmax_rows(q.context(), g.rows, g.t_len, g.scale, probs.data());
+    Space::causal_softmax_rows(q.context(), g.rows, g.keys, g.block, g.scale, probs.data());
   else
     detail::causal_softmax_in_grid_passes(probs, g);
   auto out = einsum<typename dims::key_sequence>(probs, v);
@@ -195,12 +217,12 @@ auto causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, const Pt& 
   using Space = typename Pt::space;
   const auto g = detail::geometry_of<Qt, Kt>(q, probs);
   const rank_context& ctx = q.context();
-  const std::int64_t cols = g.t_len;
-  auto dv = einsum<Tdim>(probs, dout);  // [batch..., S, E]
+  const std::int64_t cols = g.keys;
+  auto dv = einsum<Tdim>(probs, dout);  // [batch..., S, E], {U_axes of T} when T is split
   auto ds = einsum<E>(dout, v);         // dL/dprobs, overwritten by dL/dscores
   static_assert(std::is_same_v<decltype(ds), Pt>,
                 "tpx: causal_attention_backward: dout must have the batch dims of q, in q's order "
-                "and split alike, and T unsplit");
+                "and split alike, and T split as q's");
   auto rowdot = make_per_row<per_row_t<Pt>>(probs);
   Space::template reduce_rows<kernels::sum_reducer<float>>(
       ctx, g.rows, cols, kernels::product_term<T>{probs.data(), ds.data(), cols}, rowdot.data());
@@ -208,7 +230,7 @@ auto causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, const Pt& 
       ctx, g.rows, cols,
       kernels::softmax_backward_write<T>{probs.data(), rowdot.data(), cols, g.scale, ds.data()});
   auto dq = einsum<S>(ds, k);     // [batch..., T, E]
-  auto dk = einsum<Tdim>(ds, q);  // [batch..., S, E]
+  auto dk = einsum<Tdim>(ds, q);  // [batch..., S, E], partial like dv
   return attention_gradients<decltype(dq), decltype(dk), decltype(dv)>{std::move(dq), std::move(dk),
                                                                        std::move(dv)};
 }

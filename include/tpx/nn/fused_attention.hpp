@@ -9,13 +9,14 @@
 //   // g.dq like q, g.dk and g.dv like k
 //
 // Operands and their sharding are the reference's (nn/attention.hpp): dims found by name, batch
-// dims (heads, batch) split alike on q, k and v so that nothing is communicated, T, S and E
-// whole. The kernels read the operands where they lie, as FlashAttention reads strided inputs:
-// q in its own order [lead..., T, inner..., E], any batch dims before T and after it (the
-// projections' [B, T, H, E] has H between T and E), and results come in that order too: out and
-// dq like q, lse like q without E, dk and dv like k. So attention between projections copies
-// nothing (the reference's einsums put batch dims first). k or v in another order than q's is
-// first copied into it (ops/permute.hpp).
+// dims (heads, batch) split alike on q, k and v so that nothing is communicated, S and E whole, and
+// T whole too (the reference also takes a block of queries, context parallelism; these kernels do
+// not yet: a split T is a compile error saying so). The kernels read the operands where they lie,
+// as FlashAttention reads strided inputs: q in its own order [lead..., T, inner..., E], any batch
+// dims before T and after it (the projections' [B, T, H, E] has H between T and E), and results
+// come in that order too: out and dq like q, lse like q without E, dk and dv like k. So attention
+// between projections copies nothing (the reference's einsums put batch dims first). k or v in
+// another order than q's is first copied into it (ops/permute.hpp).
 // The math (kernels/fused_attention.hpp) is one definition for the host loops
 // (tensor/host_fused_attention.hpp) and the CUDA kernels (cuda/kernels/fused_attention.hpp),
 // which the CUDA tests compare; on the GPU, bf16 with heads of 32, 64 or 128 runs on tensor
@@ -72,6 +73,16 @@ struct fused_layout {
 template <class Tn, std::size_t Position>
 using batch_dims_t =
     remove_all_t<typename Tn::dims, type_list<type_at_t<Position, typename Tn::dims>>>;
+
+// The fused kernels take whole sequences of queries: no block of them (context parallelism).
+template <class Qt, class Kt>
+constexpr bool check_whole_queries() {
+  check_whole_dim<Qt, typename attention_dims<Qt, Kt>::query_sequence, "fused_causal_attention",
+                  "query sequence",
+                  "; the fused kernels need every query of a sequence on its rank (a block of "
+                  "queries, context parallelism, takes causal_attention_forward)">();
+  return true;
+}
 
 template <class Qb, class Kb, std::size_t Position>
 constexpr bool check_batch_splits() {
@@ -132,7 +143,8 @@ struct fused_attention_output {
 
 template <AnyTensor Qt, AnyTensor Kt, AnyTensor Vt>
 auto fused_causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
-  static_assert(detail::check_attention_operands<Qt, Kt, Vt>());
+  static_assert(detail::check_attention_operands<Qt, Kt, Vt>() &&
+                detail::check_whole_queries<Qt, Kt>());
   using layout = detail::fused_layout<Qt, Kt>;
   constexpr std::size_t position = layout::query_position;
   const auto& kb = detail::in_order<typename layout::key_order>(k);
@@ -152,7 +164,8 @@ auto fused_causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
 template <AnyTensor Qt, AnyTensor Kt, AnyTensor Vt, AnyTensor Ot, AnyTensor Lt>
 auto fused_causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, const Ot& out,
                                      const Lt& lse, const Ot& dout) {
-  static_assert(detail::check_attention_operands<Qt, Kt, Vt>());
+  static_assert(detail::check_attention_operands<Qt, Kt, Vt>() &&
+                detail::check_whole_queries<Qt, Kt>());
   using layout = detail::fused_layout<Qt, Kt>;
   constexpr std::size_t position = layout::query_position;
   const auto& kb = detail::in_order<typename layout::key_order>(k);

@@ -34,7 +34,9 @@
 // and the causal softmax of attention's scores (nn/attention.hpp), which the host runs a row at a
 // time over the visible keys where a space without it (the GPU's) runs the grid loops above with
 // kernels/attention_terms.hpp's functors, to the same bits (tensor/host_causal_softmax.hpp):
-//   causal_softmax_rows(ctx, rows, t_len, scale, x)   x [rows, t_len] scores -> probabilities
+//   causal_softmax_rows(ctx, rows, keys, block, scale, x)
+//                                                  x [rows, keys] scores -> probabilities, row r
+//                                                  seeing keys <= block.last_visible(r)
 // and fused causal attention over [sequences, T, E] (nn/fused_attention.hpp), whose row math is
 // kernels/fused_attention.hpp's:
 //   fused_attention_forward(ctx, sequences, layout, e, scale, q, k, v, out, lse)
@@ -202,9 +204,9 @@ struct host_space {
   }
 
   template <class T>
-  static void causal_softmax_rows(const rank_context&, std::int64_t rows, std::int64_t t_len,
-                                  float scale, T* x) {
-    detail::host_causal_softmax_rows(rows, t_len, scale, x);
+  static void causal_softmax_rows(const rank_context&, std::int64_t rows, std::int64_t keys,
+                                  kernels::query_block block, float scale, T* x) {
+    detail::host_causal_softmax_rows(rows, keys, block, scale, x);
   }
 
   template <class T>
