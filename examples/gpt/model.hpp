@@ -50,10 +50,10 @@
 // contracts B_R and T_X and so is {U_RX}, as the data-parallel model's is over B_RX, reduce-
 // scattered over X (FSDP) and all-reduced over R alike. Activation memory per rank is then 1/X of
 // a sequence's, which is what lets long sequences fit; the price is the gather of k and v and the
-// reduce-scatter of their gradients per block, over X. Contiguous blocks leave causal attention's
-// work uneven (the last block's queries see every key); balancing would permute the sequence
-// first (Megatron's two chunks per rank). The fused kernels take whole sequences of queries, so
-// this layout runs the reference attention.
+// reduce-scatter of their gradients per block, over X. The fused kernels take whole sequences of
+// queries, so this layout runs the reference attention, which computes every score of a block's
+// rows, masked or not: contiguous blocks cost every rank the same (a kernel skipping masked keys
+// would not, and would want the sequence permuted first, Megatron's two chunks per rank).
 //
 // Communication can overlap computation (config::overlap; tpx-gpt --overlap on): a block's
 // weights are gathered together, on the rank's communication thread (tpx::in_background; on a

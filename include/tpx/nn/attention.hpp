@@ -37,9 +37,10 @@
 //   // both sides, leaves each rank its queries' share, so the all-gather's adjoint, a
 //   // reduce-scatter over C, completes them onto k's and v's blocks.
 //
-// With T split in contiguous blocks, causal masking leaves the last block the most work (it
-// sees every key) and the first the least; balancing would need T permuted before the split
-// (Megatron's two chunks per rank), which this layer does not do.
+// This layer computes every score of a block's [Tq, S] rows, masked or not, so contiguous blocks
+// cost every rank the same. A kernel that skipped masked keys would leave the last block the
+// most work (its queries see every key) and the first the least; balancing would then need T
+// permuted before the split (Megatron's two chunks per rank).
 //
 // This is the reference formulation: it materialises the [T, S] probabilities of each head and
 // keeps them for the backward, on the host and the GPU alike (einsum's batched GEMMs, and the
