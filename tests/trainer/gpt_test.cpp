@@ -19,7 +19,8 @@
 //    when checkpointing), follow the 1x1 losses (relative 1e-4); rank 0's peak memory on 1x2 is
 //    above the sequence-parallel run's (it holds the whole stream), bf16 stays within 2% of fp32,
 //    checkpointing (on 1x3) and overlap (on 2x2 and 4x1) change no bit, and a checkpoint saved
-//    with sequence parallelism resumes without it and back, following the 1x1 losses;
+//    with sequence parallelism resumes without it and back, and then with context parallelism on
+//    4x1, following the 1x1 losses;
 //  - overlapping communication (config::overlap: gathers one block ahead and gradient
 //    reduce-scatters on each rank's communication thread) changes no bit of the loss and
 //    gradients (2x2, 4x1, with and without checkpointing) nor of 30 training losses (2x2, 4x1),
@@ -249,20 +250,27 @@ TEST_CASE(
   CHECK(worst <= 0.02f);
 }
 
-TEST_CASE("a GPT checkpoint saved with sequence parallelism resumes without it and back") {
-  // The same parameters in both layouts: 10 steps on 2x2 with SP, 10 resumed on 1x2 without,
-  // 10 resumed on 2x2 with, follow the uninterrupted 1x1 run.
-  const std::vector<float> want = losses(training(1, 1, 1));
+TEST_CASE("a GPT checkpoint resumes in every layout: with and without SP, context parallel") {
+  // The same parameters in every layout: 10 steps on 2x2 with SP, 10 resumed on 1x2 without,
+  // 10 resumed on 2x2 with, 10 resumed on 4x1 with context parallelism, follow the
+  // uninterrupted 1x1 run.
+  trainer::run_options<gpt::family> one = training(1, 1, 1);
+  one.steps = 40;
+  const std::vector<float> want = losses(one);
   const std::filesystem::path dir = scratch_folder("tpx-gpt-test", "layouts");
   std::vector<float> got;
-  for (const auto& [x_, y_, steps_, plain_] :
-       {std::array{2, 2, 10, 0}, std::array{1, 2, 20, 1}, std::array{2, 2, 30, 0}}) {
+  enum layout { sequence_parallel, plain_tensor_parallel, context_parallel };
+  for (const auto& [x_, y_, steps_, layout_] : {std::array{2, 2, 10, int(sequence_parallel)},
+                                               std::array{1, 2, 20, int(plain_tensor_parallel)},
+                                               std::array{2, 2, 30, int(sequence_parallel)},
+                                               std::array{4, 1, 40, int(context_parallel)}}) {
     const int x = x_, y = y_, steps = steps_;  // clang before 16: no bindings in lambdas
     trainer::run_options<gpt::family> o = training(1, x, y);
     o.steps = steps;
     o.ckpt_dir = dir.string();
     o.resume = steps > 10;
-    o.model.plain_tensor_parallel = plain_ == 1;
+    o.model.plain_tensor_parallel = layout_ == plain_tensor_parallel;
+    o.model.context_parallel = layout_ == context_parallel;
     const std::vector<float> part = losses(o);
     CHECK(part.size() == 10);
     got.insert(got.end(), part.begin(), part.end());
