@@ -471,9 +471,9 @@ class transformer {
   }
 
   // The batch's tokens in this model's layouts (load_batch makes those of the config).
-  using token_layouts = typename std::conditional_t<ContextParallel, decltype(batch<Space>::blocks),
-                                                    decltype(batch<Space>::rows)>::value_type;
-  static const token_layouts& layouts_of(const batch<Space>& b) {
+  using batch_tokens = typename std::conditional_t<ContextParallel, decltype(batch<Space>::blocks),
+                                                   decltype(batch<Space>::rows)>::value_type;
+  static const batch_tokens& layouts_of(const batch<Space>& b) {
     const auto& layouts = [&]() -> const auto& {
       if constexpr (ContextParallel)
         return b.blocks;
@@ -488,9 +488,9 @@ class transformer {
     return *layouts;
   }
   // The batch's tokens split like the stream.
-  using sublayer_tokens = decltype(token_layouts::sublayer);
+  using sublayer_tokens = decltype(batch_tokens::sublayer);
   using stream_tokens =
-      std::conditional_t<SequenceParallel, decltype(token_layouts::stream), sublayer_tokens>;
+      std::conditional_t<SequenceParallel, decltype(batch_tokens::stream), sublayer_tokens>;
   static const stream_tokens& tokens_of(const batch<Space>& b) {
     if constexpr (SequenceParallel)
       return layouts_of(b).stream;

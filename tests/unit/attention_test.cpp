@@ -124,15 +124,24 @@ const reference& ref() {
   return r;
 }
 
-// The output and the three gradients, gathered, against the reference: 2e-5 for the output,
-// 1e-4 for the gradients (see the top of the file).
+// The output and the three gradients of a run, gathered ([B, H, T, E]).
+struct attention_results {
+  std::vector<float> out, dq, dk, dv;
+};
+
+// A run's results against the reference: 2e-5 for the output, 1e-4 for the gradients (see the
+// top of the file).
+void check_against_reference(const attention_results& got) {
+  const auto& r = ref();
+  check_close(got.out, r.out, 2e-5, "out");
+  check_close(got.dq, r.dq, 1e-4, "dq");
+  check_close(got.dk, r.dk, 1e-4, "dk");
+  check_close(got.dv, r.dv, 1e-4, "dv");
+}
 template <class Forward, class Gradients>
 void check_against_reference(const Forward& fwd, const Gradients& grad) {
-  const auto& r = ref();
-  check_close(tpx::to_global(fwd.out), r.out, 2e-5, "out");
-  check_close(tpx::to_global(grad.dq), r.dq, 1e-4, "dq");
-  check_close(tpx::to_global(grad.dk), r.dk, 1e-4, "dk");
-  check_close(tpx::to_global(grad.dv), r.dv, 1e-4, "dv");
+  check_against_reference({tpx::to_global(fwd.out), tpx::to_global(grad.dq),
+                           tpx::to_global(grad.dk), tpx::to_global(grad.dv)});
 }
 
 // One layout: batch split as Bs, heads as Hs, on every mesh.
@@ -293,9 +302,6 @@ namespace {
 // the heads over Y, in the projections' layout; k and v all-gathered over X before attention,
 // their gradients reduce-scattered after. The tensors live in Space (the host's, or a stand-in
 // for the GPU's that runs the device's grid passes).
-struct attention_results {
-  std::vector<float> out, dq, dk, dv;
-};
 template <class Space, class Rank>
 attention_results context_parallel_attention(Rank& rank) {
   const auto& r = ref();
@@ -330,7 +336,6 @@ attention_results context_parallel_attention(Rank& rank) {
 }  // namespace
 
 TEST_CASE("context parallelism: blocks of queries over X, keys gathered, equal the reference") {
-  const auto& r = ref();
   // T = 5 over 6 ranks of X leaves one rank no queries; over 2, 3 and 4 the blocks are uneven.
   const std::vector<std::pair<int, int>> meshes = {{1, 1}, {2, 1}, {2, 2}, {3, 2}, {4, 1}, {6, 1}};
   for (const auto& [mx_, my_] : meshes) {
@@ -338,11 +343,7 @@ TEST_CASE("context parallelism: blocks of queries over X, keys gathered, equal t
     CAPTURE(mx);
     CAPTURE(my);
     tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
-      const attention_results got = context_parallel_attention<tpx::host_space>(rank);
-      check_close(got.out, r.out, 2e-5, "out");
-      check_close(got.dq, r.dq, 1e-4, "dq");
-      check_close(got.dk, r.dk, 1e-4, "dk");
-      check_close(got.dv, r.dv, 1e-4, "dv");
+      check_against_reference(context_parallel_attention<tpx::host_space>(rank));
     });
   }
 }
@@ -389,10 +390,8 @@ TEST_CASE("context parallelism over two axes, heads whole, equals the reference"
       const auto dv = tpx::reduce_scatter<Y, S>(tpx::reduce_scatter<X, S>(grad.dv));
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(dk)>,
                                    tpx::Tensor<float, B<>, H<>, S<X, Y>, E<>>>);
-      check_close(tpx::to_global(fwd.out), r.out, 2e-5, "out");
-      check_close(tpx::to_global(grad.dq), r.dq, 1e-4, "dq");
-      check_close(tpx::to_global(dk), r.dk, 1e-4, "dk");
-      check_close(tpx::to_global(dv), r.dv, 1e-4, "dv");
+      check_against_reference({tpx::to_global(fwd.out), tpx::to_global(grad.dq),
+                               tpx::to_global(dk), tpx::to_global(dv)});
     });
   }
 }
