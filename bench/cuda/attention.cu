@@ -32,13 +32,16 @@ attention_row measure_one(const std::string& type, std::int64_t batch, std::int6
       type, "", batch, heads, t_len, e, tokens, iters, warmup,
       [e](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout, float scale,
           const T* q, const T* k, const T* v, T* out, float* lse) {
-        tpx::cuda::fused_attention_forward(s, sequences, layout, e, scale, q, k, v, out, lse);
+        tpx::cuda::fused_attention_forward(s, sequences,
+                                           kernels::attention_shape::whole_sequences(layout), e,
+                                           scale, q, k, v, out, lse);
       },
       [e](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout, float scale,
           const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta,
           T* dq, T* dk, T* dv) {
-        tpx::cuda::fused_attention_backward(s, sequences, layout, e, scale, q, k, v, dout, lse,
-                                            delta, dq, dk, dv);
+        tpx::cuda::fused_attention_backward(s, sequences,
+                                            kernels::attention_shape::whole_sequences(layout), e,
+                                            scale, q, k, v, dout, lse, delta, dq, dk, dv);
       },
       twins);
 }

@@ -67,16 +67,16 @@ template <class T>
 host_outputs<T> host_twin(std::int64_t t_len, int e, float scale, const std::vector<T>& q,
                           const std::vector<T>& k, const std::vector<T>& v,
                           const std::vector<T>& dout) {
-  const kernels::attention_layout layout{t_len};
+  const auto shape = kernels::attention_shape::whole_sequences({t_len});
   host_outputs<T> h{std::vector<T>(q.size()), std::vector<T>(q.size()), std::vector<T>(q.size()),
                     std::vector<T>(q.size())};
   std::vector<float> lse(static_cast<std::size_t>(t_len)), delta(static_cast<std::size_t>(t_len));
-  tpx::detail::host_fused_attention_forward(1, layout, e, scale, q.data(), k.data(), v.data(),
+  tpx::detail::host_fused_attention_forward(1, shape, e, scale, q.data(), k.data(), v.data(),
                                             h.out.data(), lse.data());
   for (std::int64_t t = 0; t < t_len; ++t)
     for (std::int64_t i = 0; i < e; ++i)
       delta[t] += kernels::product_term<T>{h.out.data(), dout.data(), e}(t, i);
-  tpx::detail::host_fused_attention_backward(1, layout, e, scale, q.data(), k.data(), v.data(),
+  tpx::detail::host_fused_attention_backward(1, shape, e, scale, q.data(), k.data(), v.data(),
                                              dout.data(), lse.data(), delta.data(), h.dq.data(),
                                              h.dk.data(), h.dv.data());
   return h;

@@ -71,6 +71,7 @@ struct family {
            std::to_string(c.layers) + " layers" +
            (c.vocab == 256 ? "" : ", V=" + std::to_string(c.vocab)) +
            (c.swiglu ? ", SwiGLU MLP" : "") + (c.rope ? ", rotary positions" : "") +
+           (c.fused_attention ? ", fused attention" : "") +
            (c.plain_tensor_parallel ? ", no sequence parallelism" : "") +
            (c.context_parallel ? ", context parallel over X" : "");
   }

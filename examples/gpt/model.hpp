@@ -50,10 +50,11 @@
 // contracts B_R and T_X and so is {U_RX}, as the data-parallel model's is over B_RX, reduce-
 // scattered over X (FSDP) and all-reduced over R alike. Activation memory per rank is then 1/X of
 // a sequence's, which is what lets long sequences fit; the price is the gather of k and v and the
-// reduce-scatter of their gradients per block, over X. The fused kernels take whole sequences of
-// queries, so this layout runs the reference attention, which computes every score of a block's
-// rows, masked or not: contiguous blocks cost every rank the same (a kernel skipping masked keys
-// would not, and would want the sequence permuted first, Megatron's two chunks per rank).
+// reduce-scatter of their gradients per block, over X. The reference attention computes every
+// score of a block's rows, masked or not, so contiguous blocks cost every rank the same; the fused
+// kernels (config::fused_attention) skip the keys after a block's queries, so there the last block
+// of X works longest (X = 4: its share of the visible pairs is 7/16, the first's 1/16), which
+// Megatron's two chunks per rank, the sequence permuted before the split, would even out.
 //
 // Communication can overlap computation (config::overlap; tpx-gpt --overlap on): a block's
 // weights are gathered together, on the rank's communication thread (tpx::in_background; on a
@@ -155,8 +156,7 @@ struct config {
   // Context parallelism over X (Llama 3's, all-gather based): X splits each sequence instead of
   // the batch, so every rank of X holds a block of every row's positions; keys and values are
   // all-gathered over X before attention and their gradients reduce-scattered after it. With
-  // sequence parallelism only, and the reference attention (nn/attention.hpp takes a block of
-  // queries, the fused kernels do not yet).
+  // sequence parallelism only; either attention takes a block of queries.
   bool context_parallel = false;
   std::int64_t d_model() const { return heads * head_dim; }
 };
@@ -658,13 +658,11 @@ class transformer {
   };
 
   attention_state attend(tokens q, token_keys k, token_keys v) const {
-    if constexpr (!ContextParallel) {  // the fused kernels take whole sequences of queries
-      if (c_.fused_attention) {
-        auto f = tpx::nn::fused_causal_attention_forward(q, k, v);
-        return {std::move(f.out),
-                fused_saved{std::move(q), std::move(k), std::move(v), std::move(f.lse)},
-                std::nullopt};
-      }
+    if (c_.fused_attention) {
+      auto f = tpx::nn::fused_causal_attention_forward(q, k, v);
+      return {std::move(f.out),
+              fused_saved{std::move(q), std::move(k), std::move(v), std::move(f.lse)},
+              std::nullopt};
     }
     // Each projection is released as soon as it is copied heads first.
     heads hq = [](tokens t) { return tpx::permute<B, H, T, E>(t); }(std::move(q));
@@ -676,12 +674,10 @@ class transformer {
   }
 
   attention_gradients attend_backward(const attention_state& a, const tokens& dout) const {
-    if constexpr (!ContextParallel) {
-      if (a.fused) {
-        const fused_saved& f = *a.fused;
-        auto g = tpx::nn::fused_causal_attention_backward(f.q, f.k, f.v, a.out, f.lse, dout);
-        return {std::move(g.dq), std::move(g.dk), std::move(g.dv)};
-      }
+    if (a.fused) {
+      const fused_saved& f = *a.fused;
+      auto g = tpx::nn::fused_causal_attention_backward(f.q, f.k, f.v, a.out, f.lse, dout);
+      return {std::move(g.dq), std::move(g.dk), std::move(g.dv)};
     }
     const reference_saved& r = *a.reference;
     auto g =
@@ -880,23 +876,20 @@ class transformer {
   config c_;
 };
 
-// The model of config c: the transformer with sequence parallelism, or without it when
-// c.plain_tensor_parallel, and with context parallelism when c.context_parallel. All take the
-// same parameters and give the same loss and gradients (to rounding: the sums over X and Y run in
-// other orders), each from a batch loaded with its config.
 // Why the model cannot be built as c asks, in the command line's words; empty when it can.
 inline std::string unsupported(const config& c) {
   if (c.context_parallel && c.plain_tensor_parallel)
     return "--context-parallel needs sequence parallelism (drop --no-sequence-parallel)";
-  if (c.context_parallel && c.fused_attention)
-    return "--context-parallel takes the reference attention: the fused kernels need every query "
-           "of a sequence on one rank (drop --fused-attention)";
   if (c.rope && c.head_dim % 2 != 0)
     return "--rope turns pairs of a head's elements: --head-dim " + std::to_string(c.head_dim) +
            " is odd";
   return {};
 }
 
+// The model of config c: the transformer with sequence parallelism, or without it when
+// c.plain_tensor_parallel, and with context parallelism when c.context_parallel. All take the
+// same parameters and give the same loss and gradients (to rounding: the sums over X and Y run in
+// other orders), each from a batch loaded with its config.
 template <class Tc, class Space = tpx::host_space>
 class model {
  public:

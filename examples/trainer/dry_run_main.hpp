@@ -46,16 +46,21 @@ inline std::string flops_text(double flops) {
   return text;
 }
 
-// "2.6 MiB on every rank", or "2.6 MiB on rank 0, from 2.5 MiB (rank 5) to 2.6 MiB (rank 0)"
-template <class Field>
-std::string per_rank_bytes(const std::vector<step_usage>& ranks, Field field) {
+// "2.6 MiB on every rank", or "2.6 MiB on rank 0, from 2.5 MiB (rank 5) to 2.6 MiB (rank 0)",
+// each rank's field as Text makes it.
+template <class Field, class Text>
+std::string per_rank(const std::vector<step_usage>& ranks, Field field, Text as_text) {
   const auto by_field = [&](const step_usage& a, const step_usage& b) { return field(a) < field(b); };
   const auto [smallest, largest] = std::minmax_element(ranks.begin(), ranks.end(), by_field);
-  const auto text = [&](const step_usage& u) { return bytes_text(static_cast<double>(field(u))); };
+  const auto text = [&](const step_usage& u) { return as_text(static_cast<double>(field(u))); };
   if (field(*smallest) == field(*largest))
     return text(ranks[0]) + (ranks.size() > 1 ? " on every rank" : "");
   return text(ranks[0]) + " on rank 0, from " + text(*smallest) + " (rank " + std::to_string(smallest->rank) +
          ") to " + text(*largest) + " (rank " + std::to_string(largest->rank) + ")";
+}
+template <class Field>
+std::string per_rank_bytes(const std::vector<step_usage>& ranks, Field field) {
+  return per_rank(ranks, field, [](double bytes) { return bytes_text(bytes); });
 }
 
 inline nlohmann::json traffic_json(const tpx::collective_traffic& t) {
@@ -99,9 +104,12 @@ void print_memory_and_flops(const run_options<Family>& o, const std::vector<step
   double all_flops = 0;
   for (const step_usage& u : ranks) all_flops += u.matrix_flops;
   const double model_flops = Family::flops_per_step(o.model);
-  std::printf("matrix FLOPs per step: %s on rank 0; %s on all ranks, %.2fx the %s of model FLOPs\n",
-              flops_text(ranks[0].matrix_flops).c_str(), flops_text(all_flops).c_str(), all_flops / model_flops,
-              flops_text(model_flops).c_str());
+  // The busiest rank bounds the step: with context parallelism and the fused attention, the
+  // last block of each sequence's queries sees the most keys.
+  const std::string per_rank_flops =
+      per_rank(ranks, [](const step_usage& u) { return u.matrix_flops; }, flops_text);
+  std::printf("matrix FLOPs per step: %s; %s on all ranks, %.2fx the %s of model FLOPs\n", per_rank_flops.c_str(),
+              flops_text(all_flops).c_str(), all_flops / model_flops, flops_text(model_flops).c_str());
 }
 
 // The table of rank 0's collectives per set of mesh axes (those of more than one rank), in the
@@ -159,6 +167,9 @@ int dry_run_main(const char* program, const command_line<Family>& c) {
       nlohmann::json out = {{"dry_run", true},
                             {"program", program},
                             {"mesh", mesh_text(o)},
+                            // The run's first line: the layout and attention, which "model" (the
+                            // shape a checkpoint records) leaves out.
+                            {"description", layout_text(o) + ", " + model_text(o)},
                             {"bf16", o.bf16},
                             {"model", Family::shape(o.model)},
                             {"checkpoint_every", o.model.checkpoint_every},

@@ -6,8 +6,10 @@
 // between the barriers, so ranks that share cores (threads on the host, streams on one GPU)
 // share the peak, as they share it in training. It is the rate tpx's own GEMM path reaches at
 // this size (OpenBLAS on the host, cuBLASLt on a GPU), not a data-sheet figure: a run's MFU says
-// how much of what this machine does for tpx the whole step keeps. The measurement takes well
-// under a second on the host.
+// how much of what this machine does for tpx the whole step keeps. The rate is the best of
+// `trials` such timings, as benchmarks report a peak: one timing that another process or a
+// clock not yet raised slowed would lower the peak, and lift every MFU of the run, past 100 %
+// in short runs on a busy machine. The measurement takes about half a second on the host.
 #pragma once
 
 #include <algorithm>
@@ -33,6 +35,7 @@ double measured_peak_flops(Launcher launcher, int ranks, bool bf16) {
   using namespace peak_measure;
   constexpr std::int64_t n = 768;
   const int reps = std::max(1, 8 / ranks);
+  constexpr int trials = 5;
   double flops = 0;
   // A failure here (out of memory, most often) says where it happened: mesh P is this one's.
   try {
@@ -45,12 +48,15 @@ double measured_peak_flops(Launcher launcher, int ranks, bool bf16) {
           (void)tpx::scalar_on_host(tpx::nn::squared_norm(c));
         };
         finish(tpx::contract<K>(a, b));  // warm-up: BLAS buffers, cuBLASLt plan
-        rank.template group<P>().barrier();
-        const auto start = std::chrono::steady_clock::now();
-        for (int i = 0; i < reps; ++i) finish(tpx::contract<K>(a, b));
-        rank.template group<P>().barrier();
-        const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
-        if (rank.world_rank() == 0) flops = 2.0 * n * n * n * reps * ranks / wall.count();
+        for (int trial = 0; trial < trials; ++trial) {
+          rank.template group<P>().barrier();
+          const auto start = std::chrono::steady_clock::now();
+          for (int i = 0; i < reps; ++i) finish(tpx::contract<K>(a, b));
+          rank.template group<P>().barrier();
+          const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
+          if (rank.world_rank() == 0)
+            flops = std::max(flops, 2.0 * n * n * n * reps * ranks / wall.count());
+        }
       };
       if (bf16)
         measure(static_cast<tpx::bf16*>(nullptr));

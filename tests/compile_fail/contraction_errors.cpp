@@ -16,7 +16,7 @@
 // expect(EINSUM_ELEMENT_TYPES): the operands must have the same element type and memory space
 // expect(EINSUM_TOO_MANY_DIMS): the result would have more dims than a tensor may
 // expect(ATTENTION_SPLIT_KEYS): key sequence dim S of \[B, H_Y, S_X, E\] is split over mesh axes X; attention needs every key on every rank
-// expect(FUSED_ATTENTION_SPLIT_QUERIES): fused_causal_attention: query sequence dim T of \[B, T_X, H_Y, E\] is split over mesh axes X; the fused kernels need every query
+// expect(FUSED_ATTENTION_SPLIT_KEYS): key sequence dim S of \[B, S_X, H_Y, E\] is split over mesh axes X; attention needs every key on every rank
 // expect(ATTENTION_SPLIT_HEAD_DIM): head dim E of \[B, H, S, E_Y\] is split over mesh axes Y
 // expect(GELU_PRODUCT_PARTIAL_SUM): gelu_product \[B, E_Y\] \*_E \[E_Y, F\]: the product \[B, F\].U_Y. is a partial sum
 // expect(GELU_BACKWARD_SPLIT_DIFFERS): gelu_product_backward: the pre-activation \[B, F\] must be whole values with the dims, splits, element type and memory space of the product \[B, E\] \*_E \[F_Y, E\] -> \[B, F_Y\]
@@ -74,9 +74,9 @@ void body() {
   using Q = Tensor<float, B<>, H<Y>, T<X>, E<>>;
   using K = Tensor<float, B<>, H<Y>, S<X>, E<>>;
   auto t = tpx::nn::causal_attention_forward(some<Q>(), some<K>(), some<K>());
-#elif defined(FUSED_ATTENTION_SPLIT_QUERIES)
-  // A block of queries, which the reference layer takes, handed to the fused kernels.
-  using K = Tensor<float, B<>, S<>, H<Y>, E<>>;
+#elif defined(FUSED_ATTENTION_SPLIT_KEYS)
+  // The fused kernels take a block of queries too, against every key: k and v left split.
+  using K = Tensor<float, B<>, S<X>, H<Y>, E<>>;
   auto t = tpx::nn::fused_causal_attention_forward(some<Tensor<float, B<>, T<X>, H<Y>, E<>>>(),
                                                    some<K>(), some<K>());
 #elif defined(ATTENTION_SPLIT_HEAD_DIM)

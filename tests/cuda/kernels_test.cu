@@ -534,10 +534,10 @@ TEST_CASE("tensor-core attention equals naive attention, forward and backward") 
     cu::device_buffer<float> lse(rows, gpu.pool(), gpu.stream());
     REQUIRE(cu::flash_attention_applies(E, {gq.data(), out.data()}));
     const float scale = 1.0f / std::sqrt(float(E));
-    const tpx::kernels::attention_layout layout{c.t_len, heads};
-    cu::fused_attention_forward(gpu.stream(), c.sequences, layout, E, scale, gq.data(), gk.data(),
+    const auto shape = tpx::kernels::attention_shape::whole_sequences({c.t_len, heads});
+    cu::fused_attention_forward(gpu.stream(), c.sequences, shape, E, scale, gq.data(), gk.data(),
                                 gv.data(), out.data(), lse.data());
-    cu::fused_attention_backward(gpu.stream(), c.sequences, layout, E, scale, gq.data(), gk.data(),
+    cu::fused_attention_backward(gpu.stream(), c.sequences, shape, E, scale, gq.data(), gk.data(),
                                  gv.data(), gdout.data(), lse.data(), gdelta.data(), dq.data(),
                                  dk.data(), dv.data());
     tpx::testing::check_close("out", heads_first(out, E), want.out);

@@ -16,7 +16,8 @@
 // sequences of several tiles (T = 70) and the widest head (E = 128) in fp32 (1e-5 relative) and
 // bf16 (2e-2 relative: at E = 64 and 128 bf16 runs on the tensor-core kernels, which round P and
 // dS to bf16 before their second product, as FlashAttention-2 does, where the host twin keeps
-// them in fp32).
+// them in fp32), and over blocks of queries (the sequence over X) on the CUDA-core kernels (1e-5
+// fp32, 1e-2 bf16: the outputs' rounding to bf16 after the same fp32 sums in another order).
 // RMSNorm over an unsplit D (x[B_X, T_Y, D], sequence parallelism's layout) runs on the device's
 // whole-row kernels instead of the grid loops, which the host keeps: at D = 768 (one warp per row,
 // 16-byte vectors), 36 (a warp per row, element by element), 1100 (the block's 8 warps on a row)
@@ -37,6 +38,7 @@
 #include <tpx/nn/fused_attention.hpp>
 #include <tpx/nn/gelu_product.hpp>
 #include <tpx/nn/rmsnorm.hpp>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -124,25 +126,40 @@ outputs run_layers(Launcher launcher) {
 }
 
 // Fused attention's outputs over T = 70 (three tiles of keys) with heads of width e, in element
-// type Tc, as fp32 global arrays: out, lse, dq, dk, dv.
-template <class Tc, class Launcher>
+// type Tc, as fp32 global arrays: out, lse, dq, dk, dv. Batch over X, or with Blocks the sequence
+// (context parallelism: blocks of 35 queries, k and v gathered, their gradients reduce-scattered).
+template <class Tc, bool Blocks = false, class Launcher>
 std::vector<std::vector<float>> run_fused_attention(Launcher launcher, std::int64_t e) {
   const std::int64_t b = 3, h = 2, t = 70, n = b * h * t * e;
   const auto q = values(n, 11), k = values(n, 12), v = values(n, 13), dout = values(n, 14);
+  using Rows = std::conditional_t<Blocks, B<>, B<X>>;
+  using Positions = std::conditional_t<Blocks, T<X>, T<>>;
   std::vector<std::vector<float>> out;
   tpx::spmd(launcher, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) {
     const auto in = [&](const std::vector<float>& x) {
-      return tpx::cast<Tc>(tpx::from_global<float, B<X>, T<>, H<Y>, E<>>(rank, {B(b), T(t), H(h), E(e)}, x));
+      return tpx::cast<Tc>(tpx::from_global<float, Rows, Positions, H<Y>, E<>>(rank, {B(b), T(t), H(h), E(e)}, x));
     };
-    const auto ks = tpx::rename<T, S>(in(k));
-    const auto vs = tpx::rename<T, S>(in(v));
+    const auto keys = [&](const std::vector<float>& x) {
+      if constexpr (Blocks)
+        return tpx::all_gather<X>(tpx::rename<T, S>(in(x)));
+      else
+        return tpx::rename<T, S>(in(x));
+    };
+    const auto key_gradient = [](const auto& g) {
+      if constexpr (Blocks)
+        return tpx::reduce_scatter<X, S>(g);
+      else
+        return g;
+    };
+    const auto ks = keys(k);
+    const auto vs = keys(v);
     const auto qs = in(q);
     const auto douts = in(dout);  // laid out as the output, like q
     const auto fwd = tpx::nn::fused_causal_attention_forward(qs, ks, vs);
     const auto grad = tpx::nn::fused_causal_attention_backward(qs, ks, vs, fwd.out, fwd.lse, douts);
     const auto global = [](const auto& x) { return tpx::to_global(tpx::cast<float>(x)); };
     std::vector<std::vector<float>> all = {global(fwd.out), tpx::to_global(fwd.lse), global(grad.dq),
-                                           global(grad.dk), global(grad.dv)};
+                                           global(key_gradient(grad.dk)), global(key_gradient(grad.dv))};
     if (rank.world_rank() == 0) out = std::move(all);
   });
   return out;
@@ -189,24 +206,37 @@ std::size_t beyond(const std::vector<float>& got, const std::vector<float>& want
   return bad;
 }
 
+// The fused layer's out, lse, dq, dk and dv on the device against the host's (run_fused_attention
+// with Blocks), in fp32 (1e-5 of each array's largest element) and bf16 (bf16_tolerance).
+template <bool Blocks>
+void check_fused_attention_on_device(std::int64_t e, double bf16_tolerance) {
+  CAPTURE(e);
+  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+  const auto host = run_fused_attention<float, Blocks>(tpx::host, e);
+  const auto device = run_fused_attention<float, Blocks>(tpx::cuda_simulated, e);
+  const auto host_bf16 = run_fused_attention<tpx::bf16, Blocks>(tpx::host, e);
+  const auto device_bf16 = run_fused_attention<tpx::bf16, Blocks>(tpx::cuda_simulated, e);
+  for (std::size_t a = 0; a < host.size(); ++a) {
+    REQUIRE(device[a].size() == host[a].size());
+    INFO(names[a] << " fp32: " << beyond(device[a], host[a], 1e-5) << " elements beyond 1e-5");
+    CHECK(beyond(device[a], host[a], 1e-5) == 0);
+    INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], bf16_tolerance) << " elements beyond "
+                  << bf16_tolerance);
+    CHECK(beyond(device_bf16[a], host_bf16[a], bf16_tolerance) == 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("fused attention on the device equals its host twin, over several tiles and the widest head") {
-  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
-  for (std::int64_t e : {std::int64_t{8}, std::int64_t{64}, std::int64_t{tpx::kernels::fused_attention_max_head}}) {
-    CAPTURE(e);
-    const auto host = run_fused_attention<float>(tpx::host, e);
-    const auto device = run_fused_attention<float>(tpx::cuda_simulated, e);
-    const auto host_bf16 = run_fused_attention<tpx::bf16>(tpx::host, e);
-    const auto device_bf16 = run_fused_attention<tpx::bf16>(tpx::cuda_simulated, e);
-    for (std::size_t a = 0; a < host.size(); ++a) {
-      REQUIRE(device[a].size() == host[a].size());
-      INFO(names[a] << " fp32: " << beyond(device[a], host[a], 1e-5) << " elements beyond 1e-5");
-      CHECK(beyond(device[a], host[a], 1e-5) == 0);
-      INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], 2e-2) << " elements beyond 2e-2");
-      CHECK(beyond(device_bf16[a], host_bf16[a], 2e-2) == 0);
-    }
-  }
+  for (std::int64_t e : {std::int64_t{8}, std::int64_t{64}, std::int64_t{tpx::kernels::fused_attention_max_head}})
+    check_fused_attention_on_device<false>(e, 2e-2);
+}
+
+TEST_CASE("fused attention over blocks of queries on the device equals its host twin") {
+  // Context parallelism: the sequence over X, k and v gathered; bf16 takes the CUDA-core kernels
+  // here (the tensor-core ones take whole sequences), which keep P and dS in fp32 as the twin.
+  for (std::int64_t e : {std::int64_t{8}, std::int64_t{64}}) check_fused_attention_on_device<true>(e, 1e-2);
 }
 
 TEST_CASE("RMSNorm over whole rows on the device's row kernels equals the host's grid loops") {

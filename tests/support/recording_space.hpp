@@ -220,19 +220,19 @@ struct recording_space : device_like_space {
 
   template <class T>
   static void fused_attention_forward(const rank_context& ctx, std::int64_t sequences,
-                                      kernels::attention_layout layout, int e, float scale,
+                                      kernels::attention_shape shape, int e, float scale,
                                       const T* q, const T* k, const T* v, T* out, float* lse) {
     replay_tape::run_or_record([=, &ctx] {
-      host_space::fused_attention_forward(ctx, sequences, layout, e, scale, q, k, v, out, lse);
+      host_space::fused_attention_forward(ctx, sequences, shape, e, scale, q, k, v, out, lse);
     });
   }
   template <class T>
   static void fused_attention_backward(const rank_context& ctx, std::int64_t sequences,
-                                       kernels::attention_layout layout, int e, float scale,
+                                       kernels::attention_shape shape, int e, float scale,
                                        const T* q, const T* k, const T* v, const T* dout,
                                        const float* lse, const float* delta, T* dq, T* dk, T* dv) {
     replay_tape::run_or_record([=, &ctx] {
-      host_space::fused_attention_backward(ctx, sequences, layout, e, scale, q, k, v, dout, lse,
+      host_space::fused_attention_backward(ctx, sequences, shape, e, scale, q, k, v, dout, lse,
                                            delta, dq, dk, dv);
     });
   }

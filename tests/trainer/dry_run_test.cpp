@@ -6,11 +6,11 @@
 //     thread backend (host memory behind a device-like space, so that the layers take the GPU's
 //     paths: support/device_like_space.hpp), to the byte, on meshes with uneven shards, replicas,
 //     checkpointing, both attentions, both MLPs, learned and rotary positions, with and without
-//     sequence parallelism, and with context parallelism;
+//     sequence parallelism, and with context parallelism (both attentions);
 //   - the FLOPs its products count, summed over the ranks, are the model's FLOPs as the trainers
 //     count them for MFU (6 per weight and token, plus attention's 12 L T D), plus one forward
 //     pass of every block under activation checkpointing; with the fused attention, its products
-//     over the causally visible pairs as the kernels run them;
+//     over the causally visible pairs as the kernels run them, blocks of queries too;
 //   - it takes no memory: a step whose tensors need far more than this machine has runs.
 // The real run's memory is its memory meter's and its traffic its communicators' (each
 // collective's data size and nccl-tests' bus bytes), measured by the same measure_step_usage.
@@ -157,6 +157,10 @@ TEST_CASE("a dry run of the GPT's step reads the real run's memory and traffic, 
   context.context_parallel = true;
   check_dry_run_reads_the_real_run(gpt_options(2, 2, 2, context),
                                    "GPT with context parallelism on 2x2x2, checkpoint every 1");
+  context.fused_attention = true;
+  context.checkpoint_every = 0;
+  check_dry_run_reads_the_real_run(gpt_options(1, 4, 1, context),
+                                   "GPT with context parallelism on 4x1, fused attention");
 }
 
 TEST_CASE("the products a dry run counts are the model FLOPs the trainers count, on every mesh") {
@@ -205,6 +209,13 @@ TEST_CASE("the products a dry run counts are the model FLOPs the trainers count,
     CHECK(products == 9);  // forward S, O; backward S, dP, dQ and S, dP, dV, dK
     for (const auto& [r, x, y] : {std::tuple{1, 1, 1}, std::tuple{1, 2, 3}})
       CHECK(total_flops(usage<host_path_meta_space>(tpx::dry_run, gpt_options(r, x, y, fused))) ==
+            doctest::Approx(want).epsilon(1e-12));
+    // Context parallelism: X's blocks of queries see the keys before them too; the ranks' pairs
+    // add up to the whole sequence's.
+    gpt::config blocks = fused;
+    blocks.context_parallel = true;
+    for (const auto& [r, x, y] : {std::tuple{1, 2, 1}, std::tuple{1, 3, 2}})
+      CHECK(total_flops(usage<host_path_meta_space>(tpx::dry_run, gpt_options(r, x, y, blocks))) ==
             doctest::Approx(want).epsilon(1e-12));
   }
 }

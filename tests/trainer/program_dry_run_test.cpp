@@ -84,6 +84,36 @@ TEST_CASE("--dry-run of the GPT program reports every rank's memory and both axe
   }
 }
 
+TEST_CASE("--dry-run names the busiest rank: context parallelism's last block with fused attention") {
+  // T = 8 over X = 4: blocks of 2 queries from positions 0, 2, 4, 6. The fused kernels' products
+  // run over the pairs each block sees, 2 first + 3, so rank r's exceed rank 0's by those of
+  // 2 x 2r more pairs per sequence (batch 4 x 2 heads) and layer (2): 9 products of 2 E FLOPs
+  // each (meta_space's count). Every other product is the same on every rank.
+  const nlohmann::json report = dry_run_report(
+      TPX_GPT,
+      "--mesh 4x1 --batch 4 --seq 8 --heads 2 --head-dim 4 --ffn 16 --layers 2 --context-parallel "
+      "--fused-attention",
+      scratch("context") / "dry.json");
+  REQUIRE(report.at("ranks").size() == 4);
+  // The report names the layout and attention, as the run's first line does.
+  const std::string description = report.at("description").get<std::string>();
+  CHECK(description.find("context parallel over X") != std::string::npos);
+  CHECK(description.find("fused attention") != std::string::npos);
+  const double rank_0 = report.at("ranks").at(0).at("matrix_flops").get<double>();
+  for (int r = 1; r < 4; ++r) {
+    CAPTURE(r);
+    const double more_pairs = 4.0 * 2 * 2 * (2.0 * 2 * r);
+    CHECK(report.at("ranks").at(r).at("matrix_flops").get<double>() - rank_0 ==
+          doctest::Approx(more_pairs * 9 * 2 * 4).epsilon(1e-12));
+  }
+  const command_result r = run_command(std::string(TPX_GPT) +
+                                       " --dry-run --mesh 4x1 --batch 4 --seq 8 --heads 2 --head-dim 4 --ffn 16 "
+                                       "--layers 2 --context-parallel --fused-attention");
+  INFO(r.output);
+  CHECK(r.output.find("matrix FLOPs per step: ") != std::string::npos);
+  CHECK(r.output.find("(rank 3); ") != std::string::npos);  // the busiest, closing the spread
+}
+
 TEST_CASE("--dry-run of the MLP program counts its parameters' memory and its model FLOPs") {
   const std::int64_t batch = 16, d = 16, ffn = 32, layers = 2, context = 3, vocab = 256;
   const nlohmann::json report = dry_run_report(

@@ -5,9 +5,11 @@
 // checked, not restated). Batch and heads split over X and Y in several ways, on meshes 1x1, 2x1,
 // 1x2, 2x2 and 3x2, with extents that do not divide (uneven and empty blocks), in the
 // heads-first layout [B, H, T, E] and in a projection's [B, T, H, E] (which the fused layer
-// reads in place and answers in). Sequences longer than the
+// reads in place and answers in). Context parallelism (blocks of queries over X, or over X and
+// Y, keys gathered) for both layers, an empty block among them. Sequences longer than the
 // fused kernels' tile (T = 70: three tiles of keys, the last partial) against the reference
-// layer, at E = 6 and at the largest E, 128. The host's softmax a row at a time against the
+// layer, at E = 6 and at the largest E, 128, whole and in blocks of queries that start inside a
+// tile. The host's softmax a row at a time against the
 // grid passes a space without it runs (the GPU's, and the host stand-ins for it): the same bits,
 // fp32 and bf16, down to terms that underflow.
 // Tolerances: fp32 against double, |got - want| <= 2e-5 (outputs, of magnitude ~1) and 1e-4
@@ -333,6 +335,36 @@ attention_results context_parallel_attention(Rank& rank) {
   return {global(fwd.out), global(grad.dq), global(dk), global(dv)};
 }
 
+// The same with the fused layer: out and dq come in q's layout [B, T_X, H_Y, E], dk and dv in
+// k's, [B, S, H_Y, E]{U_X}.
+template <class Rank>
+attention_results fused_context_parallel_attention(Rank& rank) {
+  const auto& r = ref();
+  const auto split = [&](const std::vector<double>& x) {
+    return tpx::from_global<float, B<>, T<X>, H<Y>, E<>>(rank, {B(nb), T(nt), H(nh), E(ne)},
+                                                         as_float(sequence_major(x)));
+  };
+  const auto q = split(r.q), dout = split(r.dout);
+  const auto kf = tpx::all_gather<X>(tpx::rename<T, S>(split(r.k)));
+  const auto vf = tpx::all_gather<X>(tpx::rename<T, S>(split(r.v)));
+  const auto fwd = tpx::nn::fused_causal_attention_forward(q, kf, vf);
+  const auto grad = tpx::nn::fused_causal_attention_backward(q, kf, vf, fwd.out, fwd.lse, dout);
+  using Queries = tpx::Tensor<float, B<>, T<X>, H<Y>, E<>>;
+  using PartialKeys = tpx::Tensor<float, B<>, S<>, H<Y>, E<>, tpx::Unreduced<X>>;
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(fwd.out)>, Queries>);
+  static_assert(
+      std::is_same_v<std::remove_cvref_t<decltype(fwd.lse)>, tpx::Tensor<float, B<>, T<X>, H<Y>>>);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dq)>, Queries>);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dk)>, PartialKeys>);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(grad.dv)>, PartialKeys>);
+  const auto dk = tpx::reduce_scatter<X, S>(grad.dk), dv = tpx::reduce_scatter<X, S>(grad.dv);
+  const auto heads_first = [](const auto& x) {
+    return tpx::to_global(tpx::permute<B, H, T, E>(x));
+  };
+  const auto keys_first = [](const auto& x) { return tpx::to_global(tpx::permute<B, H, S, E>(x)); };
+  return {heads_first(fwd.out), heads_first(grad.dq), keys_first(dk), keys_first(dv)};
+}
+
 }  // namespace
 
 TEST_CASE("context parallelism: blocks of queries over X, keys gathered, equal the reference") {
@@ -344,6 +376,7 @@ TEST_CASE("context parallelism: blocks of queries over X, keys gathered, equal t
     CAPTURE(my);
     tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
       check_against_reference(context_parallel_attention<tpx::host_space>(rank));
+      check_against_reference(fused_context_parallel_attention(rank));
     });
   }
 }
@@ -392,6 +425,14 @@ TEST_CASE("context parallelism over two axes, heads whole, equals the reference"
                                    tpx::Tensor<float, B<>, H<>, S<X, Y>, E<>>>);
       check_against_reference({tpx::to_global(fwd.out), tpx::to_global(grad.dq),
                                tpx::to_global(dk), tpx::to_global(dv)});
+      // The fused layer over the same blocks, heads first too.
+      const auto fused = tpx::nn::fused_causal_attention_forward(q, kf, vf);
+      const auto fused_grad =
+          tpx::nn::fused_causal_attention_backward(q, kf, vf, fused.out, fused.lse, dout);
+      check_against_reference(
+          {tpx::to_global(fused.out), tpx::to_global(fused_grad.dq),
+           tpx::to_global(tpx::reduce_scatter<Y, S>(tpx::reduce_scatter<X, S>(fused_grad.dk))),
+           tpx::to_global(tpx::reduce_scatter<Y, S>(tpx::reduce_scatter<X, S>(fused_grad.dv)))});
     });
   }
 }
@@ -412,27 +453,49 @@ void check_near(const std::vector<float>& got, const std::vector<float>& want, d
 }
 
 // Fused against the reference layer over several tiles of keys, heads over Y, batch over X; in
-// bf16 against the fp32 reference.
-template <class Tc>
+// bf16 against the fp32 reference. With Blocks, context parallelism instead: blocks of the 70
+// queries over X (18, 18, 17, 17 on 4: the blocks start inside tiles of keys), k and v gathered,
+// and the gradients of k and v, partial sums over X, reduce-scattered onto their blocks.
+template <class Tc, bool Blocks = false>
 void check_long_sequence(int mx, int my, std::int64_t e) {
   CAPTURE(mx);
   CAPTURE(my);
   CAPTURE(e);
+  CAPTURE(Blocks);
+  using Rows = std::conditional_t<Blocks, B<>, B<X>>;
+  using Queries = std::conditional_t<Blocks, T<X>, T<>>;
+  using Keys = std::conditional_t<Blocks, S<X>, S<>>;
   const std::int64_t b = 3, h = 2, t = 70;
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, my}, [&](auto& rank) {
-    const auto q = tpx::randn<float, B<X>, T<>, H<Y>, E<>>(rank, {B(b), T(t), H(h), E(e)}, 11);
-    const auto k = tpx::randn<float, B<X>, S<>, H<Y>, E<>>(rank, {B(b), S(t), H(h), E(e)}, 12);
-    const auto v = tpx::randn<float, B<X>, S<>, H<Y>, E<>>(rank, {B(b), S(t), H(h), E(e)}, 13);
-    const auto dout = tpx::randn<float, B<X>, H<Y>, T<>, E<>>(rank, {B(b), H(h), T(t), E(e)}, 14);
+    const auto whole_keys = [](const auto& x) {
+      if constexpr (Blocks)
+        return tpx::all_gather<X>(x);
+      else
+        return x;
+    };
+    const auto key_blocks = [](const auto& dx) {
+      if constexpr (Blocks)
+        return tpx::reduce_scatter<X, S>(dx);
+      else
+        return dx;
+    };
+    const auto q = tpx::randn<float, Rows, Queries, H<Y>, E<>>(rank, {B(b), T(t), H(h), E(e)}, 11);
+    const auto k = whole_keys(
+        tpx::randn<float, Rows, Keys, H<Y>, E<>>(rank, {B(b), S(t), H(h), E(e)}, 12));
+    const auto v = whole_keys(
+        tpx::randn<float, Rows, Keys, H<Y>, E<>>(rank, {B(b), S(t), H(h), E(e)}, 13));
+    const auto dout =
+        tpx::randn<float, Rows, Queries, H<Y>, E<>>(rank, {B(b), T(t), H(h), E(e)}, 14);
     const auto want = tpx::nn::causal_attention_forward(q, k, v);
-    const auto want_grad = tpx::nn::causal_attention_backward(q, k, v, want.probs, dout);
+    const auto want_grad =
+        tpx::nn::causal_attention_backward(q, k, v, want.probs, tpx::permute<B, H, T, E>(dout));
     // The fused layer reads q, k, v [B, T, H, E] in place and answers in that layout; the
     // reference answers heads first.
     const auto fused = tpx::nn::fused_causal_attention_forward(tpx::cast<Tc>(q), tpx::cast<Tc>(k),
                                                                tpx::cast<Tc>(v));
     const auto grad = tpx::nn::fused_causal_attention_backward(
         tpx::cast<Tc>(q), tpx::cast<Tc>(k), tpx::cast<Tc>(v), fused.out, fused.lse,
-        tpx::cast<Tc>(tpx::permute<B, T, H, E>(dout)));
+        tpx::cast<Tc>(dout));
     const double tol = std::is_same_v<Tc, float> ? 2e-5 : 2e-2;
     const double rel = std::is_same_v<Tc, float> ? 1e-5 : 2e-2;
     const auto global = [](const auto& x) { return tpx::to_global(tpx::cast<float>(x)); };
@@ -440,10 +503,10 @@ void check_long_sequence(int mx, int my, std::int64_t e) {
                "out");
     check_near(global(tpx::permute<B, H, T, E>(grad.dq)), tpx::to_global(want_grad.dq), tol, rel,
                "dq");
-    check_near(global(tpx::permute<B, H, S, E>(grad.dk)), tpx::to_global(want_grad.dk), tol, rel,
-               "dk");
-    check_near(global(tpx::permute<B, H, S, E>(grad.dv)), tpx::to_global(want_grad.dv), tol, rel,
-               "dv");
+    check_near(global(tpx::permute<B, H, S, E>(key_blocks(grad.dk))),
+               tpx::to_global(key_blocks(want_grad.dk)), tol, rel, "dk");
+    check_near(global(tpx::permute<B, H, S, E>(key_blocks(grad.dv))),
+               tpx::to_global(key_blocks(want_grad.dv)), tol, rel, "dv");
   });
 }
 
@@ -454,6 +517,13 @@ TEST_CASE("fused attention over several tiles of keys equals the reference layer
   check_long_sequence<float>(2, 2, 6);
   check_long_sequence<float>(3, 2, tpx::kernels::fused_attention_max_head);
   check_long_sequence<tpx::bf16>(2, 1, 16);
+}
+
+TEST_CASE("fused attention over blocks of queries and several tiles equals the reference layer") {
+  check_long_sequence<float, true>(2, 1, 6);
+  check_long_sequence<float, true>(4, 2, 6);
+  check_long_sequence<float, true>(3, 1, tpx::kernels::fused_attention_max_head);
+  check_long_sequence<tpx::bf16, true>(4, 1, 16);
 }
 
 TEST_CASE("fused attention refuses a head wider than its kernels take, naming the width") {

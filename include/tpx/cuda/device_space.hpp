@@ -231,17 +231,17 @@ struct device_space {
 
   template <class T>
   static void fused_attention_forward(const rank_context& ctx, std::int64_t sequences,
-                                      kernels::attention_layout layout, int e, float scale,
+                                      kernels::attention_shape shape, int e, float scale,
                                       const T* q, const T* k, const T* v, T* out, float* lse) {
-    cuda::fused_attention_forward(resources_of(ctx).stream(), sequences, layout, e, scale, q, k, v,
+    cuda::fused_attention_forward(resources_of(ctx).stream(), sequences, shape, e, scale, q, k, v,
                                   out, lse);
   }
   template <class T>
   static void fused_attention_backward(const rank_context& ctx, std::int64_t sequences,
-                                       kernels::attention_layout layout, int e, float scale,
+                                       kernels::attention_shape shape, int e, float scale,
                                        const T* q, const T* k, const T* v, const T* dout,
                                        const float* lse, const float* delta, T* dq, T* dk, T* dv) {
-    cuda::fused_attention_backward(resources_of(ctx).stream(), sequences, layout, e, scale, q, k, v,
+    cuda::fused_attention_backward(resources_of(ctx).stream(), sequences, shape, e, scale, q, k, v,
                                    dout, lse, delta, dq, dk, dv);
   }
 };

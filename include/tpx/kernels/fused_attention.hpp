@@ -24,7 +24,10 @@
 // Rows and tiles: q, k, v, out, dout are arrays of rows of E elements, in the attention_layout
 // below ([sequences, T, E], or [B, T, H, E] read in place), lse and delta one element per such
 // row; a tile is up to fused_attention_tile rows of one sequence at a stride ld between rows (the
-// layout's row step times E in global memory, the staging pitch in shared memory).
+// layout's row step times E in global memory, the staging pitch in shared memory). q, out, dout,
+// lse and delta have the query side's layout, k and v the key side's (attention_shape: the two
+// differ when a rank holds a block of each sequence's queries, as context parallelism splits
+// them; query t of the block then sees keys s <= first + t).
 #pragma once
 
 #include <math.h>  // expf, logf, fmaxf, INFINITY
@@ -56,6 +59,28 @@ struct attention_layout {
   }
   // Rows between positions t and t + 1 of one sequence.
   TPX_HOST_DEVICE std::int64_t row_step() const { return heads; }
+};
+
+// One rank's attention of a sequence: its query rows, its key rows (k and v), and where its
+// queries stand. Self-attention of whole sequences has queries and keys in one layout and
+// first = 0. With context parallelism (nn/attention.hpp) a rank holds a block of each sequence's
+// queries, from position `first`, against all of its keys: query row t then sees the keys up to
+// position first + t, and key s is seen by the query rows from s - first on.
+struct attention_shape {
+  attention_layout queries;
+  attention_layout keys;
+  std::int64_t first = 0;
+
+  static attention_shape whole_sequences(attention_layout layout) { return {layout, layout, 0}; }
+
+  TPX_HOST_DEVICE std::int64_t last_visible(std::int64_t t) const { return first + t; }
+  TPX_HOST_DEVICE std::int64_t first_seeing(std::int64_t s) const {
+    return s > first ? s - first : 0;
+  }
+  // Every query of each sequence against its own keys, one layout for both.
+  TPX_HOST_DEVICE bool whole() const {
+    return first == 0 && queries.t_len == keys.t_len && queries.heads == keys.heads;
+  }
 };
 
 // Row `row` of a [rows, e] array as fp32, times `factor`.

@@ -38,9 +38,10 @@
 //   // reduce-scatter over C, completes them onto k's and v's blocks.
 //
 // This layer computes every score of a block's [Tq, S] rows, masked or not, so contiguous blocks
-// cost every rank the same. A kernel that skipped masked keys would leave the last block the
-// most work (its queries see every key) and the first the least; balancing would then need T
-// permuted before the split (Megatron's two chunks per rank).
+// cost every rank the same. The fused layer (nn/fused_attention.hpp) takes blocks of queries too
+// and skips the keys after a block's last query, which leaves the last block the most work (its
+// queries see every key) and the first the least; balancing would need T permuted before the
+// split (Megatron's two chunks per rank).
 //
 // This is the reference formulation: it materialises the [T, S] probabilities of each head and
 // keeps them for the backward, on the host and the GPU alike (einsum's batched GEMMs, and the

@@ -9,14 +9,19 @@
 //   // g.dq like q, g.dk and g.dv like k
 //
 // Operands and their sharding are the reference's (nn/attention.hpp): dims found by name, batch
-// dims (heads, batch) split alike on q, k and v so that nothing is communicated, S and E whole, and
-// T whole too (the reference also takes a block of queries, context parallelism; these kernels do
-// not yet: a split T is a compile error saying so). The kernels read the operands where they lie,
-// as FlashAttention reads strided inputs: q in its own order [lead..., T, inner..., E], any batch
-// dims before T and after it (the projections' [B, T, H, E] has H between T and E), and results
-// come in that order too: out and dq like q, lse like q without E, dk and dv like k. So attention
-// between projections copies nothing (the reference's einsums put batch dims first). k or v in
-// another order than q's is first copied into it (ops/permute.hpp).
+// dims (heads, batch) split alike on q, k and v so that nothing is communicated, S and E whole. T
+// may be split, as context parallelism splits it: a rank then holds a block of each sequence's
+// queries and attends from them to every key, its query at position t0 + i seeing keys s <= t0 + i
+// (the kernels skip the keys after the block's last query, so with contiguous blocks the last does
+// the most work). dk and dv then come out as partial sums over T's axes, [..., S, ..., E]{U_C},
+// each rank's queries' share, which the reduce-scatter adjoint to k's and v's all-gather completes
+// (as the reference's einsums say). On the GPU a block of queries runs on the CUDA-core kernels
+// (the tensor-core ones take whole sequences). The kernels read the operands where they lie, as
+// FlashAttention reads strided inputs: q in its own order [lead..., T, inner..., E], any batch dims
+// before T and after it (the projections' [B, T, H, E] has H between T and E), and results come in
+// that order too: out and dq like q, lse like q without E, dk and dv like k. So attention between
+// projections copies nothing (the reference's einsums put batch dims first). k or v in another
+// order than q's is first copied into it (ops/permute.hpp).
 // The math (kernels/fused_attention.hpp) is one definition for the host loops
 // (tensor/host_fused_attention.hpp) and the CUDA kernels (cuda/kernels/fused_attention.hpp),
 // which the CUDA tests compare; on the GPU, bf16 with heads of 32, 64 or 128 runs on tensor
@@ -74,16 +79,6 @@ template <class Tn, std::size_t Position>
 using batch_dims_t =
     remove_all_t<typename Tn::dims, type_list<type_at_t<Position, typename Tn::dims>>>;
 
-// The fused kernels take whole sequences of queries: no block of them (context parallelism).
-template <class Qt, class Kt>
-constexpr bool check_whole_queries() {
-  check_whole_dim<Qt, typename attention_dims<Qt, Kt>::query_sequence, "fused_causal_attention",
-                  "query sequence",
-                  "; the fused kernels need every query of a sequence on its rank (a block of "
-                  "queries, context parallelism, takes causal_attention_forward)">();
-  return true;
-}
-
 template <class Qb, class Kb, std::size_t Position>
 constexpr bool check_batch_splits() {
   if constexpr (!std::is_same_v<batch_dims_t<Qb, Position>, batch_dims_t<Kb, Position>>)
@@ -92,11 +87,18 @@ constexpr bool check_batch_splits() {
   return true;
 }
 
-// sequences (the local (batch, head) pairs), the kernels' layout of their rows, E and the
-// scale, of operands in fused layout, checked.
+// The gradient of k or v in fused layout (Kb): a partial sum over the axes that split q's T at
+// Position, each rank's queries' share (Kb itself when T is whole).
+template <class Qt, class Kb, std::size_t Position>
+using key_gradient_t =
+    tensor_with_t<Kb, typename Kb::dims,
+                  as_unreduced_t<typename type_at_t<Position, typename Qt::dims>::axes>>;
+
+// sequences (the local (batch, head) pairs), the kernels' layouts of their query and key rows
+// and the block of queries, E and the scale, of operands in fused layout, checked.
 struct fused_geometry {
   std::int64_t sequences;
-  kernels::attention_layout layout;
+  kernels::attention_shape shape;
   int e;
   float scale;
 };
@@ -109,7 +111,7 @@ fused_geometry fused_geometry_of(const Qb& q, const Kb& k, const Vb& v) {
            std::string(Kb::notation.c_str()) + " (rank " +
            std::to_string(q.context().world_rank()) + "): ";
   };
-  for (std::size_t d = 0; d < n; ++d)
+  for (std::size_t d = 0; d < n; ++d)  // the sequence too: T's extent is S's
     if (q.global_extent(d) != k.global_extent(d) || k.global_extent(d) != v.global_extent(d))
       throw std::invalid_argument(
           where() + "dim " + std::to_string(d) + " of q's order has extents " +
@@ -121,15 +123,16 @@ fused_geometry fused_geometry_of(const Qb& q, const Kb& k, const Vb& v) {
                                 " is more than the fused kernels' " +
                                 std::to_string(kernels::fused_attention_max_head) +
                                 "; use causal_attention_forward (nn/attention.hpp)");
-  const std::int64_t t = q.global_extent(Position);
   std::int64_t sequences = 1, heads = 1;  // heads: the sequences interleaved at each position
   for (std::size_t d = 0; d + 1 < n; ++d) {
     if (d != Position) sequences *= q.local_extent(d);
     if (d > Position) heads *= q.local_extent(d);
   }
-  return {sequences,
-          {t, heads},
-          static_cast<int>(e),
+  // The rank's block of queries, from position first, against every key (k and v are whole).
+  const kernels::attention_shape shape{{q.local_extent(Position), heads},
+                                       {k.local_extent(Position), heads},
+                                       q.local_offset(Position)};
+  return {sequences, shape, static_cast<int>(e),
           e > 0 ? 1.0f / std::sqrt(static_cast<float>(e)) : 1.0f};
 }
 
@@ -143,8 +146,7 @@ struct fused_attention_output {
 
 template <AnyTensor Qt, AnyTensor Kt, AnyTensor Vt>
 auto fused_causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
-  static_assert(detail::check_attention_operands<Qt, Kt, Vt>() &&
-                detail::check_whole_queries<Qt, Kt>());
+  static_assert(detail::check_attention_operands<Qt, Kt, Vt>());
   using layout = detail::fused_layout<Qt, Kt>;
   constexpr std::size_t position = layout::query_position;
   const auto& kb = detail::in_order<typename layout::key_order>(k);
@@ -154,23 +156,22 @@ auto fused_causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
   const rank_context& ctx = q.context();
   Qt out(ctx, q.shape(), for_overwrite);
   auto lse = make_per_row<per_row_t<Qt>>(out);
-  Qt::space::fused_attention_forward(ctx, g.sequences, g.layout, g.e, g.scale, q.data(), kb.data(),
+  Qt::space::fused_attention_forward(ctx, g.sequences, g.shape, g.e, g.scale, q.data(), kb.data(),
                                      vb.data(), out.data(), lse.data());
   return fused_attention_output<Qt, decltype(lse)>{std::move(out), std::move(lse)};
 }
 
-// dq like q, dk and dv like k (in q's order) from the forward's out and lse and dout (laid out
-// as out).
+// dq like q, dk and dv like k (in q's order; partial sums over T's axes when T is split) from the
+// forward's out and lse and dout (laid out as out).
 template <AnyTensor Qt, AnyTensor Kt, AnyTensor Vt, AnyTensor Ot, AnyTensor Lt>
 auto fused_causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, const Ot& out,
                                      const Lt& lse, const Ot& dout) {
-  static_assert(detail::check_attention_operands<Qt, Kt, Vt>() &&
-                detail::check_whole_queries<Qt, Kt>());
+  static_assert(detail::check_attention_operands<Qt, Kt, Vt>());
   using layout = detail::fused_layout<Qt, Kt>;
   constexpr std::size_t position = layout::query_position;
   const auto& kb = detail::in_order<typename layout::key_order>(k);
   const auto& vb = detail::in_order<typename layout::key_order>(v);
-  using Kb = std::remove_cvref_t<decltype(kb)>;
+  using Kg = detail::key_gradient_t<Qt, std::remove_cvref_t<decltype(kb)>, position>;
   static_assert(std::is_same_v<Ot, Qt> && std::is_same_v<Lt, per_row_t<Qt>>,
                 "tpx: fused_causal_attention_backward: out, lse and dout must be the forward's");
   const detail::fused_geometry g = detail::fused_geometry_of<position>(q, kb, vb);
@@ -182,12 +183,12 @@ auto fused_causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, cons
       ctx, local_rows(out), g.e, kernels::product_term<T>{out.data(), dout.data(), g.e},
       delta.data());
   Qt dq(ctx, q.shape(), for_overwrite);
-  Kb dk(ctx, kb.shape(), for_overwrite);
-  Kb dv(ctx, kb.shape(), for_overwrite);
-  Space::fused_attention_backward(ctx, g.sequences, g.layout, g.e, g.scale, q.data(), kb.data(),
+  Kg dk(ctx, kb.shape(), for_overwrite);
+  Kg dv(ctx, kb.shape(), for_overwrite);
+  Space::fused_attention_backward(ctx, g.sequences, g.shape, g.e, g.scale, q.data(), kb.data(),
                                   vb.data(), dout.data(), lse.data(), delta.data(), dq.data(),
                                   dk.data(), dv.data());
-  return attention_gradients<Qt, Kb, Kb>{std::move(dq), std::move(dk), std::move(dv)};
+  return attention_gradients<Qt, Kg, Kg>{std::move(dq), std::move(dk), std::move(dv)};
 }
 
 }  // namespace tpx::nn

@@ -19,9 +19,11 @@
 // probability is exactly 0.
 //
 // Layout (nn/fused_attention.hpp chooses it): q, k, v, out, dout are rows of e elements and lse,
-// delta one element per row, sequence s's row t at layout.row_of(s, t) (kernels::attention_layout:
-// [sequences, t_len, e], or [B, t_len, H, e] read in place); query t sees keys s <= t. Staging
-// holds one sequence at a time: 4 (forward) or 8 (backward) arrays of about t_len x e floats.
+// delta one element per row, sequence b's query row t at shape.queries.row_of(b, t) and its key
+// row s at shape.keys.row_of(b, s) (kernels::attention_layout: [sequences, t_len, e], or
+// [B, t_len, H, e] read in place); query t sees keys s <= shape.first + t (a block of queries,
+// context parallelism; first = 0 and as many keys as queries for whole sequences). Staging holds
+// one sequence at a time: 4 (forward) or 8 (backward) arrays of about t_len x e floats.
 #pragma once
 
 #include <math.h>  // INFINITY, logf
@@ -121,30 +123,39 @@ struct staged_rows {
   for (int j = 0; j < tile; ++j) p[j] = kernels::vectorizable_expf(x[j] - shift[j]);
 }
 
+// A sequence's rows in one side's layout: row t at first + t * step, rows stride elements apart.
+struct sequence_rows {
+  std::int64_t first, step, stride;
+  sequence_rows(kernels::attention_layout layout, std::int64_t b, int e)
+      : first(layout.row_of(b, 0)), step(layout.row_step()), stride(layout.row_step() * e) {}
+  std::int64_t row(std::int64_t t) const { return first + t * step; }
+};
+
 template <class T>
 [[gnu::always_inline]] inline void forward_pass(std::int64_t sequences,
-                                                kernels::attention_layout layout, int e,
-                                                float scale, const T* q, const T* k, const T* v,
-                                                T* out, float* lse) {
-  const std::int64_t t_len = layout.t_len, step = layout.row_step(), stride = step * e;
-  staged_rows qs(t_len, e, staging::rows), ks(t_len, e, staging::columns),
-      vs(t_len, e, staging::rows);
+                                                kernels::attention_shape shape, int e, float scale,
+                                                const T* q, const T* k, const T* v, T* out,
+                                                float* lse) {
+  const std::int64_t t_len = shape.queries.t_len, s_len = shape.keys.t_len;
+  staged_rows qs(t_len, e, staging::rows), ks(s_len, e, staging::columns),
+      vs(s_len, e, staging::rows);
   std::vector<float> acc(static_cast<std::size_t>(qs.pitch));
   alignas(64) float x[tile], p[tile], m[tile];
   for (std::int64_t b = 0; b < sequences; ++b) {
-    const std::int64_t first = layout.row_of(b, 0);  // row t is first + t * step
-    qs.load(q + first * e, stride, e, scale);
-    ks.load(k + first * e, stride, e, 1.0f);
-    vs.load(v + first * e, stride, e, 1.0f);
+    const sequence_rows queries(shape.queries, b, e), keys(shape.keys, b, e);
+    qs.load(q + queries.first * e, queries.stride, e, scale);
+    ks.load(k + keys.first * e, keys.stride, e, 1.0f);
+    vs.load(v + keys.first * e, keys.stride, e, 1.0f);
     for (std::int64_t t = 0; t < t_len; ++t) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       kernels::attention_row_state state;
-      for (std::int64_t s0 = 0; s0 <= t; s0 += tile) {
-        const int n = static_cast<int>(std::min<std::int64_t>(tile, t + 1 - s0));
+      const std::int64_t last = shape.last_visible(t);
+      for (std::int64_t s0 = 0; s0 <= last; s0 += tile) {
+        const int n = static_cast<int>(std::min<std::int64_t>(tile, last + 1 - s0));
         tile_scores(qs.row(t), ks.column_tile(s0), ks.column_pitch, e, x);
         float tile_max = -INFINITY;
         for (int j = 0; j < tile; ++j) {
-          if (j >= n) x[j] = -INFINITY;  // keys after t
+          if (j >= n) x[j] = -INFINITY;  // keys after the query's position
           tile_max = std::max(tile_max, x[j]);
         }
         scale_row(kernels::raise_maximum(state, tile_max), qs.pitch, acc.data());
@@ -155,7 +166,7 @@ template <class T>
           add_scaled_row(p[j], vs.row(s0 + j), vs.pitch, acc.data());
         }
       }
-      const std::int64_t row = first + t * step;
+      const std::int64_t row = queries.row(t);
       lse[row] = kernels::finish_row(state, acc.data(), e, out + row * e);
     }
   }
@@ -163,33 +174,34 @@ template <class T>
 
 template <class T>
 [[gnu::always_inline]] inline void backward_pass(std::int64_t sequences,
-                                                 kernels::attention_layout layout, int e,
-                                                 float scale, const T* q, const T* k, const T* v,
-                                                 const T* dout, const float* lse,
-                                                 const float* delta, T* dq, T* dk, T* dv) {
-  const std::int64_t t_len = layout.t_len, step = layout.row_step(), stride = step * e;
-  staged_rows qs(t_len, e), ks(t_len, e), vs(t_len, e), ds_out(t_len, e);
+                                                 kernels::attention_shape shape, int e, float scale,
+                                                 const T* q, const T* k, const T* v, const T* dout,
+                                                 const float* lse, const float* delta, T* dq, T* dk,
+                                                 T* dv) {
+  const std::int64_t t_len = shape.queries.t_len, s_len = shape.keys.t_len;
+  staged_rows qs(t_len, e), ks(s_len, e), vs(s_len, e), ds_out(t_len, e);
   // lse and delta of a sequence with a tile of padding: +inf and 0, so rows past the end get
   // probability 0.
   std::vector<float> lse_pad(static_cast<std::size_t>(t_len + tile), INFINITY),
       delta_pad(static_cast<std::size_t>(t_len + tile), 0.0f), grad(2 * qs.pitch);
   alignas(64) float x[tile], p[tile], dp[tile], shift[tile];
   for (std::int64_t b = 0; b < sequences; ++b) {
-    const std::int64_t first = layout.row_of(b, 0);  // row t is first + t * step
-    qs.load(q + first * e, stride, e, scale);
-    ks.load(k + first * e, stride, e, 1.0f);
-    vs.load(v + first * e, stride, e, 1.0f);
-    ds_out.load(dout + first * e, stride, e, 1.0f);
+    const sequence_rows queries(shape.queries, b, e), keys(shape.keys, b, e);
+    qs.load(q + queries.first * e, queries.stride, e, scale);
+    ks.load(k + keys.first * e, keys.stride, e, 1.0f);
+    vs.load(v + keys.first * e, keys.stride, e, 1.0f);
+    ds_out.load(dout + queries.first * e, queries.stride, e, 1.0f);
     for (std::int64_t t = 0; t < t_len; ++t) {
-      lse_pad[static_cast<std::size_t>(t)] = lse[first + t * step];
-      delta_pad[static_cast<std::size_t>(t)] = delta[first + t * step];
+      lse_pad[static_cast<std::size_t>(t)] = lse[queries.row(t)];
+      delta_pad[static_cast<std::size_t>(t)] = delta[queries.row(t)];
     }
     // dq, a query row at a time, over its keys.
     for (std::int64_t t = 0; t < t_len; ++t) {
       std::fill(grad.begin(), grad.end(), 0.0f);
       std::fill_n(shift, tile, lse_pad[t]);
-      for (std::int64_t s0 = 0; s0 <= t; s0 += tile) {
-        const int n = static_cast<int>(std::min<std::int64_t>(tile, t + 1 - s0));
+      const std::int64_t last = shape.last_visible(t);
+      for (std::int64_t s0 = 0; s0 <= last; s0 += tile) {
+        const int n = static_cast<int>(std::min<std::int64_t>(tile, last + 1 - s0));
         tile_scores(qs.row(t), ks.column_tile(s0), ks.column_pitch, e, x);
         tile_scores(ds_out.row(t), vs.column_tile(s0), vs.column_pitch, e, dp);
         tile_exp(x, shift, p);
@@ -197,14 +209,15 @@ template <class T>
           add_scaled_row(scale * kernels::score_gradient(p[j], dp[j], delta_pad[t]), ks.row(s0 + j),
                          ks.pitch, grad.data());
       }
-      for (int i = 0; i < e; ++i) dq[(first + t * step) * e + i] = static_cast<T>(grad[i]);
+      for (int i = 0; i < e; ++i) dq[queries.row(t) * e + i] = static_cast<T>(grad[i]);
     }
-    // dk and dv, a key row at a time, over the queries that see it (t >= s).
-    for (std::int64_t s = 0; s < t_len; ++s) {
+    // dk and dv, a key row at a time, over the queries that see it (first + t >= s); keys past
+    // the block's last query get 0.
+    for (std::int64_t s = 0; s < s_len; ++s) {
       std::fill(grad.begin(), grad.end(), 0.0f);
       float* dk_row = grad.data();
       float* dv_row = grad.data() + qs.pitch;
-      for (std::int64_t t0 = s; t0 < t_len; t0 += tile) {
+      for (std::int64_t t0 = shape.first_seeing(s); t0 < t_len; t0 += tile) {
         const int n = static_cast<int>(std::min<std::int64_t>(tile, t_len - t0));
         tile_scores(ks.row(s), qs.column_tile(t0), qs.column_pitch, e, x);
         tile_scores(vs.row(s), ds_out.column_tile(t0), ds_out.column_pitch, e, dp);
@@ -216,8 +229,8 @@ template <class T>
         }
       }
       for (int i = 0; i < e; ++i) {
-        dk[(first + s * step) * e + i] = static_cast<T>(dk_row[i]);
-        dv[(first + s * step) * e + i] = static_cast<T>(dv_row[i]);
+        dk[keys.row(s) * e + i] = static_cast<T>(dk_row[i]);
+        dv[keys.row(s) * e + i] = static_cast<T>(dv_row[i]);
       }
     }
   }
@@ -226,46 +239,46 @@ template <class T>
 #if TPX_HOST_LOOP_AVX2
 template <class T>
 __attribute__((target("avx2,fma"))) void forward_pass_avx2(std::int64_t sequences,
-                                                           kernels::attention_layout layout, int e,
+                                                           kernels::attention_shape shape, int e,
                                                            float scale, const T* q, const T* k,
                                                            const T* v, T* out, float* lse) {
-  forward_pass(sequences, layout, e, scale, q, k, v, out, lse);
+  forward_pass(sequences, shape, e, scale, q, k, v, out, lse);
 }
 template <class T>
 __attribute__((target("avx2,fma"))) void backward_pass_avx2(std::int64_t sequences,
-                                                            kernels::attention_layout layout, int e,
+                                                            kernels::attention_shape shape, int e,
                                                             float scale, const T* q, const T* k,
                                                             const T* v, const T* dout,
                                                             const float* lse, const float* delta,
                                                             T* dq, T* dk, T* dv) {
-  backward_pass(sequences, layout, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
+  backward_pass(sequences, shape, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
 }
 #endif
 
 }  // namespace fused_host
 
 template <class T>
-void host_fused_attention_forward(std::int64_t sequences, kernels::attention_layout layout, int e,
+void host_fused_attention_forward(std::int64_t sequences, kernels::attention_shape shape, int e,
                                   float scale, const T* q, const T* k, const T* v, T* out,
                                   float* lse) {
 #if TPX_HOST_LOOP_AVX2
   if (kernels::host_loop_detail::cpu_has_avx2_fma())
-    return fused_host::forward_pass_avx2(sequences, layout, e, scale, q, k, v, out, lse);
+    return fused_host::forward_pass_avx2(sequences, shape, e, scale, q, k, v, out, lse);
 #endif
-  fused_host::forward_pass(sequences, layout, e, scale, q, k, v, out, lse);
+  fused_host::forward_pass(sequences, shape, e, scale, q, k, v, out, lse);
 }
 
 // dq, dk, dv (overwritten) from dout and the forward's lse; delta[t] = dout_t . out_t.
 template <class T>
-void host_fused_attention_backward(std::int64_t sequences, kernels::attention_layout layout, int e,
+void host_fused_attention_backward(std::int64_t sequences, kernels::attention_shape shape, int e,
                                    float scale, const T* q, const T* k, const T* v, const T* dout,
                                    const float* lse, const float* delta, T* dq, T* dk, T* dv) {
 #if TPX_HOST_LOOP_AVX2
   if (kernels::host_loop_detail::cpu_has_avx2_fma())
-    return fused_host::backward_pass_avx2(sequences, layout, e, scale, q, k, v, dout, lse, delta,
-                                          dq, dk, dv);
+    return fused_host::backward_pass_avx2(sequences, shape, e, scale, q, k, v, dout, lse, delta, dq,
+                                          dk, dv);
 #endif
-  fused_host::backward_pass(sequences, layout, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
+  fused_host::backward_pass(sequences, shape, e, scale, q, k, v, dout, lse, delta, dq, dk, dv);
 }
 
 }  // namespace tpx::detail

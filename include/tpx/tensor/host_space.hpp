@@ -39,8 +39,8 @@
 //                                                  seeing keys <= block.last_visible(r)
 // and fused causal attention over [sequences, T, E] (nn/fused_attention.hpp), whose row math is
 // kernels/fused_attention.hpp's:
-//   fused_attention_forward(ctx, sequences, layout, e, scale, q, k, v, out, lse)
-//   fused_attention_backward(ctx, sequences, layout, e, scale, q, k, v, dout, lse, delta,
+//   fused_attention_forward(ctx, sequences, shape, e, scale, q, k, v, out, lse)
+//   fused_attention_backward(ctx, sequences, shape, e, scale, q, k, v, dout, lse, delta,
 //                            dq, dk, dv)
 // The collectives, reshard, matmul and the layers are written once against this interface; the
 // CUDA backend adds a device space with the same functions. host_accessible says that the host
@@ -211,16 +211,16 @@ struct host_space {
 
   template <class T>
   static void fused_attention_forward(const rank_context&, std::int64_t sequences,
-                                      kernels::attention_layout layout, int e, float scale,
+                                      kernels::attention_shape shape, int e, float scale,
                                       const T* q, const T* k, const T* v, T* out, float* lse) {
-    detail::host_fused_attention_forward(sequences, layout, e, scale, q, k, v, out, lse);
+    detail::host_fused_attention_forward(sequences, shape, e, scale, q, k, v, out, lse);
   }
   template <class T>
   static void fused_attention_backward(const rank_context&, std::int64_t sequences,
-                                       kernels::attention_layout layout, int e, float scale,
+                                       kernels::attention_shape shape, int e, float scale,
                                        const T* q, const T* k, const T* v, const T* dout,
                                        const float* lse, const float* delta, T* dq, T* dk, T* dv) {
-    detail::host_fused_attention_backward(sequences, layout, e, scale, q, k, v, dout, lse, delta,
+    detail::host_fused_attention_backward(sequences, shape, e, scale, q, k, v, dout, lse, delta,
                                           dq, dk, dv);
   }
 

@@ -173,15 +173,15 @@ struct meta_space {
 
   template <class T>
   static void fused_attention_forward(const rank_context& ctx, std::int64_t sequences,
-                                      kernels::attention_layout layout, int e, float, const T*, const T*,
+                                      kernels::attention_shape shape, int e, float, const T*, const T*,
                                       const T*, T*, float*) {
-    count_attention(ctx, sequences, layout.t_len, e, forward_attention_products);
+    count_attention(ctx, sequences, shape, e, forward_attention_products);
   }
   template <class T>
   static void fused_attention_backward(const rank_context& ctx, std::int64_t sequences,
-                                       kernels::attention_layout layout, int e, float, const T*, const T*,
+                                       kernels::attention_shape shape, int e, float, const T*, const T*,
                                        const T*, const T*, const float*, const float*, T*, T*, T*) {
-    count_attention(ctx, sequences, layout.t_len, e, backward_attention_products);
+    count_attention(ctx, sequences, shape, e, backward_attention_products);
   }
 
   // The products the fused attention kernels run over each visible query-key pair.
@@ -197,9 +197,11 @@ struct meta_space {
     count(ctx, 2.0 * static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) *
                    static_cast<double>(k));
   }
-  static void count_attention(const rank_context& ctx, std::int64_t sequences, std::int64_t t_len, int e,
-                              int products) {
-    const double pairs = static_cast<double>(t_len) * static_cast<double>(t_len + 1) / 2;
+  // Query t of a block sees first + t + 1 keys.
+  static void count_attention(const rank_context& ctx, std::int64_t sequences, kernels::attention_shape shape,
+                              int e, int products) {
+    const auto t_len = static_cast<double>(shape.queries.t_len);
+    const double pairs = t_len * static_cast<double>(shape.first) + t_len * (t_len + 1) / 2;
     count(ctx, static_cast<double>(sequences) * pairs * 2.0 * e * products);
   }
 };
