@@ -10,7 +10,8 @@
 // when the machine has a GPU for each, and as the one process of a torchrun launch
 // (spmd(tpx::cuda_launched, ...)). The GPT example's model: one step's loss and gradients on
 // the simulated meshes 2x2 and 2x1x2 (two replicas, HSDP), and on 2x2 without sequence
-// parallelism, with SwiGLU's MLP and with rotary positions, equal the host's
+// parallelism, with SwiGLU's MLP, with rotary positions and with context parallelism (with the
+// reference attention and the fused one), equal the host's
 // (tests/trainer/gpt_test.cpp and gpt_hsdp_test.cpp check the host's). With communication
 // overlapped (gpt::config::overlap: block gathers and gradient reduce-scatters on each rank's
 // background lane, a second stream) one step's loss and gradients equal those without on the
@@ -90,7 +91,7 @@ TEST_CASE("gpt: the simulated CUDA mesh gives the host's loss and gradients") {
   // Without sequence parallelism (the norms' whole-row kernels on a gradient partial over Y),
   // with SwiGLU's MLP (its gate functors as device kernels), with rotary embedding (its
   // rotation as a device kernel) and with context parallelism (the causal softmax of a block of
-  // queries in the device's grid passes).
+  // queries in the device's grid passes; with fused attention, the CUDA-core kernels over it).
   gpt::config plain = gpt_test::tiny();
   plain.plain_tensor_parallel = true;
   gpt::config swiglu = gpt_test::tiny();
@@ -99,10 +100,13 @@ TEST_CASE("gpt: the simulated CUDA mesh gives the host's loss and gradients") {
   rope.rope = true;
   gpt::config context = gpt_test::tiny();
   context.context_parallel = true;
-  for (const gpt::config& c : {plain, swiglu, rope, context}) {
+  gpt::config fused_context = context;
+  fused_context.fused_attention = true;
+  for (const gpt::config& c : {plain, swiglu, rope, context, fused_context}) {
     CAPTURE(c.swiglu);
     CAPTURE(c.rope);
     CAPTURE(c.context_parallel);
+    CAPTURE(c.fused_attention);
     const auto host = gpt_test::gradients(gpt::mesh{1, 2, 2}, tpx::host, c);
     const auto device = gpt_test::gradients(gpt::mesh{1, 2, 2}, tpx::cuda_simulated, c);
     const auto d = gpt_test::differences(device, host, 1e-5, 1e-4);

@@ -17,9 +17,9 @@
 //
 // These kernels run on CUDA cores in fp32 whatever the element type: one thread per row keeps
 // the causal mask and the online softmax simple and shared with the host. bf16 attention of
-// head width 32, 64 or 128 on an sm_80+ device takes the tensor-core kernels instead
-// (flash_attention.hpp, FlashAttention-2's warp split); these remain for fp32, other widths and
-// older devices.
+// whole sequences with heads of width 32, 64 or 128 on an sm_80+ device takes the tensor-core
+// kernels instead (flash_attention.hpp, FlashAttention-2's warp split); these remain for fp32,
+// other widths, older devices and blocks of queries (context parallelism).
 #pragma once
 
 #include <cuda_runtime.h>
