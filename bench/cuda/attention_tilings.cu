@@ -96,8 +96,8 @@ template <int E, class Forward>
 auto forward_call() {
   return [](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout, float scale,
             const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse) {
-    tpx::cuda::flash_attention_forward_tiled<E, Forward>(s, sequences, layout, scale, q, k, v, out,
-                                                         lse);
+    tpx::cuda::flash_attention_forward_tiled<E, Forward>(
+        s, sequences, kernels::attention_shape::whole_sequences(layout), scale, q, k, v, out, lse);
   };
 }
 
@@ -112,8 +112,9 @@ attention_row time_tilings(tilings<Forward, Dq, Dkdv>, std::int64_t batch, std::
       [](cudaStream_t s, std::int64_t sequences, kernels::attention_layout layout, float scale,
          const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse,
          const float* delta, bf16* dq, bf16* dk, bf16* dv) {
-        tpx::cuda::flash_attention_backward_tiled<E, Dq, Dkdv>(s, sequences, layout, scale, q, k, v,
-                                                               dout, lse, delta, dq, dk, dv);
+        tpx::cuda::flash_attention_backward_tiled<E, Dq, Dkdv>(
+            s, sequences, kernels::attention_shape::whole_sequences(layout), scale, q, k, v, dout,
+            lse, delta, dq, dk, dv);
       },
       twins);
 }

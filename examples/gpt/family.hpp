@@ -73,9 +73,13 @@ struct family {
            (c.swiglu ? ", SwiGLU MLP" : "") + (c.rope ? ", rotary positions" : "") +
            (c.fused_attention ? ", fused attention" : "") +
            (c.plain_tensor_parallel ? ", no sequence parallelism" : "") +
-           (c.context_parallel ? ", context parallel over X" : "");
+           (c.context_parallel ? ", context parallel over X" : "") +
+           (c.load_balance ? " (load-balanced)" : "");
   }
   static std::string unsupported(const config& c) { return gpt::unsupported(c); }
+  static std::string unsupported_on(const config& c, int r, int x, int y) {
+    return gpt::unsupported_on(c, r, x, y);
+  }
   static std::vector<trainer::switch_flag> switch_flags(config& c) {
     return {{"--fused-attention", &c.fused_attention,
              "attention by the fused kernels (tile by tile, O(T) memory; nn/fused_attention.hpp) "
@@ -95,7 +99,12 @@ struct family {
             {"--context-parallel", &c.context_parallel,
              "context parallelism over X: X splits each sequence instead of the batch (each rank "
              "a block of every row's positions), keys and values all-gathered over X before "
-             "attention and their gradients reduce-scattered after it; reference attention"}};
+             "attention and their gradients reduce-scattered after it"},
+            {"--load-balance", &c.load_balance,
+             "with --context-parallel and --fused-attention: each sequence in Megatron's "
+             "load-balanced order, cut into 2 chunks per rank of X, rank x holding chunks x and "
+             "2X-1-x, so that every rank's queries see as many keys (contiguous blocks leave the "
+             "last rank of X the most work); --seq a multiple of 2X"}};
   }
   static std::vector<trainer::size_flag> size_flags(config& c) {
     return {{"--seq", &c.seq, "sequence length T (bytes per row; each predicts the next)"},

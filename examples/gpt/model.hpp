@@ -53,8 +53,12 @@
 // reduce-scatter of their gradients per block, over X. The reference attention computes every
 // score of a block's rows, masked or not, so contiguous blocks cost every rank the same; the fused
 // kernels (config::fused_attention) skip the keys after a block's queries, so there the last block
-// of X works longest (X = 4: its share of the visible pairs is 7/16, the first's 1/16), which
-// Megatron's two chunks per rank, the sequence permuted before the split, would even out.
+// of X works longest (X = 4: its share of the visible pairs is 7/16, the first's 1/16). With
+// config::load_balance the batch holds each sequence in the load-balanced order instead
+// (nn/sequence_order.hpp: 2X chunks, rank x of X holding chunks x and 2X-1-x, Megatron's), every
+// rank's queries see as many keys, and the layers that depend on positions take the order as a
+// type (load_balanced<X>: rotary embedding, the fused attention); the position column carries
+// each index's true position to PosE, and the loss, a mean over positions, ignores the order.
 //
 // Communication can overlap computation (config::overlap; tpx-gpt --overlap on): a block's
 // weights are gathered together, on the rank's communication thread (tpx::in_background; on a
@@ -158,6 +162,11 @@ struct config {
   // all-gathered over X before attention and their gradients reduce-scattered after it. With
   // sequence parallelism only; either attention takes a block of queries.
   bool context_parallel = false;
+  // Context parallelism's sequences in the load-balanced order (Megatron's, Llama 3's;
+  // nn/sequence_order.hpp): each sequence cut into 2 chunks per rank of X, rank x holding chunks x
+  // and 2X-1-x, so that every rank's queries see as many keys. With the fused attention only
+  // (the reference computes every score of a block, so its blocks cost alike already).
+  bool load_balance = false;
   std::int64_t d_model() const { return heads * head_dim; }
 };
 
@@ -280,14 +289,17 @@ struct batch {
 };
 
 // The batch of `step`: row b is a window of seq + 1 bytes of the text (trainer::text_data, made
-// with context = seq), a function of (seed, step, b) only. Read on the host, copied to Space.
+// with context = seq), a function of (seed, step, b) only, its positions in order or, with
+// config::load_balance, in the load-balanced order over X. Read on the host, copied to Space.
 template <class Space>
 batch<Space> load_batch(const tpx::rank_context& rank, const trainer::text_data& data,
                         const config& c, std::int64_t step) {
+  const std::int64_t x_ranks = rank.axis<X>().size;
   const auto token = [&](std::int64_t i) -> std::int32_t {
     const std::int64_t column = i % columns, t = (i / columns) % c.seq, b = i / columns / c.seq;
-    if (column == position) return static_cast<std::int32_t>(t);
-    return data.byte_at(c.seed, step, c.batch, b, static_cast<int>(t + column));
+    const std::int64_t p = c.load_balance ? tpx::nn::load_balanced_position(t, c.seq, x_ranks) : t;
+    if (column == position) return static_cast<std::int32_t>(p);
+    return data.byte_at(c.seed, step, c.batch, b, static_cast<int>(p + column));
   };
   auto load = [&]<class Tn>(Tn* kind) {
     (void)kind;
@@ -657,9 +669,20 @@ class transformer {
     key_gradient dk, dv;
   };
 
+  // f called with the order of the sequence's positions as a type: the load-balanced order over
+  // X (config::load_balance) or positions in order.
+  template <class F>
+  decltype(auto) in_sequence_order(F&& f) const {
+    if constexpr (ContextParallel)
+      if (c_.load_balance) return f(tpx::nn::load_balanced<X>{});
+    return f(tpx::nn::contiguous_positions{});
+  }
+
   attention_state attend(tokens q, token_keys k, token_keys v) const {
     if (c_.fused_attention) {
-      auto f = tpx::nn::fused_causal_attention_forward(q, k, v);
+      auto f = in_sequence_order([&]<class Order>(Order) {
+        return tpx::nn::fused_causal_attention_forward<Order>(q, k, v);
+      });
       return {std::move(f.out),
               fused_saved{std::move(q), std::move(k), std::move(v), std::move(f.lse)},
               std::nullopt};
@@ -676,7 +699,9 @@ class transformer {
   attention_gradients attend_backward(const attention_state& a, const tokens& dout) const {
     if (a.fused) {
       const fused_saved& f = *a.fused;
-      auto g = tpx::nn::fused_causal_attention_backward(f.q, f.k, f.v, a.out, f.lse, dout);
+      auto g = in_sequence_order([&]<class Order>(Order) {
+        return tpx::nn::fused_causal_attention_backward<Order>(f.q, f.k, f.v, a.out, f.lse, dout);
+      });
       return {std::move(g.dq), std::move(g.dk), std::move(g.dv)};
     }
     const reference_saved& r = *a.reference;
@@ -714,8 +739,10 @@ class transformer {
     projected_keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv));
     if (c_.rope) {  // each rank turns its own positions, before the gather
       tpx::mark_phase("rotary embedding");
-      q = tpx::nn::rotary_forward<T>(std::move(q));
-      k = tpx::nn::rotary_forward<S>(std::move(k));
+      in_sequence_order([&]<class Order>(Order) {
+        q = tpx::nn::rotary_forward<T, Order>(std::move(q));
+        k = tpx::nn::rotary_forward<S, Order>(std::move(k));
+      });
     }
     if constexpr (ContextParallel) tpx::mark_phase("key and value gather");
     token_keys k_all = gather_keys::forward(std::move(k));
@@ -816,8 +843,10 @@ class transformer {
     tokens dv = tpx::rename<S, T>(gather_keys::backward(std::move(g.dv)));
     if (c_.rope) {  // the gradients at the projections' outputs, turned back
       tpx::mark_phase("rotary embedding backward");
-      dq = tpx::nn::rotary_backward<T>(std::move(dq));
-      dk = tpx::nn::rotary_backward<T>(std::move(dk));
+      in_sequence_order([&]<class Order>(Order) {
+        dq = tpx::nn::rotary_backward<T, Order>(std::move(dq));
+        dk = tpx::nn::rotary_backward<T, Order>(std::move(dk));
+      });
     }
     tpx::mark_phase("QKV backward");
     reductions.add(gather_weight{}, grads.wq[l], tpx::einsum<B, T>(s.h1, dq));  // [D_X, H_Y, E]
@@ -880,9 +909,26 @@ class transformer {
 inline std::string unsupported(const config& c) {
   if (c.context_parallel && c.plain_tensor_parallel)
     return "--context-parallel needs sequence parallelism (drop --no-sequence-parallel)";
+  if (c.load_balance && !c.context_parallel)
+    return "--load-balance orders each sequence's chunks over the ranks of context parallelism: "
+           "add --context-parallel";
+  if (c.load_balance && !c.fused_attention)
+    return "--load-balance evens out the fused attention's work (the reference attention "
+           "computes every score of a block, so its blocks cost alike): add --fused-attention";
   if (c.rope && c.head_dim % 2 != 0)
     return "--rope turns pairs of a head's elements: --head-dim " + std::to_string(c.head_dim) +
            " is odd";
+  return {};
+}
+
+// Why the model cannot run as c asks on a mesh of r x x x y ranks; empty when it can.
+inline std::string unsupported_on(const config& c, int r, int x, int y) {
+  (void)r;
+  (void)y;
+  if (c.load_balance && c.seq % (2 * x) != 0)
+    return "--load-balance cuts each sequence into 2 chunks per rank of X: --seq " +
+           std::to_string(c.seq) + " is not a multiple of 2 x " + std::to_string(x) + " = " +
+           std::to_string(2 * x);
   return {};
 }
 
@@ -910,6 +956,9 @@ class model {
                               transformer<Tc, Space, true, true>>;
   static either made(const tpx::rank_context& rank, const config& c) {
     if (const std::string why = unsupported(c); !why.empty())
+      throw std::invalid_argument("gpt: " + why);
+    const auto size = [&]<class A>(A) { return rank.axis<A>().size; };
+    if (const std::string why = unsupported_on(c, size(R{}), size(X{}), size(Y{})); !why.empty())
       throw std::invalid_argument("gpt: " + why);
     if (c.context_parallel) return either(std::in_place_index<2>, rank, c);
     if (c.plain_tensor_parallel) return either(std::in_place_index<1>, rank, c);

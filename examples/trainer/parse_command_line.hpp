@@ -212,6 +212,15 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
       return result;
     }
   }
+  // What the mesh cannot hold (optional: Family::unsupported_on(config, r, x, y)).
+  if constexpr (requires { Family::unsupported_on(o.model, 1, 1, 1); }) {
+    if (const std::string why = Family::unsupported_on(o.model, o.mesh_r, o.mesh_x, o.mesh_y);
+        !why.empty()) {
+      result.status = 1;
+      result.error = std::string(program) + ": " + why + "\n";
+      return result;
+    }
+  }
   if constexpr (requires { o.model.overlap; }) o.model.overlap = overlap == "on";
   o.model.checkpoint_every =
       checkpoint_every == "sqrt" ? sqrt_policy(o.model.layers) : std::stoi(checkpoint_every);

@@ -2,7 +2,8 @@
 // (include/tpx/nn/attention.hpp, and the fused layer's nn/fused_attention.hpp), GELU fused into
 // products (nn/gelu_product.hpp), RMSNorm's backward pass on a gradient of another layout
 // (nn/rmsnorm.hpp), rotary embedding of a split head dim or of a missing position dim
-// (nn/rotary.hpp), an embedding lookup into a partial sum (nn/embedding.hpp) and the renaming of
+// (nn/rotary.hpp), a load-balanced sequence order named over other axes than the sequence's
+// (nn/sequence_order.hpp), an embedding lookup into a partial sum (nn/embedding.hpp) and the renaming of
 // dims they need (ops/rename.hpp) that tpx must reject at compile time, one per case, each with the
 // sentence the compiler must print. As for sharding_errors.cpp, tests/CMakeLists.txt reads the
 // `// expect(CASE): text` lines below, compiles this file once per CASE with -DCASE, and passes
@@ -17,6 +18,7 @@
 // expect(EINSUM_TOO_MANY_DIMS): the result would have more dims than a tensor may
 // expect(ATTENTION_SPLIT_KEYS): key sequence dim S of \[B, H_Y, S_X, E\] is split over mesh axes X; attention needs every key on every rank
 // expect(FUSED_ATTENTION_SPLIT_KEYS): key sequence dim S of \[B, S_X, H_Y, E\] is split over mesh axes X; attention needs every key on every rank
+// expect(FUSED_ATTENTION_ORDER_AXES): fused_causal_attention: sequence dim T of \[B, T_X, H_Y, E\] is split over mesh axes X, but load_balanced<Y> orders a sequence split over those axes
 // expect(ATTENTION_SPLIT_HEAD_DIM): head dim E of \[B, H, S, E_Y\] is split over mesh axes Y
 // expect(GELU_PRODUCT_PARTIAL_SUM): gelu_product \[B, E_Y\] \*_E \[E_Y, F\]: the product \[B, F\].U_Y. is a partial sum
 // expect(GELU_BACKWARD_SPLIT_DIFFERS): gelu_product_backward: the pre-activation \[B, F\] must be whole values with the dims, splits, element type and memory space of the product \[B, E\] \*_E \[F_Y, E\] -> \[B, F_Y\]
@@ -26,6 +28,7 @@
 // expect(RMSNORM_GRADIENT_SPLIT_DIFFERS): rmsnorm_backward: dy \[B_X, T, E\].U_Y. must have the dims of x \[B_X, T_Y, E\], split alike
 // expect(ROTARY_SPLIT_HEAD_DIM): rotary: head dim E of \[B, T, H, E_Y\] is split over mesh axes Y
 // expect(ROTARY_NO_POSITION_DIM): rotary: tensor \[B, T, H, E\] has no position dim S before its last
+// expect(ROTARY_ORDER_WHOLE_DIM): rotary: sequence dim T of \[B, T, H, E\] is whole on every rank, but load_balanced<X> orders a sequence split over those axes
 // expect(EMBEDDING_ADD_PARTIAL): embedding_add: x \[B_X, T, E\].U_Y. is a partial sum
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/embedding.hpp>
@@ -79,6 +82,11 @@ void body() {
   using K = Tensor<float, B<>, S<X>, H<Y>, E<>>;
   auto t = tpx::nn::fused_causal_attention_forward(some<Tensor<float, B<>, T<X>, H<Y>, E<>>>(),
                                                    some<K>(), some<K>());
+#elif defined(FUSED_ATTENTION_ORDER_AXES)
+  // The balanced order named over another axis than the one that splits the queries.
+  using K = Tensor<float, B<>, S<>, H<Y>, E<>>;
+  auto t = tpx::nn::fused_causal_attention_forward<tpx::nn::load_balanced<Y>>(
+      some<Tensor<float, B<>, T<X>, H<Y>, E<>>>(), some<K>(), some<K>());
 #elif defined(ATTENTION_SPLIT_HEAD_DIM)
   using K = Tensor<float, B<>, H<>, S<>, E<Y>>;
   auto t = tpx::nn::causal_attention_forward(some<Tensor<float, B<>, H<>, T<>, E<>>>(), some<K>(),
@@ -109,6 +117,10 @@ void body() {
 #elif defined(ROTARY_NO_POSITION_DIM)
   // Keys named S rotated as if their positions were called S, on queries that have T.
   auto t = tpx::nn::rotary_forward<S>(some<Tensor<float, B<>, T<>, H<>, E<>>>());
+#elif defined(ROTARY_ORDER_WHOLE_DIM)
+  // A whole sequence rotated as a rank's balanced block.
+  auto t = tpx::nn::rotary_forward<T, tpx::nn::load_balanced<X>>(
+      some<Tensor<float, B<>, T<>, H<>, E<>>>());
 #elif defined(EMBEDDING_ADD_PARTIAL)
   // A lookup added to a gradient-like partial sum instead of to the stream.
   auto x = some<Tensor<float, B<X>, T<>, E<>, Unreduced<Y>>>();

@@ -11,7 +11,7 @@
 // (spmd(tpx::cuda_launched, ...)). The GPT example's model: one step's loss and gradients on
 // the simulated meshes 2x2 and 2x1x2 (two replicas, HSDP), and on 2x2 without sequence
 // parallelism, with SwiGLU's MLP, with rotary positions and with context parallelism (with the
-// reference attention and the fused one), equal the host's
+// reference attention and the fused one, and in the load-balanced order), equal the host's
 // (tests/trainer/gpt_test.cpp and gpt_hsdp_test.cpp check the host's). With communication
 // overlapped (gpt::config::overlap: block gathers and gradient reduce-scatters on each rank's
 // background lane, a second stream) one step's loss and gradients equal those without on the
@@ -91,7 +91,8 @@ TEST_CASE("gpt: the simulated CUDA mesh gives the host's loss and gradients") {
   // Without sequence parallelism (the norms' whole-row kernels on a gradient partial over Y),
   // with SwiGLU's MLP (its gate functors as device kernels), with rotary embedding (its
   // rotation as a device kernel) and with context parallelism (the causal softmax of a block of
-  // queries in the device's grid passes; with fused attention, the CUDA-core kernels over it).
+  // queries in the device's grid passes; with fused attention, the CUDA-core kernels over it;
+  // and in the load-balanced order).
   gpt::config plain = gpt_test::tiny();
   plain.plain_tensor_parallel = true;
   gpt::config swiglu = gpt_test::tiny();
@@ -102,11 +103,18 @@ TEST_CASE("gpt: the simulated CUDA mesh gives the host's loss and gradients") {
   context.context_parallel = true;
   gpt::config fused_context = context;
   fused_context.fused_attention = true;
-  for (const gpt::config& c : {plain, swiglu, rope, context, fused_context}) {
+  // The load-balanced order (T = 8: chunks of 2 over X = 2), with rotary positions: the chunks'
+  // kernel calls, the keys' reordering copies (copy_box) and the rotation of two runs on the GPU.
+  gpt::config balanced = fused_context;
+  balanced.seq = 8;
+  balanced.load_balance = true;
+  balanced.rope = true;
+  for (const gpt::config& c : {plain, swiglu, rope, context, fused_context, balanced}) {
     CAPTURE(c.swiglu);
     CAPTURE(c.rope);
     CAPTURE(c.context_parallel);
     CAPTURE(c.fused_attention);
+    CAPTURE(c.load_balance);
     const auto host = gpt_test::gradients(gpt::mesh{1, 2, 2}, tpx::host, c);
     const auto device = gpt_test::gradients(gpt::mesh{1, 2, 2}, tpx::cuda_simulated, c);
     const auto d = gpt_test::differences(device, host, 1e-5, 1e-4);

@@ -10,7 +10,8 @@
 //   - the FLOPs its products count, summed over the ranks, are the model's FLOPs as the trainers
 //     count them for MFU (6 per weight and token, plus attention's 12 L T D), plus one forward
 //     pass of every block under activation checkpointing; with the fused attention, its products
-//     over the causally visible pairs as the kernels run them, blocks of queries too;
+//     over the causally visible pairs as the kernels run them, blocks of queries too, which the
+//     load-balanced order makes the same on every rank of X;
 //   - it takes no memory: a step whose tensors need far more than this machine has runs.
 // The real run's memory is its memory meter's and its traffic its communicators' (each
 // collective's data size and nccl-tests' bus bytes), measured by the same measure_step_usage.
@@ -217,6 +218,25 @@ TEST_CASE("the products a dry run counts are the model FLOPs the trainers count,
     for (const auto& [r, x, y] : {std::tuple{1, 2, 1}, std::tuple{1, 3, 2}})
       CHECK(total_flops(usage<host_path_meta_space>(tpx::dry_run, gpt_options(r, x, y, blocks))) ==
             doctest::Approx(want).epsilon(1e-12));
+  }
+  SUBCASE("the GPT, fused attention in the load-balanced order: every rank of X the same work") {
+    // T = 24 over X = 4: contiguous blocks of 6 give the last rank 7 times the first's pairs
+    // (6 x 18 + 21 = 129 against 21); the balanced order's chunks of 3 give each rank 3^2 x 7 +
+    // 3 x 4 = 75.
+    gpt::config blocks = gpt_config(true);
+    blocks.seq = 24;
+    blocks.context_parallel = true;
+    const auto contiguous = usage<host_path_meta_space>(tpx::dry_run, gpt_options(1, 4, 1, blocks));
+    CHECK(contiguous[3].matrix_flops > contiguous[0].matrix_flops);
+    gpt::config balanced = blocks;
+    balanced.load_balance = true;
+    for (const int x : {1, 2, 4}) {
+      CAPTURE(x);
+      const auto ranks = usage<host_path_meta_space>(tpx::dry_run, gpt_options(1, x, 1, balanced));
+      for (const trainer::step_usage& u : ranks)
+        CHECK(u.matrix_flops == doctest::Approx(ranks[0].matrix_flops).epsilon(1e-12));
+      CHECK(total_flops(ranks) == doctest::Approx(total_flops(contiguous)).epsilon(1e-12));
+    }
   }
 }
 

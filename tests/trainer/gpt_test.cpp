@@ -48,6 +48,12 @@
 //    on 2x2 and 3x1, and with the fused kernels over each rank's block of queries on 2x1, 2x2,
 //    4x1, 2x2x2 (and Llama's block on 2x2, 3x1); 30 training steps on 2x2 follow the 1x1 losses;
 //    a data-parallel batch and plain tensor parallelism are refused with the reason;
+//  - in the load-balanced order (config::load_balance: each sequence in 2X chunks, rank x holding
+//    chunks x and 2X-1-x, the fused attention and rotary embedding told so by type) the loss and
+//    gradients equal the plain 1x1 run's on 1x1, 2x1, 2x2, 3x1, 3x2 and 2x2x2, and with Llama's
+//    block, checkpointing and overlap on 2x2 and 3x1; 30 training steps on 2x2 follow 1x1's; a
+//    config without context parallelism or fused attention, or a --seq the mesh cannot cut, is
+//    refused with the reason;
 //  - --profile-phases (run_options::profile_phases) reports, with the last step, every phase the
 //    step marks, each as often per step as the model runs it, together within the timed steps'
 //    wall time, and leaves every loss as it was, on 1x1 and 2x2; with --cuda-graph it is refused.
@@ -570,6 +576,58 @@ TEST_CASE("GPT with context parallelism over X: every mesh has the 1x1 gradients
                        gpt::mesh{2, 2, 2}});
   llama.fused_attention = true;
   check_meshes_follow(llama_want, llama, {gpt::mesh{1, 2, 2}, gpt::mesh{1, 3, 1}});
+}
+
+TEST_CASE("GPT with load-balanced context parallelism: every mesh has the 1x1 gradients") {
+  // T = 12 in the balanced order over X: 2 chunks of 6 on 1x1, chunks of 3 over 2 ranks (rank 0
+  // holding positions 0-2 and 9-11), of 2 over 3; Y splits each rank's block again in the stream.
+  // Against the plain model's 1x1 run, positions in order.
+  gpt::config c = tiny();
+  c.seq = 12;
+  const gpt_test::run_result want = gradients({1, 1, 1}, tpx::host, c);
+  gpt::config balanced = c;
+  balanced.context_parallel = true;
+  balanced.fused_attention = true;
+  balanced.load_balance = true;
+  check_meshes_follow(want, balanced,
+                      {gpt::mesh{1, 1, 1}, gpt::mesh{1, 2, 1}, gpt::mesh{1, 2, 2},
+                       gpt::mesh{1, 3, 1}, gpt::mesh{1, 3, 2}, gpt::mesh{2, 2, 2}});
+  // Llama's block: rotary positions turned by each index's true position, SwiGLU, with
+  // checkpointing and overlap.
+  gpt::config llama = c;
+  llama.rope = true;
+  llama.swiglu = true;
+  const gpt_test::run_result llama_want = gradients({1, 1, 1}, tpx::host, llama);
+  llama.context_parallel = true;
+  llama.fused_attention = true;
+  llama.load_balance = true;
+  llama.checkpoint_every = 1;
+  llama.overlap = true;
+  check_meshes_follow(llama_want, llama, {gpt::mesh{1, 2, 2}, gpt::mesh{1, 3, 1}});
+}
+
+TEST_CASE("GPT training with load-balanced context parallelism on 2x2 follows 1x1; its refusals") {
+  check_training_follows_one_rank([](gpt::config& c) {
+    c.seq = 8;
+    c.context_parallel = true;
+    c.fused_attention = true;
+    c.load_balance = true;
+  });
+  gpt::config refused = tiny();
+  refused.load_balance = true;
+  const auto refuses = [&](const gpt::config& c, const gpt::mesh& mesh, const char* why) {
+    tpx::spmd(tpx::host, mesh, [&](auto& rank) {
+      CHECK_THROWS_WITH_AS(gpt::model<float>(rank, c), doctest::Contains(why),
+                           std::invalid_argument);
+    });
+  };
+  refuses(refused, {1, 1, 1}, "--load-balance orders each sequence's chunks over the ranks of "
+                              "context parallelism: add --context-parallel");
+  refused.context_parallel = true;
+  refuses(refused, {1, 1, 1}, "--load-balance evens out the fused attention's work");
+  refused.fused_attention = true;  // T = 6 over X = 2: 4 chunks of 1.5
+  refuses(refused, {1, 2, 1}, "--load-balance cuts each sequence into 2 chunks per rank of X: "
+                              "--seq 6 is not a multiple of 2 x 2 = 4");
 }
 
 TEST_CASE("GPT training with context parallelism on 2x2 follows 1x1; flags it cannot take") {

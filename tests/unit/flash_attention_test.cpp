@@ -8,7 +8,10 @@
 // attention-tilings bench times (staged tiles of 32 and 128 rows, one or two row tiles per
 // warp); heads first ([sequences, T, E]) and read in place from the projections' [B, T, H, E]
 // (kernels::attention_layout with H = 2, 3), whose rows the test moves from and back to the
-// reference's heads-first order itself. Under ThreadSanitizer the
+// reference's heads-first order itself; and over a block of each sequence's queries against every
+// key (context parallelism's: the query side's rows read in place within the whole sequence's
+// arrays), against naive attention of the whole sequence with dout 0 outside the block. Under
+// ThreadSanitizer the
 // same run checks the programs' shared memory for races between syncs
 // (tests/support/simt_block.hpp). Tolerances: the fragment tests are exact (integers below 2^8 and
 // their sums are exact in bf16 and fp32). Outputs are bf16 and P and dS enter their second product
@@ -169,7 +172,8 @@ struct programs_case {
   std::vector<bf16> out = std::vector<bf16>(n), dq = out, dk = out, dv = out;
   std::vector<float> lse = std::vector<float>(c.sequences * c.t_len),
                      delta = in_layout(std::vector<float>(want.delta.begin(), want.delta.end()), 1);
-  flash::arguments args{{c.t_len, heads}, 1.0f / std::sqrt(float(E)),
+  flash::arguments args{tpx::kernels::attention_shape::whole_sequences({c.t_len, heads}),
+                        1.0f / std::sqrt(float(E)),
                         lq.data(),        lk.data(),
                         lv.data(),        out.data(),
                         lse.data(),       lse.data(),
@@ -302,6 +306,113 @@ TEST_CASE("tensor-core attention programs read and write [B, T, H, E] in place")
   check_programs<64>({4, 130}, 2);
   check_programs<32>({6, 100}, 3);
   check_programs<128>({2, 70}, 2);
+}
+
+// A block of each sequence's queries, rows [first, first + rows) of T, against all T keys, as
+// context parallelism gives a rank (and each chunk of its load-balanced order, rows of a longer
+// block in place: the query side's layout has a pitch of T positions). The reference is naive
+// attention of the whole sequences with dout 0 outside the block: its out, lse and dq on the
+// block's rows, and its dk and dv, the block's queries' share of each key's gradient (the other
+// rows' terms vanish with their dout; keys after the block's last query get 0). The programs must
+// leave the rows outside the block as they were.
+template <int E>
+void check_query_block(const attention_case& c, std::int64_t first, std::int64_t rows,
+                       std::int64_t heads = 1) {
+  CAPTURE(E);
+  CAPTURE(c.sequences);
+  CAPTURE(c.t_len);
+  CAPTURE(first);
+  CAPTURE(rows);
+  CAPTURE(heads);
+  const std::int64_t n = c.sequences * c.t_len * E;
+  const auto in_block = [&](std::int64_t row) {  // a heads-first row of [sequences, T]
+    const std::int64_t t = row % c.t_len;
+    return first <= t && t < first + rows;
+  };
+  std::vector<bf16> q = draws(n, 1), k = draws(n, 2), v = draws(n, 3), dout = draws(n, 4);
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!in_block(i / E)) dout[i] = bf16(0.0f);
+  const naive_attention want{c, E, q, k, v, dout};
+  const auto in_layout = [&](const auto& x, std::int64_t width) {
+    return interleaved(x, c.t_len, heads, width);
+  };
+  const auto heads_first = [&](const auto& x, std::int64_t width) {
+    return interleaved(x, c.t_len, heads, width, true);
+  };
+  const std::vector<bf16> lq = in_layout(q, E), lk = in_layout(k, E), lv = in_layout(v, E),
+                          ldout = in_layout(dout, E);
+  std::vector<bf16> out(n), dq(n), dk(n), dv(n);
+  std::vector<float> lse(c.sequences * c.t_len, 0.0f),
+      delta = in_layout(std::vector<float>(want.delta.begin(), want.delta.end()), 1);
+  const std::int64_t skip = first * heads;  // rows before the block's first, in the arrays
+  const tpx::kernels::attention_shape shape{{rows, heads, c.t_len}, {c.t_len, heads}, first};
+  const flash::arguments args{shape,
+                              1.0f / std::sqrt(float(E)),
+                              lq.data() + skip * E,
+                              lk.data(),
+                              lv.data(),
+                              out.data() + skip * E,
+                              lse.data() + skip,
+                              lse.data() + skip,
+                              ldout.data() + skip * E,
+                              delta.data() + skip,
+                              dq.data() + skip * E,
+                              dk.data(),
+                              dv.data()};
+  using Forward = flash::forward_tiling<E>;
+  using Backward = flash::backward_tiling;
+  const auto blocks = [](std::int64_t length, int block_rows) {
+    return (length + block_rows - 1) / block_rows;
+  };
+  for (std::int64_t sq = 0; sq < c.sequences; ++sq) {
+    for (std::int64_t b = 0; b < blocks(rows, Forward::block_rows); ++b) {
+      simt_block forward(flash::warps, flash::forward_shared_bytes<E, Forward>);
+      forward.run([&](auto& t) { flash::forward_block<E, Forward>(t, args, b, sq); });
+    }
+  }
+  for (std::int64_t sq = 0; sq < c.sequences; ++sq) {  // the backward reads every row's lse
+    for (std::int64_t b = 0; b < blocks(rows, Backward::block_rows); ++b) {
+      simt_block dq_pass(flash::warps, flash::staged_bytes<E, Backward>);
+      dq_pass.run([&](auto& t) { flash::dq_block<E, Backward>(t, args, b, sq); });
+    }
+    for (std::int64_t b = 0; b < blocks(c.t_len, Backward::block_rows); ++b) {
+      simt_block dkdv_pass(flash::warps, flash::dkdv_shared_bytes<E, Backward>);
+      dkdv_pass.run([&](auto& t) { flash::dkdv_block<E, Backward>(t, args, b, sq); });
+    }
+  }
+  // The block's rows against the reference's, and the others untouched (still 0).
+  const auto block_rows_of = [&](const auto& x, std::int64_t width, bool inside) {
+    std::vector<typename std::decay_t<decltype(x)>::value_type> kept;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (in_block(static_cast<std::int64_t>(i) / width) == inside) kept.push_back(x[i]);
+    return kept;
+  };
+  check_close("out", block_rows_of(heads_first(out, E), E, true), block_rows_of(want.out, E, true));
+  check_close("dq", block_rows_of(heads_first(dq, E), E, true), block_rows_of(want.dq, E, true),
+              block_rows_of(want.dq_terms, E, true));
+  const std::vector<float> lse_rows = block_rows_of(heads_first(lse, 1), 1, true);
+  const std::vector<double> lse_want = block_rows_of(want.lse, 1, true);
+  for (std::size_t i = 0; i < lse_rows.size(); ++i)
+    CHECK(lse_rows[i] == doctest::Approx(lse_want[i]).epsilon(1e-4));
+  for (const auto* outside : {&out, &dq})
+    for (const bf16 x : block_rows_of(heads_first(*outside, E), E, false))
+      REQUIRE(float(x) == 0.0f);
+  check_close("dk", heads_first(dk, E), want.dk, want.dk_terms);
+  check_close("dv", heads_first(dv, E), want.dv);
+}
+
+// Blocks that start inside a key tile and end inside another, the first and the last of a
+// sequence, one whose last query leaves key blocks unseen (their dk and dv 0), one of a single
+// query, at every width, heads first and in [B, T, H, E].
+TEST_CASE("tensor-core attention programs over a block of queries match naive attention") {
+  check_query_block<64>({2, 130}, 37, 50);
+  check_query_block<64>({1, 130}, 0, 65);
+  check_query_block<64>({1, 130}, 65, 65);
+  check_query_block<64>({1, 200}, 10, 20);
+  check_query_block<32>({2, 100}, 99, 1);
+  check_query_block<128>({1, 70}, 20, 35);
+  check_query_block<64>({4, 130}, 64, 64, 2);
+  check_query_block<32>({6, 100}, 30, 45, 3);
 }
 
 }  // namespace

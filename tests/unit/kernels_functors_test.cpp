@@ -139,8 +139,9 @@ namespace {
 template <class T>
 void turn_rows(std::vector<T>& x, int64_t positions, int64_t heads, int64_t e, int64_t first,
                float direction, double base = 10000.0) {
-  const k::rotary_turn<T> turn{x.data(), e, heads, positions, first,
-                               static_cast<float>(std::log2(base)), direction};
+  const k::rotary_turn<T> turn{x.data(), e,         heads, positions, first,
+                               positions, 0,         static_cast<float>(std::log2(base)),
+                               direction};
   for (int64_t r = 0; r < positions * heads; ++r)
     for (int64_t i = 0; i < e / 2; ++i) turn(r, i);
 }

@@ -39,10 +39,15 @@
 // P and dS are rounded to bf16 to enter the second product, as in FlashAttention-2; every sum
 // is fp32. Each output element is written by one lane: results do not depend on scheduling.
 //
-// Shapes: q, k, v, out, dout, dq, dk, dv are rows of E bf16 in an attention_layout
+// Shapes: q, k, v, out, dout, dq, dk, dv are rows of E bf16 in the layouts of an attention_shape
 // (kernels/fused_attention.hpp): [sequences, T, E], or [B, T, H, E] read in place, a sequence's
-// rows then H rows apart; lse and delta are fp32, one per row, in the same order. E is HeadDim,
-// a multiple of 16 (32, 64, 128 are instantiated).
+// rows then H rows apart; lse and delta are fp32, one per row, in the same order. q, out, dout,
+// dq, lse and delta have the query side's layout and k, v, dk, dv the key side's, which differ
+// when a rank holds a block of each sequence's queries (context parallelism, and each chunk of
+// its load-balanced order): query t of the block, from position `first`, sees keys
+// s <= first + t, the key tiles after the block's last query are skipped, and a key block that no
+// query of the block sees gets dk = dv = 0. Both sides have the same heads per position. E is
+// HeadDim, a multiple of 16 (32, 64, 128 are instantiated).
 #pragma once
 
 #include <math.h>  // exp2f, log2f, fmaf, fmaxf, INFINITY
@@ -111,8 +116,8 @@ inline constexpr std::size_t dkdv_shared_bytes = staged_bytes<HeadDim, Tiling> +
                                                      sizeof(float);
 
 struct arguments {
-  attention_layout layout;
-  float scale;  // 1 / sqrt(E)
+  attention_shape shape;  // attention_shape::whole_sequences(layout) for self-attention
+  float scale;            // 1 / sqrt(E)
   const bf16* q;
   const bf16* k;
   const bf16* v;
@@ -420,54 +425,64 @@ struct sequence_rows {
 };
 
 // What the lanes of a query block (forward, dq) work from: the key and value tiles of Cols rows
-// in shared memory, the lane's fragment coordinates, where the sequence's rows lie, the warp's
-// first row (of its R row tiles) and the block's last row (its key tiles are those up to it).
+// in shared memory, the lane's fragment coordinates, where the sequence's query rows and key rows
+// lie, the warp's first row (of its R row tiles) and the block's last row, and the position of
+// the queries' first row (the block of queries' `first`; the key tiles are those up to the
+// block's last row's position).
 template <int HeadDim, int R, int Cols>
 struct query_block {
   tile_pairs<HeadDim, Cols> keys;  // K, then V
   mma::lane_coordinates at;
-  sequence_rows<HeadDim> rows;
-  std::int64_t first, last;
+  sequence_rows<HeadDim> rows, key_rows;
+  std::int64_t first, last, position;
 
   template <class Block>
   TPX_HOST_DEVICE query_block(Block& block, const arguments& args, std::int64_t block_index,
                               std::int64_t sequence)
       : keys{reinterpret_cast<bf16*>(block.shared())},
         at(block.lane()),
-        rows(args.layout, sequence),
+        rows(args.shape.queries, sequence),
+        key_rows(args.shape.keys, sequence),
         first(block_index * 16 * warps * R + 16 * R * block.warp()),
-        last(least((block_index + 1) * 16 * warps * R, rows.t_len) - 1) {}
+        last(least((block_index + 1) * 16 * warps * R, rows.t_len) - 1),
+        position(args.shape.first) {}
+
+  // The last key that row `row` (of the block's) sees, within the keys.
+  TPX_HOST_DEVICE std::int64_t last_key(std::int64_t row) const {
+    return least(position + row, key_rows.t_len - 1);
+  }
 
   // Runs body(k_tile, v_tile, s0) over the key tiles the block sees.
   template <class Block, class Body>
   TPX_HOST_DEVICE void over_key_tiles(Block& block, const arguments& args, const Body& body) const {
     over_staged_tiles<Cols>(
-        block, 0, last,
+        block, 0, last_key(last),
         [&](int buffer, std::int64_t s0) {
-          const std::int64_t at_s0 = rows.base + s0 * rows.stride;
-          stage<HeadDim, Cols>(block, args.k + at_s0, rows.stride, rows.t_len - s0,
+          const std::int64_t at_s0 = key_rows.base + s0 * key_rows.stride;
+          stage<HeadDim, Cols>(block, args.k + at_s0, key_rows.stride, key_rows.t_len - s0,
                                keys.first(buffer));
-          stage<HeadDim, Cols>(block, args.v + at_s0, rows.stride, rows.t_len - s0,
+          stage<HeadDim, Cols>(block, args.v + at_s0, key_rows.stride, key_rows.t_len - s0,
                                keys.second(buffer));
         },
         [&](int buffer, std::int64_t s0) { body(keys.first(buffer), keys.second(buffer), s0); });
   }
 
   // The last column of the key tile at s0 that the lane's row h (of rows group and group + 8)
-  // of row tile r sees (key <= row, and key inside the sequence), -1 if none: one comparison
-  // per score then masks the tile (seen_within).
+  // of row tile r sees (key <= the row's position, and key inside the sequence), -1 if none:
+  // one comparison per score then masks the tile (seen_within).
   TPX_HOST_DEVICE int last_seen_column(std::int64_t s0, int r, int h) const {
-    const std::int64_t row = first + 16 * r + at.group + 8 * h;
-    return last_column_at_most<Cols>(least(row, rows.t_len - 1) - s0);
+    return last_column_at_most<Cols>(last_key(first + 16 * r + at.group + 8 * h) - s0);
   }
-  // Whether the tile at s0 lies right of the warp's last row: none of its keys is seen, and the
-  // warp (all its lanes alike, so the branch does not diverge) skips it.
-  TPX_HOST_DEVICE bool sees_none(std::int64_t s0) const { return s0 > first + 16 * R - 1; }
+  // Whether the tile at s0 lies right of the warp's last row's position: none of its keys is
+  // seen, and the warp (all its lanes alike, so the branch does not diverge) skips it.
+  TPX_HOST_DEVICE bool sees_none(std::int64_t s0) const {
+    return s0 > position + first + 16 * R - 1;
+  }
   // Whether every row of the warp sees every key of the tile at s0: the tile ends at or left of
-  // the warp's first row, inside the sequence. Most tiles are such; the warp then skips the
-  // masking (a comparison and a select per score, and their predicate bookkeeping).
+  // the warp's first row's position, inside the keys. Most tiles are such; the warp then skips
+  // the masking (a comparison and a select per score, and their predicate bookkeeping).
   TPX_HOST_DEVICE bool sees_all(std::int64_t s0) const {
-    return s0 + Cols - 1 <= first && s0 + Cols <= rows.t_len;
+    return s0 + Cols - 1 <= position + first && s0 + Cols <= key_rows.t_len;
   }
 };
 
@@ -482,7 +497,9 @@ TPX_HOST_DEVICE void forward_block(Block& block, const arguments& args, std::int
                 "the head width must be a multiple of 32 (k-steps of 16, loaded in pairs)");
   constexpr int R = Tiling::row_tiles, Cols = Tiling::cols;
   const detail::query_block<HeadDim, R, Cols> self(block, args, block_index, sequence);
-  const auto& [keys, at, rows, first, last] = self;
+  const auto& at = self.at;
+  const auto& rows = self.rows;
+  const std::int64_t first = self.first;
   const auto& [t_len, base, stride] = rows;
   const detail::query_operand<HeadDim, R, Tiling::shared_q> q(
       block, args.q + base, stride, block_index * Tiling::block_rows, first, t_len, at,
@@ -572,7 +589,9 @@ TPX_HOST_DEVICE void dq_block(Block& block, const arguments& args, std::int64_t 
   static_assert(Tiling::row_tiles == 1, "the backward passes take one row tile per warp");
   constexpr int Cols = Tiling::cols;
   const detail::query_block<HeadDim, 1, Cols> self(block, args, block_index, sequence);
-  const auto& [keys, at, rows, first, last] = self;
+  const auto& at = self.at;
+  const auto& rows = self.rows;
+  const std::int64_t first = self.first;
   const auto& [t_len, base, stride] = rows;
   detail::row_fragments<HeadDim, 1> q, dout;
   detail::load_rows<HeadDim, 1>(q, args.q + base, stride, first, t_len, at);
@@ -641,19 +660,21 @@ TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
   bf16* ds_tile = reinterpret_cast<bf16*>(row_stats + 2 * 2 * Cols);
   bf16* key_tile = ds_tile + Tiling::block_rows * ds_pitch<Cols>;
   const mma::lane_coordinates at(block.lane());
-  const sequence_rows<HeadDim> rows(args.layout, sequence);
+  // The query rows (q, dO, lse, delta, dq) and the key rows (k, v, dk, dv), the same stride.
+  const sequence_rows<HeadDim> rows(args.shape.queries, sequence);
+  const sequence_rows<HeadDim> key_rows(args.shape.keys, sequence);
   const std::int64_t t_len = rows.t_len, base = rows.base;
   const int stride = rows.stride;
   const std::int64_t block_first = block_index * Tiling::block_rows;
   const std::int64_t first = block_first + 16 * block.warp();  // its keys
   if constexpr (WithDq) {  // its own async group, landed by the first tile's wait
-    stage<HeadDim, Tiling::block_rows>(block, args.k + base + block_first * stride, stride,
-                                       t_len - block_first, key_tile);
+    stage<HeadDim, Tiling::block_rows>(block, args.k + key_rows.base + block_first * stride,
+                                       stride, key_rows.t_len - block_first, key_tile);
     block.commit_async();
   }
   row_fragments<HeadDim, 1> k, v;
-  load_rows<HeadDim, 1>(k, args.k + base, stride, first, t_len, at);
-  load_rows<HeadDim, 1>(v, args.v + base, stride, first, t_len, at);
+  load_rows<HeadDim, 1>(k, args.k + key_rows.base, stride, first, key_rows.t_len, at);
+  load_rows<HeadDim, 1>(v, args.v + key_rows.base, stride, first, key_rows.t_len, at);
   const float score_scale = args.scale * log2e;
   row_accumulators<HeadDim, 1> dk = {}, dv = {};
   const auto stage_queries = [&](int buffer, std::int64_t t0) {
@@ -667,9 +688,12 @@ TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
       row_stats[(2 * buffer + 1) * Cols + j] = real ? args.delta[rows.stat(t0 + j)] : 0.0f;
     }
   };
-  // The query tiles that see the block's keys (t >= s).
-  over_staged_tiles<Cols>(
-      block, block_first, t_len - 1, stage_queries, [&](int buffer, std::int64_t t0) {
+  // The query tiles that see the block's keys (first + t >= s), none when the block's first key
+  // is after the last query's position (dk and dv stay 0).
+  const std::int64_t from = args.shape.first_seeing(block_first);
+  if (from < t_len)
+    over_staged_tiles<Cols>(
+      block, from, t_len - 1, stage_queries, [&](int buffer, std::int64_t t0) {
         const bf16* q_tile = queries.first(buffer);
         const bf16* dout_tile = queries.second(buffer);
         const float* lse_tile = row_stats + 2 * buffer * Cols;
@@ -681,10 +705,10 @@ TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
         const int queries_left = static_cast<int>(least(t_len - t0, Cols));
         TPX_UNROLL
         for (int i = 0; i < 4; i += 2) {
-          // The key's offset from the tile's first query: below Cols (the tiles start at the
-          // block's first key), and below 0 (seen by every query) once the tiles pass the
-          // warp's keys, where -1 says as much in 32 bits.
-          const std::int64_t offset = first + mma::accumulator_row(at, i) - t0;
+          // The key's offset from the tile's first query's position: below Cols (the tiles start
+          // where the block's first key is first seen), and below 0 (seen by every query) once
+          // the tiles pass the warp's keys, where -1 says as much in 32 bits.
+          const std::int64_t offset = first + mma::accumulator_row(at, i) - args.shape.first - t0;
           const int key = static_cast<int>(offset < -1 ? -1 : offset);
           TPX_UNROLL
           for (int n = 0; n < Cols / 8; ++n) {
@@ -749,8 +773,9 @@ TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
           }
         }
       });
-  store_rows<HeadDim, 1>(dk, args.scale, first, t_len, at, args.dk + base, stride);
-  store_rows<HeadDim, 1>(dv, 1.0f, first, t_len, at, args.dv + base, stride);
+  store_rows<HeadDim, 1>(dk, args.scale, first, key_rows.t_len, at, args.dk + key_rows.base,
+                         stride);
+  store_rows<HeadDim, 1>(dv, 1.0f, first, key_rows.t_len, at, args.dv + key_rows.base, stride);
 }
 
 }  // namespace detail
@@ -766,8 +791,8 @@ TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_
 // make 7), deterministic without atomics: split `split` of `splits` takes the key blocks split,
 // split + splits, ... of sequence `sequence` in turn, writes their dk and dv, and sums their
 // dS K into its own share of dq, dq_shares[split][sequence] ([T, HeadDim] fp32 of `sequences`);
-// sum_dq_shares_block then adds the shares in split order. Shared memory:
-// one_pass_shared_bytes.
+// sum_dq_shares_block then adds the shares in split order. Whole sequences only
+// (args.shape = attention_shape::whole_sequences(layout)). Shared memory: one_pass_shared_bytes.
 template <int HeadDim, class Tiling = backward_tiling>
 inline constexpr std::size_t one_pass_shared_bytes = dkdv_shared_bytes<HeadDim, Tiling> +
                                                      static_cast<std::size_t>(Tiling::block_rows) *
@@ -778,7 +803,7 @@ template <int HeadDim, class Tiling = backward_tiling, class Block>
 TPX_HOST_DEVICE void one_pass_block(Block& block, const arguments& args, float* dq_shares,
                                     std::int64_t splits, std::int64_t split, std::int64_t sequence,
                                     std::int64_t sequences) {
-  const std::int64_t t_len = args.layout.t_len;
+  const std::int64_t t_len = args.shape.queries.t_len;
   float* share = dq_shares + (split * sequences + sequence) * t_len * HeadDim;
   for (std::int64_t b = split; b * Tiling::block_rows < t_len; b += splits)
     detail::key_block_gradients<HeadDim, Tiling, true>(block, args, b, sequence,
@@ -793,7 +818,7 @@ TPX_HOST_DEVICE void sum_dq_shares_block(Block& block, const arguments& args,
                                          const float* dq_shares, std::int64_t splits,
                                          std::int64_t block_index, std::int64_t sequence,
                                          std::int64_t sequences) {
-  const detail::sequence_rows<HeadDim> rows(args.layout, sequence);
+  const detail::sequence_rows<HeadDim> rows(args.shape.queries, sequence);
   const std::int64_t first = block_index * Tiling::block_rows;
   const std::int64_t reached = detail::least(splits, block_index + 1);
   const std::int64_t share = rows.t_len * HeadDim;

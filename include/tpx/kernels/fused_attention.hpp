@@ -49,13 +49,18 @@ inline constexpr int fused_attention_max_head = 128;
 //   heads = 1   [sequences, T, E], heads first: a sequence's rows are consecutive
 //   heads = H   [B, T, H, E], the layout the projections produce, read in place (as
 //               FlashAttention reads strided inputs): a sequence's rows are H rows apart
-// with s = b * H + h. Row t of sequence s is row ((s / heads) * t_len + t) * heads + s % heads.
+// with s = b * H + h. Row t of sequence s is row ((s / heads) * pitch + t) * heads + s % heads,
+// where pitch, the positions an array holds per batch entry, is t_len unless the rows are a run
+// of positions within longer ones (t_pitch: the array's positions per entry, the run's first
+// position at the array's start; a rank's two chunks of a load-balanced sequence, one call each).
 struct attention_layout {
   std::int64_t t_len;
   std::int64_t heads = 1;
+  std::int64_t t_pitch = 0;  // 0: t_len
 
+  TPX_HOST_DEVICE std::int64_t pitch() const { return t_pitch > 0 ? t_pitch : t_len; }
   TPX_HOST_DEVICE std::int64_t row_of(std::int64_t s, std::int64_t t) const {
-    return ((s / heads) * t_len + t) * heads + s % heads;
+    return ((s / heads) * pitch() + t) * heads + s % heads;
   }
   // Rows between positions t and t + 1 of one sequence.
   TPX_HOST_DEVICE std::int64_t row_step() const { return heads; }
@@ -76,10 +81,6 @@ struct attention_shape {
   TPX_HOST_DEVICE std::int64_t last_visible(std::int64_t t) const { return first + t; }
   TPX_HOST_DEVICE std::int64_t first_seeing(std::int64_t s) const {
     return s > first ? s - first : 0;
-  }
-  // Every query of each sequence against its own keys, one layout for both.
-  TPX_HOST_DEVICE bool whole() const {
-    return first == 0 && queries.t_len == keys.t_len && queries.heads == keys.heads;
   }
 };
 

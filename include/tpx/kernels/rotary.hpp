@@ -31,10 +31,11 @@ TPX_HOST_DEVICE inline float rotary_frequency(std::int64_t i, std::int64_t half,
 }
 
 // Turns pair `pair` of row `row` of x [rows, width] (row-major, width even) by direction *
-// position * theta_pair, where the row's position is first_position + (row / inner) % positions:
-// rows are [..., P, inner...] flattened, P the position dim with `positions` local entries
-// starting at global position first_position, and inner the product of the dims after it but
-// the last (a tensor [B, T, H, E] has inner = H's local extent).
+// position * theta_pair. Rows are [..., P, inner...] flattened, P the position dim with
+// `positions` local entries and inner the product of the dims after it but the last (a tensor
+// [B, T, H, E] has inner = H's local extent); local entry p < split holds global position
+// first_position + p, and p >= split (the second of a load-balanced block's two chunks,
+// nn/sequence_order.hpp) holds second_position + p - split.
 template <class T>
 struct rotary_turn {
   T* x;
@@ -42,12 +43,16 @@ struct rotary_turn {
   std::int64_t inner;
   std::int64_t positions;
   std::int64_t first_position;
+  std::int64_t split;  // positions, for a block of consecutive positions
+  std::int64_t second_position;
   float log2_base;
   float direction;  // 1: forward; -1: the backward pass's inverse rotation
 
   TPX_HOST_DEVICE void operator()(std::int64_t row, std::int64_t pair) const {
     const std::int64_t half = width / 2;
-    const auto position = static_cast<float>(first_position + (row / inner) % positions);
+    const std::int64_t p = (row / inner) % positions;
+    const auto position =
+        static_cast<float>(p < split ? first_position + p : second_position + (p - split));
     const float angle = position * rotary_frequency(pair, half, log2_base);
     const float cosine = cosf(angle), sine = direction * sinf(angle);
     T* const first = x + row * width + pair;

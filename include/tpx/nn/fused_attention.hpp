@@ -13,10 +13,12 @@
 // may be split, as context parallelism splits it: a rank then holds a block of each sequence's
 // queries and attends from them to every key, its query at position t0 + i seeing keys s <= t0 + i
 // (the kernels skip the keys after the block's last query, so with contiguous blocks the last does
-// the most work). dk and dv then come out as partial sums over T's axes, [..., S, ..., E]{U_C},
-// each rank's queries' share, which the reduce-scatter adjoint to k's and v's all-gather completes
-// (as the reference's einsums say). On the GPU a block of queries runs on the CUDA-core kernels
-// (the tensor-core ones take whole sequences). The kernels read the operands where they lie, as
+// the most work, unless the sequence is in the load-balanced order:
+// `fused_causal_attention_forward<load_balanced<C>>(q, k, v)`, nn/sequence_order.hpp). dk and dv
+// then come out as partial sums over T's axes, [..., S, ..., E]{U_C}, each rank's queries' share,
+// which the reduce-scatter adjoint to k's and v's all-gather completes (as the reference's einsums
+// say). On the GPU a block of queries runs on the tensor-core kernels too (bf16, heads of 32, 64
+// or 128). The kernels read the operands where they lie, as
 // FlashAttention reads strided inputs: q in its own order [lead..., T, inner..., E], any batch dims
 // before T and after it (the projections' [B, T, H, E] has H between T and E), and results come in
 // that order too: out and dq like q, lse like q without E, dk and dv like k. So attention between
@@ -40,10 +42,12 @@
 #include <utility>
 
 #include "tpx/kernels/attention_terms.hpp"
+#include "tpx/kernels/elementwise.hpp"
 #include "tpx/kernels/fused_attention.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/nn/attention.hpp"
 #include "tpx/nn/rows.hpp"
+#include "tpx/nn/sequence_order.hpp"
 #include "tpx/ops/permute.hpp"
 
 namespace tpx::nn {
@@ -95,12 +99,22 @@ using key_gradient_t =
                   as_unreduced_t<typename type_at_t<Position, typename Qt::dims>::axes>>;
 
 // sequences (the local (batch, head) pairs), the kernels' layouts of their query and key rows
-// and the block of queries, E and the scale, of operands in fused layout, checked.
+// and the block of queries, E and the scale, of operands in fused layout, checked. A block in the
+// load-balanced order is two runs of positions, the kernels called once for each (run_shape).
 struct fused_geometry {
   std::int64_t sequences;
   kernels::attention_shape shape;
   int e;
   float scale;
+
+  // The kernels' shape for one run of the block's queries: its rows within the block's (the run
+  // starts at the query arrays' pointers offset by query_offset rows) from its first position.
+  kernels::attention_shape run_shape(const position_run& run) const {
+    return {{run.length, shape.queries.heads, shape.queries.t_len}, shape.keys, run.position};
+  }
+  std::int64_t query_offset(const position_run& run) const {
+    return run.index * shape.queries.heads;
+  }
 };
 
 template <std::size_t Position, class Qb, class Kb, class Vb>
@@ -144,31 +158,47 @@ struct fused_attention_output {
   Lt lse;  // like q without E, fp32: log of each query row's softmax denominator
 };
 
-template <AnyTensor Qt, AnyTensor Kt, AnyTensor Vt>
+// Order (nn/sequence_order.hpp) says where q's T and k's S hold which positions:
+// contiguous_positions by default; with load_balanced<C...> q's T is split over C in the
+// balanced order and k's and v's S hold the whole sequence in that order (all-gathered over C),
+// and the layer moves the keys into the order of positions, calls the kernels once for each of
+// the rank's two chunks of queries, and gives dk and dv back in k's order.
+template <class Order = contiguous_positions, AnyTensor Qt, AnyTensor Kt, AnyTensor Vt>
 auto fused_causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
   static_assert(detail::check_attention_operands<Qt, Kt, Vt>());
   using layout = detail::fused_layout<Qt, Kt>;
   constexpr std::size_t position = layout::query_position;
+  static_assert(detail::check_order_split<Order, position, Qt, "fused_causal_attention">());
   const auto& kb = detail::in_order<typename layout::key_order>(k);
   const auto& vb = detail::in_order<typename layout::key_order>(v);
   static_assert(detail::check_batch_splits<Qt, std::remove_cvref_t<decltype(kb)>, position>());
   const detail::fused_geometry g = detail::fused_geometry_of<position>(q, kb, vb);
   const rank_context& ctx = q.context();
+  const std::string who = "fused_causal_attention_forward";
+  const local_positions runs = positions_of<Order, position>(q, who);
+  const auto& kp = copy_in_position_order<Order, position>(kb, who);
+  const auto& vp = copy_in_position_order<Order, position>(vb, who);
   Qt out(ctx, q.shape(), for_overwrite);
   auto lse = make_per_row<per_row_t<Qt>>(out);
-  Qt::space::fused_attention_forward(ctx, g.sequences, g.shape, g.e, g.scale, q.data(), kb.data(),
-                                     vb.data(), out.data(), lse.data());
+  for (int r = 0; r < runs.count; ++r) {
+    const std::int64_t rows = g.query_offset(runs.runs[r]);
+    Qt::space::fused_attention_forward(ctx, g.sequences, g.run_shape(runs.runs[r]), g.e, g.scale,
+                                       q.data() + rows * g.e, kp.data(), vp.data(),
+                                       out.data() + rows * g.e, lse.data() + rows);
+  }
   return fused_attention_output<Qt, decltype(lse)>{std::move(out), std::move(lse)};
 }
 
 // dq like q, dk and dv like k (in q's order; partial sums over T's axes when T is split) from the
-// forward's out and lse and dout (laid out as out).
-template <AnyTensor Qt, AnyTensor Kt, AnyTensor Vt, AnyTensor Ot, AnyTensor Lt>
+// forward's out and lse and dout (laid out as out), Order as for the forward.
+template <class Order = contiguous_positions, AnyTensor Qt, AnyTensor Kt, AnyTensor Vt,
+          AnyTensor Ot, AnyTensor Lt>
 auto fused_causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, const Ot& out,
                                      const Lt& lse, const Ot& dout) {
   static_assert(detail::check_attention_operands<Qt, Kt, Vt>());
   using layout = detail::fused_layout<Qt, Kt>;
   constexpr std::size_t position = layout::query_position;
+  static_assert(detail::check_order_split<Order, position, Qt, "fused_causal_attention">());
   const auto& kb = detail::in_order<typename layout::key_order>(k);
   const auto& vb = detail::in_order<typename layout::key_order>(v);
   using Kg = detail::key_gradient_t<Qt, std::remove_cvref_t<decltype(kb)>, position>;
@@ -178,6 +208,8 @@ auto fused_causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, cons
   const rank_context& ctx = q.context();
   using T = typename Qt::value_type;
   using Space = typename Qt::space;
+  const std::string who = "fused_causal_attention_backward";
+  const local_positions runs = positions_of<Order, position>(q, who);
   auto delta = make_per_row<per_row_t<Qt>>(out);  // dout . out per query row
   Space::template reduce_rows<kernels::sum_reducer<float>>(
       ctx, local_rows(out), g.e, kernels::product_term<T>{out.data(), dout.data(), g.e},
@@ -185,10 +217,36 @@ auto fused_causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, cons
   Qt dq(ctx, q.shape(), for_overwrite);
   Kg dk(ctx, kb.shape(), for_overwrite);
   Kg dv(ctx, kb.shape(), for_overwrite);
-  Space::fused_attention_backward(ctx, g.sequences, g.shape, g.e, g.scale, q.data(), kb.data(),
-                                  vb.data(), dout.data(), lse.data(), delta.data(), dq.data(),
-                                  dk.data(), dv.data());
-  return attention_gradients<Qt, Kg, Kg>{std::move(dq), std::move(dk), std::move(dv)};
+  {  // the keys in the order of positions, and a second run's share of dk and dv, held here only
+    const auto& kp = copy_in_position_order<Order, position>(kb, who);
+    const auto& vp = copy_in_position_order<Order, position>(vb, who);
+    const auto run_gradients = [&](const position_run& run, Kg& dk_run, Kg& dv_run) {
+      const std::int64_t rows = g.query_offset(run);
+      Space::fused_attention_backward(ctx, g.sequences, g.run_shape(run), g.e, g.scale,
+                                      q.data() + rows * g.e, kp.data(), vp.data(),
+                                      dout.data() + rows * g.e, lse.data() + rows,
+                                      delta.data() + rows, dq.data() + rows * g.e, dk_run.data(),
+                                      dv_run.data());
+    };
+    run_gradients(runs.runs[0], dk, dv);
+    if (runs.count == 2) {  // the two runs' shares, added in place
+      Kg dk_second(ctx, kb.shape(), for_overwrite);
+      Kg dv_second(ctx, kb.shape(), for_overwrite);
+      run_gradients(runs.runs[1], dk_second, dv_second);
+      Space::transform(ctx, dk.size(), kernels::add{}, dk.data(), std::as_const(dk).data(),
+                       std::as_const(dk_second).data());
+      Space::transform(ctx, dv.size(), kernels::add{}, dv.data(), std::as_const(dv).data(),
+                       std::as_const(dv_second).data());
+    }
+  }
+  if (runs.count == 1)
+    return attention_gradients<Qt, Kg, Kg>{std::move(dq), std::move(dk), std::move(dv)};
+  // Back in k's order, each share freed as soon as it is copied.
+  const auto in_keys_order = [&](Kg share) { return copy_in_order<Order, position>(share, who); };
+  Kg dk_ordered = in_keys_order(std::move(dk));
+  Kg dv_ordered = in_keys_order(std::move(dv));
+  return attention_gradients<Qt, Kg, Kg>{std::move(dq), std::move(dk_ordered),
+                                         std::move(dv_ordered)};
 }
 
 }  // namespace tpx::nn

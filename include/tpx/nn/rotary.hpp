@@ -13,7 +13,9 @@
 // but last; every dim after it but the last (the heads) and before it (the batch) is whole rows of
 // the same position. A rank rotates its own block in place: a row's position is its index along
 // the position dim plus the block's global offset there, so positions may be split too (context
-// parallelism's query and key blocks) and the result is the unsplit computation's. The head dim E
+// parallelism's query and key blocks) and the result is the unsplit computation's; a sequence in
+// the load-balanced order, each rank two chunks (nn/sequence_order.hpp), says so by type:
+// rotary_forward<T, load_balanced<X>>(q). The head dim E
 // must be whole on every rank, since a pair spans both halves of it: a split is a compile error
 // naming the dim and the axes. The rotation is linear, so a partial sum ({U_Y}: a gradient
 // before its reduction) rotates as it is. The backward pass is the inverse rotation, and the
@@ -28,6 +30,7 @@
 #include "tpx/core/compile_error.hpp"
 #include "tpx/core/type_list.hpp"
 #include "tpx/kernels/rotary.hpp"
+#include "tpx/nn/sequence_order.hpp"
 #include "tpx/sharding/transforms.hpp"
 #include "tpx/tensor/tensor.hpp"
 
@@ -56,9 +59,10 @@ constexpr int rotary_position_index() {
 }
 
 // Turns every pair of x's block by direction times its angle.
-template <template <class...> class Position, AnyTensor Tn>
+template <template <class...> class Position, class Order, AnyTensor Tn>
 void rotate(Tn& x, float base, float direction, const char* who) {
   constexpr int position = rotary_position_index<Position, Tn>();
+  static_assert(check_order_split<Order, static_cast<std::size_t>(position), Tn, "rotary">());
   const std::int64_t width = x.local_extent(Tn::order - 1);
   if (width % 2 != 0)
     throw std::invalid_argument(std::string("tpx: ") + who + ": head dim of " +
@@ -72,29 +76,32 @@ void rotate(Tn& x, float base, float direction, const char* who) {
     rows *= x.local_extent(d);
     if (d > static_cast<std::size_t>(position)) inner *= x.local_extent(d);
   }
+  const local_positions runs = positions_of<Order, static_cast<std::size_t>(position)>(x, who);
   if (rows == 0 || width == 0) return;
+  const position_run& second = runs.runs[runs.count - 1];
   Tn::space::for_each_element(
       x.context(), rows, width / 2,
-      kernels::rotary_turn<typename Tn::value_type>{x.data(), width, inner,
-                                                    x.local_extent(position),
-                                                    x.local_offset(position), std::log2(base),
-                                                    direction});
+      kernels::rotary_turn<typename Tn::value_type>{
+          x.data(), width, inner, x.local_extent(position), runs.runs[0].position,
+          runs.count == 1 ? x.local_extent(position) : second.index, second.position,
+          std::log2(base), direction});
 }
 
 }  // namespace detail
 
 // x with each head's pairs turned by their position's angles (x's buffer, rotated in place: pass
-// std::move(x) unless x must stay).
-template <template <class...> class Position, AnyTensor Tn>
+// std::move(x) unless x must stay). Order says which positions the position dim holds
+// (nn/sequence_order.hpp: load_balanced<C> for context parallelism's balanced blocks).
+template <template <class...> class Position, class Order = contiguous_positions, AnyTensor Tn>
 Tn rotary_forward(Tn x, float base = rotary_default_base) {
-  detail::rotate<Position>(x, base, 1.0f, "rotary_forward");
+  detail::rotate<Position, Order>(x, base, 1.0f, "rotary_forward");
   return x;
 }
 
 // The gradient at rotary_forward's input from the one at its output: dy turned back.
-template <template <class...> class Position, AnyTensor Tn>
+template <template <class...> class Position, class Order = contiguous_positions, AnyTensor Tn>
 Tn rotary_backward(Tn dy, float base = rotary_default_base) {
-  detail::rotate<Position>(dy, base, -1.0f, "rotary_backward");
+  detail::rotate<Position, Order>(dy, base, -1.0f, "rotary_backward");
   return dy;
 }
 

@@ -15,17 +15,22 @@
 // cuda::fused_attention_forward / _backward (fused_attention.hpp) send bf16 here when
 // flash_attention_applies: head width 32, 64 or 128, every array 16-byte aligned (the tiles are
 // staged with 16-byte loads), and a device of compute capability 8.0 or newer, and
-// flash_attention_addresses: fewer than 2^24 elements per position (heads x width); everything
-// else takes the CUDA-core kernels.
+// flash_attention_addresses: fewer than 2^24 elements per position (heads x width), the same
+// heads per position on both sides; everything else takes the CUDA-core kernels. Whole sequences
+// and blocks of queries alike (context parallelism's, kernels::attention_shape): a block's
+// forward and dq passes walk the key tiles up to its last query's position, and its dk-dv pass
+// has a block per 64 keys of the whole sequence.
 //
 // Tiles are double-buffered: cp.async copies the next tile of K and V (Q and dO) from global
 // memory while the block computes on the current one. K, Q and dO are read as B operands by
 // ldmatrix.x4 and V by ldmatrix.x4.trans, two fragments per instruction, from tiles whose rows
 // are padded so those reads hit distinct banks.
-// Registers (ptxas -v, sm_90): forward 184 / 255 / 176 at widths 32 / 64 / 128 (two row tiles
-// per warp at 32 and 64: each fragment loaded from shared memory feeds two mma, and the
-// registers leave room for two blocks per SM), dq 105 / 136 / 237, dk-dv 167 / 252 / 255 with
-// 28 bytes spilled at 128 (its K and V fragments and two accumulators of E floats per lane).
+// Registers (ptxas -v, sm_90, 2026-12-05): forward 167 / 255 / 174 at widths 32 / 64 / 128 (two
+// row tiles per warp at 32 and 64: each fragment loaded from shared memory feeds two mma, and
+// the registers leave room for two blocks per SM), dq 111 / 141 / 255, dk-dv 140 / 255 / 255;
+// at width 128 dq spills 12 bytes and dk-dv 56 (its K and V fragments and two accumulators of E
+// floats per lane; 0 and 8 bytes before the kernels took blocks of queries, whose key rows'
+// base and length stay live beside the query rows').
 // Reading [B, T, H, E] in place (a run-time row stride) cost the forward at width 32 its third
 // block per SM (167 registers before); the other widths keep theirs.
 // Run on an H200 (2026-11-27): correct (cuda_kernels_test, racecheck clean), at 75-112 TFLOP/s
@@ -151,28 +156,31 @@ inline bool flash_attention_applies(int e, std::initializer_list<const void*> ar
   return detail::device_has_bf16_mma();
 }
 
-// Whether the tensor-core kernels address this layout's rows: their stride between a
-// sequence's rows (heads x e elements) is a 32-bit int, times up to a tile's rows.
-inline bool flash_attention_addresses(kernels::attention_layout layout, int e) {
-  return layout.heads * e < (std::int64_t{1} << 24);
+// Whether the tensor-core kernels address this shape's rows: their stride between a sequence's
+// rows (heads x e elements, the same for queries and keys) is a 32-bit int, times up to a tile's
+// rows.
+inline bool flash_attention_addresses(kernels::attention_shape shape, int e) {
+  return shape.queries.heads == shape.keys.heads &&
+         shape.queries.heads * e < (std::int64_t{1} << 24);
 }
 
 // The forward at head width HeadDim with a tiling of the caller's choice (kernels::flash::
 // tiling; tpx-bench-cuda attention-tilings times several): flash_attention_forward below runs
 // kernels::flash::forward_tiling. sequences <= 65535 (checked by the caller,
-// cuda/kernels/fused_attention.hpp). The arrays are in `layout` (kernels/fused_attention.hpp):
-// heads first, or [B, T, H, E] read in place.
+// cuda/kernels/fused_attention.hpp). The arrays are in `shape`'s layouts
+// (kernels/fused_attention.hpp): heads first, or [B, T, H, E] read in place; a block of queries
+// against every key, or whole sequences (attention_shape::whole_sequences).
 template <int HeadDim, class Tiling>
 void flash_attention_forward_tiled(cudaStream_t stream, std::int64_t sequences,
-                                   kernels::attention_layout layout, float scale, const bf16* q,
+                                   kernels::attention_shape shape, float scale, const bf16* q,
                                    const bf16* k, const bf16* v, bf16* out, float* lse) {
-  const kernels::flash::arguments args{layout,  scale,   q,       k,       v,       out,    lse,
+  const kernels::flash::arguments args{shape,   scale,   q,       k,       v,       out,    lse,
                                        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
   constexpr std::size_t bytes = kernels::flash::forward_shared_bytes<HeadDim, Tiling>;
   detail::allow_shared_memory(detail::flash_forward_kernel<HeadDim, Tiling>, bytes);
   detail::flash_forward_kernel<HeadDim, Tiling>
-      <<<detail::flash_grid(sequences, layout.t_len, Tiling::block_rows), kernels::flash::threads,
-         bytes, stream>>>(args);
+      <<<detail::flash_grid(sequences, shape.queries.t_len, Tiling::block_rows),
+         kernels::flash::threads, bytes, stream>>>(args);
   TPX_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -180,21 +188,21 @@ void flash_attention_forward_tiled(cudaStream_t stream, std::int64_t sequences,
 // flash_attention_backward below runs kernels::flash::backward_tiling for both.
 template <int HeadDim, class DqTiling, class DkdvTiling>
 void flash_attention_backward_tiled(cudaStream_t stream, std::int64_t sequences,
-                                    kernels::attention_layout layout, float scale, const bf16* q,
+                                    kernels::attention_shape shape, float scale, const bf16* q,
                                     const bf16* k, const bf16* v, const bf16* dout,
                                     const float* lse, const float* delta, bf16* dq, bf16* dk,
                                     bf16* dv) {
-  const kernels::flash::arguments args{layout, scale, q,     k,  v,  nullptr, nullptr,
-                                       lse,    dout,  delta, dq, dk, dv};
+  const kernels::flash::arguments args{shape, scale, q,     k,  v,  nullptr, nullptr,
+                                       lse,   dout,  delta, dq, dk, dv};
   constexpr std::size_t dq_bytes = kernels::flash::staged_bytes<HeadDim, DqTiling>;
   constexpr std::size_t dkdv_bytes = kernels::flash::dkdv_shared_bytes<HeadDim, DkdvTiling>;
   detail::allow_shared_memory(detail::flash_dq_kernel<HeadDim, DqTiling>, dq_bytes);
   detail::allow_shared_memory(detail::flash_dkdv_kernel<HeadDim, DkdvTiling>, dkdv_bytes);
   detail::flash_dq_kernel<HeadDim, DqTiling>
-      <<<detail::flash_grid(sequences, layout.t_len, DqTiling::block_rows), kernels::flash::threads,
-         dq_bytes, stream>>>(args);
+      <<<detail::flash_grid(sequences, shape.queries.t_len, DqTiling::block_rows),
+         kernels::flash::threads, dq_bytes, stream>>>(args);
   detail::flash_dkdv_kernel<HeadDim, DkdvTiling>
-      <<<detail::flash_grid(sequences, layout.t_len, DkdvTiling::block_rows),
+      <<<detail::flash_grid(sequences, shape.keys.t_len, DkdvTiling::block_rows),
          kernels::flash::threads, dkdv_bytes, stream>>>(args);
   TPX_CUDA_CHECK(cudaGetLastError());
 }
@@ -218,8 +226,19 @@ void flash_attention_backward_one_pass(cudaStream_t stream, cudaMemPool_t pool,
                                        float scale, const bf16* q, const bf16* k, const bf16* v,
                                        const bf16* dout, const float* lse, const float* delta,
                                        bf16* dq, bf16* dk, bf16* dv, std::int64_t splits) {
-  const kernels::flash::arguments args{layout, scale, q,     k,  v,  nullptr, nullptr,
-                                       lse,    dout,  delta, dq, dk, dv};
+  const kernels::flash::arguments args{kernels::attention_shape::whole_sequences(layout),
+                                       scale,
+                                       q,
+                                       k,
+                                       v,
+                                       nullptr,
+                                       nullptr,
+                                       lse,
+                                       dout,
+                                       delta,
+                                       dq,
+                                       dk,
+                                       dv};
   auto shares = device_buffer<float>::for_overwrite(
       static_cast<std::size_t>(splits * sequences * layout.t_len * HeadDim), pool, stream);
   constexpr std::size_t bytes = kernels::flash::one_pass_shared_bytes<HeadDim, Tiling>;
@@ -239,23 +258,23 @@ void flash_attention_backward_one_pass(cudaStream_t stream, cudaMemPool_t pool,
 // in each (ptxas's 2 of the 23 seconds such a file took, sm_90 alone, and part of cicc's 7).
 template <std::same_as<bf16> T>
 void flash_attention_forward(cudaStream_t stream, std::int64_t sequences,
-                             kernels::attention_layout layout, int e, float scale, const T* q,
+                             kernels::attention_shape shape, int e, float scale, const T* q,
                              const T* k, const T* v, T* out, float* lse) {
   detail::with_head_dim(e, [&]<int HeadDim>() {
     flash_attention_forward_tiled<HeadDim, kernels::flash::forward_tiling<HeadDim>>(
-        stream, sequences, layout, scale, q, k, v, out, lse);
+        stream, sequences, shape, scale, q, k, v, out, lse);
   });
 }
 
 template <std::same_as<bf16> T>
 void flash_attention_backward(cudaStream_t stream, std::int64_t sequences,
-                              kernels::attention_layout layout, int e, float scale, const T* q,
+                              kernels::attention_shape shape, int e, float scale, const T* q,
                               const T* k, const T* v, const T* dout, const float* lse,
                               const float* delta, T* dq, T* dk, T* dv) {
   using kernels::flash::backward_tiling;
   detail::with_head_dim(e, [&]<int HeadDim>() {
     flash_attention_backward_tiled<HeadDim, backward_tiling, backward_tiling>(
-        stream, sequences, layout, scale, q, k, v, dout, lse, delta, dq, dk, dv);
+        stream, sequences, shape, scale, q, k, v, dout, lse, delta, dq, dk, dv);
   });
 }
 

@@ -16,10 +16,10 @@
 // 128. Every output element is written by one thread, so results do not depend on scheduling.
 //
 // These kernels run on CUDA cores in fp32 whatever the element type: one thread per row keeps
-// the causal mask and the online softmax simple and shared with the host. bf16 attention of
-// whole sequences with heads of width 32, 64 or 128 on an sm_80+ device takes the tensor-core
-// kernels instead (flash_attention.hpp, FlashAttention-2's warp split); these remain for fp32,
-// other widths, older devices and blocks of queries (context parallelism).
+// the causal mask and the online softmax simple and shared with the host. bf16 attention with
+// heads of width 32, 64 or 128 on an sm_80+ device takes the tensor-core kernels instead
+// (flash_attention.hpp, FlashAttention-2's warp split; whole sequences and blocks of queries
+// alike); these remain for fp32, other widths and older devices.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -198,17 +198,16 @@ inline dim3 attention_grid(std::int64_t sequences, std::int64_t rows) {
 
 }  // namespace detail
 
-// The tensor-core kernels take bf16 self-attention of whole sequences (shape.whole()); a block
-// of queries takes the kernels above.
+// The tensor-core kernels take bf16 attention, whole sequences and blocks of queries alike, where
+// flash_attention_applies and flash_attention_addresses; the rest takes the kernels above.
 template <class T>
 void fused_attention_forward(cudaStream_t stream, std::int64_t sequences,
                              kernels::attention_shape shape, int e, float scale, const T* q,
                              const T* k, const T* v, T* out, float* lse) {
   if (sequences <= 0 || shape.queries.t_len <= 0) return;
   if constexpr (std::is_same_v<T, bf16>) {
-    if (shape.whole() && flash_attention_applies(e, {q, k, v, out}) &&
-        flash_attention_addresses(shape.queries, e)) {
-      flash_attention_forward(stream, sequences, shape.queries, e, scale, q, k, v, out, lse);
+    if (flash_attention_applies(e, {q, k, v, out}) && flash_attention_addresses(shape, e)) {
+      flash_attention_forward(stream, sequences, shape, e, scale, q, k, v, out, lse);
       return;
     }
   }
@@ -228,10 +227,10 @@ void fused_attention_backward(cudaStream_t stream, std::int64_t sequences,
                               const float* delta, T* dq, T* dk, T* dv) {
   if (sequences <= 0 || shape.keys.t_len <= 0) return;
   if constexpr (std::is_same_v<T, bf16>) {
-    if (shape.whole() && flash_attention_applies(e, {q, k, v, dout, dq, dk, dv}) &&
-        flash_attention_addresses(shape.queries, e)) {
-      flash_attention_backward(stream, sequences, shape.queries, e, scale, q, k, v, dout, lse,
-                               delta, dq, dk, dv);
+    if (flash_attention_applies(e, {q, k, v, dout, dq, dk, dv}) &&
+        flash_attention_addresses(shape, e)) {
+      flash_attention_backward(stream, sequences, shape, e, scale, q, k, v, dout, lse, delta, dq,
+                               dk, dv);
       return;
     }
   }
