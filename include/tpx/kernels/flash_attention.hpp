@@ -693,86 +693,87 @@ TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
   const std::int64_t from = args.shape.first_seeing(block_first);
   if (from < t_len)
     over_staged_tiles<Cols>(
-      block, from, t_len - 1, stage_queries, [&](int buffer, std::int64_t t0) {
-        const bf16* q_tile = queries.first(buffer);
-        const bf16* dout_tile = queries.second(buffer);
-        const float* lse_tile = row_stats + 2 * buffer * Cols;
-        const float* delta_tile = lse_tile + Cols;
-        tile_accumulators<1, Cols> p, dp;
-        times_tile_transposed<HeadDim, 1, Cols>(block, k, q_tile, p);  // S^T: keys x queries
-        // P^T = exp2(S^T scale - lse) where the query sees the key (key <= query < T), else 0,
-        // in 32-bit offsets from the tile's first query.
-        const int queries_left = static_cast<int>(least(t_len - t0, Cols));
-        TPX_UNROLL
-        for (int i = 0; i < 4; i += 2) {
-          // The key's offset from the tile's first query's position: below Cols (the tiles start
-          // where the block's first key is first seen), and below 0 (seen by every query) once
-          // the tiles pass the warp's keys, where -1 says as much in 32 bits.
-          const std::int64_t offset = first + mma::accumulator_row(at, i) - args.shape.first - t0;
-          const int key = static_cast<int>(offset < -1 ? -1 : offset);
+        block, from, t_len - 1, stage_queries, [&](int buffer, std::int64_t t0) {
+          const bf16* q_tile = queries.first(buffer);
+          const bf16* dout_tile = queries.second(buffer);
+          const float* lse_tile = row_stats + 2 * buffer * Cols;
+          const float* delta_tile = lse_tile + Cols;
+          tile_accumulators<1, Cols> p, dp;
+          times_tile_transposed<HeadDim, 1, Cols>(block, k, q_tile, p);  // S^T: keys x queries
+          // P^T = exp2(S^T scale - lse) where the query sees the key (key <= query < T), else 0,
+          // in 32-bit offsets from the tile's first query.
+          const int queries_left = static_cast<int>(least(t_len - t0, Cols));
           TPX_UNROLL
-          for (int n = 0; n < Cols / 8; ++n) {
+          for (int i = 0; i < 4; i += 2) {
+            // The key's offset from the tile's first query's position: below Cols (the tiles start
+            // where the block's first key is first seen), and below 0 (seen by every query) once
+            // the tiles pass the warp's keys, where -1 says as much in 32 bits.
+            const std::int64_t offset = first + mma::accumulator_row(at, i) - args.shape.first - t0;
+            const int key = static_cast<int>(offset < -1 ? -1 : offset);
             TPX_UNROLL
-            for (int j = i; j < i + 2; ++j) {
-              const int column = 8 * n + mma::accumulator_column(at, j);
-              const float e =
-                  backward_exp2<HeadDim>(fmaf(p[0][n][j], score_scale, -lse_tile[column]));
-              p[0][n][j] = key <= column && column < queries_left ? e : 0.0f;
-            }
-          }
-        }
-        accumulate_times_tile<HeadDim, 1, Cols>(block, p, dout_tile, dv);
-        times_tile_transposed<HeadDim, 1, Cols>(block, v, dout_tile, dp);  // dP^T
-        TPX_UNROLL
-        for (int n = 0; n < Cols / 8; ++n) {
-          TPX_UNROLL
-          for (int i = 0; i < 4; ++i)
-            p[0][n][i] *= dp[0][n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
-        }
-        accumulate_times_tile<HeadDim, 1, Cols>(block, p, q_tile, dk);
-        if constexpr (WithDq) {
-          // dS^T (bf16, as it enters every second product) of the warp's 16 keys into the tile;
-          // then each warp takes 16 of the tile's queries: dQ = dS K over the block's 64 keys,
-          // A = dS read transposed from dS^T, B = the keys as stored.
-          TPX_UNROLL
-          for (int n = 0; n < Cols / 8; ++n) {
-            TPX_UNROLL
-            for (int i = 0; i < 4; i += 2)
-              mma::store_pair(
-                  ds_tile + (16 * block.warp() + mma::accumulator_row(at, i)) * ds_pitch<Cols> +
-                      8 * n + mma::accumulator_column(at, i),
-                  bf16(p[0][n][i]), bf16(p[0][n][i + 1]));
-          }
-          block.sync();
-          row_accumulators<HeadDim, 1> dq = {};
-          TPX_UNROLL
-          for (int kk = 0; kk < Tiling::block_rows / 16; ++kk) {
-            std::uint32_t a[4];
-            mma::load_a_transposed_x4(
-                block, a, ds_tile + 16 * kk * ds_pitch<Cols> + 16 * block.warp(), ds_pitch<Cols>);
-            TPX_UNROLL
-            for (int e = 0; e < HeadDim / 8; e += 2) {
-              std::uint32_t b[2][2];
-              mma::load_b_x2(block, b, key_tile + 16 * kk * pitch<HeadDim> + 8 * e, pitch<HeadDim>);
-              block.mma(dq[0][e], a, b[0]);
-              block.mma(dq[0][e + 1], a, b[1]);
-            }
-          }
-          // Each element of the share is written by one lane, the same for every key block of
-          // the split, in key-block order: the sums repeat to the bit.
-          TPX_UNROLL
-          for (int e = 0; e < HeadDim / 8; ++e) {
-            TPX_UNROLL
-            for (int i = 0; i < 4; ++i) {
-              const std::int64_t row = t0 + 16 * block.warp() + mma::accumulator_row(at, i);
-              if (row < t_len) {
-                float& x = share.rows[row * HeadDim + 8 * e + mma::accumulator_column(at, i)];
-                x = share.first ? dq[0][e][i] : x + dq[0][e][i];
+            for (int n = 0; n < Cols / 8; ++n) {
+              TPX_UNROLL
+              for (int j = i; j < i + 2; ++j) {
+                const int column = 8 * n + mma::accumulator_column(at, j);
+                const float e =
+                    backward_exp2<HeadDim>(fmaf(p[0][n][j], score_scale, -lse_tile[column]));
+                p[0][n][j] = key <= column && column < queries_left ? e : 0.0f;
               }
             }
           }
-        }
-      });
+          accumulate_times_tile<HeadDim, 1, Cols>(block, p, dout_tile, dv);
+          times_tile_transposed<HeadDim, 1, Cols>(block, v, dout_tile, dp);  // dP^T
+          TPX_UNROLL
+          for (int n = 0; n < Cols / 8; ++n) {
+            TPX_UNROLL
+            for (int i = 0; i < 4; ++i)
+              p[0][n][i] *= dp[0][n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
+          }
+          accumulate_times_tile<HeadDim, 1, Cols>(block, p, q_tile, dk);
+          if constexpr (WithDq) {
+            // dS^T (bf16, as it enters every second product) of the warp's 16 keys into the tile;
+            // then each warp takes 16 of the tile's queries: dQ = dS K over the block's 64 keys,
+            // A = dS read transposed from dS^T, B = the keys as stored.
+            TPX_UNROLL
+            for (int n = 0; n < Cols / 8; ++n) {
+              TPX_UNROLL
+              for (int i = 0; i < 4; i += 2)
+                mma::store_pair(
+                    ds_tile + (16 * block.warp() + mma::accumulator_row(at, i)) * ds_pitch<Cols> +
+                        8 * n + mma::accumulator_column(at, i),
+                    bf16(p[0][n][i]), bf16(p[0][n][i + 1]));
+            }
+            block.sync();
+            row_accumulators<HeadDim, 1> dq = {};
+            TPX_UNROLL
+            for (int kk = 0; kk < Tiling::block_rows / 16; ++kk) {
+              std::uint32_t a[4];
+              mma::load_a_transposed_x4(
+                  block, a, ds_tile + 16 * kk * ds_pitch<Cols> + 16 * block.warp(), ds_pitch<Cols>);
+              TPX_UNROLL
+              for (int e = 0; e < HeadDim / 8; e += 2) {
+                std::uint32_t b[2][2];
+                mma::load_b_x2(block, b, key_tile + 16 * kk * pitch<HeadDim> + 8 * e,
+                               pitch<HeadDim>);
+                block.mma(dq[0][e], a, b[0]);
+                block.mma(dq[0][e + 1], a, b[1]);
+              }
+            }
+            // Each element of the share is written by one lane, the same for every key block of
+            // the split, in key-block order: the sums repeat to the bit.
+            TPX_UNROLL
+            for (int e = 0; e < HeadDim / 8; ++e) {
+              TPX_UNROLL
+              for (int i = 0; i < 4; ++i) {
+                const std::int64_t row = t0 + 16 * block.warp() + mma::accumulator_row(at, i);
+                if (row < t_len) {
+                  float& x = share.rows[row * HeadDim + 8 * e + mma::accumulator_column(at, i)];
+                  x = share.first ? dq[0][e][i] : x + dq[0][e][i];
+                }
+              }
+            }
+          }
+        });
   store_rows<HeadDim, 1>(dk, args.scale, first, key_rows.t_len, at, args.dk + key_rows.base,
                          stride);
   store_rows<HeadDim, 1>(dv, 1.0f, first, key_rows.t_len, at, args.dv + key_rows.base, stride);

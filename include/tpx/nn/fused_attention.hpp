@@ -174,7 +174,7 @@ auto fused_causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
   static_assert(detail::check_batch_splits<Qt, std::remove_cvref_t<decltype(kb)>, position>());
   const detail::fused_geometry g = detail::fused_geometry_of<position>(q, kb, vb);
   const rank_context& ctx = q.context();
-  const std::string who = "fused_causal_attention_forward";
+  const char* const who = "fused_causal_attention_forward";
   const local_positions runs = positions_of<Order, position>(q, who);
   const auto& kp = copy_in_position_order<Order, position>(kb, who);
   const auto& vp = copy_in_position_order<Order, position>(vb, who);
@@ -208,7 +208,8 @@ auto fused_causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, cons
   const rank_context& ctx = q.context();
   using T = typename Qt::value_type;
   using Space = typename Qt::space;
-  const std::string who = "fused_causal_attention_backward";
+  const char* const who = "fused_causal_attention_backward";
+  constexpr bool balanced = !std::is_same_v<Order, contiguous_positions>;  // two runs
   const local_positions runs = positions_of<Order, position>(q, who);
   auto delta = make_per_row<per_row_t<Qt>>(out);  // dout . out per query row
   Space::template reduce_rows<kernels::sum_reducer<float>>(
@@ -229,7 +230,7 @@ auto fused_causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, cons
                                       dv_run.data());
     };
     run_gradients(runs.runs[0], dk, dv);
-    if (runs.count == 2) {  // the two runs' shares, added in place
+    if constexpr (balanced) {  // the two runs' shares, added in place
       Kg dk_second(ctx, kb.shape(), for_overwrite);
       Kg dv_second(ctx, kb.shape(), for_overwrite);
       run_gradients(runs.runs[1], dk_second, dv_second);
@@ -239,14 +240,15 @@ auto fused_causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, cons
                        std::as_const(dv_second).data());
     }
   }
-  if (runs.count == 1)
+  if constexpr (!balanced) {
     return attention_gradients<Qt, Kg, Kg>{std::move(dq), std::move(dk), std::move(dv)};
-  // Back in k's order, each share freed as soon as it is copied.
-  const auto in_keys_order = [&](Kg share) { return copy_in_order<Order, position>(share, who); };
-  Kg dk_ordered = in_keys_order(std::move(dk));
-  Kg dv_ordered = in_keys_order(std::move(dv));
-  return attention_gradients<Qt, Kg, Kg>{std::move(dq), std::move(dk_ordered),
-                                         std::move(dv_ordered)};
+  } else {  // back in k's order, each share freed as soon as it is copied
+    const auto in_keys_order = [&](Kg share) { return copy_in_order<Order, position>(share, who); };
+    Kg dk_ordered = in_keys_order(std::move(dk));
+    Kg dv_ordered = in_keys_order(std::move(dv));
+    return attention_gradients<Qt, Kg, Kg>{std::move(dq), std::move(dk_ordered),
+                                           std::move(dv_ordered)};
+  }
 }
 
 }  // namespace tpx::nn

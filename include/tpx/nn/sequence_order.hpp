@@ -93,6 +93,13 @@ constexpr bool check_order() {
   return true;
 }
 
+// "tpx: who of [B, T_X, ...] (rank r): ", the start of an error about t in layer `who`.
+template <AnyTensor Tn>
+std::string error_prefix(const Tn& t, const char* who) {
+  return std::string("tpx: ") + who + " of " + Tn::notation.c_str() + " (rank " +
+         std::to_string(t.context().world_rank()) + "): ";
+}
+
 // Order's promise checked against dim D of Tn at compile time: a balanced sequence split over
 // other axes than the order's is an error naming the dim and both sets of axes.
 template <class Order, std::size_t D, class Tn, fixed_string Who>
@@ -122,12 +129,14 @@ int order_ranks(const rank_context& ctx) {
   }(typename order_axes<Order>::type{});
 }
 
-// Order's chunk for a sequence of n positions, checked: n / (2C) for load_balanced.
-template <class Order>
-std::int64_t order_chunk(const rank_context& ctx, std::int64_t n, const std::string& where) {
-  const std::int64_t ranks = order_ranks<Order>(ctx);
+// Order's chunk for t's sequence of n positions, checked: n / (2C) for load_balanced. The error
+// names `who` (the layer), t and the rank.
+template <class Order, AnyTensor Tn>
+std::int64_t order_chunk(const Tn& t, std::int64_t n, const char* who) {
+  const std::int64_t ranks = order_ranks<Order>(t.context());
   if (n % (2 * ranks) != 0)
-    throw std::invalid_argument(where + "a load-balanced sequence of " + std::to_string(n) +
+    throw std::invalid_argument(error_prefix(t, who) + "a load-balanced sequence of " +
+                                std::to_string(n) +
                                 " positions cannot be cut into 2 x " + std::to_string(ranks) +
                                 " chunks of one length (one chunk at each end for each of the " +
                                 std::to_string(ranks) + " ranks); make it a multiple of " +
@@ -159,19 +168,18 @@ Tn moved_chunks(const Tn& t, std::int64_t chunks, Slot from_slot) {
 // The runs of positions of t's block along dim D in Order, checked (`who` names the layer in
 // errors).
 template <class Order, std::size_t D, AnyTensor Tn>
-local_positions positions_of(const Tn& t, const std::string& who) {
+local_positions positions_of(const Tn& t, const char* who) {
   detail::check_order<Order>();
   const std::int64_t length = t.local_extent(D);
   if constexpr (std::is_same_v<Order, contiguous_positions>) {
     return {{position_run{0, length, t.local_offset(D)}}, 1};
   } else {
-    const std::string where = "tpx: " + who + " of " + std::string(Tn::notation.c_str()) +
-                              " (rank " + std::to_string(t.context().world_rank()) + "): ";
-    const std::int64_t chunk = detail::order_chunk<Order>(t.context(), t.global_extent(D), where);
+    const std::int64_t chunk = detail::order_chunk<Order>(t, t.global_extent(D), who);
     if (chunk == 0) return {{position_run{}, position_run{}}, 2};
     const std::int64_t n = t.global_extent(D), first = t.local_offset(D);
     if (length != 2 * chunk || first % (2 * chunk) != 0)  // a dim split over other axes too
-      throw std::invalid_argument(where + "the rank's block of " + std::to_string(length) +
+      throw std::invalid_argument(detail::error_prefix(t, who) + "the rank's block of " +
+                                  std::to_string(length) +
                                   " positions from index " + std::to_string(first) +
                                   " is not two chunks of " + std::to_string(chunk) +
                                   " of the balanced order");
@@ -185,15 +193,13 @@ local_positions positions_of(const Tn& t, const std::string& who) {
 // t, whose dim D holds a whole sequence in Order, copied into the order of positions (t itself,
 // uncopied, for contiguous_positions).
 template <class Order, std::size_t D, AnyTensor Tn>
-decltype(auto) copy_in_position_order(const Tn& t, const std::string& who) {
+decltype(auto) copy_in_position_order(const Tn& t, const char* who) {
   detail::check_order<Order>();
   if constexpr (std::is_same_v<Order, contiguous_positions>) {
     return t;
   } else {
-    const std::string where = "tpx: " + who + " of " + std::string(Tn::notation.c_str()) +
-                              " (rank " + std::to_string(t.context().world_rank()) + "): ";
     const std::int64_t ranks = detail::order_ranks<Order>(t.context());
-    detail::order_chunk<Order>(t.context(), t.local_extent(D), where);
+    detail::order_chunk<Order>(t, t.local_extent(D), who);
     // Position chunk j stands at slot 2j (j < C) or 2 (2C - 1 - j) + 1 of the order.
     return detail::moved_chunks<D>(t, 2 * ranks, [ranks](std::int64_t j) {
       return j < ranks ? 2 * j : 2 * (2 * ranks - 1 - j) + 1;
@@ -201,22 +207,18 @@ decltype(auto) copy_in_position_order(const Tn& t, const std::string& who) {
   }
 }
 
-// The inverse: t, whose dim D holds a whole sequence in the order of positions, copied into Order.
+// The inverse for a load-balanced Order: t, whose dim D holds a whole sequence in the order of
+// positions, copied into Order.
 template <class Order, std::size_t D, AnyTensor Tn>
-Tn copy_in_order(const Tn& t, const std::string& who) {
-  detail::check_order<Order>();
-  if constexpr (std::is_same_v<Order, contiguous_positions>) {
-    return Tn(t);
-  } else {
-    const std::string where = "tpx: " + who + " of " + std::string(Tn::notation.c_str()) +
-                              " (rank " + std::to_string(t.context().world_rank()) + "): ";
-    const std::int64_t ranks = detail::order_ranks<Order>(t.context());
-    const std::int64_t n = t.local_extent(D);
-    const std::int64_t chunk = detail::order_chunk<Order>(t.context(), n, where);
-    return detail::moved_chunks<D>(t, 2 * ranks, [=](std::int64_t slot) {
-      return chunk > 0 ? load_balanced_position(slot * chunk, n, ranks) / chunk : 0;
-    });
-  }
+Tn copy_in_order(const Tn& t, const char* who) {
+  static_assert(detail::is_load_balanced_v<Order>,
+                "tpx: copy_in_order moves a sequence into a load_balanced<Axes...> order");
+  const std::int64_t ranks = detail::order_ranks<Order>(t.context());
+  const std::int64_t n = t.local_extent(D);
+  const std::int64_t chunk = detail::order_chunk<Order>(t, n, who);
+  return detail::moved_chunks<D>(t, 2 * ranks, [=](std::int64_t slot) {
+    return chunk > 0 ? load_balanced_position(slot * chunk, n, ranks) / chunk : 0;
+  });
 }
 
 }  // namespace tpx::nn
