@@ -48,7 +48,9 @@
 #   6 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
 #     >= 0.95), the MLP's GEMM with GELU fused into cuBLASLt's epilogue vs unfused, kernel
 #     bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), the fused attention
-#     kernels, the tensor-core ones under each tiling of attention-tilings (which one to make
+#     kernels (and, attention-cp.txt, each rank's block of queries under context parallelism
+#     of 4, as the GPT's --context-parallel layers call them), the tensor-core ones under
+#     each tiling of attention-tilings (which one to make
 #     the kernels' own; attention-tilings.txt, and -gpt.txt in the GPT's [B, T, H, E] layout,
 #     failing if one computes wrong), and the collectives in nccl-tests format on the simulated
 #     mesh (4 ranks on GPU 0) and, with 2 or more GPUs, over NCCL on all of them. Tables go to
@@ -341,6 +343,8 @@ else
   step "bench gelu" bash -o pipefail -c "$bench gelu --json $out/gelu.json | tee $out/gelu.txt"
   step "bench kernels" bash -o pipefail -c "$bench kernels -N 64M -d 4096 --json $out/kernels.json | tee $out/kernels.txt"
   step "bench attention" bash -o pipefail -c "$bench attention --json $out/attention.json | tee $out/attention.txt"
+  step "bench attention under context parallelism (each of 4 ranks' block of T = 4096, bf16, [B, T, H, E])" \
+    bash -o pipefail -c "$bench attention -B 8 -T 4096 -t bf16 --layout tokens --context-parallel 4 --json $out/attention-cp.json | tee $out/attention-cp.txt"
   step "bench attention tilings (the tensor-core kernels under other tilings, E = 64 and 128)" \
     bash -o pipefail -c "$bench attention-tilings -E 64,128 --json $out/attention-tilings.json | tee $out/attention-tilings.txt"
   step "bench attention tilings as the GPT lays them out ([B, T, H, E], GPT-2's T = 1024)" \

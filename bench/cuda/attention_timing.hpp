@@ -6,6 +6,9 @@
 // kernels::attention_layout), and compares the first sequence's out, dq, dk and dv with the host
 // twin (tensor/host_fused_attention.hpp) on the same inputs (seeded, so the same for every call of
 // one shape: host_twins keeps each shape's, which the host takes seconds to compute at T = 4096).
+// With a context_block of X ranks, the queries are rank r's block of each sequence, T / X rows
+// from position r T / X, against all T keys, as context parallelism's layers call the kernels
+// (nn/attention.hpp gathers the keys over the ranks).
 // The backward is the rowdot
 // delta[t] = dout_t . out_t (reduce_rows over product_term, as nn/fused_attention.hpp forms it)
 // and then the backward call, because SDPA's backward does that preprocessing inside its own
@@ -20,7 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <utility>
+#include <tuple>
 #include <vector>
 
 #include "measure.hpp"
@@ -36,14 +39,28 @@
 
 namespace tpx::bench::cuda {
 
-// FlashAttention's count for causal attention: two [T, T] x E products, half of them masked.
-inline double attention_forward_flops(std::int64_t sequences, std::int64_t t_len, std::int64_t e) {
-  return 4.0 * static_cast<double>(sequences) * static_cast<double>(t_len) *
-         static_cast<double>(t_len) * static_cast<double>(e) / 2.0;
+// Which queries of each sequence a row times: rank `rank` of `ranks`' block under context
+// parallelism (T / ranks rows from position rank T / ranks); 0 of 1 is the whole sequence.
+struct context_block {
+  int rank = 0, ranks = 1;
+
+  std::int64_t queries(std::int64_t t_len) const { return t_len / ranks; }
+  std::int64_t first(std::int64_t t_len) const { return rank * queries(t_len); }
+};
+
+// FlashAttention's count for causal attention: two [T, T] x E products, half of them masked,
+// 4 E T^2 / 2 per sequence; for a block of Tq queries from position `first`, which see
+// first + Tq / 2 keys on average, 4 E Tq (first + Tq / 2) (the whole sequence's count at
+// first = 0, and the blocks of one sequence's ranks add up to it).
+inline double attention_forward_flops(std::int64_t sequences, std::int64_t queries,
+                                      std::int64_t first, std::int64_t e) {
+  const double tq = static_cast<double>(queries);
+  return 4.0 * static_cast<double>(sequences) * static_cast<double>(e) * tq *
+         (static_cast<double>(first) + tq / 2.0);
 }
 
-// The first sequence's t_len rows of e elements, `step` rows apart in a device array, as one
-// [t_len, e] array.
+// The first sequence's t_len rows of e elements (its queries' or its keys'), `step` rows apart in
+// a device array, as one [t_len, e] array.
 template <class T>
 std::vector<T> first_sequence(const tpx::cuda::device_buffer<T>& b, std::int64_t t_len, int e,
                               std::int64_t step) {
@@ -54,26 +71,28 @@ std::vector<T> first_sequence(const tpx::cuda::device_buffer<T>& b, std::int64_t
   return host;
 }
 
-// The host twin's out, dq, dk and dv of the first sequence, by (T, E).
+// The host twin's out, dq, dk and dv of the first sequence, by (T, E, rank, ranks).
 template <class T>
 struct host_outputs {
   std::vector<T> out, dq, dk, dv;
 };
 template <class T>
-using host_twins = std::map<std::pair<std::int64_t, int>, host_outputs<T>>;
+using host_twins = std::map<std::tuple<std::int64_t, int, int, int>, host_outputs<T>>;
 
-// The host twin of one sequence [t_len, e] of inputs.
+// The host twin of one sequence: q and dout [queries, e], k and v [keys, e], in `shape`'s
+// positions.
 template <class T>
-host_outputs<T> host_twin(std::int64_t t_len, int e, float scale, const std::vector<T>& q,
-                          const std::vector<T>& k, const std::vector<T>& v,
+host_outputs<T> host_twin(const kernels::attention_shape& shape, int e, float scale,
+                          const std::vector<T>& q, const std::vector<T>& k, const std::vector<T>& v,
                           const std::vector<T>& dout) {
-  const auto shape = kernels::attention_shape::whole_sequences({t_len});
-  host_outputs<T> h{std::vector<T>(q.size()), std::vector<T>(q.size()), std::vector<T>(q.size()),
-                    std::vector<T>(q.size())};
-  std::vector<float> lse(static_cast<std::size_t>(t_len)), delta(static_cast<std::size_t>(t_len));
+  const std::int64_t queries = shape.queries.t_len;
+  host_outputs<T> h{std::vector<T>(q.size()), std::vector<T>(q.size()), std::vector<T>(k.size()),
+                    std::vector<T>(k.size())};
+  std::vector<float> lse(static_cast<std::size_t>(queries)),
+      delta(static_cast<std::size_t>(queries));
   tpx::detail::host_fused_attention_forward(1, shape, e, scale, q.data(), k.data(), v.data(),
                                             h.out.data(), lse.data());
-  for (std::int64_t t = 0; t < t_len; ++t)
+  for (std::int64_t t = 0; t < queries; ++t)
     for (std::int64_t i = 0; i < e; ++i)
       delta[t] += kernels::product_term<T>{h.out.data(), dout.data(), e}(t, i);
   tpx::detail::host_fused_attention_backward(1, shape, e, scale, q.data(), k.data(), v.data(),
@@ -82,36 +101,39 @@ host_outputs<T> host_twin(std::int64_t t_len, int e, float scale, const std::vec
   return h;
 }
 
-// One row: forward(stream, sequences, layout, scale, q, k, v, out, lse) and
-// backward(stream, sequences, layout, scale, q, k, v, dout, lse, delta, dq, dk, dv) timed and
-// checked as above (`tokens`: in [B, T, H, E], else heads first), the host twin taken from
-// `twins` or added to it; `type` and `tiling` label the row.
+// One row: forward(stream, sequences, shape, scale, q, k, v, out, lse) and
+// backward(stream, sequences, shape, scale, q, k, v, dout, lse, delta, dq, dk, dv) timed and
+// checked as above (`tokens`: in [B, T, H, E], else heads first; `block`: which queries), the
+// host twin taken from `twins` or added to it; `type` and `tiling` label the row.
 template <class T, class Forward, class Backward>
 attention_row time_attention(const std::string& type, const std::string& tiling, std::int64_t batch,
-                             std::int64_t heads, std::int64_t t_len, int e, bool tokens, int iters,
-                             int warmup, const Forward& forward_call, const Backward& backward_call,
-                             host_twins<T>& twins) {
+                             std::int64_t heads, std::int64_t t_len, context_block block, int e,
+                             bool tokens, int iters, int warmup, const Forward& forward_call,
+                             const Backward& backward_call, host_twins<T>& twins) {
   namespace cu = tpx::cuda;
   cu::rank_resources r(0, {});
   const cudaStream_t s = r.stream();
-  const std::int64_t sequences = batch * heads, rows = sequences * t_len, n = rows * e;
+  const std::int64_t sequences = batch * heads, queries = block.queries(t_len);
+  const std::int64_t rows = sequences * queries, n = rows * e, key_n = sequences * t_len * e;
   const float scale = 1.0f / std::sqrt(static_cast<float>(e));
-  auto q = random_buffer<T>(r, n, 1), k = random_buffer<T>(r, n, 2), v = random_buffer<T>(r, n, 3);
-  auto dout = random_buffer<T>(r, n, 4);
-  const auto size = static_cast<std::size_t>(n);
-  cu::device_buffer<T> out(size, r.pool(), s), dq(size, r.pool(), s), dk(size, r.pool(), s),
-      dv(size, r.pool(), s);
+  auto q = random_buffer<T>(r, n, 1), k = random_buffer<T>(r, key_n, 2);
+  auto v = random_buffer<T>(r, key_n, 3), dout = random_buffer<T>(r, n, 4);
+  const auto size = static_cast<std::size_t>(n), key_size = static_cast<std::size_t>(key_n);
+  cu::device_buffer<T> out(size, r.pool(), s), dq(size, r.pool(), s), dk(key_size, r.pool(), s),
+      dv(key_size, r.pool(), s);
   cu::device_buffer<float> lse(static_cast<std::size_t>(rows), r.pool(), s);
   cu::device_buffer<float> delta(static_cast<std::size_t>(rows), r.pool(), s);
 
-  const kernels::attention_layout layout{t_len, tokens ? heads : 1};
+  const std::int64_t heads_per_position = tokens ? heads : 1;
+  const kernels::attention_shape shape{
+      {queries, heads_per_position}, {t_len, heads_per_position}, block.first(t_len)};
   const auto forward = [&] {
-    forward_call(s, sequences, layout, scale, q.data(), k.data(), v.data(), out.data(), lse.data());
+    forward_call(s, sequences, shape, scale, q.data(), k.data(), v.data(), out.data(), lse.data());
   };
   const auto backward = [&] {
     cu::reduce_rows<kernels::sum_reducer<float>>(
         s, rows, e, kernels::product_term<T>{out.data(), dout.data(), e}, delta.data());
-    backward_call(s, sequences, layout, scale, q.data(), k.data(), v.data(), dout.data(),
+    backward_call(s, sequences, shape, scale, q.data(), k.data(), v.data(), dout.data(),
                   lse.data(), delta.data(), dq.data(), dk.data(), dv.data());
   };
   const double forward_seconds = seconds_per_call(s, iters, warmup, forward);
@@ -120,27 +142,35 @@ attention_row time_attention(const std::string& type, const std::string& tiling,
 
   // The first sequence against the host twin. Its rows are other elements of the random arrays in
   // the two layouts, so `twins` must hold one layout's (each bench run takes one).
-  const std::int64_t step = layout.row_step();
+  const std::int64_t step = heads_per_position;
   const auto first = [&](const cu::device_buffer<T>& b) {
+    return first_sequence(b, queries, e, step);
+  };
+  const auto first_keys = [&](const cu::device_buffer<T>& b) {
     return first_sequence(b, t_len, e, step);
   };
-  auto twin = twins.find({t_len, e});
-  if (twin == twins.end())
+  const std::tuple<std::int64_t, int, int, int> twin_key{t_len, e, block.rank, block.ranks};
+  auto twin = twins.find(twin_key);
+  if (twin == twins.end()) {
+    const kernels::attention_shape one{{queries}, {t_len}, shape.first};
     twin = twins
-               .emplace(std::pair{t_len, e},
-                        host_twin(t_len, e, scale, first(q), first(k), first(v), first(dout)))
+               .emplace(twin_key, host_twin(one, e, scale, first(q), first_keys(k), first_keys(v),
+                                            first(dout)))
                .first;
+  }
   const host_outputs<T>& h = twin->second;
-  const double diff =
-      std::max({relative_difference(first(out), h.out), relative_difference(first(dq), h.dq),
-                relative_difference(first(dk), h.dk), relative_difference(first(dv), h.dv)});
+  const double diff = std::max(
+      {relative_difference(first(out), h.out), relative_difference(first(dq), h.dq),
+       relative_difference(first_keys(dk), h.dk), relative_difference(first_keys(dv), h.dv)});
 
-  const double flops = attention_forward_flops(sequences, t_len, e);
+  const double flops = attention_forward_flops(sequences, queries, shape.first, e);
   return {type,
           tiling,
           batch,
           heads,
           t_len,
+          block.rank,
+          block.ranks,
           e,
           forward_seconds * 1e3,
           backward_seconds * 1e3,

@@ -11,7 +11,8 @@
 //   tpx-bench-cuda attention -B 16 -H 12 -T 1024,4096 -E 64 -t bf16,fp32 --json attention.json
 //       ms and TFLOP/s of the fused causal attention kernels, forward and backward, to set beside
 //       PyTorch's SDPA (bench/peers/torch_sdpa.py; target: tpx >= 0.9x); heads first, or with
-//       --layout tokens in the GPT's [B, T, H, E]
+//       --layout tokens in the GPT's [B, T, H, E]; with --context-parallel X also each rank's
+//       block of T / X queries against the T keys, as context parallelism calls the kernels
 //   tpx-bench-cuda attention-tilings -B 16 -H 12 -T 1024,4096 -E 64,128 --json tilings.json
 //       the same for the tensor-core kernels under the tilings attention_tilings.cu lists, bf16,
 //       the kernels' own first
@@ -58,11 +59,13 @@ void add_common(CLI::App& app, common_options& o) {
 }
 
 // The attention benches' sequences: -B x -H of each length in -T (GPT-2's 16 x 12 by default),
-// heads first or (--layout tokens) [B, T, H, E] as the GPT's layers pass them.
+// heads first or (--layout tokens) [B, T, H, E] as the GPT's layers pass them; attention's
+// --context-parallel X adds the rows of each rank's block of queries.
 struct attention_shape {
   std::int64_t batch = 16, heads = 12;
   std::vector<std::int64_t> lengths = {1024, 4096};
   std::string layout = "heads";
+  int context_parallel = 1;
   bool tokens() const { return layout == "tokens"; }
   std::string described() const {
     return tokens() ? "[B, T, H, E] read in place" : "heads first, [B x H, T, E]";
@@ -145,27 +148,40 @@ int run_kernels(std::int64_t elements, std::int64_t row_length, const common_opt
   return 0;
 }
 
+// "whole", or "r of X" for rank r's block of queries under context parallelism.
+std::string queries_of(const bc::attention_row& r) {
+  return r.ranks == 1 ? "whole" : std::to_string(r.rank) + " of " + std::to_string(r.ranks);
+}
+
 // The attention rows' table and JSON (attention, attention-tilings: the tiling column when the
-// rows have one).
+// rows have one; the queries column when some row is a block of queries).
 void report_attention(const std::vector<bc::attention_row>& measured, const attention_shape& shape,
                       const char* bench, const common_options& o, const std::string& command) {
   const bool tilings = !measured.empty() && !measured.front().tiling.empty();
+  const bool blocks = shape.context_parallel > 1;
   std::printf("# tpx-bench-cuda %s: fused causal, %lld x %lld heads of E, %s, scale 1/sqrt(E)\n",
               bench, static_cast<long long>(shape.batch), static_cast<long long>(shape.heads),
               shape.described().c_str());
   std::printf("# TFLOP/s as FlashAttention counts: forward 4 B H T^2 E / 2, backward 2.5x that\n");
-  std::printf("# %5s %4s %6s %11s %12s %11s %12s %13s%s\n", "type", "E", "T", "fwd(ms)",
-              "fwd TFLOP/s", "bwd(ms)", "bwd TFLOP/s", "max rel diff", tilings ? "  tiling" : "");
+  if (blocks)
+    std::printf("# queries \"r of X\": rank r's T / X from position r T / X against the T keys, "
+                "4 B H E (T / X) (r T / X + T / 2X) FLOPs forward\n");
+  std::printf("# %5s %4s %6s %11s %12s %11s %12s %13s%s%s\n", "type", "E", "T", "fwd(ms)",
+              "fwd TFLOP/s", "bwd(ms)", "bwd TFLOP/s", "max rel diff", blocks ? "  queries" : "",
+              tilings ? "  tiling" : "");
   json rows = json::array();
   for (const bc::attention_row& r : measured) {
-    std::printf("  %5s %4lld %6lld %11.3f %12.1f %11.3f %12.1f %13.3g%s%s\n", r.type.c_str(),
+    std::printf("  %5s %4lld %6lld %11.3f %12.1f %11.3f %12.1f %13.3g%s%s%s%s\n", r.type.c_str(),
                 static_cast<long long>(r.e), static_cast<long long>(r.t_len), r.forward_ms,
                 r.forward_tflops, r.backward_ms, r.backward_tflops, r.max_rel_diff,
-                tilings ? "  " : "", r.tiling.c_str());
+                blocks ? "  " : "", blocks ? queries_of(r).c_str() : "", tilings ? "  " : "",
+                r.tiling.c_str());
     json row = {{"type", r.type},
                 {"batch", r.batch},
                 {"heads", r.heads},
                 {"t", r.t_len},
+                {"rank", r.rank},
+                {"ranks", r.ranks},
                 {"e", r.e},
                 {"forward_ms", r.forward_ms},
                 {"forward_tflops", r.forward_tflops},
@@ -182,7 +198,8 @@ void report_attention(const std::vector<bc::attention_row>& measured, const atte
          {"warmup", o.warmup},
          {"batch", shape.batch},
          {"heads", shape.heads},
-         {"layout", shape.layout}},
+         {"layout", shape.layout},
+         {"context_parallel", shape.context_parallel}},
         rows);
 }
 
@@ -195,10 +212,11 @@ int rows_off_the_host_twin(const std::vector<bc::attention_row>& rows) {
   int off = 0;
   for (const bc::attention_row& r : rows)
     if (!(r.max_rel_diff <= tolerance)) {
-      std::printf("FAILED: %s E=%lld T=%lld%s%s: max rel diff %.3g from the host twin "
-                  "(at most %.3g)\n",
+      std::printf("FAILED: %s E=%lld T=%lld, queries %s%s%s: max rel diff %.3g from the host "
+                  "twin (at most %.3g)\n",
                   r.type.c_str(), static_cast<long long>(r.e), static_cast<long long>(r.t_len),
-                  r.tiling.empty() ? "" : ", ", r.tiling.c_str(), r.max_rel_diff, tolerance);
+                  queries_of(r).c_str(), r.tiling.empty() ? "" : ", ", r.tiling.c_str(),
+                  r.max_rel_diff, tolerance);
       ++off;
     }
   return off;
@@ -207,7 +225,8 @@ int rows_off_the_host_twin(const std::vector<bc::attention_row>& rows) {
 int run_attention(const attention_shape& shape, int e, const std::vector<std::string>& types,
                   const common_options& o, const std::string& command) {
   const std::vector<bc::attention_row> rows = bc::measure_attention(
-      shape.batch, shape.heads, shape.lengths, e, types, shape.tokens(), o.iters, o.warmup);
+      shape.batch, shape.heads, shape.lengths, e, types, shape.tokens(), shape.context_parallel,
+      o.iters, o.warmup);
   report_attention(rows, shape, "attention", o, command);
   return rows_off_the_host_twin(rows) > 0 ? 1 : 0;
 }
@@ -314,6 +333,10 @@ int main(int argc, char** argv) {
   add_attention_shape(*attention, attention_s);
   attention->add_option("-E,--head-dim", head_width, "head width E")->check(CLI::Range(1, 1 << 20));
   attention->add_option("-t,--types", attention_types, "bf16, fp32")->delimiter(',');
+  attention
+      ->add_option("-X,--context-parallel", attention_s.context_parallel,
+                   "also time each of X ranks' block of T / X queries against the T keys")
+      ->check(CLI::Range(1, 1 << 16));
   add_common(*attention, attention_o);
 
   common_options tilings_o;

@@ -56,13 +56,19 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t elements, std::int64_t r
 
 // Fused causal attention alone (tpx::cuda::fused_attention_forward and _backward, the kernels
 // under nn::fused_causal_attention_*), q, k, v [batch x heads, t_len, e] row-major or, with
-// `tokens`, [batch, t_len, heads, e] as the GPT's layers pass them, scale 1/sqrt(e). TFLOP/s count FlashAttention's benchmarks' FLOPs: the forward 4 B H T^2 E / 2 (two
-// matrix products, halved by the causal mask), the backward 2.5 times that; so the figures compare
-// with PyTorch's SDPA timed the same way (bench/peers/torch_sdpa.py).
+// `tokens`, [batch, t_len, heads, e] as the GPT's layers pass them, scale 1/sqrt(e). TFLOP/s
+// count FlashAttention's benchmarks' FLOPs: the forward 4 B H T^2 E / 2 (two matrix products,
+// halved by the causal mask; a block of Tq queries from position f: 4 B H E Tq (f + Tq / 2)), the
+// backward 2.5 times that; so the figures compare with PyTorch's SDPA timed the same way
+// (bench/peers/torch_sdpa.py).
 struct attention_row {
   std::string type;    // bf16, fp32
   std::string tiling;  // attention-tilings' rows: the tensor-core kernels' tilings; else empty
-  std::int64_t batch = 0, heads = 0, t_len = 0, e = 0;
+  std::int64_t batch = 0, heads = 0, t_len = 0;
+  // The queries: rank `rank` of `ranks`' block of each sequence under context parallelism, T /
+  // ranks rows from position rank T / ranks against all T keys; 0 of 1: the whole sequence.
+  int rank = 0, ranks = 1;
+  std::int64_t e = 0;
   double forward_ms = 0,
          backward_ms = 0;  // per call; the backward includes delta = rowdot(dout, out)
   double forward_tflops = 0, backward_tflops = 0;
@@ -71,10 +77,12 @@ struct attention_row {
   // fast kernel that computes something else shows.
   double max_rel_diff = 0;
 };
+// With context_parallel = X > 1, each length's whole-sequence row is followed by one row per
+// rank's block of X (each length a multiple of X).
 std::vector<attention_row> measure_attention(std::int64_t batch, std::int64_t heads,
                                              const std::vector<std::int64_t>& lengths, int e,
                                              const std::vector<std::string>& types, bool tokens,
-                                             int iters, int warmup);
+                                             int context_parallel, int iters, int warmup);
 // The same rows, bf16, for the tensor-core kernels under each tiling attention_tilings.cu lists
 // at head width e (64 or 128), the kernels' own first: `tiling` names the forward's, dq's and
 // dk-dv's (R x Cols; "s": the queries in shared memory; "/3": at least 3 blocks per

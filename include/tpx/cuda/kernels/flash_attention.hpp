@@ -30,7 +30,9 @@
 // the registers leave room for two blocks per SM), dq 111 / 141 / 255, dk-dv 140 / 255 / 255;
 // at width 128 dq spills 12 bytes and dk-dv 56 (its K and V fragments and two accumulators of E
 // floats per lane; 0 and 8 bytes before the kernels took blocks of queries, whose key rows'
-// base and length stay live beside the query rows').
+// base and length stay live beside the query rows'). Where they fall (nvdisasm of the sm_90
+// cubin, 2026-12-05): per query tile dk-dv stores 4 words and loads 4 beside its 256 mma, dq
+// loads 1 beside 192; the rest is before and after the loop, so the spills cost next to nothing.
 // Reading [B, T, H, E] in place (a run-time row stride) cost the forward at width 32 its third
 // block per SM (167 registers before); the other widths keep theirs.
 // Run on an H200 (2026-11-27): correct (cuda_kernels_test, racecheck clean), at 75-112 TFLOP/s
