@@ -24,6 +24,7 @@
 #include "tpx/ops/permute.hpp"
 #include "tpx/ops/rename.hpp"
 #include "tpx/ops/reshard.hpp"
+#include "tpx/ops/roll.hpp"
 #include "tpx/sharding/dim.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/sharding/mesh_axis.hpp"

@@ -29,11 +29,17 @@
 // expect(IMPLICIT_REDUCTION): \[I, K\].U_X. does not convert implicitly to \[I, K_X\]: reducing a partial sum over mesh axes X is a collective
 // expect(IMPLICIT_REDUCTION_ARGUMENT): \[I, K\].U_XY. does not convert implicitly to \[I, K\]: reducing a partial sum over mesh axes X, Y is a collective
 // expect(ADD_DIFFERENT_SHARDINGS): elementwise operation on \[B_X, D\] and \[B, D_X\]: the shardings differ
+// expect(ROLL_UNSPLIT_DIM): roll<X, D>: dim D of \[B_X, D\] is not split over mesh axis X
+// expect(ROLL_OUTER_SPLIT): roll<X, B>: mesh axis X is not the innermost split of dim B in \[B_XY, D\]
+// expect(PIPELINE_STAGE_DIM): gpipe<X, B>: stage dim B of \[B_YX, D\] must be split over mesh axis X alone
 #include <tpx/tpx.hpp>
 // Only the checkpoint case reads the checkpoint headers: parsing them (nlohmann/json) is most of
 // the compile time of a case, and every case is compiled on its own, one at a time.
 #if defined(CHECKPOINT_PARTIAL_SUM)
 #include <tpx/io/checkpoint.hpp>
+#endif
+#if defined(PIPELINE_STAGE_DIM)
+#include <tpx/nn/pipeline.hpp>
 #endif
 
 TPX_MESH_AXES(X, Y, Z);
@@ -103,6 +109,14 @@ void body(const tpx::Rank<tpx::Mesh<X, Y>>& rank) {
   auto t = take(some<Tensor<float, I<>, K<>, Unreduced<Y, X>>>());
 #elif defined(ADD_DIFFERENT_SHARDINGS)
   auto t = some<Tensor<float, B<X>, D<>>>() + some<Tensor<float, B<>, D<X>>>();
+#elif defined(ROLL_UNSPLIT_DIM)
+  auto t = tpx::roll<X, D>(some<Tensor<float, B<X>, D<>>>(), 1);
+#elif defined(ROLL_OUTER_SPLIT)
+  auto t = tpx::roll<X, B>(some<Tensor<float, B<X, Y>, D<>>>(), 1);
+#elif defined(PIPELINE_STAGE_DIM)
+  using rows = Tensor<float, B<Y, X>, D<>>;
+  auto same = [](int, rows r) { return r; };
+  auto t = tpx::nn::gpipe<X, B>(some<rows>(), 2, same, same);
 #elif defined(CHECKPOINT_PARTIAL_SUM)
   tpx::io::checkpoint_writer out(rank, some<tpx::io::checkpoint_directory>(), 0);
   out.add("partial", some<Tensor<float, B<>, F<>, Unreduced<X>>>());

@@ -10,6 +10,8 @@
 //                                                              (slice<X, D>(rank, t): X checked
 //                                                              against the mesh at compile time)
 //   embed<X, D>(t)              [B, D_X]      -> [B, D]{U_X}   local: block into zeros
+//   roll<X, D>(t, k)            [B, D_X]      -> [B, D_X]      block r to rank r + k
+//                                                              (ops/roll.hpp)
 //
 // all_reduce_max reads {U_X} as "each rank holds a partial maximum over X" (say the row maxima of
 // its block of logits whose vocabulary is split over X, for a vocab-parallel softmax): the type

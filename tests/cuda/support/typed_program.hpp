@@ -5,8 +5,9 @@
 // The program makes In[B_X, D_Y] and W[D_X, F_Y] with tpx::randn (device tensors for a CUDA
 // rank: the type follows the rank), multiplies them (matmul chooses the collectives), applies
 // GELU and a bf16 cast (the elementwise kernel), reshards across both axes, gathers an inner dim
-// (pack/unpack through copy_box) and reduce-scatters a partial sum into an inner dim. Extents do
-// not divide the mesh, so blocks are uneven. Rank 0 records every result as a global array.
+// (pack/unpack through copy_box), reduce-scatters a partial sum into an inner dim and rolls a
+// dim's blocks one rank on (ops/roll.hpp). Extents do not divide the mesh, so blocks are uneven
+// (but for the roll, whose blocks must be equal). Rank 0 records every result as a global array.
 // GEMMs differ between cuBLASLt and OpenBLAS in summation order, so fp32 results agree within
 // k ulps of the magnitudes and bf16 ones within a bf16 ulp.
 #pragma once
@@ -49,6 +50,8 @@ program_results run_typed_program(Launcher launcher, int x, int y) {
     keep(in_d);
     auto partial = contract<B>(in_d, t);      // [D, F_Y]{U_X}
     keep(reduce_scatter<X, F>(partial));      // [D, F_YX]: packed with copy_box
+    auto rows = randn<float, B<X>, F<>>(rank, {B(3 * x), F(5)}, 3);
+    keep(roll<X, B>(rows, 1));                // block r to rank r + 1: all_to_all, one peer each
     if (rank.world_rank() == 0) {
       const std::lock_guard guard(lock);
       results.arrays = std::move(mine);

@@ -1,0 +1,238 @@
+// Pipeline parallelism (nn/pipeline.hpp) against the same model run whole on one thread by naive
+// loops in double: a residual stack of L = 12 layers x <- x + GELU(x W_l), W_l [D, D], loss
+// 0.5 sum (x_L - y)^2 / N over a batch of N rows in M microbatches, trained with GPipe over mesh
+// axis P (12 / P layers per stage, each stage's weights stacked as [S_P, D_X, E] and all-gathered
+// over X before use, FSDP) and data parallelism over X inside each stage (rows [S_P, B_X, D]).
+// On meshes P x X = 1x1, 2x1, 3x1, 4x1, 2x2, 3x2 and 1, 2 and 5 microbatches it checks:
+//  - the last stage's outputs x_L of every microbatch, block by block (relative 1e-5);
+//  - every layer's weight gradient, reduce-scattered over X onto its FSDP shard, summed over the
+//    microbatches (max |difference| / max |reference| within 1e-5: fp32 sums in another order);
+//  - which microbatch each stage runs at each tick, and the bubble, against GPipe's diagram
+//    (each stage busy M consecutive ticks, P - 1 idle, forward stage s from tick s, backward
+//    from tick P - 1 - s), and that the forward and backward functions ran exactly M times;
+//  - a stage dim of the wrong extent, or no microbatch, refused with a sentence.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+#include <tpx/kernels/random.hpp>
+#include <tpx/nn/pipeline.hpp>
+#include <tpx/tpx.hpp>
+#include <utility>
+#include <vector>
+
+namespace {
+
+TPX_MESH_AXES(P, X);
+TPX_DIMS(S, B, D, E);
+
+using tpx::Tensor;
+
+constexpr int layers = 12;
+constexpr std::int64_t width = 8;
+
+// The model whole, in double: GELU's tanh form written out (not kernels::gelu's exp form).
+double gelu(double v) {
+  return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+}
+double gelu_slope(double v) {
+  const double u = std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v), t = std::tanh(u);
+  return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * v * v);
+}
+
+struct reference {
+  std::vector<std::vector<double>> outputs;  // x_L, [N, D] row-major (all microbatches)
+  std::vector<std::vector<double>> grads;    // dW_l, [D, D]
+};
+
+// x [N, D], y [N, D], w[l] [D, D]: forward, then the loss's gradients, naive loops.
+reference run_whole(const std::vector<float>& x0, const std::vector<float>& y,
+                    const std::vector<std::vector<float>>& w, std::int64_t n) {
+  const std::int64_t d = width;
+  std::vector<std::vector<double>> xs(layers + 1, std::vector<double>(x0.begin(), x0.end()));
+  std::vector<std::vector<double>> pre(layers, std::vector<double>(n * d));
+  for (int l = 0; l < layers; ++l)
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t j = 0; j < d; ++j) {
+        double s = 0;
+        for (std::int64_t i = 0; i < d; ++i) s += xs[l][r * d + i] * w[l][i * d + j];
+        pre[l][r * d + j] = s;
+        xs[l + 1][r * d + j] = xs[l][r * d + j] + gelu(s);
+      }
+  reference out{{xs[layers]}, std::vector<std::vector<double>>(layers, std::vector<double>(d * d))};
+  std::vector<double> dx(n * d);
+  for (std::int64_t k = 0; k < n * d; ++k) dx[k] = (xs[layers][k] - y[k]) / static_cast<double>(n);
+  for (int l = layers - 1; l >= 0; --l) {
+    std::vector<double> dpre(n * d), next = dx;
+    for (std::int64_t k = 0; k < n * d; ++k) dpre[k] = dx[k] * gelu_slope(pre[l][k]);
+    for (std::int64_t i = 0; i < d; ++i)
+      for (std::int64_t j = 0; j < d; ++j)
+        for (std::int64_t r = 0; r < n; ++r) {
+          out.grads[l][i * d + j] += xs[l][r * d + i] * dpre[r * d + j];
+          next[r * d + i] += dpre[r * d + j] * w[l][i * d + j];
+        }
+    dx = std::move(next);
+  }
+  return out;
+}
+
+double largest(const std::vector<double>& v) {
+  double m = 0;
+  for (double e : v) m = std::max(m, std::abs(e));
+  return m;
+}
+
+void check_pipeline(int stages, int data, int microbatches) {
+  CAPTURE(stages);
+  CAPTURE(data);
+  CAPTURE(microbatches);
+  const int per_stage = layers / stages;
+  const std::int64_t rows = 2 * data;  // a microbatch's rows, split over X
+  const std::int64_t n = rows * microbatches;
+  std::vector<float> x0(n * width), y(n * width);
+  for (std::int64_t k = 0; k < n * width; ++k) {
+    x0[k] = tpx::kernels::normal_at(1, static_cast<std::uint64_t>(k));
+    y[k] = tpx::kernels::normal_at(2, static_cast<std::uint64_t>(k));
+  }
+  std::vector<std::vector<float>> w(layers, std::vector<float>(width * width));
+  for (int l = 0; l < layers; ++l)
+    for (std::int64_t k = 0; k < width * width; ++k)
+      w[l][k] = 0.3f * tpx::kernels::normal_at(10 + l, static_cast<std::uint64_t>(k));
+  const reference whole = run_whole(x0, y, w, n);
+
+  tpx::spmd(tpx::host, tpx::Mesh<P, X>{stages, data}, [&](auto& rank) {
+    using rows_t = Tensor<float, S<P>, B<X>, D<>>;  // a stage's rows of a microbatch
+    using weight = Tensor<float, S<P>, D<X>, E<>>;   // layer i of every stage, FSDP over X
+    using weight_grad = decltype(tpx::reduce_scatter<X, D>(
+        tpx::einsum<B>(std::declval<const rows_t&>(),
+                       std::declval<const Tensor<float, S<P>, B<X>, E<>>&>())));
+    static_assert(std::is_same_v<weight_grad, weight>);
+    // Microbatch m's rows (inputs or targets) in every stage's block; stage 0 reads the inputs,
+    // the last stage the targets.
+    const auto microbatch = [&](const std::vector<float>& all, int m) {
+      std::vector<float> g;
+      for (int s = 0; s < stages; ++s)
+        g.insert(g.end(), all.begin() + m * rows * width, all.begin() + (m + 1) * rows * width);
+      return tpx::from_global<float, S<P>, B<X>, D<>>(rank, {S(stages), B(rows), D(width)}, g);
+    };
+    std::vector<weight> ws, grads;
+    for (int i = 0; i < per_stage; ++i) {
+      std::vector<float> g;  // block s: layer s * per_stage + i
+      for (int s = 0; s < stages; ++s) g.insert(g.end(), w[s * per_stage + i].begin(), w[s * per_stage + i].end());
+      ws.push_back(tpx::from_global<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, g));
+      grads.emplace_back(rank, tpx::Shape{S(stages), D(width), E(width)});
+    }
+    // What the backward pass needs of each microbatch: every layer's input and product.
+    std::vector<std::vector<rows_t>> inputs(microbatches);
+    std::vector<std::vector<Tensor<float, S<P>, B<X>, E<>>>> products(microbatches);
+    std::vector<rows_t> outputs;
+    const int stage = rank.template axis<P>().coord;
+    const bool last = stage == stages - 1;
+    int forwards = 0, backwards = 0;
+    std::vector<int> forward_order, backward_order;
+
+    const rows_t like(rank, {S(stages), B(rows), D(width)});
+    const tpx::nn::pipeline_schedule plan = tpx::nn::gpipe<P, S>(
+        like, microbatches,
+        [&](int m, rows_t in) {
+          ++forwards;
+          forward_order.push_back(m);
+          rows_t x = stage == 0 ? microbatch(x0, m) : std::move(in);
+          for (int i = 0; i < per_stage; ++i) {
+            auto product = tpx::einsum<D>(x, tpx::all_gather<X>(ws[i]));  // [S_P, B_X, E]
+            rows_t next = x + tpx::rename<E, D>(tpx::map(tpx::kernels::gelu{}, product));
+            inputs[m].push_back(std::move(x));
+            products[m].push_back(std::move(product));
+            x = std::move(next);
+          }
+          if (last) outputs.push_back(x);
+          return x;
+        },
+        [&](int m, rows_t dout) {
+          ++backwards;
+          backward_order.push_back(m);
+          rows_t dx = last ? (outputs[m] - microbatch(y, m)) * (1.0 / static_cast<double>(n))
+                           : std::move(dout);
+          for (int i = per_stage - 1; i >= 0; --i) {
+            const auto dpre = tpx::rename<D, E>(tpx::map(
+                tpx::kernels::gelu_backward{}, tpx::rename<E, D>(std::move(products[m][i])), dx));
+            grads[i] = grads[i] + tpx::reduce_scatter<X, D>(tpx::einsum<B>(inputs[m][i], dpre));
+            dx = dx + tpx::einsum<E>(dpre, tpx::all_gather<X>(ws[i]));
+          }
+          return dx;
+        });
+
+    // The schedule: GPipe's diagram.
+    CHECK(plan.ticks() == microbatches + stages - 1);
+    CHECK(plan.bubble() == doctest::Approx(double(stages - 1) / (microbatches + stages - 1)));
+    for (int s = 0; s < stages; ++s)
+      for (int t = 0; t < plan.ticks(); ++t) {
+        const int busy_forward = t >= s && t < s + microbatches ? t - s : -1;
+        const int first_backward = stages - 1 - s;
+        const int busy_backward =
+            t >= first_backward && t < first_backward + microbatches ? t - first_backward : -1;
+        CHECK(plan.forward_microbatch(s, t) == busy_forward);
+        CHECK(plan.backward_microbatch(s, t) == busy_backward);
+      }
+    CHECK(forwards == microbatches);
+    CHECK(backwards == microbatches);
+    for (int m = 0; m < microbatches; ++m) {
+      CHECK(forward_order[m] == m);
+      CHECK(backward_order[m] == m);
+    }
+
+    // The last stage's outputs, its block of every microbatch's rows.
+    if (last)
+      for (int m = 0; m < microbatches; ++m) {
+        const auto block = outputs[m].local();
+        const std::int64_t first_row = m * rows + outputs[m].local_offset(1);
+        for (std::int64_t r = 0; r < outputs[m].local_extent(1); ++r)
+          for (std::int64_t j = 0; j < width; ++j)
+            CHECK(block[r * width + j] ==
+                  doctest::Approx(whole.outputs[0][(first_row + r) * width + j]).epsilon(1e-5));
+      }
+    // Every layer's gradient: layer s * per_stage + i is block s of grads[i].
+    for (int i = 0; i < per_stage; ++i) {
+      const std::vector<float> g = tpx::to_global(grads[i]);
+      for (int s = 0; s < stages; ++s) {
+        const int l = s * per_stage + i;
+        CAPTURE(l);
+        const std::vector<double>& want = whole.grads[l];
+        double diff = 0;
+        for (std::int64_t k = 0; k < width * width; ++k)
+          diff = std::max(diff, std::abs(g[s * width * width + k] - want[k]));
+        CHECK(diff <= 1e-5 * largest(want));
+      }
+    }
+  });
+}
+
+TEST_CASE("GPipe over P matches the whole model's outputs and gradients, with FSDP over X") {
+  for (const auto& [stages, data] :
+       {std::pair{1, 1}, {2, 1}, {3, 1}, {4, 1}, {2, 2}, {3, 2}})
+    for (int microbatches : {1, 2, 5}) check_pipeline(stages, data, microbatches);
+}
+
+TEST_CASE("a stage dim without one element per stage is refused, naming dim, axis and extents") {
+  tpx::spmd(tpx::host, tpx::Mesh<P, X>{2, 1}, [](auto& rank) {
+    using rows_t = Tensor<float, S<P>, B<>, D<>>;
+    const rows_t like(rank, {S(4), B(2), D(2)});
+    const auto same = [](int, rows_t r) { return r; };
+    const auto run = [&] { return tpx::nn::gpipe<P, S>(like, 2, same, same); };
+    CHECK_THROWS_WITH_AS(run(),
+                         "tpx: gpipe<P, S>: stage dim S of [S_P, B, D] has extent 4 but mesh axis "
+                         "P has 2 stages: give it one element per stage",
+                         std::invalid_argument);
+  });
+}
+
+TEST_CASE("a pipeline takes at least one stage and one microbatch") {
+  CHECK_THROWS_WITH_AS(tpx::nn::pipeline_schedule(2, 0),
+                       "tpx: pipeline of 2 stages and 0 microbatches: it takes at least one of each",
+                       std::invalid_argument);
+}
+
+}  // namespace
