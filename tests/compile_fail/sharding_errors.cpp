@@ -31,7 +31,7 @@
 // expect(ADD_DIFFERENT_SHARDINGS): elementwise operation on \[B_X, D\] and \[B, D_X\]: the shardings differ
 // expect(ROLL_UNSPLIT_DIM): roll<X, D>: dim D of \[B_X, D\] is not split over mesh axis X
 // expect(ROLL_OUTER_SPLIT): roll<X, B>: mesh axis X is not the innermost split of dim B in \[B_XY, D\]
-// expect(PIPELINE_STAGE_DIM): gpipe<X, B>: stage dim B of \[B_YX, D\] must be split over mesh axis X alone
+// expect(PIPELINE_STAGE_DIM): pipeline<X, B>: stage dim B of \[B_YX, D\] must be split over mesh axis X alone
 #include <tpx/tpx.hpp>
 // Only the checkpoint case reads the checkpoint headers: parsing them (nlohmann/json) is most of
 // the compile time of a case, and every case is compiled on its own, one at a time.
@@ -116,7 +116,7 @@ void body(const tpx::Rank<tpx::Mesh<X, Y>>& rank) {
 #elif defined(PIPELINE_STAGE_DIM)
   using rows = Tensor<float, B<Y, X>, D<>>;
   auto same = [](int, rows r) { return r; };
-  auto t = tpx::nn::gpipe<X, B>(some<rows>(), 2, same, same);
+  tpx::nn::run_pipeline<X, B>(some<rows>(), some<tpx::nn::pipeline_schedule>(), same, same);
 #elif defined(CHECKPOINT_PARTIAL_SUM)
   tpx::io::checkpoint_writer out(rank, some<tpx::io::checkpoint_directory>(), 0);
   out.add("partial", some<Tensor<float, B<>, F<>, Unreduced<X>>>());

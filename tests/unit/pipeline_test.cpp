@@ -1,22 +1,29 @@
 // Pipeline parallelism (nn/pipeline.hpp) against the same model run whole on one thread by naive
 // loops in double: a residual stack of L = 12 layers x <- x + GELU(x W_l), W_l [D, D], loss
-// 0.5 sum (x_L - y)^2 / N over a batch of N rows in M microbatches, trained with GPipe over mesh
-// axis P (12 / P layers per stage, each stage's weights stacked as [S_P, D_X, E] and all-gathered
-// over X before use, FSDP) and data parallelism over X inside each stage (rows [S_P, B_X, D]).
-// On meshes P x X = 1x1, 2x1, 3x1, 4x1, 2x2, 3x2 and 1, 2 and 5 microbatches it checks:
+// 0.5 sum (x_L - y)^2 / N over a batch of N rows in M microbatches, trained through
+// run_pipeline over mesh axis P (12 / P layers per stage, each stage's weights stacked as
+// [S_P, D_X, E] and all-gathered over X before use, FSDP) with data parallelism over X inside
+// each stage (rows [S_P, B_X, D]). In both orders (GPipe, 1F1B), on meshes P x X = 1x1, 2x1, 3x1,
+// 4x1, 2x2, 3x2 and 1, 2 and 5 microbatches it checks:
 //  - the last stage's outputs x_L of every microbatch, block by block (relative 1e-5);
 //  - every layer's weight gradient, reduce-scattered over X onto its FSDP shard, summed over the
 //    microbatches (max |difference| / max |reference| within 1e-5: fp32 sums in another order);
-//  - which microbatch each stage runs at each tick, and the bubble, against GPipe's diagram
-//    (each stage busy M consecutive ticks, P - 1 idle, forward stage s from tick s, backward
-//    from tick P - 1 - s), and that the forward and backward functions ran exactly M times;
-//  - a stage dim of the wrong extent, or no microbatch, refused with a sentence.
+//  - that each stage ran each microbatch once each way, in order, holding no more microbatches'
+//    activations at once than the schedule says (M for GPipe, P - s for 1F1B).
+// Then each stage's peak tensor memory, measured by the rank's meter, is lower under 1F1B than
+// under GPipe (P = 4, M = 8); the schedules for P up to 5 and M up to 7 keep their definitions
+// (each step once, after the step it needs; GPipe's diagram; 1F1B's bound; 2 (M + P - 1) ticks
+// and the bubble (P - 1) / (M + P - 1)); a stage dim of the wrong extent, a schedule for another
+// number of stages, or no microbatch, are refused with a sentence.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <tpx/kernels/random.hpp>
 #include <tpx/nn/pipeline.hpp>
@@ -85,10 +92,17 @@ double largest(const std::vector<double>& v) {
   return m;
 }
 
-void check_pipeline(int stages, int data, int microbatches) {
+using tpx::nn::pipeline_order;
+using tpx::nn::pipeline_step;
+
+// Runs the stack through the pipeline on a P x X mesh and checks it against the model run whole;
+// returns each stage's peak tensor memory during the run (rank 0 of X's).
+std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
+                                         pipeline_order order) {
   CAPTURE(stages);
   CAPTURE(data);
   CAPTURE(microbatches);
+  CAPTURE(order == pipeline_order::gpipe ? "gpipe" : "1f1b");
   const int per_stage = layers / stages;
   const std::int64_t rows = 2 * data;  // a microbatch's rows, split over X
   const std::int64_t n = rows * microbatches;
@@ -102,13 +116,16 @@ void check_pipeline(int stages, int data, int microbatches) {
     for (std::int64_t k = 0; k < width * width; ++k)
       w[l][k] = 0.3f * tpx::kernels::normal_at(10 + l, static_cast<std::uint64_t>(k));
   const reference whole = run_whole(x0, y, w, n);
+  const tpx::nn::pipeline_schedule plan(stages, microbatches, order);
+  std::vector<std::int64_t> peaks(stages);
+  std::mutex peaks_lock;
 
   tpx::spmd(tpx::host, tpx::Mesh<P, X>{stages, data}, [&](auto& rank) {
     using rows_t = Tensor<float, S<P>, B<X>, D<>>;  // a stage's rows of a microbatch
     using weight = Tensor<float, S<P>, D<X>, E<>>;   // layer i of every stage, FSDP over X
+    using product_t = Tensor<float, S<P>, B<X>, E<>>;
     using weight_grad = decltype(tpx::reduce_scatter<X, D>(
-        tpx::einsum<B>(std::declval<const rows_t&>(),
-                       std::declval<const Tensor<float, S<P>, B<X>, E<>>&>())));
+        tpx::einsum<B>(std::declval<const rows_t&>(), std::declval<const product_t&>())));
     static_assert(std::is_same_v<weight_grad, weight>);
     // Microbatch m's rows (inputs or targets) in every stage's block; stage 0 reads the inputs,
     // the last stage the targets.
@@ -121,25 +138,30 @@ void check_pipeline(int stages, int data, int microbatches) {
     std::vector<weight> ws, grads;
     for (int i = 0; i < per_stage; ++i) {
       std::vector<float> g;  // block s: layer s * per_stage + i
-      for (int s = 0; s < stages; ++s) g.insert(g.end(), w[s * per_stage + i].begin(), w[s * per_stage + i].end());
-      ws.push_back(tpx::from_global<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, g));
+      for (int s = 0; s < stages; ++s)
+        g.insert(g.end(), w[s * per_stage + i].begin(), w[s * per_stage + i].end());
+      ws.push_back(
+          tpx::from_global<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, g));
       grads.emplace_back(rank, tpx::Shape{S(stages), D(width), E(width)});
     }
-    // What the backward pass needs of each microbatch: every layer's input and product.
+    // What the backward pass needs of each microbatch, freed by it: every layer's input and
+    // product, and the last stage's output.
     std::vector<std::vector<rows_t>> inputs(microbatches);
-    std::vector<std::vector<Tensor<float, S<P>, B<X>, E<>>>> products(microbatches);
-    std::vector<rows_t> outputs;
+    std::vector<std::vector<product_t>> products(microbatches);
+    std::vector<std::optional<rows_t>> outputs(microbatches);
+    std::vector<std::vector<float>> output_blocks(microbatches);
     const int stage = rank.template axis<P>().coord;
     const bool last = stage == stages - 1;
-    int forwards = 0, backwards = 0;
     std::vector<int> forward_order, backward_order;
+    int held = 0, most_held = 0;
 
     const rows_t like(rank, {S(stages), B(rows), D(width)});
-    const tpx::nn::pipeline_schedule plan = tpx::nn::gpipe<P, S>(
-        like, microbatches,
+    rank.memory().reset_peak();
+    tpx::nn::run_pipeline<P, S>(
+        like, plan,
         [&](int m, rows_t in) {
-          ++forwards;
           forward_order.push_back(m);
+          most_held = std::max(most_held, ++held);
           rows_t x = stage == 0 ? microbatch(x0, m) : std::move(in);
           for (int i = 0; i < per_stage; ++i) {
             auto product = tpx::einsum<D>(x, tpx::all_gather<X>(ws[i]));  // [S_P, B_X, E]
@@ -148,13 +170,17 @@ void check_pipeline(int stages, int data, int microbatches) {
             products[m].push_back(std::move(product));
             x = std::move(next);
           }
-          if (last) outputs.push_back(x);
+          if (last) {
+            const auto block = x.local();
+            output_blocks[m].assign(block.begin(), block.end());
+            outputs[m] = x;
+          }
           return x;
         },
         [&](int m, rows_t dout) {
-          ++backwards;
           backward_order.push_back(m);
-          rows_t dx = last ? (outputs[m] - microbatch(y, m)) * (1.0 / static_cast<double>(n))
+          --held;
+          rows_t dx = last ? (*outputs[m] - microbatch(y, m)) * (1.0 / static_cast<double>(n))
                            : std::move(dout);
           for (int i = per_stage - 1; i >= 0; --i) {
             const auto dpre = tpx::rename<D, E>(tpx::map(
@@ -162,36 +188,31 @@ void check_pipeline(int stages, int data, int microbatches) {
             grads[i] = grads[i] + tpx::reduce_scatter<X, D>(tpx::einsum<B>(inputs[m][i], dpre));
             dx = dx + tpx::einsum<E>(dpre, tpx::all_gather<X>(ws[i]));
           }
+          inputs[m].clear();
+          products[m].clear();
+          outputs[m].reset();
           return dx;
         });
-
-    // The schedule: GPipe's diagram.
-    CHECK(plan.ticks() == microbatches + stages - 1);
-    CHECK(plan.bubble() == doctest::Approx(double(stages - 1) / (microbatches + stages - 1)));
-    for (int s = 0; s < stages; ++s)
-      for (int t = 0; t < plan.ticks(); ++t) {
-        const int busy_forward = t >= s && t < s + microbatches ? t - s : -1;
-        const int first_backward = stages - 1 - s;
-        const int busy_backward =
-            t >= first_backward && t < first_backward + microbatches ? t - first_backward : -1;
-        CHECK(plan.forward_microbatch(s, t) == busy_forward);
-        CHECK(plan.backward_microbatch(s, t) == busy_backward);
-      }
-    CHECK(forwards == microbatches);
-    CHECK(backwards == microbatches);
-    for (int m = 0; m < microbatches; ++m) {
-      CHECK(forward_order[m] == m);
-      CHECK(backward_order[m] == m);
+    if (rank.template axis<X>().coord == 0) {
+      const std::lock_guard guard(peaks_lock);
+      peaks[stage] = rank.memory().peak_bytes();
     }
+
+    // Each microbatch once each way, in order, and no more kept at once than the schedule says.
+    std::vector<int> in_order(microbatches);
+    for (int m = 0; m < microbatches; ++m) in_order[m] = m;
+    CHECK(forward_order == in_order);
+    CHECK(backward_order == in_order);
+    CHECK(held == 0);
+    CHECK(most_held == plan.most_in_flight(stage));
 
     // The last stage's outputs, its block of every microbatch's rows.
     if (last)
       for (int m = 0; m < microbatches; ++m) {
-        const auto block = outputs[m].local();
-        const std::int64_t first_row = m * rows + outputs[m].local_offset(1);
-        for (std::int64_t r = 0; r < outputs[m].local_extent(1); ++r)
+        const std::int64_t first_row = m * rows + like.local_offset(1);
+        for (std::int64_t r = 0; r < like.local_extent(1); ++r)
           for (std::int64_t j = 0; j < width; ++j)
-            CHECK(block[r * width + j] ==
+            CHECK(output_blocks[m][r * width + j] ==
                   doctest::Approx(whole.outputs[0][(first_row + r) * width + j]).epsilon(1e-5));
       }
     // Every layer's gradient: layer s * per_stage + i is block s of grads[i].
@@ -208,12 +229,71 @@ void check_pipeline(int stages, int data, int microbatches) {
       }
     }
   });
+  return peaks;
 }
 
-TEST_CASE("GPipe over P matches the whole model's outputs and gradients, with FSDP over X") {
-  for (const auto& [stages, data] :
-       {std::pair{1, 1}, {2, 1}, {3, 1}, {4, 1}, {2, 2}, {3, 2}})
-    for (int microbatches : {1, 2, 5}) check_pipeline(stages, data, microbatches);
+TEST_CASE("a pipeline over P matches the whole model's outputs and gradients, with FSDP over X") {
+  for (const pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b})
+    for (const auto& [stages, data] :
+         {std::pair{1, 1}, {2, 1}, {3, 1}, {4, 1}, {2, 2}, {3, 2}})
+      for (int microbatches : {1, 2, 5}) check_pipeline(stages, data, microbatches, order);
+}
+
+TEST_CASE("1F1B keeps fewer activations than GPipe: measured peak memory of each stage") {
+  const std::vector<std::int64_t> gpipe = check_pipeline(4, 1, 8, pipeline_order::gpipe);
+  const std::vector<std::int64_t> one_f_one_b =
+      check_pipeline(4, 1, 8, pipeline_order::one_f_one_b);
+  std::string peaks = "peak tensor bytes of stages 0-3, P = 4, M = 8, GPipe against 1F1B:";
+  for (int s = 0; s < 4; ++s) {
+    CAPTURE(s);
+    CHECK(one_f_one_b[s] < gpipe[s]);
+    peaks += " " + std::to_string(gpipe[s]) + " / " + std::to_string(one_f_one_b[s]);
+  }
+  MESSAGE(peaks);
+}
+
+// The step of stage s at which microbatch m runs `what`, -1 if none; checks it runs once.
+int tick_of(const tpx::nn::pipeline_schedule& plan, int s, pipeline_step::kind what, int m) {
+  int found = -1, times = 0;
+  for (int t = 0; t < plan.ticks(); ++t)
+    if (plan.at(s, t) == pipeline_step{what, m}) {
+      found = t;
+      ++times;
+    }
+  CHECK(times == 1);
+  return found;
+}
+
+TEST_CASE("the schedules: GPipe's diagram, 1F1B's bound, both taking 2 (M + P - 1) ticks") {
+  for (const pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b})
+    for (int stages = 1; stages <= 5; ++stages)
+      for (int microbatches = 1; microbatches <= 7; ++microbatches) {
+        CAPTURE(stages);
+        CAPTURE(microbatches);
+        const tpx::nn::pipeline_schedule plan(stages, microbatches, order);
+        const int ticks = 2 * (microbatches + stages - 1);
+        CHECK(plan.ticks() == ticks);
+        CHECK(plan.bubble() ==
+              doctest::Approx(double(stages - 1) / (microbatches + stages - 1)));
+        for (int s = 0; s < stages; ++s) {
+          CAPTURE(s);
+          for (int m = 0; m < microbatches; ++m) {
+            CAPTURE(m);
+            const int f = tick_of(plan, s, pipeline_step::forward, m);
+            const int b = tick_of(plan, s, pipeline_step::backward, m);
+            CHECK(f < b);
+            if (s > 0) CHECK(tick_of(plan, s - 1, pipeline_step::forward, m) < f);
+            if (s < stages - 1) CHECK(tick_of(plan, s + 1, pipeline_step::backward, m) < b);
+            if (order == pipeline_order::gpipe) {
+              CHECK(f == s + m);
+              CHECK(b == microbatches + stages - 1 + (stages - 1 - s) + m);
+            }
+          }
+          CHECK(plan.most_in_flight(s) == (order == pipeline_order::gpipe
+                                               ? microbatches
+                                               : std::min(stages - s, microbatches)));
+        }
+      }
 }
 
 TEST_CASE("a stage dim without one element per stage is refused, naming dim, axis and extents") {
@@ -221,10 +301,15 @@ TEST_CASE("a stage dim without one element per stage is refused, naming dim, axi
     using rows_t = Tensor<float, S<P>, B<>, D<>>;
     const rows_t like(rank, {S(4), B(2), D(2)});
     const auto same = [](int, rows_t r) { return r; };
-    const auto run = [&] { return tpx::nn::gpipe<P, S>(like, 2, same, same); };
-    CHECK_THROWS_WITH_AS(run(),
-                         "tpx: gpipe<P, S>: stage dim S of [S_P, B, D] has extent 4 but mesh axis "
-                         "P has 2 stages: give it one element per stage",
+    const auto run = [&](int stages) {
+      tpx::nn::run_pipeline<P, S>(like, tpx::nn::pipeline_schedule(stages, 2), same, same);
+    };
+    CHECK_THROWS_WITH_AS(run(2),
+                         "tpx: pipeline<P, S>: stage dim S of [S_P, B, D] has extent 4 but mesh "
+                         "axis P has 2 stages: give it one element per stage",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(run(3),
+                         "tpx: pipeline<P, S>: a schedule of 3 stages on mesh axis P of 2 ranks",
                          std::invalid_argument);
   });
 }

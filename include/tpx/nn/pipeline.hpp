@@ -1,7 +1,6 @@
-// Pipeline parallelism over a mesh axis, in SPMD form: GPipe's schedule (Huang et al. 2019: every
-// microbatch forward, then every microbatch backward) run by all ranks in lockstep, the
-// activations passed from stage to stage by tpx::roll (ops/roll.hpp), as JAX's shard_map
-// pipelines pass them with ppermute.
+// Pipeline parallelism over a mesh axis, in SPMD form: a schedule of forward and backward passes
+// of microbatches, run by all ranks in lockstep, the activations passed from stage to stage by
+// tpx::roll (ops/roll.hpp), as JAX's shard_map pipelines pass them with ppermute.
 //
 // A model of L layers is cut into P stages of consecutive layers; stage s is the ranks whose
 // coordinate along mesh axis P is s (the seeds' "split on the L dimension"). Every tensor a stage
@@ -19,54 +18,144 @@
 //   backward(m, dout) the gradient of the stage's input from the gradient of its output; the
 //                     last stage gets zeros (it starts from its loss), stage 0's result goes
 //                     nowhere; the stage adds its weights' gradients wherever it keeps them
-// and gpipe runs M microbatches forward, then backward, M + P - 1 ticks each (pipeline_schedule):
+// and run_pipeline runs them in the order of a pipeline_schedule, one step per stage per tick
+// (a forward, a backward, or nothing: the bubble), after which the outputs of the tick's
+// forwards roll one stage on and the input gradients of its backwards one stage back (a
+// direction no stage sends in at that tick is not rolled). A stage keeps what it receives until
+// its step for that microbatch comes. Two orders:
 //
-//   forward tick t    stage s runs microbatch t - s (if it is one of 0 .. M-1), then the outputs
-//                     roll one stage on, s to s + 1
-//   backward tick t   stage s runs microbatch t - (P - 1 - s), then the input gradients roll one
-//                     stage back, s to s - 1
+//   gpipe        (Huang et al. 2019) every microbatch forward, then every one backward: stage s
+//                runs forward m at tick s + m and backward m at tick M + P - 1 + (P - 1 - s) + m;
+//                it holds every microbatch's activations (M) until the backward pass
+//   one_f_one_b  (PipeDream-Flush, Narayanan et al. 2021; Megatron-LM's default) stage s runs
+//                P - 1 - s forwards, then alternates one forward and one backward, then the
+//                last backwards: at most P - s microbatches' activations at a time
 //
-// so each stage idles P - 1 ticks of each pass: the bubble, (P - 1) / (M + P - 1) of the step
-// (seed 001, "Reducing the pipeline overheads"). An idle stage passes on what it received
-// untouched, which the next stage, idle at the next tick, ignores; the roll's wrap-around (the
-// last stage to stage 0, and back) carries one block that no stage reads. Every microbatch's
-// activations stay until its backward pass (the caller keeps them, GPipe's memory; 1F1B, which
-// keeps at most P, is a schedule for later).
+// Both take 2 (M + P - 1) ticks, each stage idle 2 (P - 1) of them: the bubble,
+// (P - 1) / (M + P - 1) of the step (seed 001, "Reducing the pipeline overheads"). gpipe rolls once
+// per tick, one_f_one_b twice in its steady part (both directions are in flight).
 #pragma once
 
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "tpx/ops/roll.hpp"
 
 namespace tpx::nn {
 
-// Which microbatch each stage runs at each tick of GPipe's two passes.
-struct pipeline_schedule {
-  int stages;
-  int microbatches;
+enum class pipeline_order { gpipe, one_f_one_b };
 
-  pipeline_schedule(int stages_, int microbatches_) : stages(stages_), microbatches(microbatches_) {
+// What one stage does at one tick.
+struct pipeline_step {
+  enum kind { idle, forward, backward } what = idle;
+  int microbatch = -1;
+
+  friend bool operator==(const pipeline_step&, const pipeline_step&) = default;
+};
+
+// Which step each stage takes at each tick: every stage runs forward m, then backward m, for
+// each microbatch m, a forward only after the previous stage's (at an earlier tick), a backward
+// only after the next stage's.
+class pipeline_schedule {
+ public:
+  pipeline_schedule(int stages, int microbatches, pipeline_order order = pipeline_order::gpipe)
+      : stages_(stages), microbatches_(microbatches) {
     if (stages < 1 || microbatches < 1)
       throw std::invalid_argument("tpx: pipeline of " + std::to_string(stages) + " stages and " +
                                   std::to_string(microbatches) +
                                   " microbatches: it takes at least one of each");
+    steps_ = ticks_of(order == pipeline_order::gpipe ? gpipe_sequences()
+                                                     : one_f_one_b_sequences());
   }
 
-  int ticks() const { return microbatches + stages - 1; }
-  // The microbatch stage `stage` runs at forward tick `tick`, -1 when it idles.
-  int forward_microbatch(int stage, int tick) const { return within(tick - stage); }
-  // The same for the backward pass: the last stage starts it.
-  int backward_microbatch(int stage, int tick) const {
-    return within(tick - (stages - 1 - stage));
+  int stages() const { return stages_; }
+  int microbatches() const { return microbatches_; }
+  int ticks() const { return static_cast<int>(steps_.front().size()); }
+  const pipeline_step& at(int stage, int tick) const { return steps_[stage][tick]; }
+  // The share of a stage's ticks it idles (every stage alike).
+  double bubble() const {
+    return static_cast<double>(ticks() - 2 * microbatches_) / ticks();
   }
-  // The share of each pass's ticks a stage idles.
-  double bubble() const { return static_cast<double>(stages - 1) / ticks(); }
+  // The most microbatches stage `stage` has run forward and not yet backward at once: whose
+  // activations it keeps.
+  int most_in_flight(int stage) const {
+    int now = 0, most = 0;
+    for (const pipeline_step& step : steps_[stage]) {
+      now += step.what == pipeline_step::forward ? 1 : step.what == pipeline_step::backward ? -1 : 0;
+      most = std::max(most, now);
+    }
+    return most;
+  }
 
  private:
-  int within(int m) const { return m >= 0 && m < microbatches ? m : -1; }
+  using sequence = std::vector<pipeline_step>;  // one stage's steps in order, no idle ones
+
+  std::vector<sequence> gpipe_sequences() const {
+    std::vector<sequence> order(stages_);
+    for (sequence& steps : order) {
+      for (int m = 0; m < microbatches_; ++m) steps.push_back({pipeline_step::forward, m});
+      for (int m = 0; m < microbatches_; ++m) steps.push_back({pipeline_step::backward, m});
+    }
+    return order;
+  }
+  std::vector<sequence> one_f_one_b_sequences() const {
+    std::vector<sequence> order(stages_);
+    for (int s = 0; s < stages_; ++s) {
+      const int warm_up = std::min(stages_ - 1 - s, microbatches_);
+      sequence& steps = order[s];
+      for (int m = 0; m < warm_up; ++m) steps.push_back({pipeline_step::forward, m});
+      for (int m = warm_up; m < microbatches_; ++m) {
+        steps.push_back({pipeline_step::forward, m});
+        steps.push_back({pipeline_step::backward, m - warm_up});
+      }
+      for (int m = microbatches_ - warm_up; m < microbatches_; ++m)
+        steps.push_back({pipeline_step::backward, m});
+    }
+    return order;
+  }
+
+  // Places each stage's steps on ticks: a step runs at the first tick after its input was made
+  // (the previous stage's forward, the next stage's backward) and after the stage's own previous
+  // step.
+  std::vector<std::vector<pipeline_step>> ticks_of(const std::vector<sequence>& order) const {
+    const auto none = std::vector<int>(microbatches_, -1);
+    std::vector<std::vector<int>> forward_tick(stages_, none), backward_tick(stages_, none);
+    std::vector<std::size_t> next(stages_, 0);
+    std::vector<std::vector<pipeline_step>> steps(stages_);
+    for (int tick = 0;; ++tick) {
+      bool left = false;
+      for (int s = 0; s < stages_; ++s) {
+        pipeline_step step;
+        if (next[s] < order[s].size()) {
+          left = true;
+          const pipeline_step& want = order[s][next[s]];
+          const int m = want.microbatch;
+          const bool ready =
+              want.what == pipeline_step::forward
+                  ? s == 0 || (forward_tick[s - 1][m] >= 0 && forward_tick[s - 1][m] < tick)
+                  : s == stages_ - 1 ||
+                        (backward_tick[s + 1][m] >= 0 && backward_tick[s + 1][m] < tick);
+          if (ready) {
+            step = want;
+            (want.what == pipeline_step::forward ? forward_tick : backward_tick)[s][m] = tick;
+            ++next[s];
+          }
+        }
+        steps[s].push_back(step);
+      }
+      if (!left) break;
+    }
+    for (auto& stage_steps : steps) stage_steps.pop_back();  // the tick that found nothing left
+    return steps;
+  }
+
+  int stages_, microbatches_;
+  std::vector<std::vector<pipeline_step>> steps_;  // [stage][tick]
 };
 
 namespace detail {
@@ -77,7 +166,7 @@ constexpr bool check_stage_dim() {
   constexpr int k = tpx::detail::checked_dim_position<Tn, S>();
   if constexpr (k >= 0) {
     if constexpr (!std::is_same_v<typename type_at_t<k, typename Tn::dims>::axes, type_list<P>>)
-      compile_error<"tpx: gpipe<" + P::name + ", " + S::name + ">: stage dim " + S::name +
+      compile_error<"tpx: pipeline<" + P::name + ", " + S::name + ">: stage dim " + S::name +
                     " of " + Tn::notation + " must be split over mesh axis " + P::name +
                     " alone (one block per stage)">{};
   }
@@ -87,42 +176,73 @@ constexpr bool check_stage_dim() {
 }  // namespace detail
 
 template <MeshAxis P, Dim S, AnyTensor Tn, class Forward, class Backward>
-pipeline_schedule gpipe(const Tn& like, int microbatches, Forward&& forward, Backward&& backward) {
+void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forward,
+                  Backward&& backward) {
   static_assert(detail::check_stage_dim<P, S, Tn>());
   static_assert(std::is_same_v<std::invoke_result_t<Forward&, int, Tn>, Tn> &&
                     std::is_same_v<std::invoke_result_t<Backward&, int, Tn>, Tn>,
-                "tpx: gpipe: forward(m, in) and backward(m, dout) take and return tensors of the "
-                "type of `like`");
+                "tpx: pipeline: forward(m, in) and backward(m, dout) take and return tensors of "
+                "the type of `like`");
   const rank_context& ctx = like.context();
-  const pipeline_schedule plan(ctx.template axis<P>().size, microbatches);
-  const int stage = ctx.template axis<P>().coord;
+  const auto& axis = ctx.template axis<P>();
+  const std::string who = std::string("tpx: pipeline<") + P::name.c_str() + ", " +
+                          S::name.c_str() + ">: ";
+  if (plan.stages() != axis.size)
+    throw std::invalid_argument(who + "a schedule of " + std::to_string(plan.stages()) +
+                                " stages on mesh axis " + P::name.c_str() + " of " +
+                                std::to_string(axis.size) + " ranks");
   constexpr int k = tpx::detail::checked_dim_position<Tn, S>();
-  if (like.global_extent(k) != plan.stages)
-    throw std::invalid_argument(std::string("tpx: gpipe<") + P::name.c_str() + ", " +
-                                S::name.c_str() + ">: stage dim " + S::name.c_str() + " of " +
+  if (like.global_extent(k) != axis.size)
+    throw std::invalid_argument(who + "stage dim " + S::name.c_str() + " of " +
                                 Tn::notation.c_str() + " has extent " +
                                 std::to_string(like.global_extent(k)) + " but mesh axis " +
-                                P::name.c_str() + " has " + std::to_string(plan.stages) +
+                                P::name.c_str() + " has " + std::to_string(axis.size) +
                                 " stages: give it one element per stage");
+  const int stage = axis.coord, last = axis.size - 1;
   const auto zeros = [&] { return Tn(ctx, like.shape()); };
-
-  Tn passed = zeros();
+  // What this stage received and has not used yet: activations from stage - 1, gradients from
+  // stage + 1, by microbatch.
+  std::vector<std::optional<Tn>> inputs(plan.microbatches()), gradients(plan.microbatches());
+  const auto taken = [](std::optional<Tn>& slot) {
+    Tn t = std::move(*slot);
+    slot.reset();
+    return t;
+  };
   for (int tick = 0; tick < plan.ticks(); ++tick) {
-    if (const int m = plan.forward_microbatch(stage, tick); m >= 0)
-      passed = forward(m, stage == 0 ? zeros() : std::move(passed));
-    passed = roll<P, S>(std::move(passed), 1);
+    const pipeline_step& step = plan.at(stage, tick);
+    std::optional<Tn> onward, back;  // this tick's results for stage + 1 and stage - 1
+    if (step.what == pipeline_step::forward)
+      onward = forward(step.microbatch, stage == 0 ? zeros() : taken(inputs[step.microbatch]));
+    else if (step.what == pipeline_step::backward)
+      back = backward(step.microbatch,
+                      stage == last ? zeros() : taken(gradients[step.microbatch]));
+    // A direction is rolled when some stage sends in it (every rank reads the same schedule);
+    // a stage with nothing to send passes zeros, which nobody keeps.
+    bool any_onward = false, any_back = false;
+    for (int s = 0; s <= last; ++s) {
+      any_onward |= plan.at(s, tick).what == pipeline_step::forward;
+      any_back |= plan.at(s, tick).what == pipeline_step::backward;
+    }
+    if (any_onward) {
+      Tn arrived = roll<P, S>(onward ? std::move(*onward) : zeros(), 1);
+      if (stage > 0)
+        if (const pipeline_step& sent = plan.at(stage - 1, tick);
+            sent.what == pipeline_step::forward)
+          inputs[sent.microbatch] = std::move(arrived);
+    }
+    if (any_back) {
+      Tn arrived = roll<P, S>(back ? std::move(*back) : zeros(), -1);
+      if (stage < last)
+        if (const pipeline_step& sent = plan.at(stage + 1, tick);
+            sent.what == pipeline_step::backward)
+          gradients[sent.microbatch] = std::move(arrived);
+    }
   }
-  passed = zeros();
-  for (int tick = 0; tick < plan.ticks(); ++tick) {
-    if (const int m = plan.backward_microbatch(stage, tick); m >= 0)
-      passed = backward(m, stage == plan.stages - 1 ? zeros() : std::move(passed));
-    passed = roll<P, S>(std::move(passed), -1);
-  }
-  return plan;
 }
 template <MeshAxis P, template <class...> class S, AnyTensor Tn, class Forward, class Backward>
-pipeline_schedule gpipe(const Tn& like, int microbatches, Forward&& forward, Backward&& backward) {
-  return gpipe<P, S<>>(like, microbatches, std::forward<Forward>(forward),
+void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forward,
+                  Backward&& backward) {
+  run_pipeline<P, S<>>(like, plan, std::forward<Forward>(forward),
                        std::forward<Backward>(backward));
 }
 
