@@ -9,7 +9,8 @@
 //  - every layer's weight gradient, reduce-scattered over X onto its FSDP shard, summed over the
 //    microbatches (max |difference| / max |reference| within 1e-5: fp32 sums in another order);
 //  - that each stage ran each microbatch once each way, in order, holding no more microbatches'
-//    activations at once than the schedule says (M for GPipe, P - s for 1F1B).
+//    activations at once than the schedule says (M for GPipe, P - s for 1F1B), and sent over P
+//    each microbatch's activation on and its gradient back once, nothing more (its traffic).
 // Then each stage's peak tensor memory, measured by the rank's meter, is lower under 1F1B than
 // under GPipe (P = 4, M = 8); the schedules for P up to 5 and M up to 7 keep their definitions
 // (each step once, after the step it needs; GPipe's diagram; 1F1B's bound; 2 (M + P - 1) ticks
@@ -156,6 +157,10 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
     int held = 0, most_held = 0;
 
     const rows_t like(rank, {S(stages), B(rows), D(width)});
+    const auto passed_bytes = [&] {  // this rank's all_to_all data over P: what it sent
+      return rank.traffic_by_axes()[1].of(tpx::detail::CollectiveOp::all_to_all).data_bytes;
+    };
+    const double passed_before = passed_bytes();
     rank.memory().reset_peak();
     tpx::nn::run_pipeline<P, S>(
         like, plan,
@@ -205,6 +210,11 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
     CHECK(backward_order == in_order);
     CHECK(held == 0);
     CHECK(most_held == plan.most_in_flight(stage));
+    // Each microbatch's activation sent on, and its gradient back, once: nothing else moves over
+    // P (the last stage's outputs and stage 0's input gradients stay).
+    const double block_bytes = static_cast<double>(like.size() * sizeof(float));
+    CHECK(passed_bytes() - passed_before ==
+          block_bytes * microbatches * ((stage < stages - 1) + (stage > 0)));
 
     // The last stage's outputs, its block of every microbatch's rows.
     if (last)

@@ -1,6 +1,7 @@
 // Pipeline parallelism over a mesh axis, in SPMD form: a schedule of forward and backward passes
-// of microbatches, run by all ranks in lockstep, the activations passed from stage to stage by
-// tpx::roll (ops/roll.hpp), as JAX's shard_map pipelines pass them with ppermute.
+// of microbatches, run by all ranks in lockstep, the activations passed from stage to stage as
+// JAX's shard_map pipelines pass them with ppermute (tpx::roll's exchange, ops/roll.hpp, without
+// its wrap-around).
 //
 // A model of L layers is cut into P stages of consecutive layers; stage s is the ranks whose
 // coordinate along mesh axis P is s (the seeds' "split on the L dimension"). Every tensor a stage
@@ -20,9 +21,12 @@
 //                     nowhere; the stage adds its weights' gradients wherever it keeps them
 // and run_pipeline runs them in the order of a pipeline_schedule, one step per stage per tick
 // (a forward, a backward, or nothing: the bubble), after which the outputs of the tick's
-// forwards roll one stage on and the input gradients of its backwards one stage back (a
-// direction no stage sends in at that tick is not rolled). A stage keeps what it receives until
-// its step for that microbatch comes. Two orders:
+// forwards move one stage on and the input gradients of its backwards one stage back: per
+// direction one all_to_all over P in which only the stages that send have a count (NCCL: a
+// grouped send and receive between neighbours; a direction no stage sends in at that tick makes
+// no call), so the last stage's outputs and stage 0's input gradients stay where they are and an
+// idle stage sends nothing. A stage keeps what it receives until its step for that microbatch
+// comes. Two orders:
 //
 //   gpipe        (Huang et al. 2019) every microbatch forward, then every one backward: stage s
 //                runs forward m at tick s + m and backward m at tick M + P - 1 + (P - 1 - s) + m;
@@ -32,19 +36,22 @@
 //                last backwards: at most P - s microbatches' activations at a time
 //
 // Both take 2 (M + P - 1) ticks, each stage idle 2 (P - 1) of them: the bubble,
-// (P - 1) / (M + P - 1) of the step (seed 001, "Reducing the pipeline overheads"). gpipe rolls once
-// per tick, one_f_one_b twice in its steady part (both directions are in flight).
+// (P - 1) / (M + P - 1) of the step (seed 001, "Reducing the pipeline overheads"). gpipe passes
+// once per tick, one_f_one_b twice in its steady part (both directions are in flight); either
+// moves each microbatch's activation and its gradient once across each of the P - 1 stage
+// boundaries.
 #pragma once
 
 #include <algorithm>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "tpx/ops/roll.hpp"
+#include "tpx/ops/collectives.hpp"
 
 namespace tpx::nn {
 
@@ -173,6 +180,32 @@ constexpr bool check_stage_dim() {
   return k >= 0;
 }
 
+// One tick's passing in one direction (+1: on to the next stage, -1: back to the previous one):
+// `sends[s]` says whether stage s sends (never past the first or last stage); this stage sends
+// `sent` if it does (else `sent` stays here), and gets back what its neighbour on the other side
+// sent, if it did. One
+// all_to_all over P whose only nonzero counts are the senders' (NCCL: a grouped send and
+// receive between neighbours), so nothing else moves: no block wraps around, no idle stage
+// sends.
+template <MeshAxis P, AnyTensor Tn>
+std::optional<Tn> pass_along(const Tn& like, std::optional<Tn> sent, const std::vector<bool>& sends,
+                             int direction) {
+  const rank_context& ctx = like.context();
+  any_communicator& comm = ctx.template group<P>();
+  const int n = comm.size(), me = comm.rank(), from = me - direction;
+  const auto block = static_cast<std::size_t>(like.size());
+  std::vector<std::size_t> counts(static_cast<std::size_t>(n) * n, 0);
+  for (int s = 0; s < n; ++s)
+    if (sends[s]) counts[s * n + s + direction] = block;
+  std::optional<Tn> received;
+  if (from >= 0 && from < n && sends[from])
+    received.emplace(ctx, like.shape(), for_overwrite);
+  using V = typename Tn::value_type;
+  comm.all_to_all(sends[me] ? std::as_const(*sent).elements() : std::span<const V>(),
+                  received ? received->elements() : std::span<V>(), counts);
+  return received;
+}
+
 }  // namespace detail
 
 template <MeshAxis P, Dim S, AnyTensor Tn, class Forward, class Backward>
@@ -216,27 +249,18 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
     else if (step.what == pipeline_step::backward)
       back = backward(step.microbatch,
                       stage == last ? zeros() : taken(gradients[step.microbatch]));
-    // A direction is rolled when some stage sends in it (every rank reads the same schedule);
-    // a stage with nothing to send passes zeros, which nobody keeps.
-    bool any_onward = false, any_back = false;
+    // Each direction moves when some stage sends in it (every rank reads the same schedule).
+    std::vector<bool> sends_on(axis.size, false), sends_back(axis.size, false);
     for (int s = 0; s <= last; ++s) {
-      any_onward |= plan.at(s, tick).what == pipeline_step::forward;
-      any_back |= plan.at(s, tick).what == pipeline_step::backward;
+      sends_on[s] = s < last && plan.at(s, tick).what == pipeline_step::forward;
+      sends_back[s] = s > 0 && plan.at(s, tick).what == pipeline_step::backward;
     }
-    if (any_onward) {
-      Tn arrived = roll<P, S>(onward ? std::move(*onward) : zeros(), 1);
-      if (stage > 0)
-        if (const pipeline_step& sent = plan.at(stage - 1, tick);
-            sent.what == pipeline_step::forward)
-          inputs[sent.microbatch] = std::move(arrived);
-    }
-    if (any_back) {
-      Tn arrived = roll<P, S>(back ? std::move(*back) : zeros(), -1);
-      if (stage < last)
-        if (const pipeline_step& sent = plan.at(stage + 1, tick);
-            sent.what == pipeline_step::backward)
-          gradients[sent.microbatch] = std::move(arrived);
-    }
+    if (std::find(sends_on.begin(), sends_on.end(), true) != sends_on.end())
+      if (std::optional<Tn> got = detail::pass_along<P>(like, std::move(onward), sends_on, 1))
+        inputs[plan.at(stage - 1, tick).microbatch] = std::move(got);
+    if (std::find(sends_back.begin(), sends_back.end(), true) != sends_back.end())
+      if (std::optional<Tn> got = detail::pass_along<P>(like, std::move(back), sends_back, -1))
+        gradients[plan.at(stage + 1, tick).microbatch] = std::move(got);
   }
 }
 template <MeshAxis P, template <class...> class S, AnyTensor Tn, class Forward, class Backward>
