@@ -5,8 +5,9 @@
 // named "NCCL" (at least 2 GPUs, else it reports itself skipped).
 //
 // On each mesh: every collective against host-computed values (support/collective_cases.hpp;
-// all_reduce both as a sum and as a maximum), and the typed program of the core issue against
-// the host launcher (support/typed_program.hpp). On the simulated mesh also all_reduce max's
+// all_reduce both as a sum and as a maximum), the typed program of the core issue against the
+// host launcher (support/typed_program.hpp), and a pipeline of stages over X, GPipe's and 1F1B's,
+// against the host's (support/pipeline_program.hpp). On the simulated mesh also all_reduce max's
 // NaN propagation (as the host's; NCCL's max drops NaN, so it is not asked there) and failures:
 // a rank that throws stops the others at once, a collective only rank 0 calls fails as soon as
 // the others return (not at the timeout), and ranks calling different collectives (a sum
@@ -49,6 +50,7 @@
 #include <tpx/tensor/staging.hpp>
 
 #include "support/collective_cases.hpp"
+#include "support/pipeline_program.hpp"
 #include "support/typed_program.hpp"
 
 namespace {
@@ -64,6 +66,12 @@ TEST_CASE("simulated mesh: the typed program equals the host launcher's") {
   t::check_typed_program(tpx::cuda_simulated, 2, 1);
   t::check_typed_program(tpx::cuda_simulated, 2, 2);
   t::check_typed_program(tpx::cuda_simulated, 3, 2);
+}
+
+TEST_CASE("simulated mesh: a pipeline over X (GPipe, 1F1B) equals the host launcher's") {
+  t::pipeline_case::check_pipeline_program(tpx::cuda_simulated, 1, 1);
+  t::pipeline_case::check_pipeline_program(tpx::cuda_simulated, 3, 1);
+  t::pipeline_case::check_pipeline_program(tpx::cuda_simulated, 2, 2);
 }
 
 TEST_CASE("simulated mesh: a failing rank fails the run, naming it, and nobody waits for it") {
@@ -280,6 +288,10 @@ TEST_CASE("simulated mesh: a recorded step that breaks a memory rule is refused,
 TEST_CASE("NCCL: background tasks on each rank's lane equal the rank's own collectives") {
   check_background_equals_own(tpx::cuda_devices, 2, 1);
   if (tpx::cuda::device_count() >= 4) check_background_equals_own(tpx::cuda_devices, 2, 2);
+}
+
+TEST_CASE("NCCL: a pipeline over X (GPipe, 1F1B) equals the host launcher's") {
+  t::pipeline_case::check_pipeline_program(tpx::cuda_devices, 2, 1);
 }
 
 TEST_CASE("NCCL: the typed program equals the host launcher's") {

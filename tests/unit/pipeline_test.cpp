@@ -25,10 +25,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <tpx/kernels/random.hpp>
 #include <tpx/nn/pipeline.hpp>
 #include <tpx/tpx.hpp>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -123,7 +123,7 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
 
   tpx::spmd(tpx::host, tpx::Mesh<P, X>{stages, data}, [&](auto& rank) {
     using rows_t = Tensor<float, S<P>, B<X>, D<>>;  // a stage's rows of a microbatch
-    using weight = Tensor<float, S<P>, D<X>, E<>>;   // layer i of every stage, FSDP over X
+    using weight = Tensor<float, S<P>, D<X>, E<>>;  // layer i of every stage, FSDP over X
     using product_t = Tensor<float, S<P>, B<X>, E<>>;
     using weight_grad = decltype(tpx::reduce_scatter<X, D>(
         tpx::einsum<B>(std::declval<const rows_t&>(), std::declval<const product_t&>())));
@@ -244,8 +244,7 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
 
 TEST_CASE("a pipeline over P matches the whole model's outputs and gradients, with FSDP over X") {
   for (const pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b})
-    for (const auto& [stages, data] :
-         {std::pair{1, 1}, {2, 1}, {3, 1}, {4, 1}, {2, 2}, {3, 2}})
+    for (const auto& [stages, data] : {std::pair{1, 1}, {2, 1}, {3, 1}, {4, 1}, {2, 2}, {3, 2}})
       for (int microbatches : {1, 2, 5}) check_pipeline(stages, data, microbatches, order);
 }
 
@@ -283,8 +282,7 @@ TEST_CASE("the schedules: GPipe's diagram, 1F1B's bound, both taking 2 (M + P - 
         const tpx::nn::pipeline_schedule plan(stages, microbatches, order);
         const int ticks = 2 * (microbatches + stages - 1);
         CHECK(plan.ticks() == ticks);
-        CHECK(plan.bubble() ==
-              doctest::Approx(double(stages - 1) / (microbatches + stages - 1)));
+        CHECK(plan.bubble() == doctest::Approx(double(stages - 1) / (microbatches + stages - 1)));
         for (int s = 0; s < stages; ++s) {
           CAPTURE(s);
           for (int m = 0; m < microbatches; ++m) {
@@ -299,9 +297,9 @@ TEST_CASE("the schedules: GPipe's diagram, 1F1B's bound, both taking 2 (M + P - 
               CHECK(b == microbatches + stages - 1 + (stages - 1 - s) + m);
             }
           }
-          CHECK(plan.most_in_flight(s) == (order == pipeline_order::gpipe
-                                               ? microbatches
-                                               : std::min(stages - s, microbatches)));
+          CHECK(
+              plan.most_in_flight(s) ==
+              (order == pipeline_order::gpipe ? microbatches : std::min(stages - s, microbatches)));
         }
       }
 }
@@ -325,9 +323,10 @@ TEST_CASE("a stage dim without one element per stage is refused, naming dim, axi
 }
 
 TEST_CASE("a pipeline takes at least one stage and one microbatch") {
-  CHECK_THROWS_WITH_AS(tpx::nn::pipeline_schedule(2, 0),
-                       "tpx: pipeline of 2 stages and 0 microbatches: it takes at least one of each",
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      tpx::nn::pipeline_schedule(2, 0),
+      "tpx: pipeline of 2 stages and 0 microbatches: it takes at least one of each",
+      std::invalid_argument);
 }
 
 }  // namespace

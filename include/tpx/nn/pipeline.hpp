@@ -76,8 +76,7 @@ class pipeline_schedule {
       throw std::invalid_argument("tpx: pipeline of " + std::to_string(stages) + " stages and " +
                                   std::to_string(microbatches) +
                                   " microbatches: it takes at least one of each");
-    steps_ = ticks_of(order == pipeline_order::gpipe ? gpipe_sequences()
-                                                     : one_f_one_b_sequences());
+    steps_ = ticks_of(order == pipeline_order::gpipe ? gpipe_sequences() : one_f_one_b_sequences());
   }
 
   int stages() const { return stages_; }
@@ -85,15 +84,15 @@ class pipeline_schedule {
   int ticks() const { return static_cast<int>(steps_.front().size()); }
   const pipeline_step& at(int stage, int tick) const { return steps_[stage][tick]; }
   // The share of a stage's ticks it idles (every stage alike).
-  double bubble() const {
-    return static_cast<double>(ticks() - 2 * microbatches_) / ticks();
-  }
+  double bubble() const { return static_cast<double>(ticks() - 2 * microbatches_) / ticks(); }
   // The most microbatches stage `stage` has run forward and not yet backward at once: whose
   // activations it keeps.
   int most_in_flight(int stage) const {
     int now = 0, most = 0;
     for (const pipeline_step& step : steps_[stage]) {
-      now += step.what == pipeline_step::forward ? 1 : step.what == pipeline_step::backward ? -1 : 0;
+      now += step.what == pipeline_step::forward    ? 1
+             : step.what == pipeline_step::backward ? -1
+                                                    : 0;
       most = std::max(most, now);
     }
     return most;
@@ -198,8 +197,7 @@ std::optional<Tn> pass_along(const Tn& like, std::optional<Tn> sent, const std::
   for (int s = 0; s < n; ++s)
     if (sends[s]) counts[s * n + s + direction] = block;
   std::optional<Tn> received;
-  if (from >= 0 && from < n && sends[from])
-    received.emplace(ctx, like.shape(), for_overwrite);
+  if (from >= 0 && from < n && sends[from]) received.emplace(ctx, like.shape(), for_overwrite);
   using V = typename Tn::value_type;
   comm.all_to_all(sends[me] ? std::as_const(*sent).elements() : std::span<const V>(),
                   received ? received->elements() : std::span<V>(), counts);
@@ -218,19 +216,18 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
                 "the type of `like`");
   const rank_context& ctx = like.context();
   const auto& axis = ctx.template axis<P>();
-  const std::string who = std::string("tpx: pipeline<") + P::name.c_str() + ", " +
-                          S::name.c_str() + ">: ";
+  const std::string who =
+      std::string("tpx: pipeline<") + P::name.c_str() + ", " + S::name.c_str() + ">: ";
   if (plan.stages() != axis.size)
     throw std::invalid_argument(who + "a schedule of " + std::to_string(plan.stages()) +
                                 " stages on mesh axis " + P::name.c_str() + " of " +
                                 std::to_string(axis.size) + " ranks");
   constexpr int k = tpx::detail::checked_dim_position<Tn, S>();
   if (like.global_extent(k) != axis.size)
-    throw std::invalid_argument(who + "stage dim " + S::name.c_str() + " of " +
-                                Tn::notation.c_str() + " has extent " +
-                                std::to_string(like.global_extent(k)) + " but mesh axis " +
-                                P::name.c_str() + " has " + std::to_string(axis.size) +
-                                " stages: give it one element per stage");
+    throw std::invalid_argument(
+        who + "stage dim " + S::name.c_str() + " of " + Tn::notation.c_str() + " has extent " +
+        std::to_string(like.global_extent(k)) + " but mesh axis " + P::name.c_str() + " has " +
+        std::to_string(axis.size) + " stages: give it one element per stage");
   const int stage = axis.coord, last = axis.size - 1;
   const auto zeros = [&] { return Tn(ctx, like.shape()); };
   // What this stage received and has not used yet: activations from stage - 1, gradients from
@@ -247,8 +244,7 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
     if (step.what == pipeline_step::forward)
       onward = forward(step.microbatch, stage == 0 ? zeros() : taken(inputs[step.microbatch]));
     else if (step.what == pipeline_step::backward)
-      back = backward(step.microbatch,
-                      stage == last ? zeros() : taken(gradients[step.microbatch]));
+      back = backward(step.microbatch, stage == last ? zeros() : taken(gradients[step.microbatch]));
     // Each direction moves when some stage sends in it (every rank reads the same schedule).
     std::vector<bool> sends_on(axis.size, false), sends_back(axis.size, false);
     for (int s = 0; s <= last; ++s) {

@@ -55,8 +55,8 @@ template <MeshAxis A, Dim D, AnyTensor Tn>
 void check_equal_blocks(const Tn& t, int parts) {
   constexpr int k = checked_dim_position<Tn, D>();
   using dim = type_at_t<k, typename Tn::dims>;
-  const block parent = block_over(t.context(), t.global_extent(k),
-                                  typename without_axis_t<A, dim>::axes{});
+  const block parent =
+      block_over(t.context(), t.global_extent(k), typename without_axis_t<A, dim>::axes{});
   if (parent.size % parts != 0)
     throw std::invalid_argument(
         std::string("tpx: roll<") + A::name.c_str() + ", " + D::name.c_str() + ">: dim " +
