@@ -1,0 +1,230 @@
+// tpx-bench-pipeline: what pipeline parallelism costs and saves on this machine. A residual stack
+// of L layers x <- x + GELU(x W), W [D, D], fp32, trained (forward and backward, the weight
+// gradients summed over microbatches) as P stages of L / P layers over M microbatches of a batch of
+// B rows, in GPipe's and 1F1B's orders (nn/pipeline.hpp), beside the same stack on one stage.
+//
+//   tpx-bench-pipeline -p 1,2 -m 1,2,4,8,16 -L 8 -d 512 -b 512 -n 5 -w 1 --json pipeline.json
+//
+// The ranks are the threads of tpx::spmd(tpx::host, Mesh<P>{p}), which gives each rank's GEMMs
+// the machine's cores divided among the ranks (spmd.hpp): P stages and one stage run on the same
+// cores. Per row:
+//   step       the best of -n steps after -w, rank 0's wall time between two barriers of all
+//              ranks (so a step lasts until the slowest stage is done)
+//   speed      one stage's step time (the same M) over this row's: what cutting the stack into
+//              P stages on this machine's cores gives
+//   idle       the share of a stage's step time spent outside its forward and backward passes
+//              (waiting for its neighbours), averaged over the stages and the timed steps:
+//              the measured bubble, beside the schedule's (P - 1) / (M + P - 1)
+//   peak       the largest peak tensor memory of any stage during the timed steps
+//              (rank.memory()), where 1F1B's bound on the microbatches in flight shows
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <tpx/nn/pipeline.hpp>
+#include <tpx/tpx.hpp>
+#include <utility>
+#include <vector>
+
+#include "support/report.hpp"
+
+namespace {
+
+TPX_MESH_AXES(P);
+TPX_DIMS(S, B, D, E);
+
+using tpx::Tensor;
+using tpx::bench::clock;
+using tpx::bench::samples;
+using tpx::bench::seconds_since;
+using tpx::nn::pipeline_order;
+
+struct settings {
+  int layers = 8;
+  std::int64_t width = 512, batch = 512;
+  int iters = 5, warmup = 1;
+};
+
+struct measured {
+  double seconds = 0;
+  double idle = 0;  // the stages' mean share of their step time outside forward and backward
+  std::int64_t peak_bytes = 0;
+};
+
+// Adds the time from construction to destruction to `total`.
+struct timed_pass {
+  double& total;
+  clock::time_point start = clock::now();
+  ~timed_pass() { total += seconds_since(start); }
+};
+
+// Best step time and the largest stage peak of the stack on `stages` stages, M microbatches.
+measured run(const settings& c, int stages, int microbatches, pipeline_order order) {
+  measured result;
+  std::mutex lock;
+  tpx::spmd(tpx::host, tpx::Mesh<P>{stages}, [&](auto& rank) {
+    using rows_t = Tensor<float, S<P>, B<>, D<>>;
+    using product_t = Tensor<float, S<P>, B<>, E<>>;
+    using weight = Tensor<float, S<P>, D<>, E<>>;
+    const int per_stage = c.layers / stages;
+    const std::int64_t rows = c.batch / microbatches;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.width));
+    std::vector<weight> ws, grads;
+    for (int i = 0; i < per_stage; ++i) {
+      ws.push_back(tpx::randn<float, S<P>, D<>, E<>>(rank, {S(stages), D(c.width), E(c.width)},
+                                                     10 + i, scale));
+      grads.emplace_back(rank, tpx::Shape{S(stages), D(c.width), E(c.width)});
+    }
+    std::vector<rows_t> batch;
+    for (int m = 0; m < microbatches; ++m)
+      batch.push_back(
+          tpx::randn<float, S<P>, B<>, D<>>(rank, {S(stages), B(rows), D(c.width)}, 100 + m));
+    const rows_t like(rank, {S(stages), B(rows), D(c.width)});
+    const tpx::nn::pipeline_schedule plan(stages, microbatches, order);
+    const int stage = rank.template axis<P>().coord;
+    const bool last = stage == stages - 1;
+    std::vector<std::vector<rows_t>> inputs(microbatches);
+    std::vector<std::vector<product_t>> products(microbatches);
+    std::vector<std::optional<rows_t>> outputs(microbatches);
+
+    double busy = 0;  // in forward and backward, over the steps
+    const auto step = [&] {
+      tpx::nn::run_pipeline<P, S>(
+          like, plan,
+          [&](int m, rows_t in) {
+            const timed_pass pass{busy};
+            rows_t x = stage == 0 ? rows_t(batch[m]) : std::move(in);
+            for (int i = 0; i < per_stage; ++i) {
+              auto product = tpx::einsum<D>(x, ws[i]);
+              rows_t next = x + tpx::rename<E, D>(tpx::map(tpx::kernels::gelu{}, product));
+              inputs[m].push_back(std::move(x));
+              products[m].push_back(std::move(product));
+              x = std::move(next);
+            }
+            if (last) outputs[m] = x;
+            return x;
+          },
+          [&](int m, rows_t dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
+            const timed_pass pass{busy};
+            rows_t dx = last ? std::move(*outputs[m]) : std::move(dout);
+            for (int i = per_stage - 1; i >= 0; --i) {
+              const auto dpre = tpx::rename<D, E>(tpx::map(
+                  tpx::kernels::gelu_backward{}, tpx::rename<E, D>(std::move(products[m][i])), dx));
+              grads[i] = grads[i] + tpx::einsum<B>(inputs[m][i], dpre);
+              dx = dx + tpx::einsum<E>(dpre, ws[i]);
+            }
+            inputs[m].clear();
+            products[m].clear();
+            outputs[m].reset();
+            return dx;
+          });
+    };
+    tpx::any_communicator& world = rank.template group<P>();
+    samples times;
+    double stepping = 0;
+    for (int i = 0; i < c.warmup + c.iters; ++i) {
+      if (i == c.warmup) {
+        rank.memory().reset_peak();
+        busy = 0;
+      }
+      world.barrier();
+      const auto start = clock::now();
+      step();
+      world.barrier();
+      if (i >= c.warmup) {
+        times.seconds.push_back(seconds_since(start));
+        stepping += times.seconds.back();
+      }
+    }
+    const std::lock_guard guard(lock);
+    result.peak_bytes = std::max(result.peak_bytes, rank.memory().peak_bytes());
+    result.idle += (1.0 - busy / stepping) / stages;
+    if (rank.world_rank() == 0) result.seconds = times.best();
+  });
+  return result;
+}
+
+const char* name_of(pipeline_order order) {
+  return order == pipeline_order::gpipe ? "gpipe" : "1f1b";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  settings c;
+  std::vector<int> stage_counts = {1, 2}, microbatch_counts = {1, 2, 4, 8};
+  std::string json;
+  CLI::App app{"tpx-bench-pipeline: the bubble and the memory of pipeline parallelism"};
+  app.add_option("-p,--stages", stage_counts, "stage counts P (each divides -L)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  app.add_option("-m,--microbatches", microbatch_counts, "microbatch counts M (each divides -b)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
+  app.add_option("-L,--layers", c.layers, "layers of the stack")->check(CLI::Range(1, 4096));
+  app.add_option("-d,--width", c.width, "D")->check(CLI::Range(1, 1 << 16));
+  app.add_option("-b,--batch", c.batch, "rows of a step's batch")->check(CLI::Range(1, 1 << 24));
+  app.add_option("-n,--iters", c.iters, "timed steps (best)")->check(CLI::Range(1, 1000));
+  app.add_option("-w,--warmup_iters", c.warmup, "untimed steps first")->check(CLI::Range(0, 1000));
+  app.add_option("--json", json, "write every row to this file as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    for (int p : stage_counts)
+      if (c.layers % p != 0)
+        throw std::invalid_argument(std::to_string(p) + " stages do not divide -L " +
+                                    std::to_string(c.layers) + " layers");
+    for (int m : microbatch_counts)
+      if (c.batch % m != 0)
+        throw std::invalid_argument(std::to_string(m) + " microbatches do not divide -b " +
+                                    std::to_string(c.batch) + " rows");
+    tpx::kernels::set_blas_threads(1);
+    std::printf(
+        "# tpx-bench-pipeline: L=%d layers x + GELU(x W), D=%lld, batch %lld rows, fp32, "
+        "forward + backward; %d cores, load average %.2f\n",
+        c.layers, static_cast<long long>(c.width), static_cast<long long>(c.batch),
+        tpx::bench::usable_cores(), tpx::bench::load_average());
+    std::printf("# %6s %4s %5s %10s %7s %7s %7s %10s\n", "order", "P", "M", "step(ms)", "speed",
+                "idle", "bubble", "peak(MiB)");
+    nlohmann::json rows = nlohmann::json::array();
+    for (int m : microbatch_counts) {
+      const measured alone = run(c, 1, m, pipeline_order::gpipe);
+      for (int p : stage_counts)
+        for (pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b}) {
+          const measured r = p == 1 && order == pipeline_order::gpipe ? alone : run(c, p, m, order);
+          const double speed = alone.seconds / r.seconds;
+          const double bubble = tpx::nn::pipeline_schedule(p, m, order).bubble();
+          const double peak_mib = static_cast<double>(r.peak_bytes) / (1 << 20);
+          std::printf("  %6s %4d %5d %10.2f %7.3f %7.3f %7.3f %10.2f\n", name_of(order), p, m,
+                      r.seconds * 1e3, speed, r.idle, bubble, peak_mib);
+          rows.push_back({{"order", name_of(order)},
+                          {"stages", p},
+                          {"microbatches", m},
+                          {"step_ms", r.seconds * 1e3},
+                          {"one_stage_ms", alone.seconds * 1e3},
+                          {"speed", speed},
+                          {"idle", r.idle},
+                          {"bubble", bubble},
+                          {"peak_mib", peak_mib}});
+        }
+    }
+    if (!json.empty())
+      tpx::bench::write_json(json, "pipeline", tpx::bench::command_line(argc, argv),
+                             {{"layers", c.layers},
+                              {"width", c.width},
+                              {"batch", c.batch},
+                              {"iters", c.iters},
+                              {"warmup", c.warmup}},
+                             std::move(rows));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tpx-bench-pipeline: %s\n", e.what());
+    return 2;
+  }
+}
