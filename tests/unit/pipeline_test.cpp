@@ -27,6 +27,7 @@
 #include <string>
 #include <tpx/kernels/random.hpp>
 #include <tpx/nn/pipeline.hpp>
+#include <tpx/spmd/dry_run.hpp>
 #include <tpx/tpx.hpp>
 #include <type_traits>
 #include <utility>
@@ -96,6 +97,65 @@ double largest(const std::vector<double>& v) {
 using tpx::nn::pipeline_order;
 using tpx::nn::pipeline_step;
 
+// One stage of the stack under run_pipeline, on a rank of any backend: its layers' weights
+// (layer s * per_stage + i of the stack is block s of ws[i], [S_P, D_X, E], gathered over X
+// before use), their gradients, and what the backward pass needs of each microbatch (every
+// layer's input and product, and the last stage's output), freed by it.
+template <class Rank>
+struct stack_stage {
+  template <class... Spec>
+  using tensor = tpx::BasicTensor<tpx::space_of_t<Rank>, float, Spec...>;
+  using rows_t = tensor<S<P>, B<X>, D<>>;  // a stage's rows of a microbatch
+  using product_t = tensor<S<P>, B<X>, E<>>;
+  using weight = tensor<S<P>, D<X>, E<>>;
+  static_assert(
+      std::is_same_v<decltype(tpx::reduce_scatter<X, D>(tpx::einsum<B>(
+                         std::declval<const rows_t&>(), std::declval<const product_t&>()))),
+                     weight>,
+      "the weight gradient comes reduce-scattered onto the weight's FSDP shard");
+
+  std::vector<weight> ws, grads;
+  std::vector<std::vector<rows_t>> inputs;
+  std::vector<std::vector<product_t>> products;
+  std::vector<std::optional<rows_t>> outputs;
+  bool last;
+
+  stack_stage(const Rank& rank, std::vector<weight> weights, int microbatches)
+      : ws(std::move(weights)),
+        inputs(microbatches),
+        products(microbatches),
+        outputs(microbatches),
+        last(rank.template axis<P>().coord == rank.template axis<P>().size - 1) {
+    for (const weight& w : ws) grads.emplace_back(rank, w.shape());
+  }
+
+  // x <- x + GELU(x W) through the stage's layers.
+  rows_t forward(int m, rows_t x) {
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      auto product = tpx::einsum<D>(x, tpx::all_gather<X>(ws[i]));  // [S_P, B_X, E]
+      rows_t next = x + tpx::rename<E, D>(tpx::map(tpx::kernels::gelu{}, product));
+      inputs[m].push_back(std::move(x));
+      products[m].push_back(std::move(product));
+      x = std::move(next);
+    }
+    if (last) outputs[m] = x;
+    return x;
+  }
+  // The stage's input gradient from its output's, adding the weights' gradients.
+  rows_t backward(int m, rows_t dx) {
+    for (int i = static_cast<int>(ws.size()) - 1; i >= 0; --i) {
+      const auto dpre = tpx::rename<D, E>(tpx::map(
+          tpx::kernels::gelu_backward{}, tpx::rename<E, D>(std::move(products[m][i])), dx));
+      grads[i] = grads[i] + tpx::reduce_scatter<X, D>(tpx::einsum<B>(inputs[m][i], dpre));
+      dx = dx + tpx::einsum<E>(dpre, tpx::all_gather<X>(ws[i]));
+    }
+    inputs[m].clear();
+    products[m].clear();
+    outputs[m].reset();
+    return dx;
+  }
+};
+
 // Runs the stack through the pipeline on a P x X mesh and checks it against the model run whole;
 // returns each stage's peak tensor memory during the run (rank 0 of X's).
 std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
@@ -122,12 +182,8 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
   std::mutex peaks_lock;
 
   tpx::spmd(tpx::host, tpx::Mesh<P, X>{stages, data}, [&](auto& rank) {
-    using rows_t = Tensor<float, S<P>, B<X>, D<>>;  // a stage's rows of a microbatch
-    using weight = Tensor<float, S<P>, D<X>, E<>>;  // layer i of every stage, FSDP over X
-    using product_t = Tensor<float, S<P>, B<X>, E<>>;
-    using weight_grad = decltype(tpx::reduce_scatter<X, D>(
-        tpx::einsum<B>(std::declval<const rows_t&>(), std::declval<const product_t&>())));
-    static_assert(std::is_same_v<weight_grad, weight>);
+    using stage_t = stack_stage<std::remove_cvref_t<decltype(rank)>>;
+    using rows_t = typename stage_t::rows_t;
     // Microbatch m's rows (inputs or targets) in every stage's block; stage 0 reads the inputs,
     // the last stage the targets.
     const auto microbatch = [&](const std::vector<float>& all, int m) {
@@ -136,23 +192,17 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
         g.insert(g.end(), all.begin() + m * rows * width, all.begin() + (m + 1) * rows * width);
       return tpx::from_global<float, S<P>, B<X>, D<>>(rank, {S(stages), B(rows), D(width)}, g);
     };
-    std::vector<weight> ws, grads;
+    std::vector<typename stage_t::weight> weights;
     for (int i = 0; i < per_stage; ++i) {
       std::vector<float> g;  // block s: layer s * per_stage + i
       for (int s = 0; s < stages; ++s)
         g.insert(g.end(), w[s * per_stage + i].begin(), w[s * per_stage + i].end());
-      ws.push_back(
+      weights.push_back(
           tpx::from_global<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, g));
-      grads.emplace_back(rank, tpx::Shape{S(stages), D(width), E(width)});
     }
-    // What the backward pass needs of each microbatch, freed by it: every layer's input and
-    // product, and the last stage's output.
-    std::vector<std::vector<rows_t>> inputs(microbatches);
-    std::vector<std::vector<product_t>> products(microbatches);
-    std::vector<std::optional<rows_t>> outputs(microbatches);
+    stage_t st(rank, std::move(weights), microbatches);
     std::vector<std::vector<float>> output_blocks(microbatches);
     const int stage = rank.template axis<P>().coord;
-    const bool last = stage == stages - 1;
     std::vector<int> forward_order, backward_order;
     int held = 0, most_held = 0;
 
@@ -167,36 +217,19 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
         [&](int m, rows_t in) {
           forward_order.push_back(m);
           most_held = std::max(most_held, ++held);
-          rows_t x = stage == 0 ? microbatch(x0, m) : std::move(in);
-          for (int i = 0; i < per_stage; ++i) {
-            auto product = tpx::einsum<D>(x, tpx::all_gather<X>(ws[i]));  // [S_P, B_X, E]
-            rows_t next = x + tpx::rename<E, D>(tpx::map(tpx::kernels::gelu{}, product));
-            inputs[m].push_back(std::move(x));
-            products[m].push_back(std::move(product));
-            x = std::move(next);
-          }
-          if (last) {
-            const auto block = x.local();
+          rows_t out = st.forward(m, stage == 0 ? microbatch(x0, m) : std::move(in));
+          if (st.last) {
+            const auto block = out.local();
             output_blocks[m].assign(block.begin(), block.end());
-            outputs[m] = x;
           }
-          return x;
+          return out;
         },
         [&](int m, rows_t dout) {
           backward_order.push_back(m);
           --held;
-          rows_t dx = last ? (*outputs[m] - microbatch(y, m)) * (1.0 / static_cast<double>(n))
-                           : std::move(dout);
-          for (int i = per_stage - 1; i >= 0; --i) {
-            const auto dpre = tpx::rename<D, E>(tpx::map(
-                tpx::kernels::gelu_backward{}, tpx::rename<E, D>(std::move(products[m][i])), dx));
-            grads[i] = grads[i] + tpx::reduce_scatter<X, D>(tpx::einsum<B>(inputs[m][i], dpre));
-            dx = dx + tpx::einsum<E>(dpre, tpx::all_gather<X>(ws[i]));
-          }
-          inputs[m].clear();
-          products[m].clear();
-          outputs[m].reset();
-          return dx;
+          return st.backward(
+              m, st.last ? (*st.outputs[m] - microbatch(y, m)) * (1.0 / static_cast<double>(n))
+                         : std::move(dout));
         });
     if (rank.template axis<X>().coord == 0) {
       const std::lock_guard guard(peaks_lock);
@@ -217,7 +250,7 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
           block_bytes * microbatches * ((stage < stages - 1) + (stage > 0)));
 
     // The last stage's outputs, its block of every microbatch's rows.
-    if (last)
+    if (st.last)
       for (int m = 0; m < microbatches; ++m) {
         const std::int64_t first_row = m * rows + like.local_offset(1);
         for (std::int64_t r = 0; r < like.local_extent(1); ++r)
@@ -227,7 +260,7 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
       }
     // Every layer's gradient: layer s * per_stage + i is block s of grads[i].
     for (int i = 0; i < per_stage; ++i) {
-      const std::vector<float> g = tpx::to_global(grads[i]);
+      const std::vector<float> g = tpx::to_global(st.grads[i]);
       for (int s = 0; s < stages; ++s) {
         const int l = s * per_stage + i;
         CAPTURE(l);
@@ -259,6 +292,67 @@ TEST_CASE("1F1B keeps fewer activations than GPipe: measured peak memory of each
     peaks += " " + std::to_string(gpipe[s]) + " / " + std::to_string(one_f_one_b[s]);
   }
   MESSAGE(peaks);
+}
+
+// What one rank of the stack's pipeline holds and sends: its peak tensor memory and the data
+// bytes of its collectives over P and over X.
+struct rank_usage {
+  std::int64_t peak_bytes = 0;
+  double over_p = 0, over_x = 0;
+  friend bool operator==(const rank_usage&, const rank_usage&) = default;
+};
+
+template <class Launcher>
+std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int microbatches,
+                                 pipeline_order order) {
+  std::vector<rank_usage> usage(stages * data);
+  std::mutex lock;
+  tpx::spmd(launcher, tpx::Mesh<P, X>{stages, data}, [&](auto& rank) {
+    using stage_t = stack_stage<std::remove_cvref_t<decltype(rank)>>;
+    using rows_t = typename stage_t::rows_t;
+    const std::int64_t rows = 2 * data;
+    std::vector<typename stage_t::weight> weights;
+    for (int i = 0; i < layers / stages; ++i)
+      weights.push_back(
+          tpx::randn<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, 10 + i, 0.3f));
+    stage_t st(rank, std::move(weights), microbatches);
+    const bool first = rank.template axis<P>().coord == 0;
+    const rows_t like(rank, {S(stages), B(rows), D(width)});
+    const auto data_bytes = [&](std::size_t axes) {
+      return rank.traffic_by_axes()[axes].total().data_bytes;
+    };
+    const double p_before = data_bytes(1), x_before = data_bytes(2);
+    rank.memory().reset_peak();
+    tpx::nn::run_pipeline<P, S>(
+        like, tpx::nn::pipeline_schedule(stages, microbatches, order),
+        [&](int m, rows_t in) {
+          return st.forward(m, first ? tpx::randn<float, S<P>, B<X>, D<>>(
+                                           rank, {S(stages), B(rows), D(width)}, 100 + m)
+                                     : std::move(in));
+        },
+        [&](int m, rows_t dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
+          return st.backward(m, st.last ? *st.outputs[m] * 1.0f : std::move(dout));
+        });
+    const std::lock_guard guard(lock);
+    usage[rank.world_rank()] = {rank.memory().peak_bytes(), data_bytes(1) - p_before,
+                                data_bytes(2) - x_before};
+  });
+  return usage;
+}
+
+TEST_CASE("a dry run of a pipeline reads each rank's peak memory and traffic of the real run") {
+  for (const pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b})
+    for (const auto& [stages, data] : {std::pair{2, 1}, {3, 2}, {4, 1}})
+      for (int microbatches : {1, 3}) {
+        CAPTURE(stages);
+        CAPTURE(data);
+        CAPTURE(microbatches);
+        const std::vector<rank_usage> dry =
+            usage_of(tpx::dry_run, stages, data, microbatches, order);
+        const std::vector<rank_usage> real = usage_of(tpx::host, stages, data, microbatches, order);
+        CHECK(dry == real);
+        CHECK(real[0].over_p > 0);
+      }
 }
 
 // The step of stage s at which microbatch m runs `what`, -1 if none; checks it runs once.
