@@ -5,7 +5,8 @@
 //
 //   tpx-bench-pipeline -p 1,2 -m 1,2,4,8,16 -L 8 -d 512 -b 512 -n 5 -w 1 --json pipeline.json
 //
-// The ranks are the threads of tpx::spmd(tpx::host, Mesh<P>{p}), which gives each rank's GEMMs
+// The stage is examples/pipeline/residual_stack.hpp's. The ranks are the threads of
+// tpx::spmd(tpx::host, Mesh<P, X>{p, 1}), which gives each rank's GEMMs
 // the machine's cores divided among the ranks (spmd.hpp): P stages and one stage run on the same
 // cores. Per row:
 //   step       the best of -n steps after -w, rank 0's wall time between two barriers of all
@@ -25,21 +26,19 @@
 #include <exception>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <tpx/nn/pipeline.hpp>
 #include <tpx/tpx.hpp>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "../examples/pipeline/residual_stack.hpp"
 #include "support/report.hpp"
 
 namespace {
 
-TPX_MESH_AXES(P);
-TPX_DIMS(S, B, D, E);
-
-using tpx::Tensor;
+using namespace pipeline_example;  // P, X, S, B, D, E and the stack's stage
 using tpx::bench::clock;
 using tpx::bench::samples;
 using tpx::bench::seconds_since;
@@ -68,62 +67,41 @@ struct timed_pass {
 measured run(const settings& c, int stages, int microbatches, pipeline_order order) {
   measured result;
   std::mutex lock;
-  tpx::spmd(tpx::host, tpx::Mesh<P>{stages}, [&](auto& rank) {
-    using rows_t = Tensor<float, S<P>, B<>, D<>>;
-    using product_t = Tensor<float, S<P>, B<>, E<>>;
-    using weight = Tensor<float, S<P>, D<>, E<>>;
-    const int per_stage = c.layers / stages;
-    const std::int64_t rows = c.batch / microbatches;
+  tpx::spmd(tpx::host, tpx::Mesh<P, X>{stages, 1}, [&](auto& rank) {
+    using stage_t = residual_stage<tpx::space_of_t<std::remove_cvref_t<decltype(rank)>>>;
+    using rows = typename stage_t::rows;
+    const std::int64_t microbatch_rows = c.batch / microbatches;
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.width));
-    std::vector<weight> ws, grads;
-    for (int i = 0; i < per_stage; ++i) {
-      ws.push_back(tpx::randn<float, S<P>, D<>, E<>>(rank, {S(stages), D(c.width), E(c.width)},
-                                                     10 + i, scale));
-      grads.emplace_back(rank, tpx::Shape{S(stages), D(c.width), E(c.width)});
-    }
-    std::vector<rows_t> batch;
+    std::vector<typename stage_t::weight> weights;
+    for (int i = 0; i < c.layers / stages; ++i)
+      weights.push_back(tpx::randn<float, S<P>, D<X>, E<>>(
+          rank, {S(stages), D(c.width), E(c.width)}, 10 + i, scale));
+    stage_t st(rank, std::move(weights), microbatches);
+    std::vector<rows> batch;
     for (int m = 0; m < microbatches; ++m)
-      batch.push_back(
-          tpx::randn<float, S<P>, B<>, D<>>(rank, {S(stages), B(rows), D(c.width)}, 100 + m));
-    const rows_t like(rank, {S(stages), B(rows), D(c.width)});
+      batch.push_back(tpx::randn<float, S<P>, B<X>, D<>>(
+          rank, {S(stages), B(microbatch_rows), D(c.width)}, 100 + m));
+    const rows like(rank, {S(stages), B(microbatch_rows), D(c.width)});
     const tpx::nn::pipeline_schedule plan(stages, microbatches, order);
-    const int stage = rank.template axis<P>().coord;
-    const bool last = stage == stages - 1;
-    std::vector<std::vector<rows_t>> inputs(microbatches);
-    std::vector<std::vector<product_t>> products(microbatches);
-    std::vector<std::optional<rows_t>> outputs(microbatches);
+    const bool first = rank.template axis<P>().coord == 0;
 
     double busy = 0;  // in forward and backward, over the steps
     const auto step = [&] {
+      {
+        const timed_pass pass{busy};  // the stage's own work: a copy here, where X has one rank
+        st.gather();
+      }
       tpx::nn::run_pipeline<P, S>(
           like, plan,
-          [&](int m, rows_t in) {
+          [&](int m, rows in) {
             const timed_pass pass{busy};
-            rows_t x = stage == 0 ? rows_t(batch[m]) : std::move(in);
-            for (int i = 0; i < per_stage; ++i) {
-              auto product = tpx::einsum<D>(x, ws[i]);
-              rows_t next = x + tpx::rename<E, D>(tpx::map(tpx::kernels::gelu{}, product));
-              inputs[m].push_back(std::move(x));
-              products[m].push_back(std::move(product));
-              x = std::move(next);
-            }
-            if (last) outputs[m] = x;
-            return x;
+            return st.forward(m, first ? rows(batch[m]) : std::move(in));
           },
-          [&](int m, rows_t dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
+          [&](int m, rows dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
             const timed_pass pass{busy};
-            rows_t dx = last ? std::move(*outputs[m]) : std::move(dout);
-            for (int i = per_stage - 1; i >= 0; --i) {
-              const auto dpre = tpx::rename<D, E>(tpx::map(
-                  tpx::kernels::gelu_backward{}, tpx::rename<E, D>(std::move(products[m][i])), dx));
-              grads[i] = grads[i] + tpx::einsum<B>(inputs[m][i], dpre);
-              dx = dx + tpx::einsum<E>(dpre, ws[i]);
-            }
-            inputs[m].clear();
-            products[m].clear();
-            outputs[m].reset();
-            return dx;
+            return st.backward(m, st.last ? *st.outputs[m] * 1.0f : std::move(dout));
           });
+      st.release();
     };
     tpx::any_communicator& world = rank.template group<P>();
     samples times;

@@ -33,10 +33,11 @@
 #include <utility>
 #include <vector>
 
+#include "../../examples/pipeline/residual_stack.hpp"
+
 namespace {
 
-TPX_MESH_AXES(P, X);
-TPX_DIMS(S, B, D, E);
+using namespace pipeline_example;  // P, X, S, B, D, E and the stack's stage
 
 using tpx::Tensor;
 
@@ -97,65 +98,6 @@ double largest(const std::vector<double>& v) {
 using tpx::nn::pipeline_order;
 using tpx::nn::pipeline_step;
 
-// One stage of the stack under run_pipeline, on a rank of any backend: its layers' weights
-// (layer s * per_stage + i of the stack is block s of ws[i], [S_P, D_X, E], gathered over X
-// before use), their gradients, and what the backward pass needs of each microbatch (every
-// layer's input and product, and the last stage's output), freed by it.
-template <class Rank>
-struct stack_stage {
-  template <class... Spec>
-  using tensor = tpx::BasicTensor<tpx::space_of_t<Rank>, float, Spec...>;
-  using rows_t = tensor<S<P>, B<X>, D<>>;  // a stage's rows of a microbatch
-  using product_t = tensor<S<P>, B<X>, E<>>;
-  using weight = tensor<S<P>, D<X>, E<>>;
-  static_assert(
-      std::is_same_v<decltype(tpx::reduce_scatter<X, D>(tpx::einsum<B>(
-                         std::declval<const rows_t&>(), std::declval<const product_t&>()))),
-                     weight>,
-      "the weight gradient comes reduce-scattered onto the weight's FSDP shard");
-
-  std::vector<weight> ws, grads;
-  std::vector<std::vector<rows_t>> inputs;
-  std::vector<std::vector<product_t>> products;
-  std::vector<std::optional<rows_t>> outputs;
-  bool last;
-
-  stack_stage(const Rank& rank, std::vector<weight> weights, int microbatches)
-      : ws(std::move(weights)),
-        inputs(microbatches),
-        products(microbatches),
-        outputs(microbatches),
-        last(rank.template axis<P>().coord == rank.template axis<P>().size - 1) {
-    for (const weight& w : ws) grads.emplace_back(rank, w.shape());
-  }
-
-  // x <- x + GELU(x W) through the stage's layers.
-  rows_t forward(int m, rows_t x) {
-    for (std::size_t i = 0; i < ws.size(); ++i) {
-      auto product = tpx::einsum<D>(x, tpx::all_gather<X>(ws[i]));  // [S_P, B_X, E]
-      rows_t next = x + tpx::rename<E, D>(tpx::map(tpx::kernels::gelu{}, product));
-      inputs[m].push_back(std::move(x));
-      products[m].push_back(std::move(product));
-      x = std::move(next);
-    }
-    if (last) outputs[m] = x;
-    return x;
-  }
-  // The stage's input gradient from its output's, adding the weights' gradients.
-  rows_t backward(int m, rows_t dx) {
-    for (int i = static_cast<int>(ws.size()) - 1; i >= 0; --i) {
-      const auto dpre = tpx::rename<D, E>(tpx::map(
-          tpx::kernels::gelu_backward{}, tpx::rename<E, D>(std::move(products[m][i])), dx));
-      grads[i] = grads[i] + tpx::reduce_scatter<X, D>(tpx::einsum<B>(inputs[m][i], dpre));
-      dx = dx + tpx::einsum<E>(dpre, tpx::all_gather<X>(ws[i]));
-    }
-    inputs[m].clear();
-    products[m].clear();
-    outputs[m].reset();
-    return dx;
-  }
-};
-
 // Runs the stack through the pipeline on a P x X mesh and checks it against the model run whole;
 // returns each stage's peak tensor memory during the run (rank 0 of X's).
 std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
@@ -182,8 +124,8 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
   std::mutex peaks_lock;
 
   tpx::spmd(tpx::host, tpx::Mesh<P, X>{stages, data}, [&](auto& rank) {
-    using stage_t = stack_stage<std::remove_cvref_t<decltype(rank)>>;
-    using rows_t = typename stage_t::rows_t;
+    using stage_t = residual_stage<tpx::space_of_t<std::remove_cvref_t<decltype(rank)>>>;
+    using rows_t = typename stage_t::rows;
     // Microbatch m's rows (inputs or targets) in every stage's block; stage 0 reads the inputs,
     // the last stage the targets.
     const auto microbatch = [&](const std::vector<float>& all, int m) {
@@ -212,6 +154,7 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
     };
     const double passed_before = passed_bytes();
     rank.memory().reset_peak();
+    st.gather();
     tpx::nn::run_pipeline<P, S>(
         like, plan,
         [&](int m, rows_t in) {
@@ -231,6 +174,7 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
               m, st.last ? (*st.outputs[m] - microbatch(y, m)) * (1.0 / static_cast<double>(n))
                          : std::move(dout));
         });
+    st.release();
     if (rank.template axis<X>().coord == 0) {
       const std::lock_guard guard(peaks_lock);
       peaks[stage] = rank.memory().peak_bytes();
@@ -308,8 +252,8 @@ std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int mi
   std::vector<rank_usage> usage(stages * data);
   std::mutex lock;
   tpx::spmd(launcher, tpx::Mesh<P, X>{stages, data}, [&](auto& rank) {
-    using stage_t = stack_stage<std::remove_cvref_t<decltype(rank)>>;
-    using rows_t = typename stage_t::rows_t;
+    using stage_t = residual_stage<tpx::space_of_t<std::remove_cvref_t<decltype(rank)>>>;
+    using rows_t = typename stage_t::rows;
     const std::int64_t rows = 2 * data;
     std::vector<typename stage_t::weight> weights;
     for (int i = 0; i < layers / stages; ++i)
@@ -323,6 +267,7 @@ std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int mi
     };
     const double p_before = data_bytes(1), x_before = data_bytes(2);
     rank.memory().reset_peak();
+    st.gather();
     tpx::nn::run_pipeline<P, S>(
         like, tpx::nn::pipeline_schedule(stages, microbatches, order),
         [&](int m, rows_t in) {
@@ -333,6 +278,7 @@ std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int mi
         [&](int m, rows_t dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
           return st.backward(m, st.last ? *st.outputs[m] * 1.0f : std::move(dout));
         });
+    st.release();
     const std::lock_guard guard(lock);
     usage[rank.world_rank()] = {rank.memory().peak_bytes(), data_bytes(1) - p_before,
                                 data_bytes(2) - x_before};

@@ -1,7 +1,7 @@
 // A pipeline (nn/pipeline.hpp) written once as a generic lambda over the rank, run under the host
 // launcher and under a CUDA launcher; the CUDA run's weight gradients must equal the host's. The
-// program is tests/unit/pipeline_test.cpp's residual stack x <- x + GELU(x W) with two layers per
-// stage, stages over mesh axis X and FSDP plus data parallelism over Y, in GPipe's and 1F1B's
+// stage is examples/pipeline/residual_stack.hpp's residual stack x <- x + GELU(x W), two layers
+// per stage, stages over mesh axis P and FSDP plus data parallelism over X, in GPipe's and 1F1B's
 // orders: on the GPU the stages' blocks pass between ranks as device buffers, and every product
 // runs on cuBLASLt, so results agree with OpenBLAS's within fp32 rounding of 8-term sums.
 #pragma once
@@ -10,15 +10,23 @@
 
 #include <cmath>
 #include <mutex>
-#include <optional>
 #include <tpx/cuda/cuda.hpp>
 #include <tpx/nn/pipeline.hpp>
+#include <type_traits>
 #include <vector>
+
+#include "../../../examples/pipeline/residual_stack.hpp"
 
 namespace tpx::cuda::testing::pipeline_case {
 
-TPX_MESH_AXES(X, Y);
-TPX_DIMS(S, B, D, E);
+// The example's names, declared here so that they hide typed_program.hpp's X, B and D.
+using pipeline_example::B;
+using pipeline_example::D;
+using pipeline_example::E;
+using pipeline_example::P;
+using pipeline_example::residual_stage;
+using pipeline_example::S;
+using pipeline_example::X;
 
 inline constexpr int per_stage = 2, microbatches = 3;
 inline constexpr std::int64_t width = 8;
@@ -30,50 +38,28 @@ std::vector<std::vector<float>> run_pipeline_program(Launcher launcher, int stag
                                                      nn::pipeline_order order) {
   std::vector<std::vector<float>> results;
   std::mutex lock;
-  spmd(launcher, Mesh<X, Y>{stages, data}, [&](auto& rank) {
-    const auto rows = [&](std::uint64_t seed) {
-      return randn<float, S<X>, B<Y>, D<>>(rank, {S(stages), B(2 * data), D(width)}, seed);
+  spmd(launcher, Mesh<P, X>{stages, data}, [&](auto& rank) {
+    using stage_t = residual_stage<space_of_t<std::remove_cvref_t<decltype(rank)>>>;
+    using rows = typename stage_t::rows;
+    const auto random_rows = [&](std::uint64_t seed) {
+      return randn<float, S<P>, B<X>, D<>>(rank, {S(stages), B(2 * data), D(width)}, seed);
     };
-    using rows_t = decltype(rows(0));
-    using weight = decltype(randn<float, S<X>, D<Y>, E<>>(rank, {S(1), D(1), E(1)}, 0));
-    std::vector<weight> ws, grads;
-    for (int i = 0; i < per_stage; ++i) {
-      ws.push_back(
-          randn<float, S<X>, D<Y>, E<>>(rank, {S(stages), D(width), E(width)}, 10 + i, 0.3f));
-      grads.emplace_back(rank, typename weight::shape_type{S(stages), D(width), E(width)});
-    }
-    using product_t = decltype(einsum<D>(std::declval<const rows_t&>(), all_gather<Y>(ws[0])));
-    std::vector<std::vector<rows_t>> inputs(microbatches);
-    std::vector<std::vector<product_t>> products(microbatches);
-    std::vector<std::optional<rows_t>> outputs(microbatches);
-    const int stage = rank.template axis<X>().coord;
-    const bool last = stage == stages - 1;
-    nn::run_pipeline<X, S>(
-        rows(0), nn::pipeline_schedule(stages, microbatches, order),
-        [&](int m, rows_t in) {
-          rows_t x = stage == 0 ? rows(100 + m) : std::move(in);
-          for (int i = 0; i < per_stage; ++i) {
-            auto product = einsum<D>(x, all_gather<Y>(ws[i]));
-            rows_t next = x + rename<E, D>(map(kernels::gelu{}, product));
-            inputs[m].push_back(std::move(x));
-            products[m].push_back(std::move(product));
-            x = std::move(next);
-          }
-          if (last) outputs[m] = x;
-          return x;
-        },
-        [&](int m, rows_t dout) {
-          rows_t dx = last ? *outputs[m] - rows(200 + m) : std::move(dout);
-          for (int i = per_stage - 1; i >= 0; --i) {
-            const auto dpre = rename<D, E>(
-                map(kernels::gelu_backward{}, rename<E, D>(std::move(products[m][i])), dx));
-            grads[i] = grads[i] + reduce_scatter<Y, D>(einsum<B>(inputs[m][i], dpre));
-            dx = dx + einsum<E>(dpre, all_gather<Y>(ws[i]));
-          }
-          return dx;
+    std::vector<typename stage_t::weight> weights;
+    for (int i = 0; i < per_stage; ++i)
+      weights.push_back(
+          randn<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, 10 + i, 0.3f));
+    stage_t st(rank, std::move(weights), microbatches);
+    const bool first = rank.template axis<P>().coord == 0;
+    st.gather();
+    nn::run_pipeline<P, S>(
+        random_rows(0), nn::pipeline_schedule(stages, microbatches, order),
+        [&](int m, rows in) { return st.forward(m, first ? random_rows(100 + m) : std::move(in)); },
+        [&](int m, rows dout) {
+          return st.backward(m, st.last ? *st.outputs[m] - random_rows(200 + m) : std::move(dout));
         });
+    st.release();
     std::vector<std::vector<float>> mine;
-    for (const weight& g : grads) mine.push_back(to_global(g));
+    for (const auto& g : st.grads) mine.push_back(to_global(g));
     if (rank.world_rank() == 0) {
       const std::lock_guard guard(lock);
       results = std::move(mine);

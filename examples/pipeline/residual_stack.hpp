@@ -1,0 +1,102 @@
+// A stage of a pipeline, as nn::run_pipeline (include/tpx/nn/pipeline.hpp) takes one: a residual
+// stack x <- x + GELU(x W), W [D, D], cut into stages of consecutive layers over mesh axis P, with
+// FSDP and data parallelism over X inside each stage. The tests (tests/unit/pipeline_test.cpp,
+// the CUDA mesh test) and tpx-bench-pipeline run it; it is also the shortest complete example of
+// writing a stage:
+//
+//   TPX_MESH_AXES(P, X);  TPX_DIMS(S, B, D, E);
+//   residual_stage<Space> st(rank, weights, M);       // weights[i]: [S_P, D_X, E], this stage's
+//   st.gather();                                      //   layer i in block s
+//   tpx::nn::run_pipeline<P, S>(like, schedule,
+//       [&](int m, rows in) { return st.forward(m, first ? batch(m) : std::move(in)); },
+//       [&](int m, rows d) { return st.backward(m, last ? loss_gradient(m) : std::move(d)); });
+//   st.release();
+//
+// Every tensor carries the stage dim S split over P: the rows [S_P, B_X, D] (a microbatch's rows
+// on the stage, split over X), each layer's weight [S_P, D_X, E] (layer s * L/P + i of the stack
+// is block s of the stage's weight i) and its product [S_P, B_X, E]. The weights are all-gathered
+// over X once for the step (gather() before the pipeline runs, release() after), not for each
+// microbatch, which would move every weight 2M times a step; each microbatch's weight gradient
+// comes back reduce-scattered onto the weight's FSDP shard, as the types say (the static_assert
+// below). E names the layer's output width (D again) so that x and
+// x W can be told apart; rename turns one into the other. What the backward pass needs of a
+// microbatch (every layer's input and product, and the last stage's output) is kept by forward
+// and freed by backward, so a schedule's activations in flight show in the rank's memory.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <tpx/tpx.hpp>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace pipeline_example {
+
+TPX_MESH_AXES(P, X);   // P: pipeline stages; X: FSDP and data parallelism inside a stage
+TPX_DIMS(S, B, D, E);  // stage, rows, width, a layer's output width
+
+template <class Space>
+struct residual_stage {
+  template <class... Spec>
+  using tensor = tpx::BasicTensor<Space, float, Spec...>;
+  using rows = tensor<S<P>, B<X>, D<>>;
+  using product = tensor<S<P>, B<X>, E<>>;
+  using weight = tensor<S<P>, D<X>, E<>>;
+  static_assert(std::is_same_v<decltype(tpx::reduce_scatter<X, D>(tpx::einsum<B>(
+                                   std::declval<const rows&>(), std::declval<const product&>()))),
+                               weight>,
+                "a weight's gradient comes reduce-scattered onto the weight's FSDP shard");
+
+  std::vector<weight> weights, grads;
+  std::vector<tensor<S<P>, D<>, E<>>> gathered;  // the weights whole over X, for the step
+  std::vector<std::vector<rows>> inputs;         // by microbatch, by layer
+  std::vector<std::vector<product>> products;
+  std::vector<std::optional<rows>> outputs;  // the last stage's, by microbatch
+  bool last;
+
+  residual_stage(const tpx::rank_context& rank, std::vector<weight> stage_weights, int microbatches)
+      : weights(std::move(stage_weights)),
+        inputs(microbatches),
+        products(microbatches),
+        outputs(microbatches),
+        last(rank.axis<P>().coord == rank.axis<P>().size - 1) {
+    for (const weight& w : weights) grads.emplace_back(rank, w.shape());
+  }
+
+  // The step's weights, all-gathered over X; and their release after the step.
+  void gather() {
+    gathered.clear();
+    for (const weight& w : weights) gathered.push_back(tpx::all_gather<X>(w));
+  }
+  void release() { gathered.clear(); }
+
+  // x <- x + GELU(x W) through the stage's layers.
+  rows forward(int m, rows x) {
+    for (const auto& w : gathered) {
+      product xw = tpx::einsum<D>(x, w);
+      rows next = x + tpx::rename<E, D>(tpx::map(tpx::kernels::gelu{}, xw));
+      inputs[m].push_back(std::move(x));
+      products[m].push_back(std::move(xw));
+      x = std::move(next);
+    }
+    if (last) outputs[m] = x;
+    return x;
+  }
+
+  // The stage's input gradient from its output's, adding each weight's gradient to grads.
+  rows backward(int m, rows dx) {
+    for (std::size_t i = weights.size(); i-- > 0;) {
+      const product dxw = tpx::rename<D, E>(tpx::map(
+          tpx::kernels::gelu_backward{}, tpx::rename<E, D>(std::move(products[m][i])), dx));
+      grads[i] = grads[i] + tpx::reduce_scatter<X, D>(tpx::einsum<B>(inputs[m][i], dxw));
+      dx = dx + tpx::einsum<E>(dxw, gathered[i]);
+    }
+    inputs[m].clear();
+    products[m].clear();
+    outputs[m].reset();
+    return dx;
+  }
+};
+
+}  // namespace pipeline_example
