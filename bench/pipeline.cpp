@@ -3,19 +3,20 @@
 // gradients summed over microbatches) as P stages of L / P layers over M microbatches of a batch of
 // B rows, in GPipe's and 1F1B's orders (nn/pipeline.hpp), beside the same stack on one stage.
 //
-//   tpx-bench-pipeline -p 1,2 -m 1,2,4,8,16 -L 8 -d 512 -b 512 -n 5 -w 1 --json pipeline.json
+//   tpx-bench-pipeline -p 1,2 -m 1,2,4,8,16 -L 8 -d 512 -b 512 -n 9 -w 2 --json pipeline.json
 //
-// The stage is examples/pipeline/residual_stack.hpp's. The ranks are the threads of
-// tpx::spmd(tpx::host, Mesh<P, X>{p, 1}), which gives each rank's GEMMs
+// The stage is examples/pipeline/residual_stack.hpp's (its weights gathered once per step). The
+// ranks are the threads of tpx::spmd(tpx::host, Mesh<P, X>{p, 1}), which gives each rank's GEMMs
 // the machine's cores divided among the ranks (spmd.hpp): P stages and one stage run on the same
 // cores. Per row:
 //   step       the best of -n steps after -w, rank 0's wall time between two barriers of all
 //              ranks (so a step lasts until the slowest stage is done)
 //   speed      one stage's step time (the same M) over this row's: what cutting the stack into
 //              P stages on this machine's cores gives
-//   idle       the share of a stage's step time spent outside its forward and backward passes
-//              (waiting for its neighbours), averaged over the stages and the timed steps:
-//              the measured bubble, beside the schedule's (P - 1) / (M + P - 1)
+//   idle       the share of a stage's step time spent outside its weights' gather and its
+//              forward and backward passes (waiting for its neighbours and passing blocks to
+//              them), averaged over the stages and the timed steps: the measured bubble, beside
+//              the schedule's (P - 1) / (M + P - 1)
 //   peak       the largest peak tensor memory of any stage during the timed steps
 //              (rank.memory()), where 1F1B's bound on the microbatches in flight shows
 #include <CLI/CLI.hpp>
