@@ -471,7 +471,7 @@ fi
 # The tables' first rows (largest first), last, where a runner that keeps only the output's end
 # sees them; the whole tables are in $out and its archive.
 for table in profile-phases-vs-torch-gpt profile-phases-vs-torch-mlp profile-gpt profile-mlp \
-             attention-tilings attention-tilings-gpt; do
+             attention-tilings attention-tilings-gpt attention-cp; do
   [[ -s $out/$table.txt ]] || continue
   echo "=== $table.txt (first rows)"
   head -n 14 "$out/$table.txt"
