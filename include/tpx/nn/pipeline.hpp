@@ -64,10 +64,9 @@ constexpr bool check_stage_dim() {
 // One tick's passing in one direction (+1: on to the next stage, -1: back to the previous one):
 // `sends[s]` says whether stage s sends (never past the first or last stage); this stage sends
 // `sent` if it does (else `sent` stays here), and gets back what its neighbour on the other side
-// sent, if it did. One
-// all_to_all over P whose only nonzero counts are the senders' (NCCL: a grouped send and
-// receive between neighbours), so nothing else moves: no block wraps around, no idle stage
-// sends.
+// sent, if it did. One all_to_all over P whose only nonzero counts are the senders' (NCCL: a
+// grouped send and receive between neighbours), so nothing else moves: no block wraps around,
+// no idle stage sends.
 template <MeshAxis P, AnyTensor Tn>
 std::optional<Tn> pass_along(const Tn& like, std::optional<Tn> sent, const std::vector<bool>& sends,
                              int direction) {
@@ -98,16 +97,17 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
                 "the type of `like`");
   const rank_context& ctx = like.context();
   const auto& axis = ctx.template axis<P>();
-  const std::string who =
-      std::string("tpx: pipeline<") + P::name.c_str() + ", " + S::name.c_str() + ">: ";
+  const auto who = [] {  // the errors' prefix, made only when one is thrown
+    return std::string("tpx: pipeline<") + P::name.c_str() + ", " + S::name.c_str() + ">: ";
+  };
   if (plan.stages() != axis.size)
-    throw std::invalid_argument(who + "a schedule of " + std::to_string(plan.stages()) +
+    throw std::invalid_argument(who() + "a schedule of " + std::to_string(plan.stages()) +
                                 " stages on mesh axis " + P::name.c_str() + " of " +
                                 std::to_string(axis.size) + " ranks");
   constexpr int k = tpx::detail::checked_dim_position<Tn, S>();
   if (like.global_extent(k) != axis.size)
     throw std::invalid_argument(
-        who + "stage dim " + S::name.c_str() + " of " + Tn::notation.c_str() + " has extent " +
+        who() + "stage dim " + S::name.c_str() + " of " + Tn::notation.c_str() + " has extent " +
         std::to_string(like.global_extent(k)) + " but mesh axis " + P::name.c_str() + " has " +
         std::to_string(axis.size) + " stages: give it one element per stage");
   const int stage = axis.coord, last = axis.size - 1;

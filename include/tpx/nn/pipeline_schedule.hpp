@@ -43,7 +43,7 @@ class pipeline_schedule {
       throw std::invalid_argument("tpx: pipeline of " + std::to_string(stages) + " stages and " +
                                   std::to_string(microbatches) +
                                   " microbatches: it takes at least one of each");
-    steps_ = ticks_of(order == pipeline_order::gpipe ? gpipe_sequences() : one_f_one_b_sequences());
+    steps_ = ticks_of(sequences(order));
   }
 
   int stages() const { return stages_; }
@@ -68,19 +68,15 @@ class pipeline_schedule {
  private:
   using sequence = std::vector<pipeline_step>;  // one stage's steps in order, no idle ones
 
-  std::vector<sequence> gpipe_sequences() const {
-    std::vector<sequence> order(stages_);
-    for (sequence& steps : order) {
-      for (int m = 0; m < microbatches_; ++m) steps.push_back({pipeline_step::forward, m});
-      for (int m = 0; m < microbatches_; ++m) steps.push_back({pipeline_step::backward, m});
-    }
-    return order;
-  }
-  std::vector<sequence> one_f_one_b_sequences() const {
-    std::vector<sequence> order(stages_);
+  // Each stage's steps: `warm_up` forwards, then one forward and one backward at a time, then
+  // the backwards left. GPipe's warm-up is every microbatch (all forwards, then all backwards),
+  // 1F1B's the P - 1 - s forwards that fill the stages after s.
+  std::vector<sequence> sequences(pipeline_order order) const {
+    std::vector<sequence> sequence_of(stages_);
     for (int s = 0; s < stages_; ++s) {
-      const int warm_up = std::min(stages_ - 1 - s, microbatches_);
-      sequence& steps = order[s];
+      const int warm_up =
+          order == pipeline_order::gpipe ? microbatches_ : std::min(stages_ - 1 - s, microbatches_);
+      sequence& steps = sequence_of[s];
       for (int m = 0; m < warm_up; ++m) steps.push_back({pipeline_step::forward, m});
       for (int m = warm_up; m < microbatches_; ++m) {
         steps.push_back({pipeline_step::forward, m});
@@ -89,7 +85,7 @@ class pipeline_schedule {
       for (int m = microbatches_ - warm_up; m < microbatches_; ++m)
         steps.push_back({pipeline_step::backward, m});
     }
-    return order;
+    return sequence_of;
   }
 
   // Places each stage's steps on ticks: a step runs at the first tick after its input was made
@@ -100,12 +96,15 @@ class pipeline_schedule {
     std::vector<std::vector<int>> forward_tick(stages_, none), backward_tick(stages_, none);
     std::vector<std::size_t> next(stages_, 0);
     std::vector<std::vector<pipeline_step>> steps(stages_);
-    for (int tick = 0;; ++tick) {
-      bool left = false;
+    const auto steps_left = [&] {
+      for (int s = 0; s < stages_; ++s)
+        if (next[s] < order[s].size()) return true;
+      return false;
+    };
+    for (int tick = 0; steps_left(); ++tick) {
       for (int s = 0; s < stages_; ++s) {
         pipeline_step step;
         if (next[s] < order[s].size()) {
-          left = true;
           const pipeline_step& want = order[s][next[s]];
           const int m = want.microbatch;
           const bool ready =
@@ -121,9 +120,7 @@ class pipeline_schedule {
         }
         steps[s].push_back(step);
       }
-      if (!left) break;
     }
-    for (auto& stage_steps : steps) stage_steps.pop_back();  // the tick that found nothing left
     return steps;
   }
 

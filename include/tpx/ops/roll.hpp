@@ -88,9 +88,9 @@ template <MeshAxis A, Dim D, detail::handed_over Tn>
 auto roll(Tn&& t, int k) {
   if constexpr (detail::check_roll<A, D, Tn>()) {
     const int parts = t.context().template group<A>().size();
-    detail::check_equal_blocks<A, D>(t, parts);
-    if (detail::roll_shift(k, parts) == 0) return Tn(relabel_t{}, std::move(t));
-    return roll<A, D>(std::as_const(t), k);
+    if (detail::roll_shift(k, parts) != 0) return roll<A, D>(std::as_const(t), k);
+    detail::check_equal_blocks<A, D>(t, parts);  // refused as the exchange would refuse it
+    return Tn(relabel_t{}, std::move(t));
   }
 }
 
