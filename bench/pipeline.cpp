@@ -1,7 +1,8 @@
 // tpx-bench-pipeline: what pipeline parallelism costs and saves on this machine. A residual stack
 // of L layers x <- x + GELU(x W), W [D, D], fp32, trained (forward and backward, the weight
 // gradients summed over microbatches) as P stages of L / P layers over M microbatches of a batch of
-// B rows, in GPipe's and 1F1B's orders (nn/pipeline.hpp), beside the same stack on one stage.
+// B rows, in GPipe's, 1F1B's and zero-bubble's orders (nn/pipeline_schedule.hpp), beside the same
+// stack on one stage.
 //
 //   tpx-bench-pipeline -p 1,2 -m 1,2,4,8,16 -L 8 -d 512 -b 512 -n 9 -w 2 --json pipeline.json
 //
@@ -14,9 +15,10 @@
 //   speed      one stage's step time (the same M) over this row's: what cutting the stack into
 //              P stages on this machine's cores gives
 //   idle       the share of a stage's step time spent outside its weights' gather and its
-//              forward and backward passes (waiting for its neighbours and passing blocks to
-//              them), averaged over the stages and the timed steps: the measured bubble, beside
-//              the schedule's (P - 1) / (M + P - 1)
+//              forward, backward and weight steps (waiting for its neighbours and passing blocks
+//              to them), averaged over the stages and the timed steps: the measured bubble,
+//              beside the schedule's share of idle ticks (pipeline_schedule::bubble: (P - 1) /
+//              (M + P - 1) for GPipe and 1F1B, whose backward ticks do twice a forward's work)
 //   peak       the largest peak tensor memory of any stage during the timed steps
 //              (rank.memory()), where 1F1B's bound on the microbatches in flight shows
 #include <CLI/CLI.hpp>
@@ -49,11 +51,12 @@ struct settings {
   int layers = 8;
   std::int64_t width = 512, batch = 512;
   int iters = 5, warmup = 1;
+  int extra_in_flight = 0;  // zero-bubble's microbatches in flight beyond 1F1B's bound
 };
 
 struct measured {
   double seconds = 0;
-  double idle = 0;  // the stages' mean share of their step time outside forward and backward
+  double idle = 0;  // the stages' mean share of their step time outside their steps
   std::int64_t peak_bytes = 0;
 };
 
@@ -65,6 +68,13 @@ struct timed_pass {
 };
 
 // Best step time and the largest stage peak of the stack on `stages` stages, M microbatches.
+// The schedule of a row: zero-bubble's with -e extra microbatches in flight.
+tpx::nn::pipeline_schedule schedule_of(const settings& c, int stages, int microbatches,
+                                       pipeline_order order) {
+  return {stages, microbatches, order,
+          order == pipeline_order::zero_bubble ? c.extra_in_flight : 0};
+}
+
 measured run(const settings& c, int stages, int microbatches, pipeline_order order) {
   measured result;
   std::mutex lock;
@@ -83,10 +93,10 @@ measured run(const settings& c, int stages, int microbatches, pipeline_order ord
       batch.push_back(tpx::randn<float, S<P>, B<X>, D<>>(
           rank, {S(stages), B(microbatch_rows), D(c.width)}, 100 + m));
     const rows like(rank, {S(stages), B(microbatch_rows), D(c.width)});
-    const tpx::nn::pipeline_schedule plan(stages, microbatches, order);
+    const tpx::nn::pipeline_schedule plan = schedule_of(c, stages, microbatches, order);
     const bool first = rank.template axis<P>().coord == 0;
 
-    double busy = 0;  // in forward and backward, over the steps
+    double busy = 0;  // in forward, backward and weight steps, over the steps
     const auto step = [&] {
       {
         const timed_pass pass{busy};  // the stage's own work: a copy here, where X has one rank
@@ -101,6 +111,10 @@ measured run(const settings& c, int stages, int microbatches, pipeline_order ord
           [&](int m, rows dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
             const timed_pass pass{busy};
             return st.backward(m, st.last ? *st.outputs[m] * 1.0f : std::move(dout));
+          },
+          [&](int m) {
+            const timed_pass pass{busy};
+            st.weight_gradient(m);
           });
       st.release();
     };
@@ -129,8 +143,11 @@ measured run(const settings& c, int stages, int microbatches, pipeline_order ord
   return result;
 }
 
-const char* name_of(pipeline_order order) {
-  return order == pipeline_order::gpipe ? "gpipe" : "1f1b";
+std::string name_of(pipeline_order order, const settings& c) {
+  return order == pipeline_order::gpipe         ? "gpipe"
+         : order == pipeline_order::one_f_one_b ? "1f1b"
+         : c.extra_in_flight == 0               ? "zb"
+                                                : "zb+" + std::to_string(c.extra_in_flight);
 }
 
 }  // namespace
@@ -151,6 +168,10 @@ int main(int argc, char** argv) {
   app.add_option("-b,--batch", c.batch, "rows of a step's batch")->check(CLI::Range(1, 1 << 24));
   app.add_option("-n,--iters", c.iters, "timed steps (best)")->check(CLI::Range(1, 1000));
   app.add_option("-w,--warmup_iters", c.warmup, "untimed steps first")->check(CLI::Range(0, 1000));
+  app.add_option("-e,--extra-in-flight", c.extra_in_flight,
+                 "zero-bubble's microbatches in flight beyond 1F1B's bound (each takes a tick off "
+                 "its bubble, up to P - 1)")
+      ->check(CLI::Range(0, 4096));
   app.add_option("--json", json, "write every row to this file as JSON");
   CLI11_PARSE(app, argc, argv);
 
@@ -175,14 +196,15 @@ int main(int argc, char** argv) {
     for (int m : microbatch_counts) {
       const measured alone = run(c, 1, m, pipeline_order::gpipe);
       for (int p : stage_counts)
-        for (pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b}) {
+        for (pipeline_order order :
+             {pipeline_order::gpipe, pipeline_order::one_f_one_b, pipeline_order::zero_bubble}) {
           const measured r = p == 1 && order == pipeline_order::gpipe ? alone : run(c, p, m, order);
           const double speed = alone.seconds / r.seconds;
-          const double bubble = tpx::nn::pipeline_schedule(p, m, order).bubble();
+          const double bubble = schedule_of(c, p, m, order).bubble();
           const double peak_mib = static_cast<double>(r.peak_bytes) / (1 << 20);
-          std::printf("  %6s %4d %5d %10.2f %7.3f %7.3f %7.3f %10.2f\n", name_of(order), p, m,
-                      r.seconds * 1e3, speed, r.idle, bubble, peak_mib);
-          rows.push_back({{"order", name_of(order)},
+          std::printf("  %6s %4d %5d %10.2f %7.3f %7.3f %7.3f %10.2f\n", name_of(order, c).c_str(),
+                      p, m, r.seconds * 1e3, speed, r.idle, bubble, peak_mib);
+          rows.push_back({{"order", name_of(order, c)},
                           {"stages", p},
                           {"microbatches", m},
                           {"step_ms", r.seconds * 1e3},
@@ -199,7 +221,8 @@ int main(int argc, char** argv) {
                               {"width", c.width},
                               {"batch", c.batch},
                               {"iters", c.iters},
-                              {"warmup", c.warmup}},
+                              {"warmup", c.warmup},
+                              {"extra_in_flight", c.extra_in_flight}},
                              std::move(rows));
     return 0;
   } catch (const std::exception& e) {

@@ -9,7 +9,8 @@
 //   st.gather();                                      //   layer i in block s
 //   tpx::nn::run_pipeline<P, S>(like, schedule,
 //       [&](int m, rows in) { return st.forward(m, first ? batch(m) : std::move(in)); },
-//       [&](int m, rows d) { return st.backward(m, last ? loss_gradient(m) : std::move(d)); });
+//       [&](int m, rows d) { return st.backward(m, last ? loss_gradient(m) : std::move(d)); },
+//       [&](int m) { st.weight_gradient(m); });
 //   st.release();
 //
 // Every tensor carries the stage dim S split over P: the rows [S_P, B_X, D] (a microbatch's rows
@@ -21,7 +22,10 @@
 // below). E names the layer's output width (D again) so that x and
 // x W can be told apart; rename turns one into the other. What the backward pass needs of a
 // microbatch (every layer's input and product, and the last stage's output) is kept by forward
-// and freed by backward, so a schedule's activations in flight show in the rank's memory.
+// and freed by the weight step, which needs the inputs and the products' gradients (the
+// backward step's by-products), so a schedule's activations in flight show in the rank's memory.
+// backward and weight_gradient are the two halves of the backward pass that a zero-bubble
+// schedule runs at different ticks; other schedules run them one after the other.
 #pragma once
 
 #include <cstddef>
@@ -51,8 +55,8 @@ struct residual_stage {
   std::vector<weight> weights, grads;
   std::vector<tensor<S<P>, D<>, E<>>> gathered;  // the weights whole over X, for the step
   std::vector<std::vector<rows>> inputs;         // by microbatch, by layer
-  std::vector<std::vector<product>> products;
-  std::vector<std::optional<rows>> outputs;  // the last stage's, by microbatch
+  std::vector<std::vector<product>> products;    // x W, after backward its gradient
+  std::vector<std::optional<rows>> outputs;      // the last stage's, by microbatch
   bool last;
 
   residual_stage(const tpx::rank_context& rank, std::vector<weight> stage_weights, int microbatches)
@@ -84,18 +88,26 @@ struct residual_stage {
     return x;
   }
 
-  // The stage's input gradient from its output's, adding each weight's gradient to grads.
+  // The stage's input gradient from its output's (the backward step); each layer's product is
+  // replaced by its gradient, which the weight step reads.
   rows backward(int m, rows dx) {
     for (std::size_t i = weights.size(); i-- > 0;) {
-      const product dxw = tpx::rename<D, E>(tpx::map(
-          tpx::kernels::gelu_backward{}, tpx::rename<E, D>(std::move(products[m][i])), dx));
-      grads[i] = grads[i] + tpx::reduce_scatter<X, D>(tpx::einsum<B>(inputs[m][i], dxw));
+      product dxw = tpx::rename<D, E>(tpx::map(tpx::kernels::gelu_backward{},
+                                               tpx::rename<E, D>(std::move(products[m][i])), dx));
       dx = dx + tpx::einsum<E>(dxw, gathered[i]);
+      products[m][i] = std::move(dxw);
     }
-    inputs[m].clear();
-    products[m].clear();
     outputs[m].reset();
     return dx;
+  }
+
+  // Adds microbatch m's weight gradients to grads (the weight step), and frees what the
+  // microbatch kept.
+  void weight_gradient(int m) {
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      grads[i] = grads[i] + tpx::reduce_scatter<X, D>(tpx::einsum<B>(inputs[m][i], products[m][i]));
+    inputs[m].clear();
+    products[m].clear();
   }
 };
 

@@ -3,19 +3,24 @@
 // 0.5 sum (x_L - y)^2 / N over a batch of N rows in M microbatches, trained through
 // run_pipeline over mesh axis P (12 / P layers per stage, each stage's weights stacked as
 // [S_P, D_X, E] and all-gathered over X before use, FSDP) with data parallelism over X inside
-// each stage (rows [S_P, B_X, D]). In both orders (GPipe, 1F1B), on meshes P x X = 1x1, 2x1, 3x1,
-// 4x1, 2x2, 3x2 and 1, 2 and 5 microbatches it checks:
+// each stage (rows [S_P, B_X, D]). In the three orders (GPipe, with the backward and weight
+// gradient in one function; 1F1B and zero-bubble, with them in two), on meshes P x X = 1x1, 2x1,
+// 3x1, 4x1, 2x2, 3x2 and 1, 2 and 5 microbatches it checks:
 //  - the last stage's outputs x_L of every microbatch, block by block (relative 1e-5);
 //  - every layer's weight gradient, reduce-scattered over X onto its FSDP shard, summed over the
 //    microbatches (max |difference| / max |reference| within 1e-5: fp32 sums in another order);
-//  - that each stage ran each microbatch once each way, in order, holding no more microbatches'
-//    activations at once than the schedule says (M for GPipe, P - s for 1F1B), and sent over P
-//    each microbatch's activation on and its gradient back once, nothing more (its traffic).
-// Then each stage's peak tensor memory, measured by the rank's meter, is lower under 1F1B than
-// under GPipe (P = 4, M = 8); the schedules for P up to 5 and M up to 7 keep their definitions
-// (each step once, after the step it needs; GPipe's diagram; 1F1B's bound; 2 (M + P - 1) ticks
-// and the bubble (P - 1) / (M + P - 1)); a stage dim of the wrong extent, a schedule for another
-// number of stages, or no microbatch, are refused with a sentence.
+//  - that each stage ran each microbatch once each way and once through its weight step, in
+//    order, holding no more microbatches' activations at once than the schedule says (M for
+//    GPipe, P - s for 1F1B, P - s + extra for zero-bubble), and sent over P each microbatch's
+//    activation on and its gradient back once, nothing more (its traffic).
+// Then each stage's peak tensor memory, measured by the rank's meter, is lower under 1F1B and
+// zero-bubble than under GPipe (P = 4, M = 8); the schedules for P up to 5 and M up to 7 keep
+// their definitions (each step once, after the step it needs; GPipe's diagram; 1F1B's bound;
+// 2 (M + P - 1) ticks and the bubble (P - 1) / (M + P - 1); zero-bubble's 3 M + 2 (P - 1) -
+// min(extra, P - 1, M - 1) ticks and P - s + extra in flight); a dry run reads every rank's peak
+// memory and traffic of the real run; a stage dim of the wrong extent, a schedule for another
+// number of stages, a zero-bubble schedule without a weight function, extra microbatches in
+// flight outside zero-bubble, or no microbatch, are refused with a sentence.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -98,14 +103,24 @@ double largest(const std::vector<double>& v) {
 using tpx::nn::pipeline_order;
 using tpx::nn::pipeline_step;
 
+constexpr pipeline_order every_order[] = {pipeline_order::gpipe, pipeline_order::one_f_one_b,
+                                          pipeline_order::zero_bubble};
+
+const char* name_of(pipeline_order order) {
+  return order == pipeline_order::gpipe         ? "gpipe"
+         : order == pipeline_order::one_f_one_b ? "1f1b"
+                                                : "zero-bubble";
+}
+
 // Runs the stack through the pipeline on a P x X mesh and checks it against the model run whole;
 // returns each stage's peak tensor memory during the run (rank 0 of X's).
 std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
-                                         pipeline_order order) {
+                                         pipeline_order order, int extra_in_flight = 0) {
   CAPTURE(stages);
   CAPTURE(data);
   CAPTURE(microbatches);
-  CAPTURE(order == pipeline_order::gpipe ? "gpipe" : "1f1b");
+  CAPTURE(name_of(order));
+  CAPTURE(extra_in_flight);
   const int per_stage = layers / stages;
   const std::int64_t rows = 2 * data;  // a microbatch's rows, split over X
   const std::int64_t n = rows * microbatches;
@@ -119,7 +134,7 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
     for (std::int64_t k = 0; k < width * width; ++k)
       w[l][k] = 0.3f * tpx::kernels::normal_at(10 + l, static_cast<std::uint64_t>(k));
   const reference whole = run_whole(x0, y, w, n);
-  const tpx::nn::pipeline_schedule plan(stages, microbatches, order);
+  const tpx::nn::pipeline_schedule plan(stages, microbatches, order, extra_in_flight);
   std::vector<std::int64_t> peaks(stages);
   std::mutex peaks_lock;
 
@@ -145,7 +160,7 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
     stage_t st(rank, std::move(weights), microbatches);
     std::vector<std::vector<float>> output_blocks(microbatches);
     const int stage = rank.template axis<P>().coord;
-    std::vector<int> forward_order, backward_order;
+    std::vector<int> forward_order, backward_order, weight_order;
     int held = 0, most_held = 0;
 
     const rows_t like(rank, {S(stages), B(rows), D(width)});
@@ -155,36 +170,48 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
     const double passed_before = passed_bytes();
     rank.memory().reset_peak();
     st.gather();
-    tpx::nn::run_pipeline<P, S>(
-        like, plan,
-        [&](int m, rows_t in) {
-          forward_order.push_back(m);
-          most_held = std::max(most_held, ++held);
-          rows_t out = st.forward(m, stage == 0 ? microbatch(x0, m) : std::move(in));
-          if (st.last) {
-            const auto block = out.local();
-            output_blocks[m].assign(block.begin(), block.end());
-          }
-          return out;
-        },
-        [&](int m, rows_t dout) {
-          backward_order.push_back(m);
-          --held;
-          return st.backward(
-              m, st.last ? (*st.outputs[m] - microbatch(y, m)) * (1.0 / static_cast<double>(n))
-                         : std::move(dout));
-        });
+    const auto forward = [&](int m, rows_t in) {
+      forward_order.push_back(m);
+      most_held = std::max(most_held, ++held);
+      rows_t out = st.forward(m, stage == 0 ? microbatch(x0, m) : std::move(in));
+      if (st.last) {
+        const auto block = out.local();
+        output_blocks[m].assign(block.begin(), block.end());
+      }
+      return out;
+    };
+    const auto backward = [&](int m, rows_t dout) {
+      backward_order.push_back(m);
+      return st.backward(
+          m, st.last ? (*st.outputs[m] - microbatch(y, m)) * (1.0 / static_cast<double>(n))
+                     : std::move(dout));
+    };
+    const auto weight = [&](int m) {
+      weight_order.push_back(m);
+      --held;
+      st.weight_gradient(m);
+    };
+    if (order == pipeline_order::gpipe)  // one backward function doing both halves
+      tpx::nn::run_pipeline<P, S>(like, plan, forward, [&](int m, rows_t dout) {
+        rows_t din = backward(m, std::move(dout));
+        weight(m);
+        return din;
+      });
+    else
+      tpx::nn::run_pipeline<P, S>(like, plan, forward, backward, weight);
     st.release();
     if (rank.template axis<X>().coord == 0) {
       const std::lock_guard guard(peaks_lock);
       peaks[stage] = rank.memory().peak_bytes();
     }
 
-    // Each microbatch once each way, in order, and no more kept at once than the schedule says.
+    // Each microbatch once each way and once through its weight step, in order, and no more
+    // kept at once than the schedule says.
     std::vector<int> in_order(microbatches);
     for (int m = 0; m < microbatches; ++m) in_order[m] = m;
     CHECK(forward_order == in_order);
     CHECK(backward_order == in_order);
+    CHECK(weight_order == in_order);
     CHECK(held == 0);
     CHECK(most_held == plan.most_in_flight(stage));
     // Each microbatch's activation sent on, and its gradient back, once: nothing else moves over
@@ -220,20 +247,26 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
 }
 
 TEST_CASE("a pipeline over P matches the whole model's outputs and gradients, with FSDP over X") {
-  for (const pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b})
+  for (const pipeline_order order : every_order)
     for (const auto& [stages, data] : {std::pair{1, 1}, {2, 1}, {3, 1}, {4, 1}, {2, 2}, {3, 2}})
       for (int microbatches : {1, 2, 5}) check_pipeline(stages, data, microbatches, order);
+  // Zero-bubble with more microbatches in flight than 1F1B's bound.
+  for (const int extra : {1, 3}) check_pipeline(4, 1, 5, pipeline_order::zero_bubble, extra);
 }
 
-TEST_CASE("1F1B keeps fewer activations than GPipe: measured peak memory of each stage") {
+TEST_CASE("1F1B and zero-bubble keep fewer activations than GPipe: measured peak of each stage") {
   const std::vector<std::int64_t> gpipe = check_pipeline(4, 1, 8, pipeline_order::gpipe);
   const std::vector<std::int64_t> one_f_one_b =
       check_pipeline(4, 1, 8, pipeline_order::one_f_one_b);
-  std::string peaks = "peak tensor bytes of stages 0-3, P = 4, M = 8, GPipe against 1F1B:";
+  const std::vector<std::int64_t> zero_bubble =
+      check_pipeline(4, 1, 8, pipeline_order::zero_bubble);
+  std::string peaks = "peak tensor bytes of stages 0-3, P = 4, M = 8, GPipe / 1F1B / zero-bubble:";
   for (int s = 0; s < 4; ++s) {
     CAPTURE(s);
     CHECK(one_f_one_b[s] < gpipe[s]);
-    peaks += " " + std::to_string(gpipe[s]) + " / " + std::to_string(one_f_one_b[s]);
+    CHECK(zero_bubble[s] < gpipe[s]);
+    peaks += "  " + std::to_string(gpipe[s]) + " / " + std::to_string(one_f_one_b[s]) + " / " +
+             std::to_string(zero_bubble[s]);
   }
   MESSAGE(peaks);
 }
@@ -277,7 +310,8 @@ std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int mi
         },
         [&](int m, rows_t dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
           return st.backward(m, st.last ? *st.outputs[m] * 1.0f : std::move(dout));
-        });
+        },
+        [&](int m) { st.weight_gradient(m); });
     st.release();
     const std::lock_guard guard(lock);
     usage[rank.world_rank()] = {rank.memory().peak_bytes(), data_bytes(1) - p_before,
@@ -287,7 +321,7 @@ std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int mi
 }
 
 TEST_CASE("a dry run of a pipeline reads each rank's peak memory and traffic of the real run") {
-  for (const pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b})
+  for (const pipeline_order order : every_order)
     for (const auto& [stages, data] : {std::pair{2, 1}, {3, 2}, {4, 1}})
       for (int microbatches : {1, 3}) {
         CAPTURE(stages);
@@ -313,6 +347,17 @@ int tick_of(const tpx::nn::pipeline_schedule& plan, int s, pipeline_step::kind w
   return found;
 }
 
+// Checks that stage s runs microbatch m forward once, after the previous stage, and backward
+// once, after its forward and the next stage's backward; returns the two ticks.
+std::pair<int, int> check_order_of_passes(const tpx::nn::pipeline_schedule& plan, int s, int m) {
+  const int f = tick_of(plan, s, pipeline_step::forward, m);
+  const int b = tick_of(plan, s, pipeline_step::backward, m);
+  CHECK(f < b);
+  if (s > 0) CHECK(tick_of(plan, s - 1, pipeline_step::forward, m) < f);
+  if (s < plan.stages() - 1) CHECK(tick_of(plan, s + 1, pipeline_step::backward, m) < b);
+  return {f, b};
+}
+
 TEST_CASE("the schedules: GPipe's diagram, 1F1B's bound, both taking 2 (M + P - 1) ticks") {
   for (const pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b})
     for (int stages = 1; stages <= 5; ++stages)
@@ -321,17 +366,14 @@ TEST_CASE("the schedules: GPipe's diagram, 1F1B's bound, both taking 2 (M + P - 
         CAPTURE(microbatches);
         const tpx::nn::pipeline_schedule plan(stages, microbatches, order);
         const int ticks = 2 * (microbatches + stages - 1);
+        CHECK_FALSE(plan.splits_backward());
         CHECK(plan.ticks() == ticks);
         CHECK(plan.bubble() == doctest::Approx(double(stages - 1) / (microbatches + stages - 1)));
         for (int s = 0; s < stages; ++s) {
           CAPTURE(s);
           for (int m = 0; m < microbatches; ++m) {
             CAPTURE(m);
-            const int f = tick_of(plan, s, pipeline_step::forward, m);
-            const int b = tick_of(plan, s, pipeline_step::backward, m);
-            CHECK(f < b);
-            if (s > 0) CHECK(tick_of(plan, s - 1, pipeline_step::forward, m) < f);
-            if (s < stages - 1) CHECK(tick_of(plan, s + 1, pipeline_step::backward, m) < b);
+            const auto [f, b] = check_order_of_passes(plan, s, m);
             if (order == pipeline_order::gpipe) {
               CHECK(f == s + m);
               CHECK(b == microbatches + stages - 1 + (stages - 1 - s) + m);
@@ -341,6 +383,48 @@ TEST_CASE("the schedules: GPipe's diagram, 1F1B's bound, both taking 2 (M + P - 
               plan.most_in_flight(s) ==
               (order == pipeline_order::gpipe ? microbatches : std::min(stages - s, microbatches)));
         }
+      }
+}
+
+// Counted by hand from the schedule's steps, not by its own most_in_flight.
+int microbatches_kept(const tpx::nn::pipeline_schedule& plan, int s) {
+  int kept = 0, most = 0;
+  for (int t = 0; t < plan.ticks(); ++t) {
+    if (plan.at(s, t).what == pipeline_step::forward) most = std::max(most, ++kept);
+    if (plan.at(s, t).what == pipeline_step::weight) --kept;
+  }
+  return most;
+}
+
+TEST_CASE(
+    "zero-bubble: 3 M + 2 (P - 1) - min(extra, P - 1, M - 1) ticks, P - s + extra in flight") {
+  for (int stages = 1; stages <= 5; ++stages)
+    for (int microbatches = 1; microbatches <= 7; ++microbatches)
+      for (int extra = 0; extra <= stages; ++extra) {
+        CAPTURE(stages);
+        CAPTURE(microbatches);
+        CAPTURE(extra);
+        const tpx::nn::pipeline_schedule plan(stages, microbatches, pipeline_order::zero_bubble,
+                                              extra);
+        const int ticks =
+            3 * microbatches + 2 * (stages - 1) - std::min({extra, stages - 1, microbatches - 1});
+        CHECK(plan.splits_backward());
+        CHECK(plan.ticks() == ticks);
+        CHECK(plan.bubble() == doctest::Approx(double(ticks - 3 * microbatches) / ticks));
+        for (int s = 0; s < stages; ++s) {
+          CAPTURE(s);
+          for (int m = 0; m < microbatches; ++m) {
+            CAPTURE(m);
+            const int b = check_order_of_passes(plan, s, m).second;
+            CHECK(b < tick_of(plan, s, pipeline_step::weight, m));
+          }
+          const int kept = std::min(stages - s + extra, microbatches);
+          CHECK(microbatches_kept(plan, s) == kept);
+          CHECK(plan.most_in_flight(s) == kept);
+        }
+        // With 1F1B's memory, two thirds of 1F1B's bubble of 3 (P - 1) forward-times.
+        if (extra == 0 && microbatches >= stages)
+          CHECK(plan.ticks() - 3 * microbatches == 2 * (stages - 1));
       }
 }
 
@@ -362,11 +446,35 @@ TEST_CASE("a stage dim without one element per stage is refused, naming dim, axi
   });
 }
 
-TEST_CASE("a pipeline takes at least one stage and one microbatch") {
+TEST_CASE("a zero-bubble schedule needs a weight function") {
+  tpx::spmd(tpx::host, tpx::Mesh<P, X>{2, 1}, [](auto& rank) {
+    using rows_t = Tensor<float, S<P>, B<>, D<>>;
+    const rows_t like(rank, {S(2), B(2), D(2)});
+    const auto same = [](int, rows_t r) { return r; };
+    const auto run = [&] {
+      const tpx::nn::pipeline_schedule plan(2, 2, pipeline_order::zero_bubble);
+      tpx::nn::run_pipeline<P, S>(like, plan, same, same);
+    };
+    CHECK_THROWS_WITH_AS(
+        run(),
+        "tpx: pipeline<P, S>: a zero-bubble schedule splits each backward into the input gradient "
+        "and the weight gradient: give run_pipeline a weight(m) function after backward",
+        std::invalid_argument);
+  });
+}
+
+TEST_CASE("a pipeline takes at least one stage and one microbatch, extra ones only zero-bubble") {
   CHECK_THROWS_WITH_AS(
       tpx::nn::pipeline_schedule(2, 0),
       "tpx: pipeline of 2 stages and 0 microbatches: it takes at least one of each",
       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      tpx::nn::pipeline_schedule(2, 4, pipeline_order::one_f_one_b, 1),
+      "tpx: pipeline schedule with 1 extra microbatches in flight: only the zero-bubble order "
+      "takes extra ones (0 or more)",
+      std::invalid_argument);
+  CHECK_THROWS_AS(tpx::nn::pipeline_schedule(2, 4, pipeline_order::zero_bubble, -1),
+                  std::invalid_argument);
 }
 
 }  // namespace

@@ -12,23 +12,27 @@
 // gathers over X, tensor parallelism over Y): a stage's ranks run the same microbatch at the same
 // tick, so their collectives match.
 //
-// The caller gives its stage's two functions, on tensors of the type of `like` ([S_P, ...]):
+// The caller gives its stage's functions, on tensors of the type of `like` ([S_P, ...]):
 //   forward(m, in)    the stage's output for microbatch m from `in`, the previous stage's
 //                     output; stage 0 gets zeros (it reads microbatch m itself), and the last
 //                     stage's output goes nowhere (it computes the loss; return anything)
 //   backward(m, dout) the gradient of the stage's input from the gradient of its output; the
 //                     last stage gets zeros (it starts from its loss), stage 0's result goes
 //                     nowhere; the stage adds its weights' gradients wherever it keeps them
+// or, given a third function, backward computes the input gradient alone and
+//   weight(m)         adds the stage's weight gradients of microbatch m, from what backward
+//                     left (the schedule's weight step under zero_bubble; right after backward
+//                     under the other orders)
 // and run_pipeline runs them in the order of a pipeline_schedule, one step per stage per tick
-// (a forward, a backward, or nothing: the bubble), after which the outputs of the tick's
-// forwards move one stage on and the input gradients of its backwards one stage back: per
+// (a forward, a backward, a weight step, or nothing: the bubble), after which the outputs of the
+// tick's forwards move one stage on and the input gradients of its backwards one stage back: per
 // direction one all_to_all over P in which only the stages that send have a count (NCCL: a
 // grouped send and receive between neighbours; a direction no stage sends in at that tick makes
 // no call), so the last stage's outputs and stage 0's input gradients stay where they are and an
-// idle stage sends nothing. A stage keeps what it receives until its step for that microbatch
-// comes. The schedules, GPipe's and 1F1B's, and their bubble and memory, are in
-// nn/pipeline_schedule.hpp; either moves each microbatch's activation and its gradient once
-// across each of the P - 1 stage boundaries.
+// idle stage, or one taking a weight step, sends nothing. A stage keeps what it receives until
+// its step for that microbatch comes. The schedules (GPipe, 1F1B, zero-bubble) and their bubble
+// and memory are in nn/pipeline_schedule.hpp; each moves each microbatch's activation and its
+// gradient once across each of the P - 1 stage boundaries.
 #pragma once
 
 #include <algorithm>
@@ -87,14 +91,19 @@ std::optional<Tn> pass_along(const Tn& like, std::optional<Tn> sent, const std::
 
 }  // namespace detail
 
-template <MeshAxis P, Dim S, AnyTensor Tn, class Forward, class Backward>
+// run_pipeline<P, S>(like, schedule, forward, backward) with a backward that also adds the weight
+// gradients, or run_pipeline<P, S>(like, schedule, forward, backward, weight) with the weight
+// gradients in weight(m) (which a zero_bubble schedule needs).
+template <MeshAxis P, Dim S, AnyTensor Tn, class Forward, class Backward, class... Weight>
 void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forward,
-                  Backward&& backward) {
+                  Backward&& backward, Weight&&... weight) {
   static_assert(detail::check_stage_dim<P, S, Tn>());
   static_assert(std::is_same_v<std::invoke_result_t<Forward&, int, Tn>, Tn> &&
                     std::is_same_v<std::invoke_result_t<Backward&, int, Tn>, Tn>,
                 "tpx: pipeline: forward(m, in) and backward(m, dout) take and return tensors of "
                 "the type of `like`");
+  static_assert(sizeof...(Weight) <= 1 && (std::is_invocable_v<Weight&, int> && ...),
+                "tpx: pipeline: the one function after backward is weight(m)");
   const rank_context& ctx = like.context();
   const auto& axis = ctx.template axis<P>();
   const auto who = [] {  // the errors' prefix, made only when one is thrown
@@ -104,6 +113,11 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
     throw std::invalid_argument(who() + "a schedule of " + std::to_string(plan.stages()) +
                                 " stages on mesh axis " + P::name.c_str() + " of " +
                                 std::to_string(axis.size) + " ranks");
+  if (sizeof...(Weight) == 0 && plan.splits_backward())
+    throw std::invalid_argument(who() +
+                                "a zero-bubble schedule splits each backward into the input "
+                                "gradient and the weight gradient: give run_pipeline a weight(m) "
+                                "function after backward");
   constexpr int k = tpx::detail::checked_dim_position<Tn, S>();
   if (like.global_extent(k) != axis.size)
     throw std::invalid_argument(
@@ -122,11 +136,16 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
   };
   for (int tick = 0; tick < plan.ticks(); ++tick) {
     const pipeline_step& step = plan.at(stage, tick);
+    const int m = step.microbatch;
     std::optional<Tn> onward, back;  // this tick's results for stage + 1 and stage - 1
-    if (step.what == pipeline_step::forward)
-      onward = forward(step.microbatch, stage == 0 ? zeros() : taken(inputs[step.microbatch]));
-    else if (step.what == pipeline_step::backward)
-      back = backward(step.microbatch, stage == last ? zeros() : taken(gradients[step.microbatch]));
+    if (step.what == pipeline_step::forward) {
+      onward = forward(m, stage == 0 ? zeros() : taken(inputs[m]));
+    } else if (step.what == pipeline_step::backward) {
+      back = backward(m, stage == last ? zeros() : taken(gradients[m]));
+      if (!plan.splits_backward()) (weight(m), ...);
+    } else if (step.what == pipeline_step::weight) {
+      (weight(m), ...);
+    }
     // Each direction moves when some stage sends in it (every rank reads the same schedule).
     std::vector<bool> sends_on(axis.size, false), sends_back(axis.size, false);
     for (int s = 0; s <= last; ++s) {
@@ -141,11 +160,12 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
         gradients[plan.at(stage + 1, tick).microbatch] = std::move(got);
   }
 }
-template <MeshAxis P, template <class...> class S, AnyTensor Tn, class Forward, class Backward>
+template <MeshAxis P, template <class...> class S, AnyTensor Tn, class Forward, class Backward,
+          class... Weight>
 void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forward,
-                  Backward&& backward) {
-  run_pipeline<P, S<>>(like, plan, std::forward<Forward>(forward),
-                       std::forward<Backward>(backward));
+                  Backward&& backward, Weight&&... weight) {
+  run_pipeline<P, S<>>(like, plan, std::forward<Forward>(forward), std::forward<Backward>(backward),
+                       std::forward<Weight>(weight)...);
 }
 
 }  // namespace tpx::nn

@@ -1,9 +1,10 @@
 // A pipeline (nn/pipeline.hpp) written once as a generic lambda over the rank, run under the host
 // launcher and under a CUDA launcher; the CUDA run's weight gradients must equal the host's. The
 // stage is examples/pipeline/residual_stack.hpp's residual stack x <- x + GELU(x W), two layers
-// per stage, stages over mesh axis P and FSDP plus data parallelism over X, in GPipe's and 1F1B's
-// orders: on the GPU the stages' blocks pass between ranks as device buffers, and every product
-// runs on cuBLASLt, so results agree with OpenBLAS's within fp32 rounding of 8-term sums.
+// per stage, stages over mesh axis P and FSDP plus data parallelism over X, in GPipe's, 1F1B's
+// and zero-bubble's orders: on the GPU the stages' blocks pass between ranks as device buffers, and
+// every product runs on cuBLASLt, so results agree with OpenBLAS's within fp32 rounding of 8-term
+// sums.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -56,7 +57,8 @@ std::vector<std::vector<float>> run_pipeline_program(Launcher launcher, int stag
         [&](int m, rows in) { return st.forward(m, first ? random_rows(100 + m) : std::move(in)); },
         [&](int m, rows dout) {
           return st.backward(m, st.last ? *st.outputs[m] - random_rows(200 + m) : std::move(dout));
-        });
+        },
+        [&](int m) { st.weight_gradient(m); });
     st.release();
     std::vector<std::vector<float>> mine;
     for (const auto& g : st.grads) mine.push_back(to_global(g));
@@ -68,14 +70,14 @@ std::vector<std::vector<float>> run_pipeline_program(Launcher launcher, int stag
   return results;
 }
 
-// The pipeline on `launcher` equals the pipeline on the host, in both orders.
+// The pipeline on `launcher` equals the pipeline on the host, in every order.
 template <class Launcher>
 void check_pipeline_program(Launcher launcher, int stages, int data) {
-  for (const nn::pipeline_order order :
-       {nn::pipeline_order::gpipe, nn::pipeline_order::one_f_one_b}) {
+  for (const nn::pipeline_order order : {nn::pipeline_order::gpipe, nn::pipeline_order::one_f_one_b,
+                                         nn::pipeline_order::zero_bubble}) {
     CAPTURE(stages);
     CAPTURE(data);
-    CAPTURE(order == nn::pipeline_order::gpipe ? "gpipe" : "1f1b");
+    CAPTURE(static_cast<int>(order));
     const auto want = run_pipeline_program(tpx::host, stages, data, order);
     const auto got = run_pipeline_program(launcher, stages, data, order);
     REQUIRE(got.size() == want.size());
