@@ -1,8 +1,8 @@
 // tpx-bench-pipeline: what pipeline parallelism costs and saves on this machine. A residual stack
 // of L layers x <- x + GELU(x W), W [D, D], fp32, trained (forward and backward, the weight
 // gradients summed over microbatches) as P stages of L / P layers over M microbatches of a batch of
-// B rows, in GPipe's, 1F1B's and zero-bubble's orders (nn/pipeline_schedule.hpp), beside the same
-// stack on one stage.
+// B rows (interleaved: v chunks of L / (P v) layers per stage), in GPipe's, 1F1B's, zero-bubble's
+// and the interleaved 1F1B's orders (nn/pipeline_schedule.hpp), beside the same stack on one stage.
 //
 //   tpx-bench-pipeline -p 1,2 -m 1,2,4,8,16 -L 8 -d 512 -b 512 -n 9 -w 2 --json pipeline.json
 //
@@ -18,7 +18,8 @@
 //              forward, backward and weight steps (waiting for its neighbours and passing blocks
 //              to them), averaged over the stages and the timed steps: the measured bubble,
 //              beside the schedule's share of idle ticks (pipeline_schedule::bubble: (P - 1) /
-//              (M + P - 1) for GPipe and 1F1B, whose backward ticks do twice a forward's work)
+//              (M + P - 1) for GPipe and 1F1B, whose backward ticks do twice a forward's work;
+//              (P - 1) / (v M + P - 1) interleaved, whose ticks run one chunk of L / (P v) layers)
 //   peak       the largest peak tensor memory of any stage during the timed steps
 //              (rank.memory()), where 1F1B's bound on the microbatches in flight shows
 #include <CLI/CLI.hpp>
@@ -52,6 +53,7 @@ struct settings {
   std::int64_t width = 512, batch = 512;
   int iters = 5, warmup = 1;
   int extra_in_flight = 0;  // zero-bubble's microbatches in flight beyond 1F1B's bound
+  int chunks = 2;           // interleaved: chunks of layers per stage
 };
 
 struct measured {
@@ -67,14 +69,17 @@ struct timed_pass {
   ~timed_pass() { total += seconds_since(start); }
 };
 
-// Best step time and the largest stage peak of the stack on `stages` stages, M microbatches.
-// The schedule of a row: zero-bubble's with -e extra microbatches in flight.
+// The schedule of a row: zero-bubble's with -e extra microbatches in flight, interleaved with
+// -v chunks per stage.
 tpx::nn::pipeline_schedule schedule_of(const settings& c, int stages, int microbatches,
                                        pipeline_order order) {
-  return {stages, microbatches, order,
-          order == pipeline_order::zero_bubble ? c.extra_in_flight : 0};
+  tpx::nn::pipeline_options options;
+  if (order == pipeline_order::zero_bubble) options.extra_in_flight = c.extra_in_flight;
+  if (order == pipeline_order::interleaved) options.chunks = c.chunks;
+  return {stages, microbatches, order, options};
 }
 
+// Best step time and the largest stage peak of the stack on `stages` stages, M microbatches.
 measured run(const settings& c, int stages, int microbatches, pipeline_order order) {
   measured result;
   std::mutex lock;
@@ -83,40 +88,44 @@ measured run(const settings& c, int stages, int microbatches, pipeline_order ord
     using rows = typename stage_t::rows;
     const std::int64_t microbatch_rows = c.batch / microbatches;
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.width));
-    std::vector<typename stage_t::weight> weights;
-    for (int i = 0; i < c.layers / stages; ++i)
-      weights.push_back(tpx::randn<float, S<P>, D<X>, E<>>(
-          rank, {S(stages), D(c.width), E(c.width)}, 10 + i, scale));
-    stage_t st(rank, std::move(weights), microbatches);
+    const tpx::nn::pipeline_schedule plan = schedule_of(c, stages, microbatches, order);
+    std::vector<stage_t> pieces;  // by chunk: the stage's layers, in one chunk but interleaved
+    for (int chunk = 0; chunk < plan.chunks(); ++chunk) {
+      std::vector<typename stage_t::weight> weights;
+      for (int i = 0; i < c.layers / (stages * plan.chunks()); ++i)
+        weights.push_back(tpx::randn<float, S<P>, D<X>, E<>>(
+            rank, {S(stages), D(c.width), E(c.width)}, 10 + 100 * chunk + i, scale));
+      pieces.emplace_back(rank, std::move(weights), microbatches, chunk == plan.chunks() - 1);
+    }
     std::vector<rows> batch;
     for (int m = 0; m < microbatches; ++m)
       batch.push_back(tpx::randn<float, S<P>, B<X>, D<>>(
           rank, {S(stages), B(microbatch_rows), D(c.width)}, 100 + m));
     const rows like(rank, {S(stages), B(microbatch_rows), D(c.width)});
-    const tpx::nn::pipeline_schedule plan = schedule_of(c, stages, microbatches, order);
     const bool first = rank.template axis<P>().coord == 0;
 
     double busy = 0;  // in forward, backward and weight steps, over the steps
     const auto step = [&] {
       {
         const timed_pass pass{busy};  // the stage's own work: a copy here, where X has one rank
-        st.gather();
+        for (stage_t& piece : pieces) piece.gather();
       }
       tpx::nn::run_pipeline<P, S>(
           like, plan,
-          [&](int m, rows in) {
+          [&](int m, int chunk, rows in) {
             const timed_pass pass{busy};
-            return st.forward(m, first ? rows(batch[m]) : std::move(in));
+            return pieces[chunk].forward(m, first && chunk == 0 ? rows(batch[m]) : std::move(in));
           },
-          [&](int m, rows dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
+          [&](int m, int chunk, rows dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
             const timed_pass pass{busy};
-            return st.backward(m, st.last ? *st.outputs[m] * 1.0f : std::move(dout));
+            stage_t& piece = pieces[chunk];
+            return piece.backward(m, piece.last ? *piece.outputs[m] * 1.0f : std::move(dout));
           },
-          [&](int m) {
+          [&](int m, int chunk) {
             const timed_pass pass{busy};
-            st.weight_gradient(m);
+            pieces[chunk].weight_gradient(m);
           });
-      st.release();
+      for (stage_t& piece : pieces) piece.release();
     };
     tpx::any_communicator& world = rank.template group<P>();
     samples times;
@@ -144,10 +153,10 @@ measured run(const settings& c, int stages, int microbatches, pipeline_order ord
 }
 
 std::string name_of(pipeline_order order, const settings& c) {
-  return order == pipeline_order::gpipe         ? "gpipe"
-         : order == pipeline_order::one_f_one_b ? "1f1b"
-         : c.extra_in_flight == 0               ? "zb"
-                                                : "zb+" + std::to_string(c.extra_in_flight);
+  if (order == pipeline_order::gpipe) return "gpipe";
+  if (order == pipeline_order::one_f_one_b) return "1f1b";
+  if (order == pipeline_order::interleaved) return "il" + std::to_string(c.chunks);
+  return c.extra_in_flight == 0 ? "zb" : "zb+" + std::to_string(c.extra_in_flight);
 }
 
 }  // namespace
@@ -172,6 +181,10 @@ int main(int argc, char** argv) {
                  "zero-bubble's microbatches in flight beyond 1F1B's bound (each takes a tick off "
                  "its bubble, up to P - 1)")
       ->check(CLI::Range(0, 4096));
+  app.add_option("-v,--chunks", c.chunks,
+                 "interleaved: chunks of layers per stage (rows where P > 1 divides M and P v "
+                 "divides -L)")
+      ->check(CLI::Range(2, 64));
   app.add_option("--json", json, "write every row to this file as JSON");
   CLI11_PARSE(app, argc, argv);
 
@@ -196,8 +209,11 @@ int main(int argc, char** argv) {
     for (int m : microbatch_counts) {
       const measured alone = run(c, 1, m, pipeline_order::gpipe);
       for (int p : stage_counts)
-        for (pipeline_order order :
-             {pipeline_order::gpipe, pipeline_order::one_f_one_b, pipeline_order::zero_bubble}) {
+        for (pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b,
+                                     pipeline_order::zero_bubble, pipeline_order::interleaved}) {
+          if (order == pipeline_order::interleaved &&
+              (p == 1 || m % p != 0 || c.layers % (p * c.chunks) != 0))
+            continue;  // no interleaving on one stage; Megatron's order needs P | M
           const measured r = p == 1 && order == pipeline_order::gpipe ? alone : run(c, p, m, order);
           const double speed = alone.seconds / r.seconds;
           const double bubble = schedule_of(c, p, m, order).bubble();
@@ -222,7 +238,8 @@ int main(int argc, char** argv) {
                               {"batch", c.batch},
                               {"iters", c.iters},
                               {"warmup", c.warmup},
-                              {"extra_in_flight", c.extra_in_flight}},
+                              {"extra_in_flight", c.extra_in_flight},
+                              {"chunks", c.chunks}},
                              std::move(rows));
     return 0;
   } catch (const std::exception& e) {

@@ -57,14 +57,17 @@ struct residual_stage {
   std::vector<std::vector<rows>> inputs;         // by microbatch, by layer
   std::vector<std::vector<product>> products;    // x W, after backward its gradient
   std::vector<std::optional<rows>> outputs;      // the last stage's, by microbatch
-  bool last;
+  bool last;                                     // whether its layers end the stack
 
-  residual_stage(const tpx::rank_context& rank, std::vector<weight> stage_weights, int microbatches)
+  // last_chunk: whether these are the stage's last layers (under an interleaved schedule a stage
+  // holds several chunks, each a residual_stage; the last stage's last chunk ends the stack).
+  residual_stage(const tpx::rank_context& rank, std::vector<weight> stage_weights, int microbatches,
+                 bool last_chunk = true)
       : weights(std::move(stage_weights)),
         inputs(microbatches),
         products(microbatches),
         outputs(microbatches),
-        last(rank.axis<P>().coord == rank.axis<P>().size - 1) {
+        last(last_chunk && rank.axis<P>().coord == rank.axis<P>().size - 1) {
     for (const weight& w : weights) grads.emplace_back(rank, w.shape());
   }
 

@@ -34,6 +34,7 @@
 #include <tpx/nn/pipeline.hpp>
 #include <tpx/spmd/dry_run.hpp>
 #include <tpx/tpx.hpp>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -109,19 +110,24 @@ constexpr pipeline_order every_order[] = {pipeline_order::gpipe, pipeline_order:
 const char* name_of(pipeline_order order) {
   return order == pipeline_order::gpipe         ? "gpipe"
          : order == pipeline_order::one_f_one_b ? "1f1b"
-                                                : "zero-bubble";
+         : order == pipeline_order::zero_bubble ? "zero-bubble"
+                                                : "interleaved";
 }
 
 // Runs the stack through the pipeline on a P x X mesh and checks it against the model run whole;
-// returns each stage's peak tensor memory during the run (rank 0 of X's).
+// returns each stage's peak tensor memory during the run (rank 0 of X's). Under an interleaved
+// schedule each stage holds v chunks (a residual_stage each): chunk c of stage s is piece c P + s
+// of the stack's v P pieces.
 std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
-                                         pipeline_order order, int extra_in_flight = 0) {
+                                         pipeline_order order,
+                                         tpx::nn::pipeline_options options = {}) {
   CAPTURE(stages);
   CAPTURE(data);
   CAPTURE(microbatches);
   CAPTURE(name_of(order));
-  CAPTURE(extra_in_flight);
-  const int per_stage = layers / stages;
+  CAPTURE(options.chunks);
+  CAPTURE(options.extra_in_flight);
+  const int chunks = options.chunks, per_piece = layers / (stages * chunks);
   const std::int64_t rows = 2 * data;  // a microbatch's rows, split over X
   const std::int64_t n = rows * microbatches;
   std::vector<float> x0(n * width), y(n * width);
@@ -134,7 +140,9 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
     for (std::int64_t k = 0; k < width * width; ++k)
       w[l][k] = 0.3f * tpx::kernels::normal_at(10 + l, static_cast<std::uint64_t>(k));
   const reference whole = run_whole(x0, y, w, n);
-  const tpx::nn::pipeline_schedule plan(stages, microbatches, order, extra_in_flight);
+  const tpx::nn::pipeline_schedule plan(stages, microbatches, order, options);
+  // Layer i of chunk c of stage s.
+  const auto layer_of = [&](int c, int s, int i) { return (c * stages + s) * per_piece + i; };
   std::vector<std::int64_t> peaks(stages);
   std::mutex peaks_lock;
 
@@ -149,18 +157,22 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
         g.insert(g.end(), all.begin() + m * rows * width, all.begin() + (m + 1) * rows * width);
       return tpx::from_global<float, S<P>, B<X>, D<>>(rank, {S(stages), B(rows), D(width)}, g);
     };
-    std::vector<typename stage_t::weight> weights;
-    for (int i = 0; i < per_stage; ++i) {
-      std::vector<float> g;  // block s: layer s * per_stage + i
-      for (int s = 0; s < stages; ++s)
-        g.insert(g.end(), w[s * per_stage + i].begin(), w[s * per_stage + i].end());
-      weights.push_back(
-          tpx::from_global<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, g));
+    std::vector<stage_t> pieces;  // by chunk
+    for (int c = 0; c < chunks; ++c) {
+      std::vector<typename stage_t::weight> weights;
+      for (int i = 0; i < per_piece; ++i) {
+        std::vector<float> g;  // block s: stage s's layer
+        for (int s = 0; s < stages; ++s)
+          g.insert(g.end(), w[layer_of(c, s, i)].begin(), w[layer_of(c, s, i)].end());
+        weights.push_back(
+            tpx::from_global<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, g));
+      }
+      pieces.emplace_back(rank, std::move(weights), microbatches, c == chunks - 1);
     }
-    stage_t st(rank, std::move(weights), microbatches);
     std::vector<std::vector<float>> output_blocks(microbatches);
     const int stage = rank.template axis<P>().coord;
-    std::vector<int> forward_order, backward_order, weight_order;
+    // (microbatch, chunk) in the order each kind of step ran them
+    std::vector<std::pair<int, int>> forward_order, backward_order, weight_order;
     int held = 0, most_held = 0;
 
     const rows_t like(rank, {S(stages), B(rows), D(width)});
@@ -169,59 +181,68 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
     };
     const double passed_before = passed_bytes();
     rank.memory().reset_peak();
-    st.gather();
-    const auto forward = [&](int m, rows_t in) {
-      forward_order.push_back(m);
+    for (stage_t& piece : pieces) piece.gather();
+    const auto forward = [&](int m, int c, rows_t in) {
+      forward_order.emplace_back(m, c);
       most_held = std::max(most_held, ++held);
-      rows_t out = st.forward(m, stage == 0 ? microbatch(x0, m) : std::move(in));
-      if (st.last) {
+      rows_t out = pieces[c].forward(m, stage == 0 && c == 0 ? microbatch(x0, m) : std::move(in));
+      if (pieces[c].last) {
         const auto block = out.local();
         output_blocks[m].assign(block.begin(), block.end());
       }
       return out;
     };
-    const auto backward = [&](int m, rows_t dout) {
-      backward_order.push_back(m);
-      return st.backward(
-          m, st.last ? (*st.outputs[m] - microbatch(y, m)) * (1.0 / static_cast<double>(n))
-                     : std::move(dout));
+    const auto backward = [&](int m, int c, rows_t dout) {
+      backward_order.emplace_back(m, c);
+      return pieces[c].backward(m, pieces[c].last ? (*pieces[c].outputs[m] - microbatch(y, m)) *
+                                                        (1.0 / static_cast<double>(n))
+                                                  : std::move(dout));
     };
-    const auto weight = [&](int m) {
-      weight_order.push_back(m);
+    const auto weight = [&](int m, int c) {
+      weight_order.emplace_back(m, c);
       --held;
-      st.weight_gradient(m);
+      pieces[c].weight_gradient(m);
     };
-    if (order == pipeline_order::gpipe)  // one backward function doing both halves
-      tpx::nn::run_pipeline<P, S>(like, plan, forward, [&](int m, rows_t dout) {
-        rows_t din = backward(m, std::move(dout));
-        weight(m);
-        return din;
-      });
+    if (order == pipeline_order::gpipe)  // functions without the chunk; one backward for both
+      tpx::nn::run_pipeline<P, S>(
+          like, plan, [&](int m, rows_t in) { return forward(m, 0, std::move(in)); },
+          [&](int m, rows_t dout) {
+            rows_t din = backward(m, 0, std::move(dout));
+            weight(m, 0);
+            return din;
+          });
     else
       tpx::nn::run_pipeline<P, S>(like, plan, forward, backward, weight);
-    st.release();
+    for (stage_t& piece : pieces) piece.release();
     if (rank.template axis<X>().coord == 0) {
       const std::lock_guard guard(peaks_lock);
       peaks[stage] = rank.memory().peak_bytes();
     }
 
-    // Each microbatch once each way and once through its weight step, in order, and no more
-    // kept at once than the schedule says.
-    std::vector<int> in_order(microbatches);
-    for (int m = 0; m < microbatches; ++m) in_order[m] = m;
-    CHECK(forward_order == in_order);
-    CHECK(backward_order == in_order);
-    CHECK(weight_order == in_order);
+    // Each (microbatch, chunk) once each way and once through its weight step, each chunk's
+    // microbatches in order, and no more kept at once than the schedule says.
+    for (const auto* ran : {&forward_order, &backward_order, &weight_order}) {
+      CHECK(ran->size() == static_cast<std::size_t>(microbatches * chunks));
+      for (int c = 0; c < chunks; ++c) {
+        std::vector<int> of_chunk;
+        for (const auto& [m, chunk] : *ran)
+          if (chunk == c) of_chunk.push_back(m);
+        std::vector<int> in_order(microbatches);
+        for (int m = 0; m < microbatches; ++m) in_order[m] = m;
+        CHECK(of_chunk == in_order);
+      }
+    }
     CHECK(held == 0);
     CHECK(most_held == plan.most_in_flight(stage));
-    // Each microbatch's activation sent on, and its gradient back, once: nothing else moves over
-    // P (the last stage's outputs and stage 0's input gradients stay).
+    // Each microbatch's activation sent on, and its gradient back, once per boundary between
+    // pieces: nothing else moves over P (the last piece's outputs and the first's input
+    // gradients stay).
     const double block_bytes = static_cast<double>(like.size() * sizeof(float));
-    CHECK(passed_bytes() - passed_before ==
-          block_bytes * microbatches * ((stage < stages - 1) + (stage > 0)));
+    const int boundaries = 2 * chunks - (stage == stages - 1) - (stage == 0);
+    CHECK(passed_bytes() - passed_before == block_bytes * microbatches * boundaries);
 
     // The last stage's outputs, its block of every microbatch's rows.
-    if (st.last)
+    if (pieces.back().last)
       for (int m = 0; m < microbatches; ++m) {
         const std::int64_t first_row = m * rows + like.local_offset(1);
         for (std::int64_t r = 0; r < like.local_extent(1); ++r)
@@ -229,19 +250,20 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
             CHECK(output_blocks[m][r * width + j] ==
                   doctest::Approx(whole.outputs[0][(first_row + r) * width + j]).epsilon(1e-5));
       }
-    // Every layer's gradient: layer s * per_stage + i is block s of grads[i].
-    for (int i = 0; i < per_stage; ++i) {
-      const std::vector<float> g = tpx::to_global(st.grads[i]);
-      for (int s = 0; s < stages; ++s) {
-        const int l = s * per_stage + i;
-        CAPTURE(l);
-        const std::vector<double>& want = whole.grads[l];
-        double diff = 0;
-        for (std::int64_t k = 0; k < width * width; ++k)
-          diff = std::max(diff, std::abs(g[s * width * width + k] - want[k]));
-        CHECK(diff <= 1e-5 * largest(want));
+    // Every layer's gradient: layer_of(c, s, i) is block s of chunk c's grads[i].
+    for (int c = 0; c < chunks; ++c)
+      for (int i = 0; i < per_piece; ++i) {
+        const std::vector<float> g = tpx::to_global(pieces[c].grads[i]);
+        for (int s = 0; s < stages; ++s) {
+          const int l = layer_of(c, s, i);
+          CAPTURE(l);
+          const std::vector<double>& want = whole.grads[l];
+          double diff = 0;
+          for (std::int64_t k = 0; k < width * width; ++k)
+            diff = std::max(diff, std::abs(g[s * width * width + k] - want[k]));
+          CHECK(diff <= 1e-5 * largest(want));
+        }
       }
-    }
   });
   return peaks;
 }
@@ -251,7 +273,13 @@ TEST_CASE("a pipeline over P matches the whole model's outputs and gradients, wi
     for (const auto& [stages, data] : {std::pair{1, 1}, {2, 1}, {3, 1}, {4, 1}, {2, 2}, {3, 2}})
       for (int microbatches : {1, 2, 5}) check_pipeline(stages, data, microbatches, order);
   // Zero-bubble with more microbatches in flight than 1F1B's bound.
-  for (const int extra : {1, 3}) check_pipeline(4, 1, 5, pipeline_order::zero_bubble, extra);
+  for (const int extra : {1, 3})
+    check_pipeline(4, 1, 5, pipeline_order::zero_bubble, {.extra_in_flight = extra});
+  // Interleaved: v chunks per stage, M a multiple of P (P = 1 passes to itself).
+  for (const auto& [stages, data, chunks] :
+       {std::tuple{1, 1, 2}, {2, 1, 2}, {2, 1, 3}, {3, 1, 2}, {4, 1, 3}, {2, 2, 2}, {3, 2, 2}})
+    for (int microbatches : {stages, 2 * stages})
+      check_pipeline(stages, data, microbatches, pipeline_order::interleaved, {.chunks = chunks});
 }
 
 TEST_CASE("1F1B and zero-bubble keep fewer activations than GPipe: measured peak of each stage") {
@@ -335,11 +363,13 @@ TEST_CASE("a dry run of a pipeline reads each rank's peak memory and traffic of 
       }
 }
 
-// The step of stage s at which microbatch m runs `what`, -1 if none; checks it runs once.
-int tick_of(const tpx::nn::pipeline_schedule& plan, int s, pipeline_step::kind what, int m) {
+// The tick of stage s at which microbatch m runs `what` through `chunk`, -1 if none; checks it
+// runs once.
+int tick_of(const tpx::nn::pipeline_schedule& plan, int s, pipeline_step::kind what, int m,
+            int chunk = 0) {
   int found = -1, times = 0;
   for (int t = 0; t < plan.ticks(); ++t)
-    if (plan.at(s, t) == pipeline_step{what, m}) {
+    if (plan.at(s, t) == pipeline_step{what, m, chunk}) {
       found = t;
       ++times;
     }
@@ -386,6 +416,45 @@ TEST_CASE("the schedules: GPipe's diagram, 1F1B's bound, both taking 2 (M + P - 
       }
 }
 
+TEST_CASE("interleaved: 2 (v M + P - 1) ticks of a chunk each, Megatron-LM's warm-up in flight") {
+  for (int stages = 1; stages <= 5; ++stages)
+    for (int chunks = 2; chunks <= 3; ++chunks)
+      for (int microbatches = stages; microbatches <= 2 * stages; microbatches += stages) {
+        CAPTURE(stages);
+        CAPTURE(chunks);
+        CAPTURE(microbatches);
+        const tpx::nn::pipeline_schedule plan(stages, microbatches, pipeline_order::interleaved,
+                                              {.chunks = chunks});
+        const int ticks = 2 * (chunks * microbatches + stages - 1);
+        CHECK(plan.ticks() == ticks);
+        CHECK(plan.bubble() ==
+              doctest::Approx(double(stages - 1) / (chunks * microbatches + stages - 1)));
+        const int pieces = chunks * stages;
+        for (int s = 0; s < stages; ++s) {
+          CAPTURE(s);
+          for (int c = 0; c < chunks; ++c)
+            for (int m = 0; m < microbatches; ++m) {
+              CAPTURE(c);
+              CAPTURE(m);
+              // Piece c P + s after the piece before it (on the previous stage, or the last
+              // stage's previous chunk), and back.
+              const int piece = c * stages + s;
+              const int f = tick_of(plan, s, pipeline_step::forward, m, c);
+              const int b = tick_of(plan, s, pipeline_step::backward, m, c);
+              CHECK(f < b);
+              if (piece > 0)
+                CHECK(tick_of(plan, (piece - 1) % stages, pipeline_step::forward, m,
+                              (piece - 1) / stages) < f);
+              if (piece < pieces - 1)
+                CHECK(tick_of(plan, (piece + 1) % stages, pipeline_step::backward, m,
+                              (piece + 1) / stages) < b);
+            }
+          CHECK(plan.most_in_flight(s) ==
+                std::min(2 * (stages - 1 - s) + (chunks - 1) * stages + 1, chunks * microbatches));
+        }
+      }
+}
+
 // Counted by hand from the schedule's steps, not by its own most_in_flight.
 int microbatches_kept(const tpx::nn::pipeline_schedule& plan, int s) {
   int kept = 0, most = 0;
@@ -405,7 +474,7 @@ TEST_CASE(
         CAPTURE(microbatches);
         CAPTURE(extra);
         const tpx::nn::pipeline_schedule plan(stages, microbatches, pipeline_order::zero_bubble,
-                                              extra);
+                                              {.extra_in_flight = extra});
         const int ticks =
             3 * microbatches + 2 * (stages - 1) - std::min({extra, stages - 1, microbatches - 1});
         CHECK(plan.splits_backward());
@@ -463,18 +532,50 @@ TEST_CASE("a zero-bubble schedule needs a weight function") {
   });
 }
 
-TEST_CASE("a pipeline takes at least one stage and one microbatch, extra ones only zero-bubble") {
+TEST_CASE("an interleaved schedule needs functions that take the chunk") {
+  tpx::spmd(tpx::host, tpx::Mesh<P, X>{2, 1}, [](auto& rank) {
+    using rows_t = Tensor<float, S<P>, B<>, D<>>;
+    const rows_t like(rank, {S(2), B(2), D(2)});
+    const auto same = [](int, rows_t r) { return r; };
+    const auto run = [&] {
+      const tpx::nn::pipeline_schedule plan(2, 2, pipeline_order::interleaved, {.chunks = 2});
+      tpx::nn::run_pipeline<P, S>(like, plan, same, same);
+    };
+    CHECK_THROWS_WITH_AS(run(),
+                         "tpx: pipeline<P, S>: an interleaved schedule runs 2 chunks of layers per "
+                         "stage: give each function the chunk, forward(m, chunk, in), "
+                         "backward(m, chunk, dout), weight(m, chunk)",
+                         std::invalid_argument);
+  });
+}
+
+TEST_CASE("a schedule takes at least one stage and one microbatch, and its order's options") {
+  using tpx::nn::pipeline_schedule;
   CHECK_THROWS_WITH_AS(
-      tpx::nn::pipeline_schedule(2, 0),
-      "tpx: pipeline of 2 stages and 0 microbatches: it takes at least one of each",
+      pipeline_schedule(2, 0),
+      "tpx: pipeline schedule of 2 stages and 0 microbatches: it takes at least one of each",
       std::invalid_argument);
   CHECK_THROWS_WITH_AS(
-      tpx::nn::pipeline_schedule(2, 4, pipeline_order::one_f_one_b, 1),
-      "tpx: pipeline schedule with 1 extra microbatches in flight: only the zero-bubble order "
-      "takes extra ones (0 or more)",
+      pipeline_schedule(2, 4, pipeline_order::one_f_one_b, {.extra_in_flight = 1}),
+      "tpx: pipeline schedule of 2 stages and 4 microbatches: 1 extra microbatches in flight: "
+      "only the zero-bubble order takes extra ones (0 or more)",
       std::invalid_argument);
-  CHECK_THROWS_AS(tpx::nn::pipeline_schedule(2, 4, pipeline_order::zero_bubble, -1),
+  CHECK_THROWS_AS(pipeline_schedule(2, 4, pipeline_order::zero_bubble, {.extra_in_flight = -1}),
                   std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      pipeline_schedule(2, 4, pipeline_order::one_f_one_b, {.chunks = 2}),
+      "tpx: pipeline schedule of 2 stages and 4 microbatches: 2 chunks per stage: only the "
+      "interleaved order takes more than one",
+      std::invalid_argument);
+  CHECK_THROWS_WITH_AS(pipeline_schedule(2, 4, pipeline_order::interleaved),
+                       "tpx: pipeline schedule of 2 stages and 4 microbatches: interleaved with 1 "
+                       "chunks per stage: give 2 or more (with 1, one_f_one_b)",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      pipeline_schedule(2, 3, pipeline_order::interleaved, {.chunks = 2}),
+      "tpx: pipeline schedule of 2 stages and 3 microbatches: interleaved needs the microbatches "
+      "to be a multiple of the stages",
+      std::invalid_argument);
 }
 
 }  // namespace

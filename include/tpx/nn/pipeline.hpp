@@ -29,10 +29,12 @@
 // direction one all_to_all over P in which only the stages that send have a count (NCCL: a
 // grouped send and receive between neighbours; a direction no stage sends in at that tick makes
 // no call), so the last stage's outputs and stage 0's input gradients stay where they are and an
-// idle stage, or one taking a weight step, sends nothing. A stage keeps what it receives until
-// its step for that microbatch comes. The schedules (GPipe, 1F1B, zero-bubble) and their bubble
-// and memory are in nn/pipeline_schedule.hpp; each moves each microbatch's activation and its
-// gradient once across each of the P - 1 stage boundaries.
+// idle stage, or one taking a weight step, sends nothing. Under an interleaved schedule a
+// microbatch passes the stages once per chunk: the last stage's output of chunk c goes on to
+// stage 0's chunk c + 1, and stage 0's input gradient of chunk c back to the last stage's c - 1. A
+// stage keeps what it receives until its step for that microbatch comes. The schedules (GPipe,
+// 1F1B, zero-bubble) and their bubble and memory are in nn/pipeline_schedule.hpp; each moves each
+// microbatch's activation and its gradient once across each of the P - 1 stage boundaries.
 #pragma once
 
 #include <algorithm>
@@ -65,45 +67,80 @@ constexpr bool check_stage_dim() {
   return k >= 0;
 }
 
-// One tick's passing in one direction (+1: on to the next stage, -1: back to the previous one):
-// `sends[s]` says whether stage s sends (never past the first or last stage); this stage sends
-// `sent` if it does (else `sent` stays here), and gets back what its neighbour on the other side
-// sent, if it did. One all_to_all over P whose only nonzero counts are the senders' (NCCL: a
-// grouped send and receive between neighbours), so nothing else moves: no block wraps around,
-// no idle stage sends.
+// One tick's passing in one direction (+1: on to the next stage, -1: back to the previous one,
+// the last stage's next being stage 0 under an interleaved schedule): `sends[s]` says whether
+// stage s sends; this stage sends `sent` if it does (else `sent` stays here), and gets back what
+// its neighbour on the other side sent, if it did. One all_to_all over P whose only nonzero
+// counts are the senders' (NCCL: a grouped send and receive between neighbours), so nothing
+// else moves: no idle stage sends, and nothing wraps around unless the schedule says so.
 template <MeshAxis P, AnyTensor Tn>
 std::optional<Tn> pass_along(const Tn& like, std::optional<Tn> sent, const std::vector<bool>& sends,
                              int direction) {
   const rank_context& ctx = like.context();
   any_communicator& comm = ctx.template group<P>();
-  const int n = comm.size(), me = comm.rank(), from = me - direction;
+  const int n = comm.size(), me = comm.rank(), from = (me - direction + n) % n;
   const auto block = static_cast<std::size_t>(like.size());
   std::vector<std::size_t> counts(static_cast<std::size_t>(n) * n, 0);
   for (int s = 0; s < n; ++s)
-    if (sends[s]) counts[s * n + s + direction] = block;
+    if (sends[s]) counts[s * n + (s + direction + n) % n] = block;
   std::optional<Tn> received;
-  if (from >= 0 && from < n && sends[from]) received.emplace(ctx, like.shape(), for_overwrite);
+  if (sends[from]) received.emplace(ctx, like.shape(), for_overwrite);
   using V = typename Tn::value_type;
   comm.all_to_all(sends[me] ? std::as_const(*sent).elements() : std::span<const V>(),
                   received ? received->elements() : std::span<V>(), counts);
   return received;
 }
 
+// A stage's forward or backward function: (m, in) or, for an interleaved schedule's chunks,
+// (m, chunk, in), taking and returning a Tn.
+template <class F, class Tn>
+concept stage_pass = std::is_same_v<std::invoke_result_t<F&, int, Tn>, Tn> ||
+    std::is_same_v<std::invoke_result_t<F&, int, int, Tn>, Tn>;
+
+template <class F>
+concept weight_pass = std::is_invocable_v<F&, int> || std::is_invocable_v<F&, int, int>;
+
+// Whether f takes the chunk (for a weight function, Tn is void).
+template <class F, class Tn>
+constexpr bool takes_chunk() {
+  if constexpr (std::is_void_v<Tn>)
+    return std::is_invocable_v<F&, int, int>;
+  else
+    return std::is_invocable_v<F&, int, int, Tn>;
+}
+
+template <class F, class Tn>
+Tn call_pass(F& f, const pipeline_step& step, Tn in) {
+  if constexpr (takes_chunk<F, Tn>())
+    return f(step.microbatch, step.chunk, std::move(in));
+  else
+    return f(step.microbatch, std::move(in));
+}
+
+template <class F>
+void call_weight(F& f, const pipeline_step& step) {
+  if constexpr (takes_chunk<F, void>())
+    f(step.microbatch, step.chunk);
+  else
+    f(step.microbatch);
+}
+
 }  // namespace detail
 
 // run_pipeline<P, S>(like, schedule, forward, backward) with a backward that also adds the weight
 // gradients, or run_pipeline<P, S>(like, schedule, forward, backward, weight) with the weight
-// gradients in weight(m) (which a zero_bubble schedule needs).
+// gradients in weight(m) (which a zero_bubble schedule needs). Under an interleaved schedule each
+// function takes the chunk after the microbatch: forward(m, chunk, in), backward(m, chunk, dout),
+// weight(m, chunk).
 template <MeshAxis P, Dim S, AnyTensor Tn, class Forward, class Backward, class... Weight>
 void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forward,
                   Backward&& backward, Weight&&... weight) {
   static_assert(detail::check_stage_dim<P, S, Tn>());
-  static_assert(std::is_same_v<std::invoke_result_t<Forward&, int, Tn>, Tn> &&
-                    std::is_same_v<std::invoke_result_t<Backward&, int, Tn>, Tn>,
-                "tpx: pipeline: forward(m, in) and backward(m, dout) take and return tensors of "
-                "the type of `like`");
-  static_assert(sizeof...(Weight) <= 1 && (std::is_invocable_v<Weight&, int> && ...),
-                "tpx: pipeline: the one function after backward is weight(m)");
+  static_assert(detail::stage_pass<Forward, Tn> && detail::stage_pass<Backward, Tn>,
+                "tpx: pipeline: forward(m, [chunk,] in) and backward(m, [chunk,] dout) take and "
+                "return tensors of the type of `like`");
+  static_assert(sizeof...(Weight) <= 1 && (detail::weight_pass<Weight> && ...),
+                "tpx: pipeline: the one function after backward is weight(m, [chunk])");
   const rank_context& ctx = like.context();
   const auto& axis = ctx.template axis<P>();
   const auto who = [] {  // the errors' prefix, made only when one is thrown
@@ -118,46 +155,73 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
                                 "a zero-bubble schedule splits each backward into the input "
                                 "gradient and the weight gradient: give run_pipeline a weight(m) "
                                 "function after backward");
+  constexpr bool all_take_chunk = detail::takes_chunk<Forward, Tn>() &&
+                                  detail::takes_chunk<Backward, Tn>() &&
+                                  (detail::takes_chunk<Weight, void>() && ...);
+  if (plan.chunks() > 1 && !all_take_chunk)
+    throw std::invalid_argument(
+        who() + "an interleaved schedule runs " + std::to_string(plan.chunks()) +
+        " chunks of layers per stage: give each function the chunk, "
+        "forward(m, chunk, in), backward(m, chunk, dout), weight(m, chunk)");
   constexpr int k = tpx::detail::checked_dim_position<Tn, S>();
   if (like.global_extent(k) != axis.size)
     throw std::invalid_argument(
         who() + "stage dim " + S::name.c_str() + " of " + Tn::notation.c_str() + " has extent " +
         std::to_string(like.global_extent(k)) + " but mesh axis " + P::name.c_str() + " has " +
         std::to_string(axis.size) + " stages: give it one element per stage");
-  const int stage = axis.coord, last = axis.size - 1;
+  const int stage = axis.coord, last = axis.size - 1, last_chunk = plan.chunks() - 1;
   const auto zeros = [&] { return Tn(ctx, like.shape()); };
-  // What this stage received and has not used yet: activations from stage - 1, gradients from
-  // stage + 1, by microbatch.
-  std::vector<std::optional<Tn>> inputs(plan.microbatches()), gradients(plan.microbatches());
-  const auto taken = [](std::optional<Tn>& slot) {
-    Tn t = std::move(*slot);
-    slot.reset();
+  // What this stage received and has not used yet, by chunk and microbatch: activations from
+  // the previous piece of the model (stage - 1, or the last stage's previous chunk for stage 0),
+  // gradients from the next.
+  const auto slot = [&](int chunk, int m) { return chunk * plan.microbatches() + m; };
+  std::vector<std::optional<Tn>> inputs(plan.chunks() * plan.microbatches()),
+      gradients(plan.chunks() * plan.microbatches());
+  const auto taken = [](std::optional<Tn>& from) {
+    Tn t = std::move(*from);
+    from.reset();
     return t;
+  };
+  const auto first_piece = [&](int s, const pipeline_step& step) {
+    return s == 0 && step.chunk == 0;
+  };
+  const auto last_piece = [&](int s, const pipeline_step& step) {
+    return s == last && step.chunk == last_chunk;
   };
   for (int tick = 0; tick < plan.ticks(); ++tick) {
     const pipeline_step& step = plan.at(stage, tick);
     const int m = step.microbatch;
-    std::optional<Tn> onward, back;  // this tick's results for stage + 1 and stage - 1
+    std::optional<Tn> onward, back;  // this tick's results for the next and the previous piece
     if (step.what == pipeline_step::forward) {
-      onward = forward(m, stage == 0 ? zeros() : taken(inputs[m]));
+      onward = detail::call_pass(
+          forward, step, first_piece(stage, step) ? zeros() : taken(inputs[slot(step.chunk, m)]));
     } else if (step.what == pipeline_step::backward) {
-      back = backward(m, stage == last ? zeros() : taken(gradients[m]));
-      if (!plan.splits_backward()) (weight(m), ...);
+      back = detail::call_pass(
+          backward, step,
+          last_piece(stage, step) ? zeros() : taken(gradients[slot(step.chunk, m)]));
+      if (!plan.splits_backward()) (detail::call_weight(weight, step), ...);
     } else if (step.what == pipeline_step::weight) {
-      (weight(m), ...);
+      (detail::call_weight(weight, step), ...);
     }
     // Each direction moves when some stage sends in it (every rank reads the same schedule).
     std::vector<bool> sends_on(axis.size, false), sends_back(axis.size, false);
     for (int s = 0; s <= last; ++s) {
-      sends_on[s] = s < last && plan.at(s, tick).what == pipeline_step::forward;
-      sends_back[s] = s > 0 && plan.at(s, tick).what == pipeline_step::backward;
+      const pipeline_step& theirs = plan.at(s, tick);
+      sends_on[s] = theirs.what == pipeline_step::forward && !last_piece(s, theirs);
+      sends_back[s] = theirs.what == pipeline_step::backward && !first_piece(s, theirs);
     }
+    // A block from the last stage to stage 0 goes on to the next chunk, and back the other way
+    // to the previous one.
     if (std::find(sends_on.begin(), sends_on.end(), true) != sends_on.end())
-      if (std::optional<Tn> got = detail::pass_along<P>(like, std::move(onward), sends_on, 1))
-        inputs[plan.at(stage - 1, tick).microbatch] = std::move(got);
+      if (std::optional<Tn> got = detail::pass_along<P>(like, std::move(onward), sends_on, 1)) {
+        const pipeline_step& sent = plan.at((stage + last) % axis.size, tick);
+        inputs[slot(sent.chunk + (stage == 0), sent.microbatch)] = std::move(got);
+      }
     if (std::find(sends_back.begin(), sends_back.end(), true) != sends_back.end())
-      if (std::optional<Tn> got = detail::pass_along<P>(like, std::move(back), sends_back, -1))
-        gradients[plan.at(stage + 1, tick).microbatch] = std::move(got);
+      if (std::optional<Tn> got = detail::pass_along<P>(like, std::move(back), sends_back, -1)) {
+        const pipeline_step& sent = plan.at((stage + 1) % axis.size, tick);
+        gradients[slot(sent.chunk - (stage == last), sent.microbatch)] = std::move(got);
+      }
   }
 }
 template <MeshAxis P, template <class...> class S, AnyTensor Tn, class Forward, class Backward,

@@ -13,21 +13,34 @@
 //                schedule) each backward split in two: the input gradient (backward), which the
 //                previous stage waits for, and the weight gradient (weight), which nobody waits
 //                for and so fills ticks the other two would leave idle
+//   interleaved  (Megatron-LM's interleaved 1F1B, Narayanan et al. 2021) each stage holds
+//                `chunks` = v chunks of layers, the model cut into vP pieces dealt round the
+//                stages (chunk c of stage s is piece c P + s), so a microbatch passes the stages
+//                v times; the steps carry the chunk, and stage s runs Megatron's order: forwards
+//                through the chunks P microbatches at a time, 2 (P - 1 - s) + (v - 1) P of them
+//                first, then one forward and one backward (chunks last to first) at a time
 //
-// At each tick each stage takes, of its steps whose inputs exist, the first by its order's
-// preference: GPipe prefers a forward; 1F1B a backward, and runs a forward only while fewer than
-// P - s microbatches are in flight (run forward, not yet backward); zero-bubble a backward, then
-// a forward (while fewer than P - s + extra_in_flight are in flight, a microbatch now in flight
-// until its weight step, which reads its activations), then a weight step. Microbatches go
-// through each kind of step in order. GPipe and 1F1B take 2 (M + P - 1) ticks, each stage idle
-// 2 (P - 1) of them: the bubble, (P - 1) / (M + P - 1) of the step (seed 001, "Reducing the
-// pipeline overheads"), where a backward tick does twice a forward's work. Zero-bubble's three
-// kinds of tick each do about a forward's work (one product per layer: x W, dy W^T, x^T dy), and
-// it takes 3 M + 2 (P - 1) - min(extra_in_flight, P - 1, M - 1) ticks: with 1F1B's memory (extra
-// 0) the bubble is two thirds of 1F1B's 3 (P - 1) forward-times; each microbatch more in flight
-// takes one tick off, down to P - 1 (pipeline_test checks both for P <= 5, M <= 7). Everything is
-// a function of (P, M, order, extra_in_flight), so every rank computes the same schedule without
-// communicating.
+// GPipe, 1F1B and zero-bubble place each step by preference: at each tick each stage takes, of
+// its steps whose inputs exist, the first by its order's preference: GPipe prefers a forward;
+// 1F1B a backward, and runs a forward only while fewer than P - s microbatches are in flight (run
+// forward, not yet backward); zero-bubble a backward, then a forward (while fewer than P - s +
+// extra_in_flight are in flight, a microbatch now in flight until its weight step, which reads
+// its activations), then a weight step. Microbatches go through each kind of step in order. The
+// interleaved order places its fixed sequence of steps, each at the first tick its input exists.
+//
+// GPipe and 1F1B take 2 (M + P - 1) ticks, each stage idle 2 (P - 1) of them: the bubble,
+// (P - 1) / (M + P - 1) of the step (seed 001, "Reducing the pipeline overheads"), where a
+// backward tick does twice a forward's work. Zero-bubble's three kinds of tick each do about a
+// forward's work (one product per layer: x W, dy W^T, x^T dy), and it takes 3 M + 2 (P - 1) -
+// min(extra_in_flight, P - 1, M - 1) ticks: with 1F1B's memory (extra 0) the bubble is two thirds
+// of 1F1B's 3 (P - 1) forward-times; each microbatch more in flight takes one tick off, down to
+// P - 1. Interleaved ticks each run one chunk (1/v of a stage's layers), and it takes
+// 2 (v M + P - 1) of them: the bubble is (P - 1) / (v M + P - 1), v times smaller for many
+// microbatches, for v times the passes between stages and, on stage s, up to
+// 2 (P - 1 - s) + (v - 1) P + 1 chunks' activations in flight (each chunk 1/v of the stage's
+// layers: more than 1F1B's P - s microbatches' worth). It needs M to be a multiple of P.
+// (pipeline_test checks each order's count, for P <= 5, M <= 7.) Everything is a function of (P, M,
+// order, options), so every rank computes the same schedule without communicating.
 #pragma once
 
 #include <algorithm>
@@ -40,13 +53,21 @@
 
 namespace tpx::nn {
 
-enum class pipeline_order { gpipe, one_f_one_b, zero_bubble };
+enum class pipeline_order { gpipe, one_f_one_b, zero_bubble, interleaved };
+
+// The orders' settings beyond P and M: pipeline_schedule(P, M, order, {.chunks = 2}).
+struct pipeline_options {
+  int chunks = 1;           // interleaved: chunks of layers per stage (2 or more)
+  int extra_in_flight = 0;  // zero_bubble: microbatches in flight beyond 1F1B's P - s
+};
 
 // What one stage does at one tick. Under zero_bubble, backward is the input gradient alone and
-// weight the weight gradient; the other orders have no weight steps (backward does both).
+// weight the weight gradient; the other orders have no weight steps (backward does both). The
+// chunk is the stage's chunk of layers the step runs (0 but under interleaved).
 struct pipeline_step {
   enum kind { idle, forward, backward, weight } what = idle;
   int microbatch = -1;
+  int chunk = 0;
 
   friend bool operator==(const pipeline_step&, const pipeline_step&) = default;
 };
@@ -55,29 +76,48 @@ struct pipeline_step {
 class pipeline_schedule {
  public:
   pipeline_schedule(int stages, int microbatches, pipeline_order order = pipeline_order::gpipe,
-                    int extra_in_flight = 0)
-      : stages_(stages), microbatches_(microbatches), split_(order == pipeline_order::zero_bubble) {
-    if (stages < 1 || microbatches < 1)
-      throw std::invalid_argument("tpx: pipeline of " + std::to_string(stages) + " stages and " +
-                                  std::to_string(microbatches) +
-                                  " microbatches: it takes at least one of each");
-    if (extra_in_flight < 0 || (extra_in_flight > 0 && !split_))
-      throw std::invalid_argument(
-          "tpx: pipeline schedule with " + std::to_string(extra_in_flight) +
-          " extra microbatches in flight: only the zero-bubble order takes extra ones (0 or more)");
-    place(order, extra_in_flight);
+                    pipeline_options options = {})
+      : stages_(stages),
+        microbatches_(microbatches),
+        chunks_(options.chunks),
+        split_(order == pipeline_order::zero_bubble) {
+    const auto refuse = [&](const std::string& why) {
+      throw std::invalid_argument("tpx: pipeline schedule of " + std::to_string(stages) +
+                                  " stages and " + std::to_string(microbatches) +
+                                  " microbatches: " + why);
+    };
+    if (stages < 1 || microbatches < 1) refuse("it takes at least one of each");
+    if (options.extra_in_flight < 0 || (options.extra_in_flight > 0 && !split_))
+      refuse(std::to_string(options.extra_in_flight) +
+             " extra microbatches in flight: only the zero-bubble order takes extra ones (0 or "
+             "more)");
+    if (order == pipeline_order::interleaved) {
+      if (chunks_ < 2)
+        refuse("interleaved with " + std::to_string(chunks_) +
+               " chunks per stage: give 2 or more (with 1, one_f_one_b)");
+      if (microbatches % stages != 0)
+        refuse("interleaved needs the microbatches to be a multiple of the stages");
+      place_interleaved();
+    } else {
+      if (chunks_ != 1)
+        refuse(std::to_string(chunks_) +
+               " chunks per stage: only the interleaved order takes more than one");
+      place_by_preference(order, options.extra_in_flight);
+    }
+    done_ = {};  // needed only while placing
   }
 
   int stages() const { return stages_; }
   int microbatches() const { return microbatches_; }
+  int chunks() const { return chunks_; }
   int ticks() const { return static_cast<int>(steps_.front().size()); }
   const pipeline_step& at(int stage, int tick) const { return steps_[stage][tick]; }
   // Whether the backward pass is split into input-gradient and weight steps (zero_bubble).
   bool splits_backward() const { return split_; }
   // The share of a stage's ticks it idles (every stage alike).
   double bubble() const { return static_cast<double>(ticks() - steps_per_stage()) / ticks(); }
-  // The most microbatches stage `stage` has run forward and not yet finished backward (under
-  // zero_bubble: its weight step) at once: whose activations it keeps.
+  // The most (microbatch, chunk) pairs stage `stage` has run forward and not yet finished
+  // backward (under zero_bubble: its weight step) at once: whose activations it keeps.
   int most_in_flight(int stage) const {
     int now = 0, most = 0;
     for (const pipeline_step& step : steps_[stage]) {
@@ -88,15 +128,50 @@ class pipeline_schedule {
   }
 
  private:
-  int steps_per_stage() const { return (split_ ? 3 : 2) * microbatches_; }
-  pipeline_step::kind finishing() const {
-    return split_ ? pipeline_step::weight : pipeline_step::backward;
+  using kind = pipeline_step::kind;
+
+  int steps_per_stage() const { return (split_ ? 3 : 2) * microbatches_ * chunks_; }
+  kind finishing() const { return split_ ? pipeline_step::weight : pipeline_step::backward; }
+
+  // While placing, done_[kind][piece][m]: the tick at which the step of that kind ran
+  // microbatch m through piece c P + s of the model (chunk c of stage s).
+  static constexpr int never = std::numeric_limits<int>::max();
+  std::array<std::vector<std::vector<int>>, 4> done_;
+
+  // Whether stage s may take `step` at `tick`: its input was made at an earlier tick (the
+  // previous piece's forward, the next piece's backward, the same piece's backward for a weight
+  // step).
+  bool ready(int s, const pipeline_step& step, int tick) const {
+    const int piece = step.chunk * stages_ + s, m = step.microbatch;
+    const int pieces = chunks_ * stages_;
+    const auto before = [&](kind k, int p) { return done_[k][p][m] < tick; };
+    switch (step.what) {
+      case pipeline_step::forward:
+        return piece == 0 || before(pipeline_step::forward, piece - 1);
+      case pipeline_step::backward:
+        return before(pipeline_step::forward, piece) &&
+               (piece == pieces - 1 || before(pipeline_step::backward, piece + 1));
+      default:
+        return before(pipeline_step::backward, piece);
+    }
+  }
+
+  // Adds tick `tick` of stage s: `step`, recorded as done.
+  void take(int s, const pipeline_step& step, int tick) {
+    if (step.what != pipeline_step::idle)
+      done_[step.what][step.chunk * stages_ + s][step.microbatch] = tick;
+    steps_[s].push_back(step);
+  }
+
+  void start() {
+    for (auto& of_kind : done_)
+      of_kind.assign(chunks_ * stages_, std::vector<int>(microbatches_, never));
+    steps_.assign(stages_, {});
   }
 
   // Places every stage's steps tick by tick, each stage taking its first ready step in the
   // order's preference (the header's rules).
-  void place(pipeline_order order, int extra_in_flight) {
-    using kind = pipeline_step::kind;
+  void place_by_preference(pipeline_order order, int extra_in_flight) {
     const auto preference = order == pipeline_order::gpipe
                                 ? std::vector<kind>{pipeline_step::forward, pipeline_step::backward}
                             : order == pipeline_order::one_f_one_b
@@ -106,28 +181,8 @@ class pipeline_schedule {
     const auto in_flight_bound = [&](int s) {
       return order == pipeline_order::gpipe ? microbatches_ : stages_ - s + extra_in_flight;
     };
-    // done[kind][s][m]: the tick stage s ran that step of microbatch m; next[s][kind]: its next
-    // microbatch of that kind.
-    constexpr int never = std::numeric_limits<int>::max();
-    std::array<std::vector<std::vector<int>>, 4> done;
-    for (auto& of_kind : done) of_kind.assign(stages_, std::vector<int>(microbatches_, never));
-    std::vector<std::array<int, 4>> next(stages_, std::array<int, 4>{});
-    steps_.assign(stages_, {});
-    const auto before = [&](kind k, int s, int m, int tick) { return done[k][s][m] < tick; };
-    const auto ready = [&](int s, kind k, int tick) {
-      const int m = next[s][k];
-      if (m >= microbatches_) return false;
-      switch (k) {
-        case pipeline_step::forward:
-          return (s == 0 || before(k, s - 1, m, tick)) &&
-                 m - next[s][finishing()] < in_flight_bound(s);
-        case pipeline_step::backward:
-          return before(pipeline_step::forward, s, m, tick) &&
-                 (s == stages_ - 1 || before(k, s + 1, m, tick));
-        default:
-          return before(pipeline_step::backward, s, m, tick);
-      }
-    };
+    start();
+    std::vector<std::array<int, 4>> next(stages_, std::array<int, 4>{});  // by stage, kind
     const auto finished = [&] {
       for (int s = 0; s < stages_; ++s)
         if (next[s][finishing()] < microbatches_) return false;
@@ -137,17 +192,61 @@ class pipeline_schedule {
     for (int tick = 0; !finished(); ++tick)
       for (int s = 0; s < stages_; ++s) {
         pipeline_step step;
-        for (const kind k : preference)
-          if (ready(s, k, tick)) {
-            step = {k, next[s][k]++};
-            done[k][s][step.microbatch] = tick;
+        for (const kind k : preference) {
+          const pipeline_step want{k, next[s][k]};
+          if (want.microbatch < microbatches_ && ready(s, want, tick) &&
+              (k != pipeline_step::forward ||
+               want.microbatch - next[s][finishing()] < in_flight_bound(s))) {
+            step = want;
+            ++next[s][k];
             break;
           }
-        steps_[s].push_back(step);
+        }
+        take(s, step, tick);
       }
   }
 
-  int stages_, microbatches_;
+  // Megatron-LM's interleaved order for each stage, each step placed at the first tick its
+  // input exists (and after the stage's previous step).
+  void place_interleaved() {
+    const int v = chunks_, per_stage = microbatches_ * v;
+    // The k-th forward of a stage: chunk (k / P) mod v of microbatch (k / (P v)) P + k mod P;
+    // the k-th backward the same microbatch through the chunks from the last.
+    const auto forward_at = [&](int k) {
+      return pipeline_step{pipeline_step::forward, (k / (stages_ * v)) * stages_ + k % stages_,
+                           (k / stages_) % v};
+    };
+    const auto backward_at = [&](int k) {
+      const pipeline_step f = forward_at(k);
+      return pipeline_step{pipeline_step::backward, f.microbatch, v - 1 - f.chunk};
+    };
+    std::vector<std::vector<pipeline_step>> sequence(stages_);
+    for (int s = 0; s < stages_; ++s) {
+      const int warm_up = std::min(2 * (stages_ - 1 - s) + (v - 1) * stages_, per_stage);
+      for (int k = 0; k < warm_up; ++k) sequence[s].push_back(forward_at(k));
+      for (int k = warm_up; k < per_stage; ++k) {
+        sequence[s].push_back(forward_at(k));
+        sequence[s].push_back(backward_at(k - warm_up));
+      }
+      for (int k = per_stage - warm_up; k < per_stage; ++k) sequence[s].push_back(backward_at(k));
+    }
+    start();
+    std::vector<std::size_t> next(stages_, 0);
+    const auto finished = [&] {
+      for (int s = 0; s < stages_; ++s)
+        if (next[s] < sequence[s].size()) return false;
+      return true;
+    };
+    for (int tick = 0; !finished(); ++tick)
+      for (int s = 0; s < stages_; ++s) {
+        pipeline_step step;
+        if (next[s] < sequence[s].size() && ready(s, sequence[s][next[s]], tick))
+          step = sequence[s][next[s]++];
+        take(s, step, tick);
+      }
+  }
+
+  int stages_, microbatches_, chunks_;
   bool split_;
   std::vector<std::vector<pipeline_step>> steps_;  // [stage][tick]
 };

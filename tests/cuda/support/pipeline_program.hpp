@@ -1,10 +1,10 @@
 // A pipeline (nn/pipeline.hpp) written once as a generic lambda over the rank, run under the host
 // launcher and under a CUDA launcher; the CUDA run's weight gradients must equal the host's. The
 // stage is examples/pipeline/residual_stack.hpp's residual stack x <- x + GELU(x W), two layers
-// per stage, stages over mesh axis P and FSDP plus data parallelism over X, in GPipe's, 1F1B's
-// and zero-bubble's orders: on the GPU the stages' blocks pass between ranks as device buffers, and
-// every product runs on cuBLASLt, so results agree with OpenBLAS's within fp32 rounding of 8-term
-// sums.
+// per stage, stages over mesh axis P and FSDP plus data parallelism over X, in GPipe's, 1F1B's,
+// zero-bubble's and the interleaved order: on the GPU the stages' blocks pass between ranks as
+// device buffers, and every product runs on cuBLASLt, so results agree with OpenBLAS's within fp32
+// rounding of 8-term sums.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -29,39 +29,50 @@ using pipeline_example::residual_stage;
 using pipeline_example::S;
 using pipeline_example::X;
 
-inline constexpr int per_stage = 2, microbatches = 3;
+inline constexpr int per_stage = 2, microbatches = 6;  // a multiple of every P here
 inline constexpr std::int64_t width = 8;
 
-// Every weight gradient of the run, as global arrays ([S, D, E], layer s * per_stage + i in
-// block s of array i), from rank 0.
+// Every weight gradient of the run, as global arrays ([S, D, E]; array c per_stage + i holds,
+// in block s, layer i of chunk c of stage s), from rank 0. Stage s holds `chunks` pieces of the
+// stack (chunk c is piece c P + s) under an interleaved schedule, one otherwise.
 template <class Launcher>
 std::vector<std::vector<float>> run_pipeline_program(Launcher launcher, int stages, int data,
-                                                     nn::pipeline_order order) {
+                                                     nn::pipeline_order order, int chunks = 1) {
   std::vector<std::vector<float>> results;
   std::mutex lock;
+  const nn::pipeline_schedule plan(stages, microbatches, order, {.chunks = chunks});
   spmd(launcher, Mesh<P, X>{stages, data}, [&](auto& rank) {
     using stage_t = residual_stage<space_of_t<std::remove_cvref_t<decltype(rank)>>>;
     using rows = typename stage_t::rows;
     const auto random_rows = [&](std::uint64_t seed) {
       return randn<float, S<P>, B<X>, D<>>(rank, {S(stages), B(2 * data), D(width)}, seed);
     };
-    std::vector<typename stage_t::weight> weights;
-    for (int i = 0; i < per_stage; ++i)
-      weights.push_back(
-          randn<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, 10 + i, 0.3f));
-    stage_t st(rank, std::move(weights), microbatches);
+    std::vector<stage_t> pieces;
+    for (int c = 0; c < chunks; ++c) {
+      std::vector<typename stage_t::weight> weights;
+      for (int i = 0; i < per_stage; ++i)
+        weights.push_back(randn<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)},
+                                                        10 + c * per_stage + i, 0.3f));
+      pieces.emplace_back(rank, std::move(weights), microbatches, c == chunks - 1);
+      pieces.back().gather();
+    }
     const bool first = rank.template axis<P>().coord == 0;
-    st.gather();
     nn::run_pipeline<P, S>(
-        random_rows(0), nn::pipeline_schedule(stages, microbatches, order),
-        [&](int m, rows in) { return st.forward(m, first ? random_rows(100 + m) : std::move(in)); },
-        [&](int m, rows dout) {
-          return st.backward(m, st.last ? *st.outputs[m] - random_rows(200 + m) : std::move(dout));
+        random_rows(0), plan,
+        [&](int m, int c, rows in) {
+          return pieces[c].forward(m, first && c == 0 ? random_rows(100 + m) : std::move(in));
         },
-        [&](int m) { st.weight_gradient(m); });
-    st.release();
+        [&](int m, int c, rows dout) {
+          stage_t& piece = pieces[c];
+          return piece.backward(
+              m, piece.last ? *piece.outputs[m] - random_rows(200 + m) : std::move(dout));
+        },
+        [&](int m, int c) { pieces[c].weight_gradient(m); });
     std::vector<std::vector<float>> mine;
-    for (const auto& g : st.grads) mine.push_back(to_global(g));
+    for (stage_t& piece : pieces) {
+      piece.release();
+      for (const auto& g : piece.grads) mine.push_back(to_global(g));
+    }
     if (rank.world_rank() == 0) {
       const std::lock_guard guard(lock);
       results = std::move(mine);
@@ -70,16 +81,19 @@ std::vector<std::vector<float>> run_pipeline_program(Launcher launcher, int stag
   return results;
 }
 
-// The pipeline on `launcher` equals the pipeline on the host, in every order.
+// The pipeline on `launcher` equals the pipeline on the host, in every order (interleaved with
+// two chunks per stage).
 template <class Launcher>
 void check_pipeline_program(Launcher launcher, int stages, int data) {
-  for (const nn::pipeline_order order : {nn::pipeline_order::gpipe, nn::pipeline_order::one_f_one_b,
-                                         nn::pipeline_order::zero_bubble}) {
+  for (const nn::pipeline_order order :
+       {nn::pipeline_order::gpipe, nn::pipeline_order::one_f_one_b, nn::pipeline_order::zero_bubble,
+        nn::pipeline_order::interleaved}) {
+    const int chunks = order == nn::pipeline_order::interleaved ? 2 : 1;
     CAPTURE(stages);
     CAPTURE(data);
     CAPTURE(static_cast<int>(order));
-    const auto want = run_pipeline_program(tpx::host, stages, data, order);
-    const auto got = run_pipeline_program(launcher, stages, data, order);
+    const auto want = run_pipeline_program(tpx::host, stages, data, order, chunks);
+    const auto got = run_pipeline_program(launcher, stages, data, order, chunks);
     REQUIRE(got.size() == want.size());
     for (std::size_t a = 0; a < want.size(); ++a) {
       REQUIRE(got[a].size() == want[a].size());
