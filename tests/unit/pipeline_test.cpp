@@ -1,26 +1,30 @@
 // Pipeline parallelism (nn/pipeline.hpp) against the same model run whole on one thread by naive
-// loops in double: a residual stack of L = 12 layers x <- x + GELU(x W_l), W_l [D, D], loss
-// 0.5 sum (x_L - y)^2 / N over a batch of N rows in M microbatches, trained through
-// run_pipeline over mesh axis P (12 / P layers per stage, each stage's weights stacked as
-// [S_P, D_X, E] and all-gathered over X before use, FSDP) with data parallelism over X inside
-// each stage (rows [S_P, B_X, D]). In the three orders (GPipe, with the backward and weight
-// gradient in one function; 1F1B and zero-bubble, with them in two), on meshes P x X = 1x1, 2x1,
-// 3x1, 4x1, 2x2, 3x2 and 1, 2 and 5 microbatches it checks:
+// loops in double: a residual stack of L = 12 layers x <- x + GELU(x W_l), W_l [D, D], loss 0.5 sum
+// (x_L - y)^2 / N over a batch of N rows in M microbatches, trained through run_pipeline over mesh
+// axis P (12 / P layers per stage, each stage's weights stacked as [S_P, D_X, E] and all-gathered
+// over X before use, FSDP) with data parallelism over X inside each stage (rows [S_P, B_X, D]). In
+// the three orders GPipe (with the backward and weight gradient in one function), 1F1B and
+// zero-bubble (with them in two), on meshes P x X = 1x1, 2x1, 3x1, 4x1, 2x2, 3x2 and 1, 2 and 5
+// microbatches, and in the interleaved order (2 or 3 chunks of 12 / (P v) layers per stage, the
+// functions taking the chunk) on meshes 1x1 to 4x1, 2x2 and 3x2 with P and 2P microbatches, it
+// checks:
 //  - the last stage's outputs x_L of every microbatch, block by block (relative 1e-5);
 //  - every layer's weight gradient, reduce-scattered over X onto its FSDP shard, summed over the
 //    microbatches (max |difference| / max |reference| within 1e-5: fp32 sums in another order);
-//  - that each stage ran each microbatch once each way and once through its weight step, in
-//    order, holding no more microbatches' activations at once than the schedule says (M for
-//    GPipe, P - s for 1F1B, P - s + extra for zero-bubble), and sent over P each microbatch's
-//    activation on and its gradient back once, nothing more (its traffic).
+//  - that each stage ran each (microbatch, chunk) once each way and once through its weight
+//    step, in order, holding no more at once than the schedule says, and sent over P each
+//    microbatch's activation on and its gradient back once per boundary between pieces of the
+//    stack, nothing more (its traffic).
 // Then each stage's peak tensor memory, measured by the rank's meter, is lower under 1F1B and
-// zero-bubble than under GPipe (P = 4, M = 8); the schedules for P up to 5 and M up to 7 keep
-// their definitions (each step once, after the step it needs; GPipe's diagram; 1F1B's bound;
-// 2 (M + P - 1) ticks and the bubble (P - 1) / (M + P - 1); zero-bubble's 3 M + 2 (P - 1) -
-// min(extra, P - 1, M - 1) ticks and P - s + extra in flight); a dry run reads every rank's peak
-// memory and traffic of the real run; a stage dim of the wrong extent, a schedule for another
-// number of stages, a zero-bubble schedule without a weight function, extra microbatches in
-// flight outside zero-bubble, or no microbatch, are refused with a sentence.
+// zero-bubble than under GPipe (P = 4, M = 8); the schedules for P up to 5 and M up to 7 keep their
+// definitions (each step once, after the step it needs; GPipe's diagram; 1F1B's bound; 2 (M +
+// P - 1) ticks and the bubble (P - 1) / (M + P - 1); zero-bubble's 3 M + 2 (P - 1) - min(extra,
+// P - 1, M - 1) ticks and P - s + extra in flight; interleaved's 2 (v M + P - 1) ticks and
+// Megatron-LM's 2 (P - 1 - s) + (v - 1) P + 1 in flight); a dry run reads every rank's peak memory
+// and traffic of the real run; a stage dim of the wrong extent, a schedule for another number of
+// stages, a zero-bubble schedule without a weight function, an interleaved one with functions that
+// do not take the chunk, options an order does not take, or no microbatch, are refused with a
+// sentence.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -156,17 +156,29 @@ class pipeline_schedule {
     }
   }
 
-  // Adds tick `tick` of stage s: `step`, recorded as done.
-  void take(int s, const pipeline_step& step, int tick) {
-    if (step.what != pipeline_step::idle)
-      done_[step.what][step.chunk * stages_ + s][step.microbatch] = tick;
-    steps_[s].push_back(step);
-  }
-
-  void start() {
+  // Places the steps tick by tick: choose(s, tick) gives stage s's step (idle if none is ready),
+  // recorded as done at once (a step's inputs are made at earlier ticks, so the stages' choices
+  // at one tick do not depend on each other), until finished(). A tick at which no stage can
+  // move would repeat forever: an order that deadlocks, refused rather than looped on.
+  template <class Choose, class Finished>
+  void place(const Choose& choose, const Finished& finished) {
     for (auto& of_kind : done_)
       of_kind.assign(chunks_ * stages_, std::vector<int>(microbatches_, never));
     steps_.assign(stages_, {});
+    for (int tick = 0; !finished(); ++tick) {
+      bool moved = false;
+      for (int s = 0; s < stages_; ++s) {
+        const pipeline_step step = choose(s, tick);
+        if (step.what != pipeline_step::idle) {
+          done_[step.what][step.chunk * stages_ + s][step.microbatch] = tick;
+          moved = true;
+        }
+        steps_[s].push_back(step);
+      }
+      if (!moved)
+        throw std::logic_error("tpx: pipeline schedule: no stage can take a step at tick " +
+                               std::to_string(tick) + " (an order that deadlocks)");
+    }
   }
 
   // Places every stage's steps tick by tick, each stage taking its first ready step in the
@@ -181,29 +193,25 @@ class pipeline_schedule {
     const auto in_flight_bound = [&](int s) {
       return order == pipeline_order::gpipe ? microbatches_ : stages_ - s + extra_in_flight;
     };
-    start();
     std::vector<std::array<int, 4>> next(stages_, std::array<int, 4>{});  // by stage, kind
-    const auto finished = [&] {
-      for (int s = 0; s < stages_; ++s)
-        if (next[s][finishing()] < microbatches_) return false;
-      return true;
-    };
-    // A step's inputs are made at earlier ticks, so each stage may take its step at once.
-    for (int tick = 0; !finished(); ++tick)
-      for (int s = 0; s < stages_; ++s) {
-        pipeline_step step;
-        for (const kind k : preference) {
-          const pipeline_step want{k, next[s][k]};
-          if (want.microbatch < microbatches_ && ready(s, want, tick) &&
-              (k != pipeline_step::forward ||
-               want.microbatch - next[s][finishing()] < in_flight_bound(s))) {
-            step = want;
-            ++next[s][k];
-            break;
+    place(
+        [&](int s, int tick) {
+          for (const kind k : preference) {
+            const pipeline_step want{k, next[s][k]};
+            if (want.microbatch < microbatches_ && ready(s, want, tick) &&
+                (k != pipeline_step::forward ||
+                 want.microbatch - next[s][finishing()] < in_flight_bound(s))) {
+              ++next[s][k];
+              return want;
+            }
           }
-        }
-        take(s, step, tick);
-      }
+          return pipeline_step{};
+        },
+        [&] {
+          for (int s = 0; s < stages_; ++s)
+            if (next[s][finishing()] < microbatches_) return false;
+          return true;
+        });
   }
 
   // Megatron-LM's interleaved order for each stage, each step placed at the first tick its
@@ -230,20 +238,18 @@ class pipeline_schedule {
       }
       for (int k = per_stage - warm_up; k < per_stage; ++k) sequence[s].push_back(backward_at(k));
     }
-    start();
     std::vector<std::size_t> next(stages_, 0);
-    const auto finished = [&] {
-      for (int s = 0; s < stages_; ++s)
-        if (next[s] < sequence[s].size()) return false;
-      return true;
-    };
-    for (int tick = 0; !finished(); ++tick)
-      for (int s = 0; s < stages_; ++s) {
-        pipeline_step step;
-        if (next[s] < sequence[s].size() && ready(s, sequence[s][next[s]], tick))
-          step = sequence[s][next[s]++];
-        take(s, step, tick);
-      }
+    place(
+        [&](int s, int tick) {
+          if (next[s] < sequence[s].size() && ready(s, sequence[s][next[s]], tick))
+            return sequence[s][next[s]++];
+          return pipeline_step{};
+        },
+        [&] {
+          for (int s = 0; s < stages_; ++s)
+            if (next[s] < sequence[s].size()) return false;
+          return true;
+        });
   }
 
   int stages_, microbatches_, chunks_;
