@@ -313,18 +313,21 @@ struct rank_usage {
 
 template <class Launcher>
 std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int microbatches,
-                                 pipeline_order order) {
+                                 pipeline_order order, int chunks = 1) {
   std::vector<rank_usage> usage(stages * data);
   std::mutex lock;
   tpx::spmd(launcher, tpx::Mesh<P, X>{stages, data}, [&](auto& rank) {
     using stage_t = residual_stage<tpx::space_of_t<std::remove_cvref_t<decltype(rank)>>>;
     using rows_t = typename stage_t::rows;
     const std::int64_t rows = 2 * data;
-    std::vector<typename stage_t::weight> weights;
-    for (int i = 0; i < layers / stages; ++i)
-      weights.push_back(
-          tpx::randn<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, 10 + i, 0.3f));
-    stage_t st(rank, std::move(weights), microbatches);
+    std::vector<stage_t> pieces;  // by chunk
+    for (int c = 0; c < chunks; ++c) {
+      std::vector<typename stage_t::weight> weights;
+      for (int i = 0; i < layers / (stages * chunks); ++i)
+        weights.push_back(tpx::randn<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)},
+                                                             10 + 20 * c + i, 0.3f));
+      pieces.emplace_back(rank, std::move(weights), microbatches, c == chunks - 1);
+    }
     const bool first = rank.template axis<P>().coord == 0;
     const rows_t like(rank, {S(stages), B(rows), D(width)});
     const auto data_bytes = [&](std::size_t axes) {
@@ -332,19 +335,21 @@ std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int mi
     };
     const double p_before = data_bytes(1), x_before = data_bytes(2);
     rank.memory().reset_peak();
-    st.gather();
+    for (stage_t& piece : pieces) piece.gather();
     tpx::nn::run_pipeline<P, S>(
-        like, tpx::nn::pipeline_schedule(stages, microbatches, order),
-        [&](int m, rows_t in) {
-          return st.forward(m, first ? tpx::randn<float, S<P>, B<X>, D<>>(
-                                           rank, {S(stages), B(rows), D(width)}, 100 + m)
-                                     : std::move(in));
+        like, tpx::nn::pipeline_schedule(stages, microbatches, order, {.chunks = chunks}),
+        [&](int m, int c, rows_t in) {
+          return pieces[c].forward(m, first && c == 0
+                                          ? tpx::randn<float, S<P>, B<X>, D<>>(
+                                                rank, {S(stages), B(rows), D(width)}, 100 + m)
+                                          : std::move(in));
         },
-        [&](int m, rows_t dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
-          return st.backward(m, st.last ? *st.outputs[m] * 1.0f : std::move(dout));
+        [&](int m, int c, rows_t dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
+          stage_t& piece = pieces[c];
+          return piece.backward(m, piece.last ? *piece.outputs[m] * 1.0f : std::move(dout));
         },
-        [&](int m) { st.weight_gradient(m); });
-    st.release();
+        [&](int m, int c) { pieces[c].weight_gradient(m); });
+    for (stage_t& piece : pieces) piece.release();
     const std::lock_guard guard(lock);
     usage[rank.world_rank()] = {rank.memory().peak_bytes(), data_bytes(1) - p_before,
                                 data_bytes(2) - x_before};
@@ -365,6 +370,14 @@ TEST_CASE("a dry run of a pipeline reads each rank's peak memory and traffic of 
         CHECK(dry == real);
         CHECK(real[0].over_p > 0);
       }
+  for (const auto& [stages, data] : {std::pair{2, 1}, {3, 2}}) {  // interleaved, two chunks
+    CAPTURE(stages);
+    CAPTURE(data);
+    const auto dry = usage_of(tpx::dry_run, stages, data, stages, pipeline_order::interleaved, 2);
+    const auto real = usage_of(tpx::host, stages, data, stages, pipeline_order::interleaved, 2);
+    CHECK(dry == real);
+    CHECK(real[0].over_p > 0);
+  }
 }
 
 // The tick of stage s at which microbatch m runs `what` through `chunk`, -1 if none; checks it
