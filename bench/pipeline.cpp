@@ -20,6 +20,8 @@
 //              beside the schedule's share of idle ticks (pipeline_schedule::bubble: (P - 1) /
 //              (M + P - 1) for GPipe and 1F1B, whose backward ticks do twice a forward's work;
 //              (P - 1) / (v M + P - 1) interleaved, whose ticks run one chunk of L / (P v) layers)
+//   model      the idle share the schedule predicts if each stage meets the others at every
+//              tick in which some stage sends (meeting_model_idle): the host's collectives
 //   peak       the largest peak tensor memory of any stage during the timed steps
 //              (rank.memory()), where 1F1B's bound on the microbatches in flight shows
 #include <CLI/CLI.hpp>
@@ -152,6 +154,40 @@ measured run(const settings& c, int stages, int microbatches, pipeline_order ord
   return result;
 }
 
+// The stages' mean idle share if each step took its work (a forward 1, a backward 2, or 1 when
+// the weight gradient is a step of its own, a weight step 1; a chunk's steps alike) and the
+// stages met at every tick in which one of them sends a block, running freely between meetings:
+// run_pipeline's passes over P are collectives, which on the host are meetings of the threads.
+// Where each meeting's stages ran equal work since the last, this is the schedule's bubble.
+double meeting_model_idle(const tpx::nn::pipeline_schedule& plan) {
+  using step = tpx::nn::pipeline_step;
+  const int stages = plan.stages(), pieces = stages * plan.chunks();
+  const auto work = [&](const step& st) {
+    return st.what == step::idle                                  ? 0.0
+           : st.what == step::backward && !plan.splits_backward() ? 2.0
+                                                                  : 1.0;
+  };
+  const auto sends = [&](int s, const step& st) {
+    const int piece = st.chunk * stages + s;
+    return (st.what == step::forward && piece < pieces - 1) ||
+           (st.what == step::backward && piece > 0);
+  };
+  std::vector<double> clock(stages, 0.0), busy(stages, 0.0);
+  for (int t = 0; t < plan.ticks(); ++t) {
+    bool meet = false;
+    for (int s = 0; s < stages; ++s) {
+      clock[s] += work(plan.at(s, t));
+      busy[s] += work(plan.at(s, t));
+      meet = meet || sends(s, plan.at(s, t));
+    }
+    if (meet) std::fill(clock.begin(), clock.end(), *std::max_element(clock.begin(), clock.end()));
+  }
+  const double total = *std::max_element(clock.begin(), clock.end());
+  double idle = 0;
+  for (const double b : busy) idle += (1.0 - b / total) / stages;
+  return idle;
+}
+
 std::string name_of(pipeline_order order, const settings& c) {
   if (order == pipeline_order::gpipe) return "gpipe";
   if (order == pipeline_order::one_f_one_b) return "1f1b";
@@ -203,8 +239,8 @@ int main(int argc, char** argv) {
         "forward + backward; %d cores, load average %.2f\n",
         c.layers, static_cast<long long>(c.width), static_cast<long long>(c.batch),
         tpx::bench::usable_cores(), tpx::bench::load_average());
-    std::printf("# %6s %4s %5s %10s %7s %7s %7s %10s\n", "order", "P", "M", "step(ms)", "speed",
-                "idle", "bubble", "peak(MiB)");
+    std::printf("# %6s %4s %5s %10s %7s %7s %7s %7s %10s\n", "order", "P", "M", "step(ms)", "speed",
+                "idle", "bubble", "model", "peak(MiB)");
     nlohmann::json rows = nlohmann::json::array();
     for (int m : microbatch_counts) {
       const measured alone = run(c, 1, m, pipeline_order::gpipe);
@@ -216,10 +252,12 @@ int main(int argc, char** argv) {
             continue;  // no interleaving on one stage; Megatron's order needs P | M
           const measured r = p == 1 && order == pipeline_order::gpipe ? alone : run(c, p, m, order);
           const double speed = alone.seconds / r.seconds;
-          const double bubble = schedule_of(c, p, m, order).bubble();
+          const tpx::nn::pipeline_schedule plan = schedule_of(c, p, m, order);
+          const double bubble = plan.bubble(), model = meeting_model_idle(plan);
           const double peak_mib = static_cast<double>(r.peak_bytes) / (1 << 20);
-          std::printf("  %6s %4d %5d %10.2f %7.3f %7.3f %7.3f %10.2f\n", name_of(order, c).c_str(),
-                      p, m, r.seconds * 1e3, speed, r.idle, bubble, peak_mib);
+          std::printf("  %6s %4d %5d %10.2f %7.3f %7.3f %7.3f %7.3f %10.2f\n",
+                      name_of(order, c).c_str(), p, m, r.seconds * 1e3, speed, r.idle, bubble,
+                      model, peak_mib);
           rows.push_back({{"order", name_of(order, c)},
                           {"stages", p},
                           {"microbatches", m},
@@ -228,6 +266,7 @@ int main(int argc, char** argv) {
                           {"speed", speed},
                           {"idle", r.idle},
                           {"bubble", bubble},
+                          {"meeting_model", model},
                           {"peak_mib", peak_mib}});
         }
     }
