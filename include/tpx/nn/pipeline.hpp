@@ -33,8 +33,9 @@
 // microbatch passes the stages once per chunk: the last stage's output of chunk c goes on to
 // stage 0's chunk c + 1, and stage 0's input gradient of chunk c back to the last stage's c - 1. A
 // stage keeps what it receives until its step for that microbatch comes. The schedules (GPipe,
-// 1F1B, zero-bubble) and their bubble and memory are in nn/pipeline_schedule.hpp; each moves each
-// microbatch's activation and its gradient once across each of the P - 1 stage boundaries.
+// 1F1B, zero-bubble, interleaved) and their bubble and memory are in nn/pipeline_schedule.hpp;
+// each moves each microbatch's activation and its gradient once across each boundary between
+// pieces of the model (P - 1 of them, v P - 1 with v chunks per stage).
 #pragma once
 
 #include <algorithm>

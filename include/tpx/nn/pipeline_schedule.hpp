@@ -1,7 +1,8 @@
 // The schedules of pipeline parallelism: which microbatch's forward or backward pass each stage
 // runs at each tick of a step (nn/pipeline.hpp runs them). Every stage runs forward m, then
 // backward m, for each microbatch m; a forward only after the previous stage's at an earlier
-// tick, a backward only after the next stage's. The orders:
+// tick, a backward only after the next stage's (under interleaved: the previous and the next
+// piece of the model's). The orders:
 //
 //   gpipe        (Huang et al. 2019) every microbatch forward, then every one backward: stage s
 //                runs forward m at tick s + m and backward m at tick M + P - 1 + (P - 1 - s) + m,
@@ -39,7 +40,7 @@
 // microbatches, for v times the passes between stages and, on stage s, up to
 // 2 (P - 1 - s) + (v - 1) P + 1 chunks' activations in flight (each chunk 1/v of the stage's
 // layers: more than 1F1B's P - s microbatches' worth). It needs M to be a multiple of P.
-// (pipeline_test checks each order's count, for P <= 5, M <= 7.) Everything is a function of (P, M,
+// (pipeline_test checks each order's count for P <= 5.) Everything is a function of (P, M,
 // order, options), so every rank computes the same schedule without communicating.
 #pragma once
 
