@@ -221,6 +221,8 @@ int main(int argc, char** argv) {
                  "interleaved: chunks of layers per stage (rows where P > 1 divides M and P v "
                  "divides -L)")
       ->check(CLI::Range(2, 64));
+  bool diagrams = false;
+  app.add_flag("--diagrams", diagrams, "print each row's schedule, a line per stage (# lines)");
   app.add_option("--json", json, "write every row to this file as JSON");
   CLI11_PARSE(app, argc, argv);
 
@@ -258,6 +260,13 @@ int main(int argc, char** argv) {
           std::printf("  %6s %4d %5d %10.2f %7.3f %7.3f %7.3f %7.3f %10.2f\n",
                       name_of(order, c).c_str(), p, m, r.seconds * 1e3, speed, r.idle, bubble,
                       model, peak_mib);
+          if (diagrams) {
+            const std::string drawn = plan.diagram();
+            for (std::size_t at = 0, end; at < drawn.size(); at = end + 1) {
+              end = drawn.find('\n', at);
+              std::printf("#   %s\n", drawn.substr(at, end - at).c_str());
+            }
+          }
           rows.push_back({{"order", name_of(order, c)},
                           {"stages", p},
                           {"microbatches", m},

@@ -532,6 +532,22 @@ TEST_CASE("a stage dim without one element per stage is refused, naming dim, axi
   });
 }
 
+TEST_CASE("a schedule's diagram: GPipe's and 1F1B's as their definitions place the steps") {
+  using tpx::nn::pipeline_schedule;
+  CHECK(pipeline_schedule(2, 2).diagram() ==
+        "stage 0: F0 F1 .  .  B0 B1\n"
+        "stage 1: .  F0 F1 B0 B1 .\n");
+  CHECK(pipeline_schedule(2, 3, pipeline_order::one_f_one_b).diagram() ==
+        "stage 0: F0 F1 .  B0 F2 B1 .  B2\n"
+        "stage 1: .  F0 B0 F1 B1 F2 B2 .\n");
+  const std::string interleaved =
+      pipeline_schedule(2, 2, pipeline_order::interleaved, {.chunks = 2}).diagram();
+  CHECK(interleaved.starts_with("stage 0: F0/0 F1/0 F0/1 F1/1 "));
+  const std::string eleven = pipeline_schedule(11, 1).diagram();
+  CHECK(eleven.starts_with("stage 0:  F0 .  "));
+  CHECK(eleven.find("\nstage 10: .  .  .  .  .  .  .  .  .  .  F0 B0") != std::string::npos);
+}
+
 TEST_CASE("a zero-bubble schedule needs a weight function") {
   tpx::spmd(tpx::host, tpx::Mesh<P, X>{2, 1}, [](auto& rank) {
     using rows_t = Tensor<float, S<P>, B<>, D<>>;

@@ -117,6 +117,35 @@ class pipeline_schedule {
   bool splits_backward() const { return split_; }
   // The share of a stage's ticks it idles (every stage alike).
   double bubble() const { return static_cast<double>(ticks() - steps_per_stage()) / ticks(); }
+  // The schedule as the papers draw it, a line per stage and a column per tick: F, B or W and
+  // the microbatch (and "/c", the chunk, under interleaved), "." where the stage idles:
+  //   stage 0: F0 F1 .  .  B0 B1
+  //   stage 1: .  F0 F1 B0 B1 .     (GPipe, P = 2, M = 2)
+  std::string diagram() const {
+    const auto text = [&](const pipeline_step& step) {
+      if (step.what == pipeline_step::idle) return std::string(".");
+      std::string t(1, "FBW"[step.what - pipeline_step::forward]);
+      t += std::to_string(step.microbatch);
+      if (chunks_ > 1) t += "/" + std::to_string(step.chunk);
+      return t;
+    };
+    std::size_t width = 1;
+    for (const auto& row : steps_)
+      for (const pipeline_step& step : row) width = std::max(width, text(step).size());
+    std::string out;
+    for (int s = 0; s < stages_; ++s) {
+      const std::string label = std::to_string(s);
+      std::string line = "stage " + label + ":" +
+                         std::string(std::to_string(stages_ - 1).size() - label.size(), ' ');
+      for (const pipeline_step& step : steps_[s]) {
+        const std::string t = text(step);
+        line += " " + t + std::string(width - t.size(), ' ');
+      }
+      line.erase(line.find_last_not_of(' ') + 1);
+      out += line + "\n";
+    }
+    return out;
+  }
   // The most (microbatch, chunk) pairs stage `stage` has run forward and not yet finished
   // backward (under zero_bubble: its weight step) at once: whose activations it keeps.
   int most_in_flight(int stage) const {
