@@ -161,16 +161,11 @@ measured run(const settings& c, int stages, int microbatches, pipeline_order ord
 // Where each meeting's stages ran equal work since the last, this is the schedule's bubble.
 double meeting_model_idle(const tpx::nn::pipeline_schedule& plan) {
   using step = tpx::nn::pipeline_step;
-  const int stages = plan.stages(), pieces = stages * plan.chunks();
+  const int stages = plan.stages();
   const auto work = [&](const step& st) {
     return st.what == step::idle                                  ? 0.0
            : st.what == step::backward && !plan.splits_backward() ? 2.0
                                                                   : 1.0;
-  };
-  const auto sends = [&](int s, const step& st) {
-    const int piece = st.chunk * stages + s;
-    return (st.what == step::forward && piece < pieces - 1) ||
-           (st.what == step::backward && piece > 0);
   };
   std::vector<double> clock(stages, 0.0), busy(stages, 0.0);
   for (int t = 0; t < plan.ticks(); ++t) {
@@ -178,7 +173,7 @@ double meeting_model_idle(const tpx::nn::pipeline_schedule& plan) {
     for (int s = 0; s < stages; ++s) {
       clock[s] += work(plan.at(s, t));
       busy[s] += work(plan.at(s, t));
-      meet = meet || sends(s, plan.at(s, t));
+      meet = meet || plan.passes(s, t);
     }
     if (meet) std::fill(clock.begin(), clock.end(), *std::max_element(clock.begin(), clock.end()));
   }

@@ -183,23 +183,19 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
     from.reset();
     return t;
   };
-  const auto first_piece = [&](int s, const pipeline_step& step) {
-    return s == 0 && step.chunk == 0;
-  };
-  const auto last_piece = [&](int s, const pipeline_step& step) {
-    return s == last && step.chunk == last_chunk;
-  };
   for (int tick = 0; tick < plan.ticks(); ++tick) {
     const pipeline_step& step = plan.at(stage, tick);
     const int m = step.microbatch;
     std::optional<Tn> onward, back;  // this tick's results for the next and the previous piece
     if (step.what == pipeline_step::forward) {
       onward = detail::call_pass(
-          forward, step, first_piece(stage, step) ? zeros() : taken(inputs[slot(step.chunk, m)]));
+          forward, step,
+          stage == 0 && step.chunk == 0 ? zeros() : taken(inputs[slot(step.chunk, m)]));
     } else if (step.what == pipeline_step::backward) {
-      back = detail::call_pass(
-          backward, step,
-          last_piece(stage, step) ? zeros() : taken(gradients[slot(step.chunk, m)]));
+      back = detail::call_pass(backward, step,
+                               stage == last && step.chunk == last_chunk
+                                   ? zeros()
+                                   : taken(gradients[slot(step.chunk, m)]));
       if (!plan.splits_backward()) (detail::call_weight(weight, step), ...);
     } else if (step.what == pipeline_step::weight) {
       (detail::call_weight(weight, step), ...);
@@ -207,9 +203,9 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
     // Each direction moves when some stage sends in it (every rank reads the same schedule).
     std::vector<bool> sends_on(axis.size, false), sends_back(axis.size, false);
     for (int s = 0; s <= last; ++s) {
-      const pipeline_step& theirs = plan.at(s, tick);
-      sends_on[s] = theirs.what == pipeline_step::forward && !last_piece(s, theirs);
-      sends_back[s] = theirs.what == pipeline_step::backward && !first_piece(s, theirs);
+      const bool forward_step = plan.at(s, tick).what == pipeline_step::forward;
+      sends_on[s] = forward_step && plan.passes(s, tick);
+      sends_back[s] = !forward_step && plan.passes(s, tick);
     }
     // A block from the last stage to stage 0 goes on to the next chunk, and back the other way
     // to the previous one.

@@ -113,6 +113,14 @@ class pipeline_schedule {
   int chunks() const { return chunks_; }
   int ticks() const { return static_cast<int>(steps_.front().size()); }
   const pipeline_step& at(int stage, int tick) const { return steps_[stage][tick]; }
+  // Whether stage `stage`'s step at `tick` passes a block to another piece of the model: a
+  // forward's output but the last piece's, a backward's input gradient but the first piece's.
+  bool passes(int stage, int tick) const {
+    const pipeline_step& step = at(stage, tick);
+    const int piece = step.chunk * stages_ + stage;
+    return (step.what == pipeline_step::forward && piece < chunks_ * stages_ - 1) ||
+           (step.what == pipeline_step::backward && piece > 0);
+  }
   // Whether the backward pass is split into input-gradient and weight steps (zero_bubble).
   bool splits_backward() const { return split_; }
   // The share of a stage's ticks it idles (every stage alike).
