@@ -1,8 +1,9 @@
 // tpx-bench-pipeline: what pipeline parallelism costs and saves on this machine. A residual stack
 // of L layers x <- x + GELU(x W), W [D, D], fp32, trained (forward and backward, the weight
 // gradients summed over microbatches) as P stages of L / P layers over M microbatches of a batch of
-// B rows (interleaved: v chunks of L / (P v) layers per stage), in GPipe's, 1F1B's, zero-bubble's
-// and the interleaved 1F1B's orders (nn/pipeline_schedule.hpp), beside the same stack on one stage.
+// B rows (interleaved: v chunks of L / (P v) layers per stage; zero-bubble V: two of L / (2 P)), in
+// GPipe's, 1F1B's, zero-bubble's, the interleaved 1F1B's and zero-bubble V's orders
+// (nn/pipeline_schedule.hpp), beside the same stack on one stage.
 //
 //   tpx-bench-pipeline -p 1,2 -m 1,2,4,8,16 -L 8 -d 512 -b 512 -n 9 -w 2 --json pipeline.json
 //
@@ -19,7 +20,8 @@
 //              to them), averaged over the stages and the timed steps: the measured bubble,
 //              beside the schedule's share of idle ticks (pipeline_schedule::bubble: (P - 1) /
 //              (M + P - 1) for GPipe and 1F1B, whose backward ticks do twice a forward's work;
-//              (P - 1) / (v M + P - 1) interleaved, whose ticks run one chunk of L / (P v) layers)
+//              (P - 1) / (v M + P - 1) interleaved, whose ticks run one chunk of L / (P v) layers;
+//              (ticks - 6 M) / ticks zero-bubble V, whose ticks run a chunk's F, B or W)
 //   model      the idle share the schedule predicts if each stage meets the others at every
 //              tick in which some stage sends (meeting_model_idle): the host's collectives
 //   peak       the largest peak tensor memory of any stage during the timed steps
@@ -54,7 +56,8 @@ struct settings {
   int layers = 8;
   std::int64_t width = 512, batch = 512;
   int iters = 5, warmup = 1;
-  int extra_in_flight = 0;  // zero-bubble's microbatches in flight beyond 1F1B's bound
+  int extra_in_flight = 0;  // zero-bubble's microbatches in flight beyond 1F1B's bound (V: chunks
+                            // beyond 2 P)
   int chunks = 2;           // interleaved: chunks of layers per stage
 };
 
@@ -71,12 +74,13 @@ struct timed_pass {
   ~timed_pass() { total += seconds_since(start); }
 };
 
-// The schedule of a row: zero-bubble's with -e extra microbatches in flight, interleaved with
-// -v chunks per stage.
+// The schedule of a row: the zero-bubble orders' with -e extra in flight, interleaved with -v
+// chunks per stage.
 tpx::nn::pipeline_schedule schedule_of(const settings& c, int stages, int microbatches,
                                        pipeline_order order) {
   tpx::nn::pipeline_options options;
-  if (order == pipeline_order::zero_bubble) options.extra_in_flight = c.extra_in_flight;
+  if (order == pipeline_order::zero_bubble || order == pipeline_order::zero_bubble_v)
+    options.extra_in_flight = c.extra_in_flight;
   if (order == pipeline_order::interleaved) options.chunks = c.chunks;
   return {stages, microbatches, order, options};
 }
@@ -91,13 +95,14 @@ measured run(const settings& c, int stages, int microbatches, pipeline_order ord
     const std::int64_t microbatch_rows = c.batch / microbatches;
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.width));
     const tpx::nn::pipeline_schedule plan = schedule_of(c, stages, microbatches, order);
-    std::vector<stage_t> pieces;  // by chunk: the stage's layers, in one chunk but interleaved
+    std::vector<stage_t> pieces;  // by chunk: the stage's layers, in one chunk but two or more
+                                  // under interleaved and zero-bubble V
     for (int chunk = 0; chunk < plan.chunks(); ++chunk) {
       std::vector<typename stage_t::weight> weights;
       for (int i = 0; i < c.layers / (stages * plan.chunks()); ++i)
         weights.push_back(tpx::randn<float, S<P>, D<X>, E<>>(
             rank, {S(stages), D(c.width), E(c.width)}, 10 + 100 * chunk + i, scale));
-      pieces.emplace_back(rank, std::move(weights), microbatches, chunk == plan.chunks() - 1);
+      pieces.emplace_back(rank, std::move(weights), plan, chunk);
     }
     std::vector<rows> batch;
     for (int m = 0; m < microbatches; ++m)
@@ -187,7 +192,8 @@ std::string name_of(pipeline_order order, const settings& c) {
   if (order == pipeline_order::gpipe) return "gpipe";
   if (order == pipeline_order::one_f_one_b) return "1f1b";
   if (order == pipeline_order::interleaved) return "il" + std::to_string(c.chunks);
-  return c.extra_in_flight == 0 ? "zb" : "zb+" + std::to_string(c.extra_in_flight);
+  const std::string zb = order == pipeline_order::zero_bubble_v ? "zbv" : "zb";
+  return c.extra_in_flight == 0 ? zb : zb + "+" + std::to_string(c.extra_in_flight);
 }
 
 }  // namespace
@@ -210,7 +216,7 @@ int main(int argc, char** argv) {
   app.add_option("-w,--warmup_iters", c.warmup, "untimed steps first")->check(CLI::Range(0, 1000));
   app.add_option("-e,--extra-in-flight", c.extra_in_flight,
                  "zero-bubble's microbatches in flight beyond 1F1B's bound (each takes a tick off "
-                 "its bubble, up to P - 1)")
+                 "its bubble, up to P - 1); zero-bubble V's chunks beyond 2 P")
       ->check(CLI::Range(0, 4096));
   app.add_option("-v,--chunks", c.chunks,
                  "interleaved: chunks of layers per stage (rows where P > 1 divides M and P v "
@@ -242,11 +248,14 @@ int main(int argc, char** argv) {
     for (int m : microbatch_counts) {
       const measured alone = run(c, 1, m, pipeline_order::gpipe);
       for (int p : stage_counts)
-        for (pipeline_order order : {pipeline_order::gpipe, pipeline_order::one_f_one_b,
-                                     pipeline_order::zero_bubble, pipeline_order::interleaved}) {
+        for (pipeline_order order :
+             {pipeline_order::gpipe, pipeline_order::one_f_one_b, pipeline_order::zero_bubble,
+              pipeline_order::interleaved, pipeline_order::zero_bubble_v}) {
           if (order == pipeline_order::interleaved &&
               (p == 1 || m % p != 0 || c.layers % (p * c.chunks) != 0))
             continue;  // no interleaving on one stage; Megatron's order needs P | M
+          if (order == pipeline_order::zero_bubble_v && (p == 1 || c.layers % (2 * p) != 0))
+            continue;  // nor a V on one stage; two chunks a stage
           const measured r = p == 1 && order == pipeline_order::gpipe ? alone : run(c, p, m, order);
           const double speed = alone.seconds / r.seconds;
           const tpx::nn::pipeline_schedule plan = schedule_of(c, p, m, order);

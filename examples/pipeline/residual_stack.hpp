@@ -5,8 +5,8 @@
 // writing a stage:
 //
 //   TPX_MESH_AXES(P, X);  TPX_DIMS(S, B, D, E);
-//   residual_stage<Space> st(rank, weights, M);       // weights[i]: [S_P, D_X, E], this stage's
-//   st.gather();                                      //   layer i in block s
+//   residual_stage<Space> st(rank, weights, schedule); // weights[i]: [S_P, D_X, E], this
+//   st.gather();                                       //   stage's layer i in block s
 //   tpx::nn::run_pipeline<P, S>(like, schedule,
 //       [&](int m, rows in) { return st.forward(m, first ? batch(m) : std::move(in)); },
 //       [&](int m, rows d) { return st.backward(m, last ? loss_gradient(m) : std::move(d)); },
@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <tpx/nn/pipeline_schedule.hpp>
 #include <tpx/tpx.hpp>
 #include <type_traits>
 #include <utility>
@@ -59,15 +60,16 @@ struct residual_stage {
   std::vector<std::optional<rows>> outputs;      // the last stage's, by microbatch
   bool last;                                     // whether its layers end the stack
 
-  // last_chunk: whether these are the stage's last layers (under an interleaved schedule a stage
-  // holds several chunks, each a residual_stage; the last stage's last chunk ends the stack).
-  residual_stage(const tpx::rank_context& rank, std::vector<weight> stage_weights, int microbatches,
-                 bool last_chunk = true)
+  // The layers of chunk `chunk` of this rank's stage under `plan` (a stage holds one chunk but
+  // under the interleaved and zero-bubble V schedules, each a residual_stage); the chunk that runs
+  // the plan's last piece ends the stack.
+  residual_stage(const tpx::rank_context& rank, std::vector<weight> stage_weights,
+                 const tpx::nn::pipeline_schedule& plan, int chunk = 0)
       : weights(std::move(stage_weights)),
-        inputs(microbatches),
-        products(microbatches),
-        outputs(microbatches),
-        last(last_chunk && rank.axis<P>().coord == rank.axis<P>().size - 1) {
+        inputs(plan.microbatches()),
+        products(plan.microbatches()),
+        outputs(plan.microbatches()),
+        last(plan.piece(rank.axis<P>().coord, chunk) == plan.pieces() - 1) {
     for (const weight& w : weights) grads.emplace_back(rank, w.shape());
   }
 

@@ -6,21 +6,24 @@
 // the three orders GPipe (with the backward and weight gradient in one function), 1F1B and
 // zero-bubble (with them in two), on meshes P x X = 1x1, 2x1, 3x1, 4x1, 2x2, 3x2 and 1, 2 and 5
 // microbatches, and in the interleaved order (2 or 3 chunks of 12 / (P v) layers per stage, the
-// functions taking the chunk) on meshes 1x1 to 4x1, 2x2 and 3x2 with P and 2P microbatches, it
-// checks:
+// functions taking the chunk) on meshes 1x1 to 4x1, 2x2 and 3x2 with P and 2P microbatches, and in
+// the zero-bubble V order (two chunks per stage in a V, 12 / (2 P) layers each) on meshes 1x1 to
+// 3x1, 6x1, 2x2 and 3x2 with 1, 2 and 5 microbatches, it checks:
 //  - the last stage's outputs x_L of every microbatch, block by block (relative 1e-5);
 //  - every layer's weight gradient, reduce-scattered over X onto its FSDP shard, summed over the
 //    microbatches (max |difference| / max |reference| within 1e-5: fp32 sums in another order);
 //  - that each stage ran each (microbatch, chunk) once each way and once through its weight
 //    step, in order, holding no more at once than the schedule says, and sent over P each
 //    microbatch's activation on and its gradient back once per boundary between pieces of the
-//    stack, nothing more (its traffic).
+//    stack on different stages, nothing more (its traffic).
 // Then each stage's peak tensor memory, measured by the rank's meter, is lower under 1F1B and
 // zero-bubble than under GPipe (P = 4, M = 8); the schedules for P up to 5 and M up to 7 keep their
 // definitions (each step once, after the step it needs; GPipe's diagram; 1F1B's bound; 2 (M +
 // P - 1) ticks and the bubble (P - 1) / (M + P - 1); zero-bubble's 3 M + 2 (P - 1) - min(extra,
 // P - 1, M - 1) ticks and P - s + extra in flight; interleaved's 2 (v M + P - 1) ticks and
-// Megatron-LM's 2 (P - 1 - s) + (v - 1) P + 1 in flight); a dry run reads every rank's peak memory
+// Megatron-LM's 2 (P - 1 - s) + (v - 1) P + 1 in flight; for P up to 6, zero-bubble V's pieces in
+// its V, at least 6 M + P - 1 ticks and exactly that for P <= 4 and M >= P, at most 2 P + extra
+// chunks in flight, the last stage's turn no pass); a dry run reads every rank's peak memory
 // and traffic of the real run; a stage dim of the wrong extent, a schedule for another number of
 // stages, a zero-bubble schedule without a weight function, an interleaved one with functions that
 // do not take the chunk, options an order does not take, or no microbatch, are refused with a
@@ -111,27 +114,28 @@ using tpx::nn::pipeline_step;
 constexpr pipeline_order every_order[] = {pipeline_order::gpipe, pipeline_order::one_f_one_b,
                                           pipeline_order::zero_bubble};
 
-const char* name_of(pipeline_order order) {
-  return order == pipeline_order::gpipe         ? "gpipe"
-         : order == pipeline_order::one_f_one_b ? "1f1b"
-         : order == pipeline_order::zero_bubble ? "zero-bubble"
-                                                : "interleaved";
+// The piece of the stack that chunk c of stage s runs, of `chunks` per stage: dealt round the
+// stages (c P + s), or in zero-bubble V's V (s down, then 2 P - 1 - s back up).
+int piece_of(pipeline_order order, int stages, int c, int s) {
+  if (order == pipeline_order::zero_bubble_v) return c == 0 ? s : 2 * stages - 1 - s;
+  return c * stages + s;
 }
 
 // Runs the stack through the pipeline on a P x X mesh and checks it against the model run whole;
-// returns each stage's peak tensor memory during the run (rank 0 of X's). Under an interleaved
-// schedule each stage holds v chunks (a residual_stage each): chunk c of stage s is piece c P + s
-// of the stack's v P pieces.
+// returns each stage's peak tensor memory during the run (rank 0 of X's). Under the interleaved
+// and zero-bubble V schedules each stage holds v chunks (a residual_stage each): chunk c of stage
+// s is piece piece_of(order, P, c, s) of the stack's v P pieces.
 std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
                                          pipeline_order order,
                                          tpx::nn::pipeline_options options = {}) {
   CAPTURE(stages);
   CAPTURE(data);
   CAPTURE(microbatches);
-  CAPTURE(name_of(order));
+  CAPTURE(tpx::nn::order_name(order));
   CAPTURE(options.chunks);
   CAPTURE(options.extra_in_flight);
-  const int chunks = options.chunks, per_piece = layers / (stages * chunks);
+  const tpx::nn::pipeline_schedule plan(stages, microbatches, order, options);
+  const int chunks = plan.chunks(), per_piece = layers / (stages * chunks);
   const std::int64_t rows = 2 * data;  // a microbatch's rows, split over X
   const std::int64_t n = rows * microbatches;
   std::vector<float> x0(n * width), y(n * width);
@@ -144,9 +148,10 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
     for (std::int64_t k = 0; k < width * width; ++k)
       w[l][k] = 0.3f * tpx::kernels::normal_at(10 + l, static_cast<std::uint64_t>(k));
   const reference whole = run_whole(x0, y, w, n);
-  const tpx::nn::pipeline_schedule plan(stages, microbatches, order, options);
   // Layer i of chunk c of stage s.
-  const auto layer_of = [&](int c, int s, int i) { return (c * stages + s) * per_piece + i; };
+  const auto layer_of = [&](int c, int s, int i) {
+    return piece_of(order, stages, c, s) * per_piece + i;
+  };
   std::vector<std::int64_t> peaks(stages);
   std::mutex peaks_lock;
 
@@ -171,7 +176,7 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
         weights.push_back(
             tpx::from_global<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)}, g));
       }
-      pieces.emplace_back(rank, std::move(weights), microbatches, c == chunks - 1);
+      pieces.emplace_back(rank, std::move(weights), plan, c);
     }
     std::vector<std::vector<float>> output_blocks(microbatches);
     const int stage = rank.template axis<P>().coord;
@@ -239,10 +244,14 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
     CHECK(held == 0);
     CHECK(most_held == plan.most_in_flight(stage));
     // Each microbatch's activation sent on, and its gradient back, once per boundary between
-    // pieces: nothing else moves over P (the last piece's outputs and the first's input
-    // gradients stay).
+    // pieces on different stages: nothing else moves over P (the last piece's outputs and the
+    // first's input gradients stay, and so do blocks between chunks of one stage: V's turn on
+    // the last stage, a one-stage pipeline's chunks).
     const double block_bytes = static_cast<double>(like.size() * sizeof(float));
-    const int boundaries = 2 * chunks - (stage == stages - 1) - (stage == 0);
+    const int boundaries = stages == 1 ? 0
+                           : order == pipeline_order::zero_bubble_v
+                               ? 4 - 2 * (stage == 0) - 2 * (stage == stages - 1)
+                               : 2 * chunks - (stage == stages - 1) - (stage == 0);
     CHECK(passed_bytes() - passed_before == block_bytes * microbatches * boundaries);
 
     // The last stage's outputs, its block of every microbatch's rows.
@@ -279,11 +288,18 @@ TEST_CASE("a pipeline over P matches the whole model's outputs and gradients, wi
   // Zero-bubble with more microbatches in flight than 1F1B's bound.
   for (const int extra : {1, 3})
     check_pipeline(4, 1, 5, pipeline_order::zero_bubble, {.extra_in_flight = extra});
-  // Interleaved: v chunks per stage, M a multiple of P (P = 1 passes to itself).
+  // Interleaved: v chunks per stage, M a multiple of P (P = 1 keeps its blocks).
   for (const auto& [stages, data, chunks] :
        {std::tuple{1, 1, 2}, {2, 1, 2}, {2, 1, 3}, {3, 1, 2}, {4, 1, 3}, {2, 2, 2}, {3, 2, 2}})
     for (int microbatches : {stages, 2 * stages})
       check_pipeline(stages, data, microbatches, pipeline_order::interleaved, {.chunks = chunks});
+  // Zero-bubble V: two chunks per stage, 12 / (2 P) layers each; and more in flight.
+  for (const auto& [stages, data] : {std::pair{1, 1}, {2, 1}, {3, 1}, {6, 1}, {2, 2}, {3, 2}})
+    for (int microbatches : {1, 2, 5}) {
+      check_pipeline(stages, data, microbatches, pipeline_order::zero_bubble_v);
+      check_pipeline(stages, data, microbatches, pipeline_order::zero_bubble_v,
+                     {.extra_in_flight = 2});
+    }
 }
 
 TEST_CASE("1F1B and zero-bubble keep fewer activations than GPipe: measured peak of each stage") {
@@ -313,7 +329,9 @@ struct rank_usage {
 
 template <class Launcher>
 std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int microbatches,
-                                 pipeline_order order, int chunks = 1) {
+                                 pipeline_order order, tpx::nn::pipeline_options options = {}) {
+  const tpx::nn::pipeline_schedule plan(stages, microbatches, order, options);
+  const int chunks = plan.chunks();
   std::vector<rank_usage> usage(stages * data);
   std::mutex lock;
   tpx::spmd(launcher, tpx::Mesh<P, X>{stages, data}, [&](auto& rank) {
@@ -326,7 +344,7 @@ std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int mi
       for (int i = 0; i < layers / (stages * chunks); ++i)
         weights.push_back(tpx::randn<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)},
                                                              10 + 20 * c + i, 0.3f));
-      pieces.emplace_back(rank, std::move(weights), microbatches, c == chunks - 1);
+      pieces.emplace_back(rank, std::move(weights), plan, c);
     }
     const bool first = rank.template axis<P>().coord == 0;
     const rows_t like(rank, {S(stages), B(rows), D(width)});
@@ -337,7 +355,7 @@ std::vector<rank_usage> usage_of(Launcher launcher, int stages, int data, int mi
     rank.memory().reset_peak();
     for (stage_t& piece : pieces) piece.gather();
     tpx::nn::run_pipeline<P, S>(
-        like, tpx::nn::pipeline_schedule(stages, microbatches, order, {.chunks = chunks}),
+        like, plan,
         [&](int m, int c, rows_t in) {
           return pieces[c].forward(m, first && c == 0
                                           ? tpx::randn<float, S<P>, B<X>, D<>>(
@@ -370,14 +388,17 @@ TEST_CASE("a dry run of a pipeline reads each rank's peak memory and traffic of 
         CHECK(dry == real);
         CHECK(real[0].over_p > 0);
       }
-  for (const auto& [stages, data] : {std::pair{2, 1}, {3, 2}}) {  // interleaved, two chunks
-    CAPTURE(stages);
-    CAPTURE(data);
-    const auto dry = usage_of(tpx::dry_run, stages, data, stages, pipeline_order::interleaved, 2);
-    const auto real = usage_of(tpx::host, stages, data, stages, pipeline_order::interleaved, 2);
-    CHECK(dry == real);
-    CHECK(real[0].over_p > 0);
-  }
+  for (const pipeline_order order : {pipeline_order::interleaved, pipeline_order::zero_bubble_v})
+    for (const auto& [stages, data] : {std::pair{2, 1}, {3, 2}}) {  // two chunks
+      CAPTURE(tpx::nn::order_name(order));
+      CAPTURE(stages);
+      CAPTURE(data);
+      const tpx::nn::pipeline_options two{.chunks = order == pipeline_order::interleaved ? 2 : 1};
+      const auto dry = usage_of(tpx::dry_run, stages, data, stages, order, two);
+      const auto real = usage_of(tpx::host, stages, data, stages, order, two);
+      CHECK(dry == real);
+      CHECK(real[0].over_p > 0);
+    }
 }
 
 // The tick of stage s at which microbatch m runs `what` through `chunk`, -1 if none; checks it
@@ -514,6 +535,64 @@ TEST_CASE(
       }
 }
 
+TEST_CASE(
+    "zero-bubble V: each piece after the one it needs, 6 M + P - 1 ticks at least, and "
+    "then exactly for P <= 4, 2 P + extra in flight") {
+  for (int stages = 1; stages <= 6; ++stages)
+    for (int microbatches = 1; microbatches <= 10; ++microbatches)
+      for (int extra = 0; extra <= 2; ++extra) {
+        CAPTURE(stages);
+        CAPTURE(microbatches);
+        CAPTURE(extra);
+        const tpx::nn::pipeline_schedule plan(stages, microbatches, pipeline_order::zero_bubble_v,
+                                              {.extra_in_flight = extra});
+        CHECK(plan.splits_backward());
+        CHECK(plan.chunks() == 2);
+        // Piece k runs on stage k going down and on stage 2 P - 1 - k coming back up.
+        const auto stage_of = [&](int k) { return k < stages ? k : 2 * stages - 1 - k; };
+        const auto chunk_of = [&](int k) { return k < stages ? 0 : 1; };
+        for (int k = 0; k < 2 * stages; ++k)
+          for (int m = 0; m < microbatches; ++m) {
+            CAPTURE(k);
+            CAPTURE(m);
+            const int s = stage_of(k), c = chunk_of(k);
+            const int f = tick_of(plan, s, pipeline_step::forward, m, c);
+            const int b = tick_of(plan, s, pipeline_step::backward, m, c);
+            CHECK(f < b);
+            CHECK(b < tick_of(plan, s, pipeline_step::weight, m, c));
+            if (k > 0)
+              CHECK(tick_of(plan, stage_of(k - 1), pipeline_step::forward, m, chunk_of(k - 1)) < f);
+            if (k < 2 * stages - 1)
+              CHECK(tick_of(plan, stage_of(k + 1), pipeline_step::backward, m, chunk_of(k + 1)) <
+                    b);
+            // The turn on the last stage, from piece P - 1 to piece P, is not a pass.
+            if (k == stages - 1) {
+              CHECK(plan.receiver(s, f) == s);
+              CHECK_FALSE(plan.passes(s, f));
+            }
+          }
+        // Each tick runs one chunk's F, B or W: 6 M of them per stage, and the last stage
+        // cannot start before tick P - 1.
+        const int least = 6 * microbatches + stages - 1;
+        CHECK(plan.ticks() >= least);
+        if (stages <= 4 && microbatches >= stages && extra == 0) CHECK(plan.ticks() == least);
+        CHECK(plan.bubble() ==
+              doctest::Approx(double(plan.ticks() - 6 * microbatches) / plan.ticks()));
+        int most = 0;
+        for (int s = 0; s < stages; ++s) {
+          CAPTURE(s);
+          CHECK(microbatches_kept(plan, s) == plan.most_in_flight(s));
+          CHECK(plan.most_in_flight(s) <= 2 * stages + extra);
+          most = std::max(most, plan.most_in_flight(s));
+        }
+        CHECK(most == std::min(2 * stages + extra, 2 * microbatches));
+      }
+  // With 1F1B's memory, a quarter of zero-bubble's bubble (ticks of half a stage's work).
+  const tpx::nn::pipeline_schedule v(4, 8, pipeline_order::zero_bubble_v),
+      zb(4, 8, pipeline_order::zero_bubble);
+  CHECK(2 * (v.ticks() - 6 * 8) == zb.ticks() - 3 * 8);
+}
+
 TEST_CASE("a stage dim without one element per stage is refused, naming dim, axis and extents") {
   tpx::spmd(tpx::host, tpx::Mesh<P, X>{2, 1}, [](auto& rank) {
     using rows_t = Tensor<float, S<P>, B<>, D<>>;
@@ -543,6 +622,9 @@ TEST_CASE("a schedule's diagram: GPipe's and 1F1B's as their definitions place t
   const std::string interleaved =
       pipeline_schedule(2, 2, pipeline_order::interleaved, {.chunks = 2}).diagram();
   CHECK(interleaved.starts_with("stage 0: F0/0 F1/0 F0/1 F1/1 "));
+  // V: the last stage turns microbatch 0 round at once (chunk 1 after chunk 0).
+  const std::string v = pipeline_schedule(2, 2, pipeline_order::zero_bubble_v).diagram();
+  CHECK(v.find("\nstage 1: .    F0/0 F0/1 ") != std::string::npos);
   const std::string eleven = pipeline_schedule(11, 1).diagram();
   CHECK(eleven.starts_with("stage 0:  F0 .  "));
   CHECK(eleven.find("\nstage 10: .  .  .  .  .  .  .  .  .  .  F0 B0") != std::string::npos);
@@ -574,11 +656,12 @@ TEST_CASE("an interleaved schedule needs functions that take the chunk") {
       const tpx::nn::pipeline_schedule plan(2, 2, pipeline_order::interleaved, {.chunks = 2});
       tpx::nn::run_pipeline<P, S>(like, plan, same, same);
     };
-    CHECK_THROWS_WITH_AS(run(),
-                         "tpx: pipeline<P, S>: an interleaved schedule runs 2 chunks of layers per "
-                         "stage: give each function the chunk, forward(m, chunk, in), "
-                         "backward(m, chunk, dout), weight(m, chunk)",
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(
+        run(),
+        "tpx: pipeline<P, S>: the interleaved schedule runs 2 chunks of layers per "
+        "stage: give each function the chunk, forward(m, chunk, in), "
+        "backward(m, chunk, dout), weight(m, chunk)",
+        std::invalid_argument);
   });
 }
 
@@ -591,7 +674,7 @@ TEST_CASE("a schedule takes at least one stage and one microbatch, and its order
   CHECK_THROWS_WITH_AS(
       pipeline_schedule(2, 4, pipeline_order::one_f_one_b, {.extra_in_flight = 1}),
       "tpx: pipeline schedule of 2 stages and 4 microbatches: 1 extra microbatches in flight: "
-      "only the zero-bubble order takes extra ones (0 or more)",
+      "only the zero-bubble orders take extra ones (0 or more)",
       std::invalid_argument);
   CHECK_THROWS_AS(pipeline_schedule(2, 4, pipeline_order::zero_bubble, {.extra_in_flight = -1}),
                   std::invalid_argument);
@@ -599,6 +682,11 @@ TEST_CASE("a schedule takes at least one stage and one microbatch, and its order
       pipeline_schedule(2, 4, pipeline_order::one_f_one_b, {.chunks = 2}),
       "tpx: pipeline schedule of 2 stages and 4 microbatches: 2 chunks per stage: only the "
       "interleaved order takes more than one",
+      std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      pipeline_schedule(2, 4, pipeline_order::zero_bubble_v, {.chunks = 3}),
+      "tpx: pipeline schedule of 2 stages and 4 microbatches: 3 chunks per stage: only the "
+      "interleaved order takes more than one (zero-bubble V always runs two)",
       std::invalid_argument);
   CHECK_THROWS_WITH_AS(pipeline_schedule(2, 4, pipeline_order::interleaved),
                        "tpx: pipeline schedule of 2 stages and 4 microbatches: interleaved with 1 "

@@ -14,28 +14,34 @@
 //
 // The caller gives its stage's functions, on tensors of the type of `like` ([S_P, ...]):
 //   forward(m, in)    the stage's output for microbatch m from `in`, the previous stage's
-//                     output; stage 0 gets zeros (it reads microbatch m itself), and the last
-//                     stage's output goes nowhere (it computes the loss; return anything)
+//                     output; the first piece of the model (stage 0) gets zeros (it reads
+//                     microbatch m itself), and the last piece's output (the last stage's, but
+//                     stage 0's under zero_bubble_v) goes nowhere (it computes the loss; return
+//                     anything)
 //   backward(m, dout) the gradient of the stage's input from the gradient of its output; the
-//                     last stage gets zeros (it starts from its loss), stage 0's result goes
-//                     nowhere; the stage adds its weights' gradients wherever it keeps them
+//                     last piece gets zeros (it starts from its loss), the first piece's result
+//                     goes nowhere; the stage adds its weights' gradients wherever it keeps them
 // or, given a third function, backward computes the input gradient alone and
 //   weight(m)         adds the stage's weight gradients of microbatch m, from what backward
-//                     left (the schedule's weight step under zero_bubble; right after backward
-//                     under the other orders)
+//                     left (the schedule's weight step under the zero-bubble orders; right after
+//                     backward under the other orders)
 // and run_pipeline runs them in the order of a pipeline_schedule, one step per stage per tick
 // (a forward, a backward, a weight step, or nothing: the bubble), after which the outputs of the
-// tick's forwards move one stage on and the input gradients of its backwards one stage back: per
-// direction one all_to_all over P in which only the stages that send have a count (NCCL: a
-// grouped send and receive between neighbours; a direction no stage sends in at that tick makes
-// no call), so the last stage's outputs and stage 0's input gradients stay where they are and an
-// idle stage, or one taking a weight step, sends nothing. Under an interleaved schedule a
-// microbatch passes the stages once per chunk: the last stage's output of chunk c goes on to
-// stage 0's chunk c + 1, and stage 0's input gradient of chunk c back to the last stage's c - 1. A
-// stage keeps what it receives until its step for that microbatch comes. The schedules (GPipe,
-// 1F1B, zero-bubble, interleaved) and their bubble and memory are in nn/pipeline_schedule.hpp;
-// each moves each microbatch's activation and its gradient once across each boundary between
-// pieces of the model (P - 1 of them, v P - 1 with v chunks per stage).
+// tick's forwards move on to the stage of the next piece of the model and the input gradients of
+// its backwards back to the previous piece's: at most two all_to_all over P a tick (to the next
+// stage round the ring, to the previous), in which only the stages that send have a count (NCCL:
+// a grouped send and receive between neighbours; a call in which no stage sends is not made), so
+// the last piece's outputs and the first piece's input gradients stay where they are, an idle
+// stage or one taking a weight step sends nothing, and a block for another chunk of the same
+// stage stays there without a pass. With several chunks per stage (interleaved, zero_bubble_v) a
+// microbatch passes the stages once per chunk, and each function takes the chunk after the
+// microbatch: under interleaved the last stage's output of chunk c goes on to stage 0's chunk
+// c + 1; under zero_bubble_v's V it goes down the stages through chunk 0, turns on the last stage
+// and comes back up through chunk 1 to stage 0, which starts and ends the model. A stage keeps
+// what it receives until its step for that microbatch comes. The schedules (GPipe, 1F1B,
+// zero-bubble, interleaved, zero-bubble V) and their bubble and memory are in
+// nn/pipeline_schedule.hpp; each moves each microbatch's activation and its gradient once across
+// each boundary between pieces of the model on different stages.
 #pragma once
 
 #include <algorithm>
@@ -68,26 +74,25 @@ constexpr bool check_stage_dim() {
   return k >= 0;
 }
 
-// One tick's passing in one direction (+1: on to the next stage, -1: back to the previous one,
-// the last stage's next being stage 0 under an interleaved schedule): `sends[s]` says whether
-// stage s sends; this stage sends `sent` if it does (else `sent` stays here), and gets back what
-// its neighbour on the other side sent, if it did. One all_to_all over P whose only nonzero
-// counts are the senders' (NCCL: a grouped send and receive between neighbours), so nothing
-// else moves: no idle stage sends, and nothing wraps around unless the schedule says so.
+// One call's passing over P: stage s sends its block to stage to[s] (-1: it sends none in this
+// call), at most one block reaching each stage; this stage sends `sent` if it sends (else `sent`
+// stays here), and gets back what the stage that sends to it sent, if one does. One all_to_all
+// over P whose only nonzero counts are the senders' (NCCL: a grouped send and receive between
+// neighbours), so nothing else moves: no idle stage sends.
 template <MeshAxis P, AnyTensor Tn>
-std::optional<Tn> pass_along(const Tn& like, std::optional<Tn> sent, const std::vector<bool>& sends,
-                             int direction) {
+std::optional<Tn> pass_along(const Tn& like, std::optional<Tn> sent, const std::vector<int>& to) {
   const rank_context& ctx = like.context();
   any_communicator& comm = ctx.template group<P>();
-  const int n = comm.size(), me = comm.rank(), from = (me - direction + n) % n;
+  const int n = comm.size(), me = comm.rank();
   const auto block = static_cast<std::size_t>(like.size());
   std::vector<std::size_t> counts(static_cast<std::size_t>(n) * n, 0);
   for (int s = 0; s < n; ++s)
-    if (sends[s]) counts[s * n + (s + direction + n) % n] = block;
+    if (to[s] >= 0) counts[s * n + to[s]] = block;
   std::optional<Tn> received;
-  if (sends[from]) received.emplace(ctx, like.shape(), for_overwrite);
+  if (std::find(to.begin(), to.end(), me) != to.end())
+    received.emplace(ctx, like.shape(), for_overwrite);
   using V = typename Tn::value_type;
-  comm.all_to_all(sends[me] ? std::as_const(*sent).elements() : std::span<const V>(),
+  comm.all_to_all(to[me] >= 0 ? std::as_const(*sent).elements() : std::span<const V>(),
                   received ? received->elements() : std::span<V>(), counts);
   return received;
 }
@@ -161,7 +166,8 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
                                   (detail::takes_chunk<Weight, void>() && ...);
   if (plan.chunks() > 1 && !all_take_chunk)
     throw std::invalid_argument(
-        who() + "an interleaved schedule runs " + std::to_string(plan.chunks()) +
+        who() + "the " + order_name(plan.order()) + " schedule runs " +
+        std::to_string(plan.chunks()) +
         " chunks of layers per stage: give each function the chunk, "
         "forward(m, chunk, in), backward(m, chunk, dout), weight(m, chunk)");
   constexpr int k = tpx::detail::checked_dim_position<Tn, S>();
@@ -170,11 +176,10 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
         who() + "stage dim " + S::name.c_str() + " of " + Tn::notation.c_str() + " has extent " +
         std::to_string(like.global_extent(k)) + " but mesh axis " + P::name.c_str() + " has " +
         std::to_string(axis.size) + " stages: give it one element per stage");
-  const int stage = axis.coord, last = axis.size - 1, last_chunk = plan.chunks() - 1;
+  const int stage = axis.coord, last_piece = plan.pieces() - 1;
   const auto zeros = [&] { return Tn(ctx, like.shape()); };
   // What this stage received and has not used yet, by chunk and microbatch: activations from
-  // the previous piece of the model (stage - 1, or the last stage's previous chunk for stage 0),
-  // gradients from the next.
+  // the previous piece of the model, gradients from the next.
   const auto slot = [&](int chunk, int m) { return chunk * plan.microbatches() + m; };
   std::vector<std::optional<Tn>> inputs(plan.chunks() * plan.microbatches()),
       gradients(plan.chunks() * plan.microbatches());
@@ -183,42 +188,50 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
     from.reset();
     return t;
   };
+  // Keeps the block that stage `from`'s step at `tick` made for one of this stage's chunks.
+  const auto keep = [&](int from, int tick, Tn block) {
+    const pipeline_step& sent = plan.at(from, tick);
+    const int piece = plan.piece(from, sent.chunk);
+    if (sent.what == pipeline_step::forward)
+      inputs[slot(plan.holder(piece + 1).chunk, sent.microbatch)] = std::move(block);
+    else
+      gradients[slot(plan.holder(piece - 1).chunk, sent.microbatch)] = std::move(block);
+  };
   for (int tick = 0; tick < plan.ticks(); ++tick) {
     const pipeline_step& step = plan.at(stage, tick);
-    const int m = step.microbatch;
-    std::optional<Tn> onward, back;  // this tick's results for the next and the previous piece
+    const int m = step.microbatch, piece = plan.piece(stage, step.chunk);
+    std::optional<Tn> made;  // this tick's block for the next piece (forward) or the previous
     if (step.what == pipeline_step::forward) {
-      onward = detail::call_pass(
-          forward, step,
-          stage == 0 && step.chunk == 0 ? zeros() : taken(inputs[slot(step.chunk, m)]));
+      made = detail::call_pass(forward, step,
+                               piece == 0 ? zeros() : taken(inputs[slot(step.chunk, m)]));
     } else if (step.what == pipeline_step::backward) {
-      back = detail::call_pass(backward, step,
-                               stage == last && step.chunk == last_chunk
-                                   ? zeros()
-                                   : taken(gradients[slot(step.chunk, m)]));
+      made = detail::call_pass(
+          backward, step, piece == last_piece ? zeros() : taken(gradients[slot(step.chunk, m)]));
       if (!plan.splits_backward()) (detail::call_weight(weight, step), ...);
     } else if (step.what == pipeline_step::weight) {
       (detail::call_weight(weight, step), ...);
     }
-    // Each direction moves when some stage sends in it (every rank reads the same schedule).
-    std::vector<bool> sends_on(axis.size, false), sends_back(axis.size, false);
-    for (int s = 0; s <= last; ++s) {
-      const bool forward_step = plan.at(s, tick).what == pipeline_step::forward;
-      sends_on[s] = forward_step && plan.passes(s, tick);
-      sends_back[s] = !forward_step && plan.passes(s, tick);
+    // A block for another chunk of this stage stays (the V's turn, a one-stage pipeline).
+    if (plan.receiver(stage, tick) == stage) keep(stage, tick, std::move(*made));
+    // The passes between stages, in two calls so that each stage receives at most one block per
+    // call: those to the next stage round the ring (the last stage's next is stage 0), then those
+    // to the previous one. A call no stage sends in is not made (every rank reads the same
+    // schedule).
+    for (const bool to_next : {true, false}) {
+      std::vector<int> to(axis.size, -1);
+      bool any = false;
+      for (int s = 0; s < axis.size; ++s)
+        if (plan.passes(s, tick) && (plan.receiver(s, tick) == (s + 1) % axis.size) == to_next) {
+          to[s] = plan.receiver(s, tick);
+          any = true;
+        }
+      if (!any) continue;
+      std::optional<Tn> got =
+          detail::pass_along<P>(like, to[stage] >= 0 ? std::move(made) : std::nullopt, to);
+      if (got)
+        keep(static_cast<int>(std::find(to.begin(), to.end(), stage) - to.begin()), tick,
+             std::move(*got));
     }
-    // A block from the last stage to stage 0 goes on to the next chunk, and back the other way
-    // to the previous one.
-    if (std::find(sends_on.begin(), sends_on.end(), true) != sends_on.end())
-      if (std::optional<Tn> got = detail::pass_along<P>(like, std::move(onward), sends_on, 1)) {
-        const pipeline_step& sent = plan.at((stage + last) % axis.size, tick);
-        inputs[slot(sent.chunk + (stage == 0), sent.microbatch)] = std::move(got);
-      }
-    if (std::find(sends_back.begin(), sends_back.end(), true) != sends_back.end())
-      if (std::optional<Tn> got = detail::pass_along<P>(like, std::move(back), sends_back, -1)) {
-        const pipeline_step& sent = plan.at((stage + 1) % axis.size, tick);
-        gradients[slot(sent.chunk - (stage == last), sent.microbatch)] = std::move(got);
-      }
   }
 }
 template <MeshAxis P, template <class...> class S, AnyTensor Tn, class Forward, class Backward,

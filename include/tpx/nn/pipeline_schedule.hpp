@@ -1,8 +1,8 @@
 // The schedules of pipeline parallelism: which microbatch's forward or backward pass each stage
 // runs at each tick of a step (nn/pipeline.hpp runs them). Every stage runs forward m, then
 // backward m, for each microbatch m; a forward only after the previous stage's at an earlier
-// tick, a backward only after the next stage's (under interleaved: the previous and the next
-// piece of the model's). The orders:
+// tick, a backward only after the next stage's (with several chunks per stage: the previous and
+// the next piece of the model's). The orders:
 //
 //   gpipe        (Huang et al. 2019) every microbatch forward, then every one backward: stage s
 //                runs forward m at tick s + m and backward m at tick M + P - 1 + (P - 1 - s) + m,
@@ -20,14 +20,24 @@
 //                v times; the steps carry the chunk, and stage s runs Megatron's order: forwards
 //                through the chunks P microbatches at a time, 2 (P - 1 - s) + (v - 1) P of them
 //                first, then one forward and one backward (chunks last to first) at a time
+//   zero_bubble_v  (the V schedule of Qi et al. 2024, "Pipeline Parallelism with Controllable
+//                Memory"; PyTorch's ScheduleZBVZeroBubble) zero-bubble's split backward over two
+//                chunks per stage placed in a V: chunk 0 of stage s is piece s, chunk 1 piece
+//                2P - 1 - s, so a microbatch goes down the stages and back up, the last stage
+//                turns it round without a pass, and stage 0 holds both the first piece and the
+//                last (the embedding and the loss)
 //
-// GPipe, 1F1B and zero-bubble place each step by preference: at each tick each stage takes, of
-// its steps whose inputs exist, the first by its order's preference: GPipe prefers a forward;
-// 1F1B a backward, and runs a forward only while fewer than P - s microbatches are in flight (run
-// forward, not yet backward); zero-bubble a backward, then a forward (while fewer than P - s +
-// extra_in_flight are in flight, a microbatch now in flight until its weight step, which reads
-// its activations), then a weight step. Microbatches go through each kind of step in order. The
-// interleaved order places its fixed sequence of steps, each at the first tick its input exists.
+// GPipe, 1F1B and both zero-bubble orders place each step by preference: at each tick each stage
+// takes, of its steps whose inputs exist, the first by its order's preference: GPipe prefers a
+// forward; 1F1B a backward, and runs a forward only while fewer than P - s microbatches are in
+// flight (run forward, not yet backward); zero-bubble a backward, then a forward (while fewer
+// than P - s + extra_in_flight are in flight, a microbatch now in flight until its weight step,
+// which reads its activations), then a weight step. Microbatches go through each kind of step in
+// order. zero_bubble_v prefers the same kinds, counts in flight the (microbatch, chunk) pairs, at
+// most 2 P + extra_in_flight of them, and between its two chunks takes the forward of the later
+// piece of the model and the backward of the earlier one (which keep the V's both arms moving),
+// and the weight step of the earlier microbatch. The interleaved order places its fixed sequence
+// of steps, each at the first tick its input exists.
 //
 // GPipe and 1F1B take 2 (M + P - 1) ticks, each stage idle 2 (P - 1) of them: the bubble,
 // (P - 1) / (M + P - 1) of the step (seed 001, "Reducing the pipeline overheads"), where a
@@ -40,6 +50,11 @@
 // microbatches, for v times the passes between stages and, on stage s, up to
 // 2 (P - 1 - s) + (v - 1) P + 1 chunks' activations in flight (each chunk 1/v of the stage's
 // layers: more than 1F1B's P - s microbatches' worth). It needs M to be a multiple of P.
+// zero_bubble_v's ticks also run one chunk (half a stage's layers) each, 6 M of them per stage:
+// it takes at least 6 M + P - 1 (the last stage starts P - 1 ticks late), and its placement
+// reaches that for P <= 4 when M >= P, a tick or two more beyond: a bubble of (P - 1) / 2
+// forward-times of a stage, a quarter of zero-bubble's with 1F1B's memory, with 2 P chunks in
+// flight on every stage (1F1B's stage 0 holds P microbatches of its whole layers: the same).
 // (pipeline_test checks each order's count for P <= 5.) Everything is a function of (P, M,
 // order, options), so every rank computes the same schedule without communicating.
 #pragma once
@@ -48,23 +63,48 @@
 #include <array>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace tpx::nn {
 
-enum class pipeline_order { gpipe, one_f_one_b, zero_bubble, interleaved };
+enum class pipeline_order { gpipe, one_f_one_b, zero_bubble, interleaved, zero_bubble_v };
+
+// "gpipe", "1f1b", "zero-bubble", "interleaved", "zero-bubble V": the orders' names in messages.
+constexpr const char* order_name(pipeline_order order) {
+  switch (order) {
+    case pipeline_order::gpipe:
+      return "gpipe";
+    case pipeline_order::one_f_one_b:
+      return "1f1b";
+    case pipeline_order::zero_bubble:
+      return "zero-bubble";
+    case pipeline_order::interleaved:
+      return "interleaved";
+    default:
+      return "zero-bubble V";
+  }
+}
 
 // The orders' settings beyond P and M: pipeline_schedule(P, M, order, {.chunks = 2}).
 struct pipeline_options {
   int chunks = 1;           // interleaved: chunks of layers per stage (2 or more)
-  int extra_in_flight = 0;  // zero_bubble: microbatches in flight beyond 1F1B's P - s
+  int extra_in_flight = 0;  // zero_bubble: microbatches in flight beyond 1F1B's P - s;
+                            // zero_bubble_v: (microbatch, chunk) pairs beyond 2 P
 };
 
-// What one stage does at one tick. Under zero_bubble, backward is the input gradient alone and
-// weight the weight gradient; the other orders have no weight steps (backward does both). The
-// chunk is the stage's chunk of layers the step runs (0 but under interleaved).
+// Where a piece of the model runs: chunk `chunk` of stage `stage`.
+struct pipeline_piece {
+  int stage = 0;
+  int chunk = 0;
+};
+
+// What one stage does at one tick. Under the zero-bubble orders, backward is the input gradient
+// alone and weight the weight gradient; the other orders have no weight steps (backward does
+// both). The chunk is the stage's chunk of layers the step runs (0 but under interleaved and
+// zero_bubble_v).
 struct pipeline_step {
   enum kind { idle, forward, backward, weight } what = idle;
   int microbatch = -1;
@@ -80,8 +120,9 @@ class pipeline_schedule {
                     pipeline_options options = {})
       : stages_(stages),
         microbatches_(microbatches),
-        chunks_(options.chunks),
-        split_(order == pipeline_order::zero_bubble) {
+        chunks_(order == pipeline_order::zero_bubble_v ? 2 : options.chunks),
+        order_(order),
+        split_(order == pipeline_order::zero_bubble || order == pipeline_order::zero_bubble_v) {
     const auto refuse = [&](const std::string& why) {
       throw std::invalid_argument("tpx: pipeline schedule of " + std::to_string(stages) +
                                   " stages and " + std::to_string(microbatches) +
@@ -90,7 +131,7 @@ class pipeline_schedule {
     if (stages < 1 || microbatches < 1) refuse("it takes at least one of each");
     if (options.extra_in_flight < 0 || (options.extra_in_flight > 0 && !split_))
       refuse(std::to_string(options.extra_in_flight) +
-             " extra microbatches in flight: only the zero-bubble order takes extra ones (0 or "
+             " extra microbatches in flight: only the zero-bubble orders take extra ones (0 or "
              "more)");
     if (order == pipeline_order::interleaved) {
       if (chunks_ < 2)
@@ -100,10 +141,11 @@ class pipeline_schedule {
         refuse("interleaved needs the microbatches to be a multiple of the stages");
       place_interleaved();
     } else {
-      if (chunks_ != 1)
-        refuse(std::to_string(chunks_) +
-               " chunks per stage: only the interleaved order takes more than one");
-      place_by_preference(order, options.extra_in_flight);
+      if (options.chunks != 1)
+        refuse(std::to_string(options.chunks) +
+               " chunks per stage: only the interleaved order takes more than one" +
+               (order == pipeline_order::zero_bubble_v ? " (zero-bubble V always runs two)" : ""));
+      place_by_preference(options.extra_in_flight);
     }
     done_ = {};  // needed only while placing
   }
@@ -111,22 +153,47 @@ class pipeline_schedule {
   int stages() const { return stages_; }
   int microbatches() const { return microbatches_; }
   int chunks() const { return chunks_; }
+  pipeline_order order() const { return order_; }
   int ticks() const { return static_cast<int>(steps_.front().size()); }
   const pipeline_step& at(int stage, int tick) const { return steps_[stage][tick]; }
-  // Whether stage `stage`'s step at `tick` passes a block to another piece of the model: a
-  // forward's output but the last piece's, a backward's input gradient but the first piece's.
-  bool passes(int stage, int tick) const {
-    const pipeline_step& step = at(stage, tick);
-    const int piece = step.chunk * stages_ + stage;
-    return (step.what == pipeline_step::forward && piece < chunks_ * stages_ - 1) ||
-           (step.what == pipeline_step::backward && piece > 0);
+  // The model's pieces in order, chunks() per stage: piece(stage, chunk) is the place of a
+  // stage's chunk in the model (c P + s; in zero_bubble_v's V, s for chunk 0 and 2 P - 1 - s for
+  // chunk 1), holder(piece) the stage and chunk that run a piece.
+  int pieces() const { return chunks_ * stages_; }
+  int piece(int stage, int chunk) const {
+    if (order_ == pipeline_order::zero_bubble_v)
+      return chunk == 0 ? stage : 2 * stages_ - 1 - stage;
+    return chunk * stages_ + stage;
   }
-  // Whether the backward pass is split into input-gradient and weight steps (zero_bubble).
+  pipeline_piece holder(int piece) const {
+    if (order_ == pipeline_order::zero_bubble_v)
+      return piece < stages_ ? pipeline_piece{piece, 0}
+                             : pipeline_piece{2 * stages_ - 1 - piece, 1};
+    return {piece % stages_, piece / stages_};
+  }
+  // Where the block that stage `stage`'s step at `tick` makes goes: the piece after it for a
+  // forward's output, the piece before it for a backward's input gradient; nowhere (-1) for the
+  // last piece's forward, the first piece's backward, a weight step or idling.
+  int receiver(int stage, int tick) const {
+    const pipeline_step& step = at(stage, tick);
+    const int p = piece(stage, step.chunk);
+    if (step.what == pipeline_step::forward && p < pieces() - 1) return holder(p + 1).stage;
+    if (step.what == pipeline_step::backward && p > 0) return holder(p - 1).stage;
+    return -1;
+  }
+  // Whether that block goes to another stage (a pass over P), not to a chunk of the same one.
+  bool passes(int stage, int tick) const {
+    const int to = receiver(stage, tick);
+    return to >= 0 && to != stage;
+  }
+  // Whether the backward pass is split into input-gradient and weight steps (the zero-bubble
+  // orders).
   bool splits_backward() const { return split_; }
   // The share of a stage's ticks it idles (every stage alike).
   double bubble() const { return static_cast<double>(ticks() - steps_per_stage()) / ticks(); }
   // The schedule as the papers draw it, a line per stage and a column per tick: F, B or W and
-  // the microbatch (and "/c", the chunk, under interleaved), "." where the stage idles:
+  // the microbatch (and "/c", the chunk, with more than one per stage), "." where the stage
+  // idles:
   //   stage 0: F0 F1 .  .  B0 B1
   //   stage 1: .  F0 F1 B0 B1 .     (GPipe, P = 2, M = 2)
   std::string diagram() const {
@@ -155,7 +222,8 @@ class pipeline_schedule {
     return out;
   }
   // The most (microbatch, chunk) pairs stage `stage` has run forward and not yet finished
-  // backward (under zero_bubble: its weight step) at once: whose activations it keeps.
+  // backward (under the zero-bubble orders: its weight step) at once: whose activations it
+  // keeps.
   int most_in_flight(int stage) const {
     int now = 0, most = 0;
     for (const pipeline_step& step : steps_[stage]) {
@@ -172,7 +240,7 @@ class pipeline_schedule {
   kind finishing() const { return split_ ? pipeline_step::weight : pipeline_step::backward; }
 
   // While placing, done_[kind][piece][m]: the tick at which the step of that kind ran
-  // microbatch m through piece c P + s of the model (chunk c of stage s).
+  // microbatch m through that piece of the model.
   static constexpr int never = std::numeric_limits<int>::max();
   std::array<std::vector<std::vector<int>>, 4> done_;
 
@@ -180,17 +248,16 @@ class pipeline_schedule {
   // previous piece's forward, the next piece's backward, the same piece's backward for a weight
   // step).
   bool ready(int s, const pipeline_step& step, int tick) const {
-    const int piece = step.chunk * stages_ + s, m = step.microbatch;
-    const int pieces = chunks_ * stages_;
-    const auto before = [&](kind k, int p) { return done_[k][p][m] < tick; };
+    const int p = piece(s, step.chunk), m = step.microbatch;
+    const auto before = [&](kind k, int of) { return done_[k][of][m] < tick; };
     switch (step.what) {
       case pipeline_step::forward:
-        return piece == 0 || before(pipeline_step::forward, piece - 1);
+        return p == 0 || before(pipeline_step::forward, p - 1);
       case pipeline_step::backward:
-        return before(pipeline_step::forward, piece) &&
-               (piece == pieces - 1 || before(pipeline_step::backward, piece + 1));
+        return before(pipeline_step::forward, p) &&
+               (p == pieces() - 1 || before(pipeline_step::backward, p + 1));
       default:
-        return before(pipeline_step::backward, piece);
+        return before(pipeline_step::backward, p);
     }
   }
 
@@ -200,15 +267,14 @@ class pipeline_schedule {
   // move would repeat forever: an order that deadlocks, refused rather than looped on.
   template <class Choose, class Finished>
   void place(const Choose& choose, const Finished& finished) {
-    for (auto& of_kind : done_)
-      of_kind.assign(chunks_ * stages_, std::vector<int>(microbatches_, never));
+    for (auto& of_kind : done_) of_kind.assign(pieces(), std::vector<int>(microbatches_, never));
     steps_.assign(stages_, {});
     for (int tick = 0; !finished(); ++tick) {
       bool moved = false;
       for (int s = 0; s < stages_; ++s) {
         const pipeline_step step = choose(s, tick);
         if (step.what != pipeline_step::idle) {
-          done_[step.what][step.chunk * stages_ + s][step.microbatch] = tick;
+          done_[step.what][piece(s, step.chunk)][step.microbatch] = tick;
           moved = true;
         }
         steps_[s].push_back(step);
@@ -221,33 +287,54 @@ class pipeline_schedule {
 
   // Places every stage's steps tick by tick, each stage taking its first ready step in the
   // order's preference (the header's rules).
-  void place_by_preference(pipeline_order order, int extra_in_flight) {
-    const auto preference = order == pipeline_order::gpipe
+  void place_by_preference(int extra_in_flight) {
+    const auto preference = order_ == pipeline_order::gpipe
                                 ? std::vector<kind>{pipeline_step::forward, pipeline_step::backward}
-                            : order == pipeline_order::one_f_one_b
+                            : order_ == pipeline_order::one_f_one_b
                                 ? std::vector<kind>{pipeline_step::backward, pipeline_step::forward}
                                 : std::vector<kind>{pipeline_step::backward, pipeline_step::forward,
                                                     pipeline_step::weight};
     const auto in_flight_bound = [&](int s) {
-      return order == pipeline_order::gpipe ? microbatches_ : stages_ - s + extra_in_flight;
+      return order_ == pipeline_order::gpipe           ? microbatches_
+             : order_ == pipeline_order::zero_bubble_v ? 2 * stages_ + extra_in_flight
+                                                       : stages_ - s + extra_in_flight;
     };
-    std::vector<std::array<int, 4>> next(stages_, std::array<int, 4>{});  // by stage, kind
+    // next[s][chunk][kind]: the microbatch stage s runs next through that chunk in that kind of
+    // step; in_flight[s]: its (microbatch, chunk) pairs run forward and not yet finished.
+    std::vector<std::vector<std::array<int, 4>>> next(
+        stages_, std::vector<std::array<int, 4>>(chunks_, std::array<int, 4>{}));
+    std::vector<int> in_flight(stages_, 0);
+    // Between two ready steps of one kind: the forward of the later piece, the backward of the
+    // earlier one, the weight step of the earlier microbatch.
+    const auto better = [&](int s, const pipeline_step& a, const pipeline_step& b) {
+      const int pa = piece(s, a.chunk), pb = piece(s, b.chunk);
+      if (a.what == pipeline_step::forward) return pa > pb;
+      if (a.what == pipeline_step::backward) return pa < pb;
+      return a.microbatch != b.microbatch ? a.microbatch < b.microbatch : pa < pb;
+    };
     place(
         [&](int s, int tick) {
           for (const kind k : preference) {
-            const pipeline_step want{k, next[s][k]};
-            if (want.microbatch < microbatches_ && ready(s, want, tick) &&
-                (k != pipeline_step::forward ||
-                 want.microbatch - next[s][finishing()] < in_flight_bound(s))) {
-              ++next[s][k];
-              return want;
+            if (k == pipeline_step::forward && in_flight[s] >= in_flight_bound(s)) continue;
+            std::optional<pipeline_step> chosen;
+            for (int c = 0; c < chunks_; ++c) {
+              const pipeline_step want{k, next[s][c][k], c};
+              if (want.microbatch < microbatches_ && ready(s, want, tick) &&
+                  (!chosen || better(s, want, *chosen)))
+                chosen = want;
+            }
+            if (chosen) {
+              ++next[s][chosen->chunk][k];
+              in_flight[s] += k == pipeline_step::forward ? 1 : k == finishing() ? -1 : 0;
+              return *chosen;
             }
           }
           return pipeline_step{};
         },
         [&] {
           for (int s = 0; s < stages_; ++s)
-            if (next[s][finishing()] < microbatches_) return false;
+            for (int c = 0; c < chunks_; ++c)
+              if (next[s][c][finishing()] < microbatches_) return false;
           return true;
         });
   }
@@ -291,6 +378,7 @@ class pipeline_schedule {
   }
 
   int stages_, microbatches_, chunks_;
+  pipeline_order order_;
   bool split_;
   std::vector<std::vector<pipeline_step>> steps_;  // [stage][tick]
 };

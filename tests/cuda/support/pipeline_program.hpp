@@ -2,9 +2,9 @@
 // launcher and under a CUDA launcher; the CUDA run's weight gradients must equal the host's. The
 // stage is examples/pipeline/residual_stack.hpp's residual stack x <- x + GELU(x W), two layers
 // per stage, stages over mesh axis P and FSDP plus data parallelism over X, in GPipe's, 1F1B's,
-// zero-bubble's and the interleaved order: on the GPU the stages' blocks pass between ranks as
-// device buffers, and every product runs on cuBLASLt, so results agree with OpenBLAS's within fp32
-// rounding of 8-term sums.
+// zero-bubble's, the interleaved and zero-bubble V's orders: on the GPU the stages' blocks pass
+// between ranks as device buffers, and every product runs on cuBLASLt, so results agree with
+// OpenBLAS's within fp32 rounding of 8-term sums.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -33,14 +33,16 @@ inline constexpr int per_stage = 2, microbatches = 6;  // a multiple of every P 
 inline constexpr std::int64_t width = 8;
 
 // Every weight gradient of the run, as global arrays ([S, D, E]; array c per_stage + i holds,
-// in block s, layer i of chunk c of stage s), from rank 0. Stage s holds `chunks` pieces of the
-// stack (chunk c is piece c P + s) under an interleaved schedule, one otherwise.
+// in block s, layer i of chunk c of stage s), from rank 0. Stage s holds plan.chunks() pieces of
+// the stack (the plan says which: nn::pipeline_schedule::piece).
 template <class Launcher>
 std::vector<std::vector<float>> run_pipeline_program(Launcher launcher, int stages, int data,
-                                                     nn::pipeline_order order, int chunks = 1) {
+                                                     nn::pipeline_order order) {
   std::vector<std::vector<float>> results;
   std::mutex lock;
-  const nn::pipeline_schedule plan(stages, microbatches, order, {.chunks = chunks});
+  const nn::pipeline_schedule plan(stages, microbatches, order,
+                                   {.chunks = order == nn::pipeline_order::interleaved ? 2 : 1});
+  const int chunks = plan.chunks();
   spmd(launcher, Mesh<P, X>{stages, data}, [&](auto& rank) {
     using stage_t = residual_stage<space_of_t<std::remove_cvref_t<decltype(rank)>>>;
     using rows = typename stage_t::rows;
@@ -53,7 +55,7 @@ std::vector<std::vector<float>> run_pipeline_program(Launcher launcher, int stag
       for (int i = 0; i < per_stage; ++i)
         weights.push_back(randn<float, S<P>, D<X>, E<>>(rank, {S(stages), D(width), E(width)},
                                                         10 + c * per_stage + i, 0.3f));
-      pieces.emplace_back(rank, std::move(weights), microbatches, c == chunks - 1);
+      pieces.emplace_back(rank, std::move(weights), plan, c);
       pieces.back().gather();
     }
     const bool first = rank.template axis<P>().coord == 0;
@@ -82,18 +84,17 @@ std::vector<std::vector<float>> run_pipeline_program(Launcher launcher, int stag
 }
 
 // The pipeline on `launcher` equals the pipeline on the host, in every order (interleaved with
-// two chunks per stage).
+// two chunks per stage, as zero-bubble V always has).
 template <class Launcher>
 void check_pipeline_program(Launcher launcher, int stages, int data) {
   for (const nn::pipeline_order order :
        {nn::pipeline_order::gpipe, nn::pipeline_order::one_f_one_b, nn::pipeline_order::zero_bubble,
-        nn::pipeline_order::interleaved}) {
-    const int chunks = order == nn::pipeline_order::interleaved ? 2 : 1;
+        nn::pipeline_order::interleaved, nn::pipeline_order::zero_bubble_v}) {
     CAPTURE(stages);
     CAPTURE(data);
-    CAPTURE(static_cast<int>(order));
-    const auto want = run_pipeline_program(tpx::host, stages, data, order, chunks);
-    const auto got = run_pipeline_program(launcher, stages, data, order, chunks);
+    CAPTURE(nn::order_name(order));
+    const auto want = run_pipeline_program(tpx::host, stages, data, order);
+    const auto got = run_pipeline_program(launcher, stages, data, order);
     REQUIRE(got.size() == want.size());
     for (std::size_t a = 0; a < want.size(); ++a) {
       REQUIRE(got[a].size() == want[a].size());
