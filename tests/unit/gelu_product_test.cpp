@@ -22,6 +22,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "../support/gelu_reference.hpp"
+
 namespace {
 
 TPX_MESH_AXES(X, Y);
@@ -48,14 +50,8 @@ std::vector<float> held_as(const std::vector<float>& v) {
   return std::vector<float>(held.begin(), held.end());
 }
 
-constexpr double root_2_over_pi = 0.7978845608028654, cubic = 0.044715;
-double gelu(double x) {
-  return 0.5 * x * (1 + std::tanh(root_2_over_pi * (x + cubic * x * x * x)));
-}
-double gelu_slope(double x) {
-  const double t = std::tanh(root_2_over_pi * (x + cubic * x * x * x));
-  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * root_2_over_pi * (1 + 3 * cubic * x * x);
-}
+using tpx::testing::gelu_reference;
+using tpx::testing::gelu_reference_slope;
 
 // c[i, j] = sum_k a[i, k] b(k, j), b given as a function of (k, j): the naive product in double.
 template <class Right>
@@ -101,8 +97,8 @@ void check_mlp_products() {
   const auto dg =
       product(dy, rows, d, f, [&](std::int64_t k, std::int64_t j) { return w_out[j * d + k]; });
   for (std::size_t i = 0; i < a.size(); ++i) {
-    g[i] = gelu(a[i]);
-    da[i] = dg[i] * gelu_slope(static_cast<float>(static_cast<Elem>(a[i])));
+    g[i] = gelu_reference(a[i]);
+    da[i] = dg[i] * gelu_reference_slope(static_cast<float>(static_cast<Elem>(a[i])));
   }
   for (const auto& mesh : meshes) {
     const int mx = std::get<0>(mesh), my = std::get<1>(mesh);
@@ -172,7 +168,7 @@ TEST_CASE(
       const auto wbs = tpx::from_global<float, B<X>, D<>, F<Y>>(rank, {B(nb), D(d), F(f)}, wb);
       const auto check = [](const auto& up, const std::vector<double>& want) {
         std::vector<double> g(want.size());
-        for (std::size_t i = 0; i < g.size(); ++i) g[i] = gelu(want[i]);
+        for (std::size_t i = 0; i < g.size(); ++i) g[i] = gelu_reference(want[i]);
         check_close(tpx::to_global(up.pre), want, "pre-activation");
         check_close(tpx::to_global(up.out), g, "GELU");
       };

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "../../examples/pipeline/residual_stack.hpp"
+#include "../support/gelu_reference.hpp"
 
 namespace {
 
@@ -58,13 +59,8 @@ constexpr int layers = 12;
 constexpr std::int64_t width = 8;
 
 // The model whole, in double: GELU's tanh form written out (not kernels::gelu's exp form).
-double gelu(double v) {
-  return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-}
-double gelu_slope(double v) {
-  const double u = std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v), t = std::tanh(u);
-  return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * v * v);
-}
+using tpx::testing::gelu_reference;
+using tpx::testing::gelu_reference_slope;
 
 struct reference {
   std::vector<std::vector<double>> outputs;  // x_L, [N, D] row-major (all microbatches)
@@ -83,14 +79,14 @@ reference run_whole(const std::vector<float>& x0, const std::vector<float>& y,
         double s = 0;
         for (std::int64_t i = 0; i < d; ++i) s += xs[l][r * d + i] * w[l][i * d + j];
         pre[l][r * d + j] = s;
-        xs[l + 1][r * d + j] = xs[l][r * d + j] + gelu(s);
+        xs[l + 1][r * d + j] = xs[l][r * d + j] + gelu_reference(s);
       }
   reference out{{xs[layers]}, std::vector<std::vector<double>>(layers, std::vector<double>(d * d))};
   std::vector<double> dx(n * d);
   for (std::int64_t k = 0; k < n * d; ++k) dx[k] = (xs[layers][k] - y[k]) / static_cast<double>(n);
   for (int l = layers - 1; l >= 0; --l) {
     std::vector<double> dpre(n * d), next = dx;
-    for (std::int64_t k = 0; k < n * d; ++k) dpre[k] = dx[k] * gelu_slope(pre[l][k]);
+    for (std::int64_t k = 0; k < n * d; ++k) dpre[k] = dx[k] * gelu_reference_slope(pre[l][k]);
     for (std::int64_t i = 0; i < d; ++i)
       for (std::int64_t j = 0; j < d; ++j)
         for (std::int64_t r = 0; r < n; ++r) {
