@@ -6,8 +6,9 @@
 //
 // On each mesh: every collective against host-computed values (support/collective_cases.hpp;
 // all_reduce both as a sum and as a maximum), the typed program of the core issue against the
-// host launcher (support/typed_program.hpp), and a pipeline of stages over P, GPipe's and 1F1B's,
-// against the host's (support/pipeline_program.hpp). On the simulated mesh also all_reduce max's
+// host launcher (support/typed_program.hpp), and a pipeline of stages over P in every schedule,
+// with and without tensor parallelism inside the stages, against the host's
+// (support/pipeline_program.hpp). On the simulated mesh also all_reduce max's
 // NaN propagation (as the host's; NCCL's max drops NaN, so it is not asked there) and failures:
 // a rank that throws stops the others at once, a collective only rank 0 calls fails as soon as
 // the others return (not at the timeout), and ranks calling different collectives (a sum
@@ -68,10 +69,15 @@ TEST_CASE("simulated mesh: the typed program equals the host launcher's") {
   t::check_typed_program(tpx::cuda_simulated, 3, 2);
 }
 
-TEST_CASE("simulated mesh: a pipeline over P (GPipe, 1F1B) equals the host launcher's") {
+TEST_CASE("simulated mesh: a pipeline over P equals the host launcher's in every schedule") {
   t::pipeline_case::check_pipeline_program(tpx::cuda_simulated, 1, 1);
   t::pipeline_case::check_pipeline_program(tpx::cuda_simulated, 3, 1);
   t::pipeline_case::check_pipeline_program(tpx::cuda_simulated, 2, 2);
+}
+
+TEST_CASE("simulated mesh: pipeline, FSDP and tensor parallelism at once equal the host's") {
+  t::pipeline_3d_case::check_3d_pipeline_program(tpx::cuda_simulated, 2, 1, 2);
+  t::pipeline_3d_case::check_3d_pipeline_program(tpx::cuda_simulated, 2, 2, 2);
 }
 
 TEST_CASE("simulated mesh: a failing rank fails the run, naming it, and nobody waits for it") {
@@ -290,8 +296,10 @@ TEST_CASE("NCCL: background tasks on each rank's lane equal the rank's own colle
   if (tpx::cuda::device_count() >= 4) check_background_equals_own(tpx::cuda_devices, 2, 2);
 }
 
-TEST_CASE("NCCL: a pipeline over P (GPipe, 1F1B) equals the host launcher's") {
+TEST_CASE("NCCL: a pipeline over P equals the host launcher's in every schedule") {
   t::pipeline_case::check_pipeline_program(tpx::cuda_devices, 2, 1);
+  if (tpx::cuda::device_count() >= 4)
+    t::pipeline_3d_case::check_3d_pipeline_program(tpx::cuda_devices, 2, 1, 2);
 }
 
 TEST_CASE("NCCL: the typed program equals the host launcher's") {
