@@ -26,8 +26,8 @@
 // chunks in flight, the last stage's turn no pass); a dry run reads every rank's peak memory
 // and traffic of the real run; a stage dim of the wrong extent, a schedule for another number of
 // stages, a zero-bubble schedule without a weight function, an interleaved one with functions that
-// do not take the chunk, options an order does not take, or no microbatch, are refused with a
-// sentence.
+// do not take the chunk, options an order does not take, no microbatch, or a stage function whose
+// block for the next piece has other extents than `like`, are refused with a sentence.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -48,6 +48,7 @@
 
 #include "../../examples/pipeline/residual_stack.hpp"
 #include "../support/gelu_reference.hpp"
+#include "../support/message_of.hpp"
 
 namespace {
 
@@ -624,6 +625,41 @@ TEST_CASE("a schedule's diagram: GPipe's and 1F1B's as their definitions place t
   const std::string eleven = pipeline_schedule(11, 1).diagram();
   CHECK(eleven.starts_with("stage 0:  F0 .  "));
   CHECK(eleven.find("\nstage 10: .  .  .  .  .  .  .  .  .  .  F0 B0") != std::string::npos);
+}
+
+TEST_CASE(
+    "a block of other extents than like's is refused, naming the function, microbatch, "
+    "chunk, stage and extents") {
+  // Kept on the stage (zero-bubble V's turn on a one-stage pipeline): no pass involved.
+  tpx::spmd(tpx::host, tpx::Mesh<P, X>{1, 1}, [](auto& rank) {
+    using rows_t = Tensor<float, S<P>, B<>, D<>>;
+    const rows_t like(rank, {S(1), B(2), D(2)});
+    const auto longer = [&](int, int, rows_t) { return rows_t(rank, {S(1), B(3), D(2)}); };
+    const auto weight = [](int, int) {};
+    const auto run = [&] {
+      const tpx::nn::pipeline_schedule plan(1, 2, pipeline_order::zero_bubble_v);
+      tpx::nn::run_pipeline<P, S>(like, plan, longer, longer, weight);
+    };
+    CHECK_THROWS_WITH_AS(
+        run(),
+        "tpx: pipeline<P, S>: forward(m = 0, chunk 0) on stage 0 returned extents [1, 3, 2] where "
+        "`like` has [1, 2, 2]: every block passed between pieces of the model has the extents of "
+        "`like`",
+        std::invalid_argument);
+  });
+  // Passed to the next stage: the stage that made it fails the run before it passes.
+  const std::string what = message_of([] {
+    tpx::spmd(tpx::host, tpx::Mesh<P, X>{2, 1}, [](auto& rank) {
+      using rows_t = Tensor<float, S<P>, B<>, D<>>;
+      const rows_t like(rank, {S(2), B(2), D(2)});
+      const auto wider = [&](int, rows_t) { return rows_t(rank, {S(2), B(2), D(4)}); };
+      tpx::nn::run_pipeline<P, S>(like, tpx::nn::pipeline_schedule(2, 1), wider, wider);
+    });
+  });
+  CHECK(what ==
+        "tpx: rank 0 (P=0, X=0) failed: tpx: pipeline<P, S>: forward(m = 0) on stage 0 returned "
+        "extents [2, 2, 4] where `like` has [2, 2, 2]: every block passed between pieces of the "
+        "model has the extents of `like`");
 }
 
 TEST_CASE("a zero-bubble schedule needs a weight function") {

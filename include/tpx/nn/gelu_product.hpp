@@ -47,15 +47,6 @@ struct gelu_activation {
 
 namespace detail {
 
-// "[8, 16, 64]"
-template <class Extents>
-std::string extents_text(const Extents& extents) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < extents.size(); ++i)
-    text += (i == 0 ? "" : ", ") + std::to_string(extents[i]);
-  return text + "]";
-}
-
 template <class Traits, AnyTensor L, AnyTensor R>
 constexpr bool plannable_v = Traits::possible &&
                              std::is_same_v<typename L::space, typename R::space> &&
@@ -117,12 +108,12 @@ auto gelu_product_backward(const Pre& pre, const L& dy, const R& w) {
       return tpx::detail::einsum_impl<traits>(
           dy, w, [&pre](Product& y, const tpx::detail::local_products<T>& p) {
             if (y.global_extents() != pre.global_extents())
-              throw std::invalid_argument("tpx: gelu_product_backward: the pre-activation " +
-                                          std::string(Pre::notation.c_str()) + " has extents " +
-                                          extents_text(pre.global_extents()) + ", the product " +
-                                          Product::notation.c_str() + " " +
-                                          extents_text(y.global_extents()) + " (rank " +
-                                          std::to_string(y.context().world_rank()) + ")");
+              throw std::invalid_argument(
+                  "tpx: gelu_product_backward: the pre-activation " +
+                  std::string(Pre::notation.c_str()) + " has extents " +
+                  tpx::detail::extents_text(pre.global_extents()) + ", the product " +
+                  Product::notation.c_str() + " " + tpx::detail::extents_text(y.global_extents()) +
+                  " (rank " + std::to_string(y.context().world_rank()) + ")");
             if (p.batch == 1) {
               Space::gemm_gelu_backward(y.context(), p.trans_a, p.trans_b, p.m, p.n, p.k, p.a,
                                         p.lda, p.b, p.ldb, pre.data(), y.data());

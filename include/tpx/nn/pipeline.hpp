@@ -38,9 +38,11 @@
 // microbatch: under interleaved the last stage's output of chunk c goes on to stage 0's chunk
 // c + 1; under zero_bubble_v's V it goes down the stages through chunk 0, turns on the last stage
 // and comes back up through chunk 1 to stage 0, which starts and ends the model. A stage keeps
-// what it receives until its step for that microbatch comes. The schedules (GPipe, 1F1B,
-// zero-bubble, interleaved, zero-bubble V) and their bubble and memory are in
-// nn/pipeline_schedule.hpp; each moves each microbatch's activation and its gradient once across
+// what it receives until its step for that microbatch comes. A block that goes on, to another
+// stage or another chunk, must have the extents of `like`: one that has not is refused with a
+// sentence naming the function, the microbatch, the chunk, the stage and both extents. The
+// schedules (GPipe, 1F1B, zero-bubble, interleaved, zero-bubble V) and their bubble and memory are
+// in nn/pipeline_schedule.hpp; each moves each microbatch's activation and its gradient once across
 // each boundary between pieces of the model on different stages.
 #pragma once
 
@@ -210,6 +212,23 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
       if (!plan.splits_backward()) (detail::call_weight(weight, step), ...);
     } else if (step.what == pipeline_step::weight) {
       (detail::call_weight(weight, step), ...);
+    }
+    if (plan.receiver(stage, tick) >= 0 && made->global_extents() != like.global_extents()) {
+      std::string what = who();  // appended piece by piece: GCC 12's -Wrestrict at -O3
+      what += step.what == pipeline_step::forward ? "forward(m = " : "backward(m = ";
+      what += std::to_string(m);
+      if (plan.chunks() > 1) {
+        what += ", chunk ";
+        what += std::to_string(step.chunk);
+      }
+      what += ") on stage ";
+      what += std::to_string(stage);
+      what += " returned extents ";
+      what += tpx::detail::extents_text(made->global_extents());
+      what += " where `like` has ";
+      what += tpx::detail::extents_text(like.global_extents());
+      what += ": every block passed between pieces of the model has the extents of `like`";
+      throw std::invalid_argument(what);
     }
     // A block for another chunk of this stage stays (the V's turn, a one-stage pipeline).
     if (plan.receiver(stage, tick) == stage) keep(stage, tick, std::move(*made));
