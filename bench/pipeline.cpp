@@ -5,7 +5,8 @@
 // GPipe's, 1F1B's, zero-bubble's, the interleaved 1F1B's and zero-bubble V's orders
 // (nn/pipeline_schedule.hpp), beside the same stack on one stage.
 //
-//   tpx-bench-pipeline -p 1,2 -m 1,2,4,8,16 -L 8 -d 512 -b 512 -n 9 -w 2 --json pipeline.json
+//   tpx-bench-pipeline -p 1,2 -m 1,2,4,8,16 -L 8 -d 512 -b 512 -n 9 -w 2 -x step,background
+//       --json pipeline.json
 //
 // The stage is examples/pipeline/residual_stack.hpp's (its weights gathered once per step). The
 // ranks are the threads of tpx::spmd(tpx::host, Mesh<P, X>{p, 1}), which gives each rank's GEMMs
@@ -22,8 +23,11 @@
 //              (M + P - 1) for GPipe and 1F1B, whose backward ticks do twice a forward's work;
 //              (P - 1) / (v M + P - 1) interleaved, whose ticks run one chunk of L / (P v) layers;
 //              (ticks - 6 M) / ticks zero-bubble V, whose ticks run a chunk's F, B or W)
+//   passes     where run_pipeline's passes ran (-x): in the step, or in the background on each
+//              rank's communication thread, where a stage computes on while its blocks move
 //   model      the idle share the schedule predicts if each stage meets the others at every
-//              tick in which some stage sends (meeting_model_idle): the host's collectives
+//              tick in which some stage sends (meeting_model_idle): the host's collectives in
+//              the step; in the background a stage waits only for the blocks it needs
 //   peak       the largest peak tensor memory of any stage during the timed steps
 //              (rank.memory()), where 1F1B's bound on the microbatches in flight shows
 #include <CLI/CLI.hpp>
@@ -51,6 +55,8 @@ using tpx::bench::clock;
 using tpx::bench::samples;
 using tpx::bench::seconds_since;
 using tpx::nn::pipeline_order;
+
+using tpx::nn::pipeline_passes;
 
 struct settings {
   int layers = 8;
@@ -85,8 +91,10 @@ tpx::nn::pipeline_schedule schedule_of(const settings& c, int stages, int microb
   return {stages, microbatches, order, options};
 }
 
-// Best step time and the largest stage peak of the stack on `stages` stages, M microbatches.
-measured run(const settings& c, int stages, int microbatches, pipeline_order order) {
+// Best step time and the largest stage peak of the stack on `stages` stages, M microbatches, the
+// passes in the step or in the background.
+measured run(const settings& c, int stages, int microbatches, pipeline_order order,
+             pipeline_passes passes = pipeline_passes::in_step) {
   measured result;
   std::mutex lock;
   tpx::spmd(tpx::host, tpx::Mesh<P, X>{stages, 1}, [&](auto& rank) {
@@ -117,21 +125,24 @@ measured run(const settings& c, int stages, int microbatches, pipeline_order ord
         const timed_pass pass{busy};  // the stage's own work: a copy here, where X has one rank
         for (stage_t& piece : pieces) piece.gather();
       }
-      tpx::nn::run_pipeline<P, S>(
-          like, plan,
-          [&](int m, int chunk, rows in) {
-            const timed_pass pass{busy};
-            return pieces[chunk].forward(m, first && chunk == 0 ? rows(batch[m]) : std::move(in));
-          },
-          [&](int m, int chunk, rows dout) {  // the loss 0.5 |x_L|^2: its gradient is x_L
-            const timed_pass pass{busy};
-            stage_t& piece = pieces[chunk];
-            return piece.backward(m, piece.last ? *piece.outputs[m] * 1.0f : std::move(dout));
-          },
-          [&](int m, int chunk) {
-            const timed_pass pass{busy};
-            pieces[chunk].weight_gradient(m);
-          });
+      const auto forward = [&](int m, int chunk, rows in) {
+        const timed_pass pass{busy};
+        return pieces[chunk].forward(m, first && chunk == 0 ? rows(batch[m]) : std::move(in));
+      };
+      const auto backward = [&](int m, int chunk, rows dout) {  // the loss 0.5 |x_L|^2: dx_L = x_L
+        const timed_pass pass{busy};
+        stage_t& piece = pieces[chunk];
+        return piece.backward(m, piece.last ? *piece.outputs[m] * 1.0f : std::move(dout));
+      };
+      const auto weight = [&](int m, int chunk) {
+        const timed_pass pass{busy};
+        pieces[chunk].weight_gradient(m);
+      };
+      if (passes == pipeline_passes::in_background)
+        tpx::nn::run_pipeline<P, S, pipeline_passes::in_background>(like, plan, forward, backward,
+                                                                    weight);
+      else
+        tpx::nn::run_pipeline<P, S>(like, plan, forward, backward, weight);
       for (stage_t& piece : pieces) piece.release();
     };
     tpx::any_communicator& world = rank.template group<P>();
@@ -222,6 +233,13 @@ int main(int argc, char** argv) {
                  "interleaved: chunks of layers per stage (rows where P > 1 divides M and P v "
                  "divides -L)")
       ->check(CLI::Range(2, 64));
+  std::vector<std::string> pass_names = {"step"};
+  app.add_option("-x,--passes", pass_names,
+                 "where the passes between stages run: step (every stage meets at each tick in "
+                 "which one sends), background (on each rank's communication thread); rows for "
+                 "each (P > 1)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"step", "background"}));
   bool diagrams = false;
   app.add_flag("--diagrams", diagrams, "print each row's schedule, a line per stage (# lines)");
   app.add_option("--json", json, "write every row to this file as JSON");
@@ -242,8 +260,8 @@ int main(int argc, char** argv) {
         "forward + backward; %d cores, load average %.2f\n",
         c.layers, static_cast<long long>(c.width), static_cast<long long>(c.batch),
         tpx::bench::usable_cores(), tpx::bench::load_average());
-    std::printf("# %6s %4s %5s %10s %7s %7s %7s %7s %10s\n", "order", "P", "M", "step(ms)", "speed",
-                "idle", "bubble", "model", "peak(MiB)");
+    std::printf("# %6s %10s %4s %5s %10s %7s %7s %7s %7s %10s\n", "order", "passes", "P", "M",
+                "step(ms)", "speed", "idle", "bubble", "model", "peak(MiB)");
     nlohmann::json rows = nlohmann::json::array();
     for (int m : microbatch_counts) {
       const measured alone = run(c, 1, m, pipeline_order::gpipe);
@@ -256,31 +274,38 @@ int main(int argc, char** argv) {
             continue;  // no interleaving on one stage; Megatron's order needs P | M
           if (order == pipeline_order::zero_bubble_v && (p == 1 || c.layers % (2 * p) != 0))
             continue;  // nor a V on one stage; two chunks a stage
-          const measured r = p == 1 && order == pipeline_order::gpipe ? alone : run(c, p, m, order);
-          const double speed = alone.seconds / r.seconds;
-          const tpx::nn::pipeline_schedule plan = schedule_of(c, p, m, order);
-          const double bubble = plan.bubble(), model = meeting_model_idle(plan);
-          const double peak_mib = static_cast<double>(r.peak_bytes) / (1 << 20);
-          std::printf("  %6s %4d %5d %10.2f %7.3f %7.3f %7.3f %7.3f %10.2f\n",
-                      name_of(order, c).c_str(), p, m, r.seconds * 1e3, speed, r.idle, bubble,
-                      model, peak_mib);
-          if (diagrams) {
-            const std::string drawn = plan.diagram();
-            for (std::size_t at = 0, end; at < drawn.size(); at = end + 1) {
-              end = drawn.find('\n', at);
-              std::printf("#   %s\n", drawn.substr(at, end - at).c_str());
+          for (const std::string& passes : pass_names) {
+            if (p == 1 && passes != pass_names.front()) continue;  // one stage passes nothing
+            const pipeline_passes where =
+                passes == "background" ? pipeline_passes::in_background : pipeline_passes::in_step;
+            const measured r =
+                p == 1 && order == pipeline_order::gpipe ? alone : run(c, p, m, order, where);
+            const double speed = alone.seconds / r.seconds;
+            const tpx::nn::pipeline_schedule plan = schedule_of(c, p, m, order);
+            const double bubble = plan.bubble(), model = meeting_model_idle(plan);
+            const double peak_mib = static_cast<double>(r.peak_bytes) / (1 << 20);
+            std::printf("  %6s %10s %4d %5d %10.2f %7.3f %7.3f %7.3f %7.3f %10.2f\n",
+                        name_of(order, c).c_str(), passes.c_str(), p, m, r.seconds * 1e3, speed,
+                        r.idle, bubble, model, peak_mib);
+            if (diagrams) {
+              const std::string drawn = plan.diagram();
+              for (std::size_t at = 0, end; at < drawn.size(); at = end + 1) {
+                end = drawn.find('\n', at);
+                std::printf("#   %s\n", drawn.substr(at, end - at).c_str());
+              }
             }
+            rows.push_back({{"order", name_of(order, c)},
+                            {"passes", passes},
+                            {"stages", p},
+                            {"microbatches", m},
+                            {"step_ms", r.seconds * 1e3},
+                            {"one_stage_ms", alone.seconds * 1e3},
+                            {"speed", speed},
+                            {"idle", r.idle},
+                            {"bubble", bubble},
+                            {"meeting_model", model},
+                            {"peak_mib", peak_mib}});
           }
-          rows.push_back({{"order", name_of(order, c)},
-                          {"stages", p},
-                          {"microbatches", m},
-                          {"step_ms", r.seconds * 1e3},
-                          {"one_stage_ms", alone.seconds * 1e3},
-                          {"speed", speed},
-                          {"idle", r.idle},
-                          {"bubble", bubble},
-                          {"meeting_model", model},
-                          {"peak_mib", peak_mib}});
         }
     }
     if (!json.empty())

@@ -122,15 +122,19 @@ int piece_of(pipeline_order order, int stages, int c, int s) {
 // returns each stage's peak tensor memory during the run (rank 0 of X's). Under the interleaved
 // and zero-bubble V schedules each stage holds v chunks (a residual_stage each): chunk c of stage
 // s is piece piece_of(order, P, c, s) of the stack's v P pieces.
+using tpx::nn::pipeline_passes;
+
 std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
                                          pipeline_order order,
-                                         tpx::nn::pipeline_options options = {}) {
+                                         tpx::nn::pipeline_options options = {},
+                                         pipeline_passes passes = pipeline_passes::in_step) {
   CAPTURE(stages);
   CAPTURE(data);
   CAPTURE(microbatches);
   CAPTURE(tpx::nn::order_name(order));
   CAPTURE(options.chunks);
   CAPTURE(options.extra_in_flight);
+  CAPTURE(passes == pipeline_passes::in_background);
   const tpx::nn::pipeline_schedule plan(stages, microbatches, order, options);
   const int chunks = plan.chunks(), per_piece = layers / (stages * chunks);
   const std::int64_t rows = 2 * data;  // a microbatch's rows, split over X
@@ -209,16 +213,21 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
       --held;
       pieces[c].weight_gradient(m);
     };
+    const auto run = [&](const auto&... functions) {
+      if (passes == pipeline_passes::in_background)
+        tpx::nn::run_pipeline<P, S, pipeline_passes::in_background>(like, plan, functions...);
+      else
+        tpx::nn::run_pipeline<P, S>(like, plan, functions...);
+    };
     if (order == pipeline_order::gpipe)  // functions without the chunk; one backward for both
-      tpx::nn::run_pipeline<P, S>(
-          like, plan, [&](int m, rows_t in) { return forward(m, 0, std::move(in)); },
+      run([&](int m, rows_t in) { return forward(m, 0, std::move(in)); },
           [&](int m, rows_t dout) {
             rows_t din = backward(m, 0, std::move(dout));
             weight(m, 0);
             return din;
           });
     else
-      tpx::nn::run_pipeline<P, S>(like, plan, forward, backward, weight);
+      run(forward, backward, weight);
     for (stage_t& piece : pieces) piece.release();
     if (rank.template axis<X>().coord == 0) {
       const std::lock_guard guard(peaks_lock);
@@ -297,6 +306,19 @@ TEST_CASE("a pipeline over P matches the whole model's outputs and gradients, wi
       check_pipeline(stages, data, microbatches, pipeline_order::zero_bubble_v,
                      {.extra_in_flight = 2});
     }
+}
+
+TEST_CASE("the passes in the background, on each rank's communication thread: the same results") {
+  for (const pipeline_order order : every_order)
+    for (const auto& [stages, data] : {std::pair{1, 1}, {2, 1}, {3, 1}, {2, 2}})
+      for (int microbatches : {1, 4})
+        check_pipeline(stages, data, microbatches, order, {}, pipeline_passes::in_background);
+  for (const auto& [stages, data] : {std::pair{2, 1}, {3, 2}})
+    check_pipeline(stages, data, 2 * stages, pipeline_order::interleaved, {.chunks = 2},
+                   pipeline_passes::in_background);
+  for (const auto& [stages, data] : {std::pair{2, 1}, {3, 1}, {2, 2}})
+    check_pipeline(stages, data, 5, pipeline_order::zero_bubble_v, {},
+                   pipeline_passes::in_background);
 }
 
 TEST_CASE("1F1B and zero-bubble keep fewer activations than GPipe: measured peak of each stage") {

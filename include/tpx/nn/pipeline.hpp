@@ -38,16 +38,27 @@
 // microbatch: under interleaved the last stage's output of chunk c goes on to stage 0's chunk
 // c + 1; under zero_bubble_v's V it goes down the stages through chunk 0, turns on the last stage
 // and comes back up through chunk 1 to stage 0, which starts and ends the model. A stage keeps
-// what it receives until its step for that microbatch comes. A block that goes on, to another
-// stage or another chunk, must have the extents of `like`: one that has not is refused with a
-// sentence naming the function, the microbatch, the chunk, the stage and both extents. The
-// schedules (GPipe, 1F1B, zero-bubble, interleaved, zero-bubble V) and their bubble and memory are
-// in nn/pipeline_schedule.hpp; each moves each microbatch's activation and its gradient once across
-// each boundary between pieces of the model on different stages.
+// what it receives until its step for that microbatch comes.
+//
+// run_pipeline<P, S, pipeline_passes::in_background>(...) starts each tick's passes on the rank's
+// communication thread (tpx::in_background; a CUDA rank's second stream) and goes on to its next
+// step, taking a pass's block only when a step needs it (the passes finish in the order they
+// started): a stage computes while its blocks move, and the stages no longer meet at every tick,
+// as Megatron-LM overlaps its point-to-point passes. Every rank starts the same passes in the same
+// order, so the communication threads meet as the ranks' own threads would. A block may then
+// arrive before the step that reads it, so a rank's peak memory depends on timing (a dry run's is
+// that of the passes in the step, the default).
+//
+// A block that goes on, to another stage or another chunk, must have the extents of `like`: one
+// that has not is refused with a sentence naming the function, the microbatch, the chunk, the
+// stage and both extents. The schedules (GPipe, 1F1B, zero-bubble, interleaved, zero-bubble V) and
+// their bubble and memory are in nn/pipeline_schedule.hpp; each moves each microbatch's activation
+// and its gradient once across each boundary between pieces of the model on different stages.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <deque>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -58,8 +69,14 @@
 
 #include "tpx/nn/pipeline_schedule.hpp"
 #include "tpx/ops/collectives.hpp"
+#include "tpx/spmd/background.hpp"
 
 namespace tpx::nn {
+
+// Where run_pipeline's passes run: in the step (every stage meets at each tick in which one
+// sends), or in the background (on the rank's communication thread or second stream, so that a
+// stage computes on while its blocks move and waits only for a block its next step needs).
+enum class pipeline_passes { in_step, in_background };
 
 namespace detail {
 
@@ -140,7 +157,8 @@ void call_weight(F& f, const pipeline_step& step) {
 // gradients in weight(m) (which a zero_bubble schedule needs). Under an interleaved schedule each
 // function takes the chunk after the microbatch: forward(m, chunk, in), backward(m, chunk, dout),
 // weight(m, chunk).
-template <MeshAxis P, Dim S, AnyTensor Tn, class Forward, class Backward, class... Weight>
+template <MeshAxis P, Dim S, pipeline_passes Passes = pipeline_passes::in_step, AnyTensor Tn,
+          class Forward, class Backward, class... Weight>
 void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forward,
                   Backward&& backward, Weight&&... weight) {
   static_assert(detail::check_stage_dim<P, S, Tn>());
@@ -199,16 +217,35 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
     else
       gradients[slot(plan.holder(piece - 1).chunk, sent.microbatch)] = std::move(block);
   };
+  // Background passes started and not yet taken, oldest first: what each will bring and from
+  // which stage's step at which tick (from -1: nothing for this stage). They finish in the order
+  // they started (one communication thread, one stream), so a block is waited for by taking the
+  // oldest until it is there.
+  struct started_pass {
+    int from, tick;
+    pending<std::optional<Tn>> got;
+  };
+  std::deque<started_pass> started;
+  const auto take_oldest = [&] {
+    started_pass pass = std::move(started.front());
+    started.pop_front();
+    if (std::optional<Tn> got = pass.got.get()) keep(pass.from, pass.tick, std::move(*got));
+  };
+  const auto arrived = [&](std::optional<Tn>& block) -> std::optional<Tn>& {
+    while (!block && !started.empty()) take_oldest();
+    return block;
+  };
   for (int tick = 0; tick < plan.ticks(); ++tick) {
     const pipeline_step& step = plan.at(stage, tick);
     const int m = step.microbatch, piece = plan.piece(stage, step.chunk);
     std::optional<Tn> made;  // this tick's block for the next piece (forward) or the previous
     if (step.what == pipeline_step::forward) {
       made = detail::call_pass(forward, step,
-                               piece == 0 ? zeros() : taken(inputs[slot(step.chunk, m)]));
+                               piece == 0 ? zeros() : taken(arrived(inputs[slot(step.chunk, m)])));
     } else if (step.what == pipeline_step::backward) {
       made = detail::call_pass(
-          backward, step, piece == last_piece ? zeros() : taken(gradients[slot(step.chunk, m)]));
+          backward, step,
+          piece == last_piece ? zeros() : taken(arrived(gradients[slot(step.chunk, m)])));
       if (!plan.splits_backward()) (detail::call_weight(weight, step), ...);
     } else if (step.what == pipeline_step::weight) {
       (detail::call_weight(weight, step), ...);
@@ -245,20 +282,28 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
           any = true;
         }
       if (!any) continue;
-      std::optional<Tn> got =
-          detail::pass_along<P>(like, to[stage] >= 0 ? std::move(made) : std::nullopt, to);
-      if (got)
-        keep(static_cast<int>(std::find(to.begin(), to.end(), stage) - to.begin()), tick,
-             std::move(*got));
+      const auto sender = std::find(to.begin(), to.end(), stage);
+      const int from = sender == to.end() ? -1 : static_cast<int>(sender - to.begin());
+      std::optional<Tn> sent = to[stage] >= 0 ? std::move(made) : std::nullopt;
+      if constexpr (Passes == pipeline_passes::in_background) {
+        started.push_back(
+            {from, tick, in_background(ctx, [&like, to, sent = std::move(sent)]() mutable {
+               return detail::pass_along<P>(like, std::move(sent), to);
+             })});
+      } else if (std::optional<Tn> got = detail::pass_along<P>(like, std::move(sent), to)) {
+        keep(from, tick, std::move(*got));
+      }
     }
   }
+  while (!started.empty()) take_oldest();
 }
-template <MeshAxis P, template <class...> class S, AnyTensor Tn, class Forward, class Backward,
-          class... Weight>
+template <MeshAxis P, template <class...> class S,
+          pipeline_passes Passes = pipeline_passes::in_step, AnyTensor Tn, class Forward,
+          class Backward, class... Weight>
 void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forward,
                   Backward&& backward, Weight&&... weight) {
-  run_pipeline<P, S<>>(like, plan, std::forward<Forward>(forward), std::forward<Backward>(backward),
-                       std::forward<Weight>(weight)...);
+  run_pipeline<P, S<>, Passes>(like, plan, std::forward<Forward>(forward),
+                               std::forward<Backward>(backward), std::forward<Weight>(weight)...);
 }
 
 }  // namespace tpx::nn

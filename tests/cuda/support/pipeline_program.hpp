@@ -3,8 +3,9 @@
 // stage is examples/pipeline/residual_stack.hpp's residual stack x <- x + GELU(x W), two layers
 // per stage, stages over mesh axis P and FSDP plus data parallelism over X, in GPipe's, 1F1B's,
 // zero-bubble's, the interleaved and zero-bubble V's orders: on the GPU the stages' blocks pass
-// between ranks as device buffers, and every product runs on cuBLASLt, so results agree with
-// OpenBLAS's within fp32 rounding of 8-term sums. The same for examples/pipeline/mlp_stage.hpp's
+// between ranks as device buffers (in the step, or on each rank's second stream beside its
+// kernels), and every product runs on cuBLASLt, so results agree with OpenBLAS's within fp32
+// rounding of 8-term sums. The same for examples/pipeline/mlp_stage.hpp's
 // stage, with Megatron's tensor parallelism over Y inside each stage (check_3d_pipeline_program).
 #pragma once
 
@@ -38,8 +39,9 @@ inline constexpr std::int64_t width = 8;
 // in block s, layer i of chunk c of stage s), from rank 0. Stage s holds plan.chunks() pieces of
 // the stack (the plan says which: nn::pipeline_schedule::piece).
 template <class Launcher>
-std::vector<std::vector<float>> run_pipeline_program(Launcher launcher, int stages, int data,
-                                                     nn::pipeline_order order) {
+std::vector<std::vector<float>> run_pipeline_program(
+    Launcher launcher, int stages, int data, nn::pipeline_order order,
+    nn::pipeline_passes passes = nn::pipeline_passes::in_step) {
   std::vector<std::vector<float>> results;
   std::mutex lock;
   const nn::pipeline_schedule plan(stages, microbatches, order,
@@ -61,17 +63,20 @@ std::vector<std::vector<float>> run_pipeline_program(Launcher launcher, int stag
       pieces.back().gather();
     }
     const bool first = rank.template axis<P>().coord == 0;
-    nn::run_pipeline<P, S>(
-        random_rows(0), plan,
-        [&](int m, int c, rows in) {
-          return pieces[c].forward(m, first && c == 0 ? random_rows(100 + m) : std::move(in));
-        },
-        [&](int m, int c, rows dout) {
-          stage_t& piece = pieces[c];
-          return piece.backward(
-              m, piece.last ? *piece.outputs[m] - random_rows(200 + m) : std::move(dout));
-        },
-        [&](int m, int c) { pieces[c].weight_gradient(m); });
+    const auto forward = [&](int m, int c, rows in) {
+      return pieces[c].forward(m, first && c == 0 ? random_rows(100 + m) : std::move(in));
+    };
+    const auto backward = [&](int m, int c, rows dout) {
+      stage_t& piece = pieces[c];
+      return piece.backward(
+          m, piece.last ? *piece.outputs[m] - random_rows(200 + m) : std::move(dout));
+    };
+    const auto weight = [&](int m, int c) { pieces[c].weight_gradient(m); };
+    if (passes == nn::pipeline_passes::in_background)  // on the rank's second stream
+      nn::run_pipeline<P, S, nn::pipeline_passes::in_background>(random_rows(0), plan, forward,
+                                                                 backward, weight);
+    else
+      nn::run_pipeline<P, S>(random_rows(0), plan, forward, backward, weight);
     std::vector<std::vector<float>> mine;
     for (stage_t& piece : pieces) {
       piece.release();
@@ -103,15 +108,18 @@ inline void check_equal_gradients(const std::vector<std::vector<float>>& got,
 }
 
 // The pipeline on `launcher` equals the pipeline on the host, in every order (interleaved with
-// two chunks per stage, as zero-bubble V always has).
+// two chunks per stage, as zero-bubble V always has), its passes in the step or in the background.
 template <class Launcher>
 void check_pipeline_program(Launcher launcher, int stages, int data) {
   for (const nn::pipeline_order order : every_order) {
     CAPTURE(stages);
     CAPTURE(data);
     CAPTURE(nn::order_name(order));
-    check_equal_gradients(run_pipeline_program(launcher, stages, data, order),
-                          run_pipeline_program(tpx::host, stages, data, order));
+    const auto want = run_pipeline_program(tpx::host, stages, data, order);
+    check_equal_gradients(run_pipeline_program(launcher, stages, data, order), want);
+    check_equal_gradients(
+        run_pipeline_program(launcher, stages, data, order, nn::pipeline_passes::in_background),
+        want);
   }
 }
 
