@@ -154,9 +154,10 @@ void call_weight(F& f, const pipeline_step& step) {
 
 // run_pipeline<P, S>(like, schedule, forward, backward) with a backward that also adds the weight
 // gradients, or run_pipeline<P, S>(like, schedule, forward, backward, weight) with the weight
-// gradients in weight(m) (which a zero_bubble schedule needs). Under an interleaved schedule each
-// function takes the chunk after the microbatch: forward(m, chunk, in), backward(m, chunk, dout),
-// weight(m, chunk).
+// gradients in weight(m) (which the zero-bubble schedules need). Under a schedule of several chunks
+// per stage (interleaved, zero_bubble_v) each function takes the chunk after the microbatch:
+// forward(m, chunk, in), backward(m, chunk, dout), weight(m, chunk). A third template argument,
+// pipeline_passes::in_background, runs the passes in the background (see the top of the file).
 template <MeshAxis P, Dim S, pipeline_passes Passes = pipeline_passes::in_step, AnyTensor Tn,
           class Forward, class Backward, class... Weight>
 void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forward,
