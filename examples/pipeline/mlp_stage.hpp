@@ -2,10 +2,10 @@
 // W_out, W_in [D, F] split by columns over mesh axis Y and W_out [F, D] by rows (Megatron-LM's
 // pair: the hidden activation stays split over Y, and one all-reduce over Y per block joins the
 // ranks' partial outputs, another their partial input gradients), FSDP and data parallelism over
-// X, stages over P: all three of the seeds' ways of cutting a model at once. tests/unit/
-// pipeline_3d_test.cpp trains it through nn::run_pipeline (include/tpx/nn/pipeline.hpp) in every
-// schedule and checks it against the whole model; examples/pipeline/residual_stack.hpp is the
-// same kind of stage without Y, and says more about writing one.
+// X, stages over P: all three of the seeds' ways of cutting a model at once.
+// tests/unit/pipeline_3d_test.cpp trains it through nn::run_pipeline (include/tpx/nn/pipeline.hpp)
+// in every schedule and checks it against the whole model; examples/pipeline/residual_stack.hpp
+// is the same kind of stage without Y, and says more about writing one.
 //
 //   TPX_MESH_AXES(P, X, Y);  TPX_DIMS(S, B, D, F);
 //   x     [S_P, B_X, D]      a microbatch's rows on the stage, split over X, whole on Y's ranks

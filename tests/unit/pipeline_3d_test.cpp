@@ -15,7 +15,9 @@
 //    reduced over P, X and Y, every axis that splits it): the whole model's, on every rank of every
 //    stage (TorchTitan had to learn to reduce it over the pipeline too: pytorch/torchtitan#596);
 // so the axes compose: a stage's ranks along X and Y run the same microbatch at the same tick and
-// their collectives meet, whichever schedule orders the ticks.
+// their collectives meet, whichever schedule orders the ticks, and also with the passes over P in
+// the background (on each rank's communication thread, beside the stages' collectives over X and
+// Y on the ranks' own threads), on 2x1x2, 2x2x2 and 3x1x2.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -102,12 +104,16 @@ double largest(const std::vector<double>& v) {
   return m;
 }
 
-void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipeline_order order) {
+using tpx::nn::pipeline_passes;
+
+void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipeline_order order,
+                       pipeline_passes passes = pipeline_passes::in_step) {
   CAPTURE(stages);
   CAPTURE(data);
   CAPTURE(tensor);
   CAPTURE(microbatches);
   CAPTURE(tpx::nn::order_name(order));
+  CAPTURE(passes == pipeline_passes::in_background);
   const tpx::nn::pipeline_schedule plan(stages, microbatches, order,
                                         {.chunks = order == pipeline_order::interleaved ? 2 : 1});
   const int chunks = plan.chunks(), per_piece = layers / plan.pieces();
@@ -175,8 +181,14 @@ void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipel
     };
     const std::int64_t over_y_before = over_y();
     for (stage_t& piece : pieces) piece.gather();
-    tpx::nn::run_pipeline<P, S>(
-        rows_t(rank, {S(stages), B(rows), D(width)}), plan,
+    const auto run = [&](const auto&... functions) {
+      const rows_t like(rank, {S(stages), B(rows), D(width)});
+      if (passes == pipeline_passes::in_background)
+        tpx::nn::run_pipeline<P, S, pipeline_passes::in_background>(like, plan, functions...);
+      else
+        tpx::nn::run_pipeline<P, S>(like, plan, functions...);
+    };
+    run(
         [&](int m, int c, rows_t in) {
           rows_t out =
               pieces[c].forward(m, plan.piece(stage, c) == 0 ? microbatch(x0, m) : std::move(in));
@@ -239,6 +251,16 @@ TEST_CASE(
       check_3d_pipeline(stages, data, tensor, 2 * stages, order);
       if (order != pipeline_order::interleaved) check_3d_pipeline(stages, data, tensor, 1, order);
     }
+}
+
+TEST_CASE(
+    "the same with the passes over P in the background, beside the stages' collectives over "
+    "X and Y") {
+  for (const pipeline_order order :
+       {pipeline_order::gpipe, pipeline_order::one_f_one_b, pipeline_order::zero_bubble,
+        pipeline_order::interleaved, pipeline_order::zero_bubble_v})
+    for (const auto& [stages, data, tensor] : {std::tuple{2, 1, 2}, {2, 2, 2}, {3, 1, 2}})
+      check_3d_pipeline(stages, data, tensor, 2 * stages, order, pipeline_passes::in_background);
 }
 
 }  // namespace
