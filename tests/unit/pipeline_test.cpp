@@ -8,8 +8,9 @@
 // microbatches, and in the interleaved order (2 or 3 chunks of 12 / (P v) layers per stage, the
 // functions taking the chunk) on meshes 1x1 to 4x1, 2x2 and 3x2 with P and 2P microbatches, and in
 // the zero-bubble V order (two chunks per stage in a V, 12 / (2 P) layers each) on meshes 1x1 to
-// 3x1, 6x1, 2x2 and 3x2 with 1, 2 and 5 microbatches, it checks:
-//  - the last stage's outputs x_L of every microbatch, block by block (relative 1e-5);
+// 3x1, 6x1, 2x2 and 3x2 with 1, 2 and 5 microbatches, and in every order with the passes in the
+// background (on each rank's communication thread) on meshes up to 3x1 and 2x2, it checks:
+//  - the last piece's outputs x_L of every microbatch, block by block (relative 1e-5);
 //  - every layer's weight gradient, reduce-scattered over X onto its FSDP shard, summed over the
 //    microbatches (max |difference| / max |reference| within 1e-5: fp32 sums in another order);
 //  - that each stage ran each (microbatch, chunk) once each way and once through its weight
