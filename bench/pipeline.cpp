@@ -138,11 +138,7 @@ measured run(const settings& c, int stages, int microbatches, pipeline_order ord
         const timed_pass pass{busy};
         pieces[chunk].weight_gradient(m);
       };
-      if (passes == pipeline_passes::in_background)
-        tpx::nn::run_pipeline<P, S, pipeline_passes::in_background>(like, plan, forward, backward,
-                                                                    weight);
-      else
-        tpx::nn::run_pipeline<P, S>(like, plan, forward, backward, weight);
+      tpx::nn::run_pipeline<P, S>(like, plan, passes, forward, backward, weight);
       for (stage_t& piece : pieces) piece.release();
     };
     tpx::any_communicator& world = rank.template group<P>();

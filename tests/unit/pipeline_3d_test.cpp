@@ -181,14 +181,8 @@ void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipel
     };
     const std::int64_t over_y_before = over_y();
     for (stage_t& piece : pieces) piece.gather();
-    const auto run = [&](const auto&... functions) {
-      const rows_t like(rank, {S(stages), B(rows), D(width)});
-      if (passes == pipeline_passes::in_background)
-        tpx::nn::run_pipeline<P, S, pipeline_passes::in_background>(like, plan, functions...);
-      else
-        tpx::nn::run_pipeline<P, S>(like, plan, functions...);
-    };
-    run(
+    tpx::nn::run_pipeline<P, S>(
+        rows_t(rank, {S(stages), B(rows), D(width)}), plan, passes,
         [&](int m, int c, rows_t in) {
           rows_t out =
               pieces[c].forward(m, plan.piece(stage, c) == 0 ? microbatch(x0, m) : std::move(in));
@@ -240,12 +234,14 @@ void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipel
   });
 }
 
+constexpr pipeline_order every_order[] = {pipeline_order::gpipe, pipeline_order::one_f_one_b,
+                                          pipeline_order::zero_bubble, pipeline_order::interleaved,
+                                          pipeline_order::zero_bubble_v};
+
 TEST_CASE(
     "a pipeline over P with FSDP over X and Megatron's tensor parallelism over Y matches "
     "the whole model in every schedule") {
-  for (const pipeline_order order :
-       {pipeline_order::gpipe, pipeline_order::one_f_one_b, pipeline_order::zero_bubble,
-        pipeline_order::interleaved, pipeline_order::zero_bubble_v})
+  for (const pipeline_order order : every_order)
     for (const auto& [stages, data, tensor] :
          {std::tuple{1, 1, 1}, {1, 1, 2}, {2, 1, 2}, {2, 2, 2}, {3, 1, 2}, {2, 2, 1}}) {
       check_3d_pipeline(stages, data, tensor, 2 * stages, order);
@@ -256,9 +252,7 @@ TEST_CASE(
 TEST_CASE(
     "the same with the passes over P in the background, beside the stages' collectives over "
     "X and Y") {
-  for (const pipeline_order order :
-       {pipeline_order::gpipe, pipeline_order::one_f_one_b, pipeline_order::zero_bubble,
-        pipeline_order::interleaved, pipeline_order::zero_bubble_v})
+  for (const pipeline_order order : every_order)
     for (const auto& [stages, data, tensor] : {std::tuple{2, 1, 2}, {2, 2, 2}, {3, 1, 2}})
       check_3d_pipeline(stages, data, tensor, 2 * stages, order, pipeline_passes::in_background);
 }

@@ -214,21 +214,16 @@ std::vector<std::int64_t> check_pipeline(int stages, int data, int microbatches,
       --held;
       pieces[c].weight_gradient(m);
     };
-    const auto run = [&](const auto&... functions) {
-      if (passes == pipeline_passes::in_background)
-        tpx::nn::run_pipeline<P, S, pipeline_passes::in_background>(like, plan, functions...);
-      else
-        tpx::nn::run_pipeline<P, S>(like, plan, functions...);
-    };
     if (order == pipeline_order::gpipe)  // functions without the chunk; one backward for both
-      run([&](int m, rows_t in) { return forward(m, 0, std::move(in)); },
+      tpx::nn::run_pipeline<P, S>(
+          like, plan, passes, [&](int m, rows_t in) { return forward(m, 0, std::move(in)); },
           [&](int m, rows_t dout) {
             rows_t din = backward(m, 0, std::move(dout));
             weight(m, 0);
             return din;
           });
     else
-      run(forward, backward, weight);
+      tpx::nn::run_pipeline<P, S>(like, plan, passes, forward, backward, weight);
     for (stage_t& piece : pieces) piece.release();
     if (rank.template axis<X>().coord == 0) {
       const std::lock_guard guard(peaks_lock);

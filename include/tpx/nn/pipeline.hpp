@@ -40,14 +40,15 @@
 // and comes back up through chunk 1 to stage 0, which starts and ends the model. A stage keeps
 // what it receives until its step for that microbatch comes.
 //
-// run_pipeline<P, S, pipeline_passes::in_background>(...) starts each tick's passes on the rank's
-// communication thread (tpx::in_background; a CUDA rank's second stream) and goes on to its next
-// step, taking a pass's block only when a step needs it (the passes finish in the order they
-// started): a stage computes while its blocks move, and the stages no longer meet at every tick,
-// as Megatron-LM overlaps its point-to-point passes. Every rank starts the same passes in the same
-// order, so the communication threads meet as the ranks' own threads would. A block may then
-// arrive before the step that reads it, so a rank's peak memory depends on timing (a dry run's is
-// that of the passes in the step, the default).
+// run_pipeline<P, S>(like, schedule, pipeline_passes::in_background, forward, ...) starts each
+// tick's passes on the rank's communication thread (tpx::in_background; a CUDA rank's second
+// stream) and goes on to its next step, taking a pass's block only when a step needs it (the
+// passes finish in the order they started): a stage computes while its blocks move, and the
+// stages no longer meet at every tick, as Megatron-LM overlaps its point-to-point passes. Every
+// rank starts the same passes in the same order, so the communication threads meet as the ranks'
+// own threads would. A block may then arrive before the step that reads it, so a rank's peak
+// memory depends on timing (a dry run's is that of the passes in the step, the default). The
+// choice is a run-time value, so a program's --overlap flag passes it straight on.
 //
 // A block that goes on, to another stage or another chunk, must have the extents of `like`: one
 // that has not is refused with a sentence naming the function, the microbatch, the chunk, the
@@ -156,12 +157,12 @@ void call_weight(F& f, const pipeline_step& step) {
 // gradients, or run_pipeline<P, S>(like, schedule, forward, backward, weight) with the weight
 // gradients in weight(m) (which the zero-bubble schedules need). Under a schedule of several chunks
 // per stage (interleaved, zero_bubble_v) each function takes the chunk after the microbatch:
-// forward(m, chunk, in), backward(m, chunk, dout), weight(m, chunk). A third template argument,
-// pipeline_passes::in_background, runs the passes in the background (see the top of the file).
-template <MeshAxis P, Dim S, pipeline_passes Passes = pipeline_passes::in_step, AnyTensor Tn,
-          class Forward, class Backward, class... Weight>
-void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forward,
-                  Backward&& backward, Weight&&... weight) {
+// forward(m, chunk, in), backward(m, chunk, dout), weight(m, chunk). With a pipeline_passes
+// before the functions, run_pipeline<P, S>(like, schedule, passes, forward, ...), the passes run
+// where it says (in the step without one; see the top of the file).
+template <MeshAxis P, Dim S, AnyTensor Tn, class Forward, class Backward, class... Weight>
+void run_pipeline(const Tn& like, const pipeline_schedule& plan, pipeline_passes passes,
+                  Forward&& forward, Backward&& backward, Weight&&... weight) {
   static_assert(detail::check_stage_dim<P, S, Tn>());
   static_assert(detail::stage_pass<Forward, Tn> && detail::stage_pass<Backward, Tn>,
                 "tpx: pipeline: forward(m, [chunk,] in) and backward(m, [chunk,] dout) take and "
@@ -204,11 +205,6 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
   const auto slot = [&](int chunk, int m) { return chunk * plan.microbatches() + m; };
   std::vector<std::optional<Tn>> inputs(plan.chunks() * plan.microbatches()),
       gradients(plan.chunks() * plan.microbatches());
-  const auto taken = [](std::optional<Tn>& from) {
-    Tn t = std::move(*from);
-    from.reset();
-    return t;
-  };
   // Keeps the block that stage `from`'s step at `tick` made for one of this stage's chunks.
   const auto keep = [&](int from, int tick, Tn block) {
     const pipeline_step& sent = plan.at(from, tick);
@@ -232,8 +228,11 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
     started.pop_front();
     if (std::optional<Tn> got = pass.got.get()) keep(pass.from, pass.tick, std::move(*got));
   };
-  const auto arrived = [&](std::optional<Tn>& block) -> std::optional<Tn>& {
-    while (!block && !started.empty()) take_oldest();
+  // The block kept in `kept`, taken out of it once a pass has brought it.
+  const auto taken = [&](std::optional<Tn>& kept) {
+    while (!kept && !started.empty()) take_oldest();
+    Tn block = std::move(*kept);
+    kept.reset();
     return block;
   };
   for (int tick = 0; tick < plan.ticks(); ++tick) {
@@ -242,11 +241,10 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
     std::optional<Tn> made;  // this tick's block for the next piece (forward) or the previous
     if (step.what == pipeline_step::forward) {
       made = detail::call_pass(forward, step,
-                               piece == 0 ? zeros() : taken(arrived(inputs[slot(step.chunk, m)])));
+                               piece == 0 ? zeros() : taken(inputs[slot(step.chunk, m)]));
     } else if (step.what == pipeline_step::backward) {
       made = detail::call_pass(
-          backward, step,
-          piece == last_piece ? zeros() : taken(arrived(gradients[slot(step.chunk, m)])));
+          backward, step, piece == last_piece ? zeros() : taken(gradients[slot(step.chunk, m)]));
       if (!plan.splits_backward()) (detail::call_weight(weight, step), ...);
     } else if (step.what == pipeline_step::weight) {
       (detail::call_weight(weight, step), ...);
@@ -286,7 +284,7 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
       const auto sender = std::find(to.begin(), to.end(), stage);
       const int from = sender == to.end() ? -1 : static_cast<int>(sender - to.begin());
       std::optional<Tn> sent = to[stage] >= 0 ? std::move(made) : std::nullopt;
-      if constexpr (Passes == pipeline_passes::in_background) {
+      if (passes == pipeline_passes::in_background) {
         started.push_back(
             {from, tick, in_background(ctx, [&like, to, sent = std::move(sent)]() mutable {
                return detail::pass_along<P>(like, std::move(sent), to);
@@ -298,13 +296,17 @@ void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forwa
   }
   while (!started.empty()) take_oldest();
 }
-template <MeshAxis P, template <class...> class S,
-          pipeline_passes Passes = pipeline_passes::in_step, AnyTensor Tn, class Forward,
-          class Backward, class... Weight>
-void run_pipeline(const Tn& like, const pipeline_schedule& plan, Forward&& forward,
-                  Backward&& backward, Weight&&... weight) {
-  run_pipeline<P, S<>, Passes>(like, plan, std::forward<Forward>(forward),
-                               std::forward<Backward>(backward), std::forward<Weight>(weight)...);
+template <MeshAxis P, Dim S, AnyTensor Tn, class Forward, class Backward, class... Weight>
+requires(!std::is_same_v<std::remove_cvref_t<Forward>, pipeline_passes>) void run_pipeline(
+    const Tn& like, const pipeline_schedule& plan, Forward&& forward, Backward&& backward,
+    Weight&&... weight) {
+  run_pipeline<P, S>(like, plan, pipeline_passes::in_step, std::forward<Forward>(forward),
+                     std::forward<Backward>(backward), std::forward<Weight>(weight)...);
+}
+// run_pipeline<P, S> with S named as the template TPX_DIMS declares.
+template <MeshAxis P, template <class...> class S, class... Arguments>
+void run_pipeline(Arguments&&... arguments) {
+  run_pipeline<P, S<>>(std::forward<Arguments>(arguments)...);
 }
 
 }  // namespace tpx::nn

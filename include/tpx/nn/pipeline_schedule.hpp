@@ -121,15 +121,14 @@ class pipeline_schedule {
       : stages_(stages),
         microbatches_(microbatches),
         chunks_(order == pipeline_order::zero_bubble_v ? 2 : options.chunks),
-        order_(order),
-        split_(order == pipeline_order::zero_bubble || order == pipeline_order::zero_bubble_v) {
+        order_(order) {
     const auto refuse = [&](const std::string& why) {
       throw std::invalid_argument("tpx: pipeline schedule of " + std::to_string(stages) +
                                   " stages and " + std::to_string(microbatches) +
                                   " microbatches: " + why);
     };
     if (stages < 1 || microbatches < 1) refuse("it takes at least one of each");
-    if (options.extra_in_flight < 0 || (options.extra_in_flight > 0 && !split_))
+    if (options.extra_in_flight < 0 || (options.extra_in_flight > 0 && !splits_backward()))
       refuse(std::to_string(options.extra_in_flight) +
              " extra microbatches in flight: only the zero-bubble orders take extra ones (0 or "
              "more)");
@@ -188,7 +187,9 @@ class pipeline_schedule {
   }
   // Whether the backward pass is split into input-gradient and weight steps (the zero-bubble
   // orders).
-  bool splits_backward() const { return split_; }
+  bool splits_backward() const {
+    return order_ == pipeline_order::zero_bubble || order_ == pipeline_order::zero_bubble_v;
+  }
   // The share of a stage's ticks it idles (every stage alike).
   double bubble() const { return static_cast<double>(ticks() - steps_per_stage()) / ticks(); }
   // The schedule as the papers draw it, a line per stage and a column per tick: F, B or W and
@@ -236,8 +237,10 @@ class pipeline_schedule {
  private:
   using kind = pipeline_step::kind;
 
-  int steps_per_stage() const { return (split_ ? 3 : 2) * microbatches_ * chunks_; }
-  kind finishing() const { return split_ ? pipeline_step::weight : pipeline_step::backward; }
+  int steps_per_stage() const { return (splits_backward() ? 3 : 2) * microbatches_ * chunks_; }
+  kind finishing() const {
+    return splits_backward() ? pipeline_step::weight : pipeline_step::backward;
+  }
 
   // While placing, done_[kind][piece][m]: the tick at which the step of that kind ran
   // microbatch m through that piece of the model.
@@ -300,10 +303,15 @@ class pipeline_schedule {
                                                        : stages_ - s + extra_in_flight;
     };
     // next[s][chunk][kind]: the microbatch stage s runs next through that chunk in that kind of
-    // step; in_flight[s]: its (microbatch, chunk) pairs run forward and not yet finished.
+    // step; in_flight(s): its (microbatch, chunk) pairs run forward and not yet finished.
     std::vector<std::vector<std::array<int, 4>>> next(
         stages_, std::vector<std::array<int, 4>>(chunks_, std::array<int, 4>{}));
-    std::vector<int> in_flight(stages_, 0);
+    const auto in_flight = [&](int s) {
+      int n = 0;
+      for (const std::array<int, 4>& of_chunk : next[s])
+        n += of_chunk[pipeline_step::forward] - of_chunk[finishing()];
+      return n;
+    };
     // Between two ready steps of one kind: the forward of the later piece, the backward of the
     // earlier one, the weight step of the earlier microbatch.
     const auto better = [&](int s, const pipeline_step& a, const pipeline_step& b) {
@@ -315,7 +323,7 @@ class pipeline_schedule {
     place(
         [&](int s, int tick) {
           for (const kind k : preference) {
-            if (k == pipeline_step::forward && in_flight[s] >= in_flight_bound(s)) continue;
+            if (k == pipeline_step::forward && in_flight(s) >= in_flight_bound(s)) continue;
             std::optional<pipeline_step> chosen;
             for (int c = 0; c < chunks_; ++c) {
               const pipeline_step want{k, next[s][c][k], c};
@@ -325,7 +333,6 @@ class pipeline_schedule {
             }
             if (chosen) {
               ++next[s][chosen->chunk][k];
-              in_flight[s] += k == pipeline_step::forward ? 1 : k == finishing() ? -1 : 0;
               return *chosen;
             }
           }
@@ -379,7 +386,6 @@ class pipeline_schedule {
 
   int stages_, microbatches_, chunks_;
   pipeline_order order_;
-  bool split_;
   std::vector<std::vector<pipeline_step>> steps_;  // [stage][tick]
 };
 

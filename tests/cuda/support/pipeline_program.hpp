@@ -72,11 +72,8 @@ std::vector<std::vector<float>> run_pipeline_program(
           m, piece.last ? *piece.outputs[m] - random_rows(200 + m) : std::move(dout));
     };
     const auto weight = [&](int m, int c) { pieces[c].weight_gradient(m); };
-    if (passes == nn::pipeline_passes::in_background)  // on the rank's second stream
-      nn::run_pipeline<P, S, nn::pipeline_passes::in_background>(random_rows(0), plan, forward,
-                                                                 backward, weight);
-    else
-      nn::run_pipeline<P, S>(random_rows(0), plan, forward, backward, weight);
+    // In the background: on the rank's second stream.
+    nn::run_pipeline<P, S>(random_rows(0), plan, passes, forward, backward, weight);
     std::vector<std::vector<float>> mine;
     for (stage_t& piece : pieces) {
       piece.release();
