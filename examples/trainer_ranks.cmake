@@ -1,15 +1,17 @@
-# tpx_trainer_ranks(DIR): the object library tpx_DIR_ranks of a host trainer's training loop of
-# one rank (thread and MPI launchers alike), fp32 and bf16, each compiled once in a file of its
-# own: DIR/host_rank_fp32.cpp and DIR/host_rank_bf16.cpp (trainer/host_ranks.hpp says why).
-# tpx_trainer_ranks (DIR trainer, the MLP) is linked by tpx-train, tpx_gpt_ranks by tpx-gpt, and
-# both by the trainer tests. tpx_trainer_device_ranks(DIR) is the same for the CUDA trainers: the
-# object library tpx_DIR_device_ranks of DIR/device_ranks.cu, both compute types in one file
-# (trainer/device_ranks.hpp says why), linked by tpx-train-cuda or tpx-gpt-cuda and
-# cuda_trainer_test. tpx_trainer_command_line(DIR) is the object library tpx_DIR_command_line of
-# DIR/command_line.cpp, the family's command line (CLI11; trainer/command_line.hpp says why),
-# linked by both programs of the family, host and CUDA; tpx_trainer_dry_run(DIR) likewise is
-# tpx_DIR_dry_run, DIR/dry_run.cpp, the family's --dry-run (trainer/dry_run.hpp). Called by
-# examples/ and tests/, whichever of them is built; the first call defines the library.
+# tpx_trainer_ranks(DIR): the object library tpx_DIR_ranks of a host trainer's training loop of one
+# rank (thread and MPI launchers alike), fp32 and bf16, each compiled once in a file of its own:
+# DIR/host_rank_fp32.cpp and DIR/host_rank_bf16.cpp (trainer/host_ranks.hpp says why), and the GPT's
+# model apart from its loops, gpt/host_model_fp32.cpp and host_model_bf16.cpp (gpt/host_ranks.hpp
+# says why). tpx_trainer_ranks (DIR trainer, the MLP) is linked by tpx-train, tpx_gpt_ranks by
+# tpx-gpt, and both by the trainer tests. tpx_trainer_device_ranks(DIR) is the same for the CUDA
+# trainers: the object library tpx_DIR_device_ranks of DIR/device_ranks.cu, both compute types in
+# one file (trainer/device_ranks.hpp says why; the GPT's model in gpt/device_model.cu beside it),
+# linked by tpx-train-cuda or tpx-gpt-cuda and cuda_trainer_test. tpx_trainer_command_line(DIR) is
+# the object library tpx_DIR_command_line of DIR/command_line.cpp, the family's command line (CLI11;
+# trainer/command_line.hpp says why), linked by both programs of the family, host and CUDA;
+# tpx_trainer_dry_run(DIR) likewise is tpx_DIR_dry_run, DIR/dry_run.cpp, the family's --dry-run
+# (trainer/dry_run.hpp). Called by examples/ and tests/, whichever of them is built; the first call
+# defines the library.
 include_guard(GLOBAL)
 
 # The object library TARGET of SOURCES (relative to this folder), linked to LIBRARIES, once.
@@ -25,13 +27,17 @@ function(_tpx_example_objects target)
 endfunction()
 
 function(tpx_trainer_ranks dir)
+  # Beside the GPT's loops, its model, a file per compute type (gpt/host_ranks.hpp says why).
+  set(gpt_models gpt/host_model_fp32.cpp gpt/host_model_bf16.cpp)
   _tpx_example_objects(tpx_${dir}_ranks
-                       SOURCES ${dir}/host_rank_fp32.cpp ${dir}/host_rank_bf16.cpp
+                       SOURCES ${dir}/host_rank_fp32.cpp ${dir}/host_rank_bf16.cpp ${${dir}_models}
                        LIBRARIES tpx::tpx tpx::io)
 endfunction()
 
 function(tpx_trainer_device_ranks dir)
-  _tpx_example_objects(tpx_${dir}_device_ranks SOURCES ${dir}/device_ranks.cu
+  # Beside the GPT's loops, its model, both compute types in one file (gpt/device_ranks.hpp).
+  set(gpt_models gpt/device_model.cu)
+  _tpx_example_objects(tpx_${dir}_device_ranks SOURCES ${dir}/device_ranks.cu ${${dir}_models}
                        LIBRARIES tpx::cuda tpx::io)
 endfunction()
 

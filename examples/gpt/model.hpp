@@ -370,14 +370,18 @@ struct step_chain {
   }
 };
 
-// Forward and backward passes in compute type Tc (float or tpx::bf16), on tensors of Space, with
-// the residual stream split along the sequence over Y (SequenceParallel) or whole on every rank
-// of Y (plain tensor parallelism), and X splitting the batch (data parallel) or each sequence
-// (ContextParallel, with SequenceParallel only); model below chooses by the config.
-template <class Tc, class Space, bool SequenceParallel, bool ContextParallel = false>
+// How the model splits its activations: the residual stream split along the sequence over Y
+// (sequence parallel) or whole on every rank of Y (plain tensor parallel), and X splitting the
+// batch (data parallel: both of those) or each sequence (context parallel, on the
+// sequence-parallel stream).
+enum class layout { sequence_parallel, plain_tensor_parallel, context_parallel };
+
+// Forward and backward passes in compute type Tc (float or tpx::bf16), on tensors of Space, in
+// one layout; model below chooses by the config.
+template <class Tc, class Space, layout Layout>
 class transformer {
-  static_assert(SequenceParallel || !ContextParallel,
-                "gpt: context parallelism is written for the sequence-parallel stream");
+  static constexpr bool SequenceParallel = Layout != layout::plain_tensor_parallel;
+  static constexpr bool ContextParallel = Layout == layout::context_parallel;
 
  public:
   template <class T, class... Spec>
@@ -425,36 +429,9 @@ class transformer {
 
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
   // parameter's gradient, reduce-scattered onto the parameter's sharding and summed over R.
-  scalar forward_backward(const params& p, const batch<Space>& tokens, params& grads) const {
-    const int layers = static_cast<int>(p.norm1.size());
-    block_weight_stream weights(*this, p, trainer::block_visits(layers, c_.checkpoint_every));
-    std::optional<tpx::pending<head_weights>> head;
-    gradient_reductions reductions(*this);
-    std::optional<scalar> loss;
-    tpx::mark_phase("embedding forward");
-    const stream_gradient dx = trainer::stack_forward_backward(
-        layers, c_.checkpoint_every, embed_forward(p, tokens_of(tokens)),
-        [&](int l, const stream& x) {
-          if (l + 1 == layers && !head) head = start([this, &p] { return gather_head(p); });
-          tpx::mark_phase("block weights");
-          return block_forward(weights.take(l), x);
-        },
-        [&](const stream& x) {
-          head_result h =
-              head_forward_backward(head->get(), x, layouts_of(tokens).sublayer, grads, reductions);
-          loss = std::move(h.loss);
-          return std::move(h.dx);
-        },
-        [&](int l, const block_state& s, const stream_gradient& dout) {
-          tpx::mark_phase("block weights");
-          return block_backward(weights.take(l), l, s, dout, grads, reductions);
-        });
-    tpx::mark_phase("embedding backward");
-    embed_backward(tokens_of(tokens), dx, grads, reductions);
-    tpx::mark_phase("gradient reductions (wait)");
-    reductions.wait();
-    return std::move(*loss);
-  }
+  // (Defined below the class, not inline, so that a file can declare its instantiations extern
+  // and link them from the one file that compiles them: TPX_GPT_FORWARD_BACKWARD below.)
+  scalar forward_backward(const params& p, const batch<Space>& tokens, params& grads) const;
 
  private:
   // fn(), on the rank's communication thread while this thread goes on (c_.overlap), or now.
@@ -905,6 +882,49 @@ class transformer {
   config c_;
 };
 
+template <class Tc, class Space, layout Layout>
+auto transformer<Tc, Space, Layout>::forward_backward(
+    const params& p, const batch<Space>& tokens, params& grads) const -> scalar {
+  const int layers = static_cast<int>(p.norm1.size());
+  block_weight_stream weights(*this, p, trainer::block_visits(layers, c_.checkpoint_every));
+  std::optional<tpx::pending<head_weights>> head;
+  gradient_reductions reductions(*this);
+  std::optional<scalar> loss;
+  tpx::mark_phase("embedding forward");
+  const stream_gradient dx = trainer::stack_forward_backward(
+      layers, c_.checkpoint_every, embed_forward(p, tokens_of(tokens)),
+      [&](int l, const stream& x) {
+        if (l + 1 == layers && !head) head = start([this, &p] { return gather_head(p); });
+        tpx::mark_phase("block weights");
+        return block_forward(weights.take(l), x);
+      },
+      [&](const stream& x) {
+        head_result h =
+            head_forward_backward(head->get(), x, layouts_of(tokens).sublayer, grads, reductions);
+        loss = std::move(h.loss);
+        return std::move(h.dx);
+      },
+      [&](int l, const block_state& s, const stream_gradient& dout) {
+        tpx::mark_phase("block weights");
+        return block_backward(weights.take(l), l, s, dout, grads, reductions);
+      });
+  tpx::mark_phase("embedding backward");
+  embed_backward(tokens_of(tokens), dx, grads, reductions);
+  tpx::mark_phase("gradient reductions (wait)");
+  reductions.wait();
+  return std::move(*loss);
+}
+
+// TPX_GPT_FORWARD_BACKWARD(Tc, Space, Layout) names transformer's forward_backward in a layout as
+// an explicit instantiation does: `extern template TPX_GPT_FORWARD_BACKWARD(float,
+// tpx::host_space, sequence_parallel);` where it is used, `template ...;` in the file that
+// compiles it (host_ranks.hpp and host_model_*.cpp, device_ranks.hpp and device_model.cu).
+#define TPX_GPT_FORWARD_BACKWARD(Tc, Space, Layout)                                           \
+  gpt::transformer<Tc, Space, gpt::layout::Layout>::scalar                                    \
+  gpt::transformer<Tc, Space, gpt::layout::Layout>::forward_backward(                         \
+      const gpt::model_tensors<Space>&, const gpt::batch<Space>&, gpt::model_tensors<Space>&) \
+      const
+
 // Why the model cannot be built as c asks, in the command line's words; empty when it can.
 inline std::string unsupported(const config& c) {
   if (c.context_parallel && c.plain_tensor_parallel)
@@ -952,8 +972,9 @@ class model {
   }
 
  private:
-  using either = std::variant<transformer<Tc, Space, true>, transformer<Tc, Space, false>,
-                              transformer<Tc, Space, true, true>>;
+  using either = std::variant<transformer<Tc, Space, layout::sequence_parallel>,
+                              transformer<Tc, Space, layout::plain_tensor_parallel>,
+                              transformer<Tc, Space, layout::context_parallel>>;
   static either made(const tpx::rank_context& rank, const config& c) {
     if (const std::string why = unsupported(c); !why.empty())
       throw std::invalid_argument("gpt: " + why);
