@@ -15,8 +15,9 @@
 #       GPUs (default 1) it prints "skipped: no CUDA device" (or how many it needs) and CTest
 #       counts it as skipped, never as passed.
 #   tpx_add_static_test(NAME n SOURCE file)
-#       a static_assert-only file: the test is that it compiles. It is built with everything else,
-#       so a broken assertion breaks the build, and the CTest test n rebuilds it. Label static.
+#       a file whose compiling is the test: static_assert-only, or compiled with options that make
+#       a warning an error (target_compile_options on n). It is built with everything else, so a
+#       broken assertion breaks the build, and the CTest test n rebuilds it. Label static.
 #   tpx_add_compile_fail_test(NAME n SOURCE file REGEX regex [DEFINES macros...]
 #                             [LIBRARIES targets...])
 #       a file that must not compile: the CTest test n compiles it and passes only if that fails
