@@ -47,6 +47,8 @@ function(tpx_trainer_command_line dir)
 endfunction()
 
 function(tpx_trainer_dry_run dir)
-  _tpx_example_objects(tpx_${dir}_dry_run SOURCES ${dir}/dry_run.cpp
+  # Beside the GPT's dry run, its model on meta tensors (gpt/dry_run_model.hpp says why).
+  set(gpt_models gpt/dry_run_model.cpp)
+  _tpx_example_objects(tpx_${dir}_dry_run SOURCES ${dir}/dry_run.cpp ${${dir}_models}
                        LIBRARIES tpx::io)
 endfunction()
