@@ -2,9 +2,5 @@
 // compiled here once (device_ranks.hpp says why).
 #include "device_ranks.hpp"
 
-template TPX_GPT_FORWARD_BACKWARD(float, tpx::cuda::device_space, sequence_parallel);
-template TPX_GPT_FORWARD_BACKWARD(float, tpx::cuda::device_space, plain_tensor_parallel);
-template TPX_GPT_FORWARD_BACKWARD(float, tpx::cuda::device_space, context_parallel);
-template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::cuda::device_space, sequence_parallel);
-template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::cuda::device_space, plain_tensor_parallel);
-template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::cuda::device_space, context_parallel);
+TPX_GPT_LAYOUTS(template, float, tpx::cuda::device_space);
+TPX_GPT_LAYOUTS(template, tpx::bf16, tpx::cuda::device_space);

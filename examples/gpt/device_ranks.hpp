@@ -18,9 +18,5 @@
 extern template TPX_TRAINER_DEVICE_RANK(float, gpt::family);
 extern template TPX_TRAINER_DEVICE_RANK(tpx::bf16, gpt::family);
 
-extern template TPX_GPT_FORWARD_BACKWARD(float, tpx::cuda::device_space, sequence_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(float, tpx::cuda::device_space, plain_tensor_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(float, tpx::cuda::device_space, context_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::cuda::device_space, sequence_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::cuda::device_space, plain_tensor_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::cuda::device_space, context_parallel);
+TPX_GPT_LAYOUTS(extern template, float, tpx::cuda::device_space);
+TPX_GPT_LAYOUTS(extern template, tpx::bf16, tpx::cuda::device_space);

@@ -2,9 +2,5 @@
 // compiled here once for --dry-run (dry_run_model.hpp says why).
 #include "dry_run_model.hpp"
 
-template TPX_GPT_FORWARD_BACKWARD(float, tpx::meta_space, sequence_parallel);
-template TPX_GPT_FORWARD_BACKWARD(float, tpx::meta_space, plain_tensor_parallel);
-template TPX_GPT_FORWARD_BACKWARD(float, tpx::meta_space, context_parallel);
-template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::meta_space, sequence_parallel);
-template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::meta_space, plain_tensor_parallel);
-template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::meta_space, context_parallel);
+TPX_GPT_LAYOUTS(template, float, tpx::meta_space);
+TPX_GPT_LAYOUTS(template, tpx::bf16, tpx::meta_space);

@@ -10,9 +10,5 @@
 
 #include "family.hpp"
 
-extern template TPX_GPT_FORWARD_BACKWARD(float, tpx::meta_space, sequence_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(float, tpx::meta_space, plain_tensor_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(float, tpx::meta_space, context_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::meta_space, sequence_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::meta_space, plain_tensor_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::meta_space, context_parallel);
+TPX_GPT_LAYOUTS(extern template, float, tpx::meta_space);
+TPX_GPT_LAYOUTS(extern template, tpx::bf16, tpx::meta_space);

@@ -2,6 +2,4 @@
 // here once (host_ranks.hpp says why).
 #include "host_ranks.hpp"
 
-template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::host_space, sequence_parallel);
-template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::host_space, plain_tensor_parallel);
-template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::host_space, context_parallel);
+TPX_GPT_LAYOUTS(template, tpx::bf16, tpx::host_space);

@@ -20,9 +20,5 @@
 extern template TPX_TRAINER_HOST_RANK(float, gpt::family);
 extern template TPX_TRAINER_HOST_RANK(tpx::bf16, gpt::family);
 
-extern template TPX_GPT_FORWARD_BACKWARD(float, tpx::host_space, sequence_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(float, tpx::host_space, plain_tensor_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(float, tpx::host_space, context_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::host_space, sequence_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::host_space, plain_tensor_parallel);
-extern template TPX_GPT_FORWARD_BACKWARD(tpx::bf16, tpx::host_space, context_parallel);
+TPX_GPT_LAYOUTS(extern template, float, tpx::host_space);
+TPX_GPT_LAYOUTS(extern template, tpx::bf16, tpx::host_space);

@@ -916,14 +916,19 @@ auto transformer<Tc, Space, Layout>::forward_backward(
 }
 
 // TPX_GPT_FORWARD_BACKWARD(Tc, Space, Layout) names transformer's forward_backward in a layout as
-// an explicit instantiation does: `extern template TPX_GPT_FORWARD_BACKWARD(float,
-// tpx::host_space, sequence_parallel);` where it is used, `template ...;` in the file that
-// compiles it (host_ranks.hpp and host_model_*.cpp, device_ranks.hpp and device_model.cu).
+// an explicit instantiation does, and TPX_GPT_LAYOUTS(prefix, Tc, Space) declares it in each
+// layout: `TPX_GPT_LAYOUTS(extern template, float, tpx::host_space);` where it is used,
+// `TPX_GPT_LAYOUTS(template, float, tpx::host_space);` in the file that compiles it
+// (host_ranks.hpp and host_model_*.cpp, device_ranks.hpp and device_model.cu, dry_run_model.*).
 #define TPX_GPT_FORWARD_BACKWARD(Tc, Space, Layout)                                           \
   gpt::transformer<Tc, Space, gpt::layout::Layout>::scalar                                    \
   gpt::transformer<Tc, Space, gpt::layout::Layout>::forward_backward(                         \
       const gpt::model_tensors<Space>&, const gpt::batch<Space>&, gpt::model_tensors<Space>&) \
       const
+#define TPX_GPT_LAYOUTS(prefix, Tc, Space)                           \
+  prefix TPX_GPT_FORWARD_BACKWARD(Tc, Space, sequence_parallel);     \
+  prefix TPX_GPT_FORWARD_BACKWARD(Tc, Space, plain_tensor_parallel); \
+  prefix TPX_GPT_FORWARD_BACKWARD(Tc, Space, context_parallel)
 
 // Why the model cannot be built as c asks, in the command line's words; empty when it can.
 inline std::string unsupported(const config& c) {
