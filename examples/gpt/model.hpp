@@ -430,7 +430,7 @@ class transformer {
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
   // parameter's gradient, reduce-scattered onto the parameter's sharding and summed over R.
   // (Defined below the class, not inline, so that a file can declare its instantiations extern
-  // and link them from the one file that compiles them: TPX_GPT_FORWARD_BACKWARD below.)
+  // and link them from the one file that compiles them: TPX_GPT_LAYOUTS below.)
   scalar forward_backward(const params& p, const batch<Space>& tokens, params& grads) const;
 
  private:
