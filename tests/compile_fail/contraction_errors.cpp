@@ -3,7 +3,8 @@
 // products (nn/gelu_product.hpp), RMSNorm's backward pass on a gradient of another layout
 // (nn/rmsnorm.hpp), rotary embedding of a split head dim or of a missing position dim
 // (nn/rotary.hpp), a load-balanced sequence order named over other axes than the sequence's
-// (nn/sequence_order.hpp), an embedding lookup into a partial sum (nn/embedding.hpp) and the renaming of
+// (nn/sequence_order.hpp), an embedding lookup into a partial sum (nn/embedding.hpp), a loss per
+// block of a dim the logits do not lead with (nn/cross_entropy.hpp) and the renaming of
 // dims they need (ops/rename.hpp) that tpx must reject at compile time, one per case, each with the
 // sentence the compiler must print. As for sharding_errors.cpp, tests/CMakeLists.txt reads the
 // `// expect(CASE): text` lines below, compiles this file once per CASE with -DCASE, and passes
@@ -30,7 +31,9 @@
 // expect(ROTARY_NO_POSITION_DIM): rotary: tensor \[B, T, H, E\] has no position dim S before its last
 // expect(ROTARY_ORDER_WHOLE_DIM): rotary: sequence dim T of \[B, T, H, E\] is whole on every rank, but load_balanced<X> orders a sequence split over those axes
 // expect(EMBEDDING_ADD_PARTIAL): embedding_add: x \[B_X, T, E\].U_Y. is a partial sum
+// expect(CROSS_ENTROPY_PER_NOT_LEADING): cross_entropy_per<S>: logits \[B_X, S, F_Y\] do not lead with dim S
 #include <tpx/nn/attention.hpp>
+#include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
 #include <tpx/nn/fused_attention.hpp>
 #include <tpx/nn/gelu_product.hpp>
@@ -126,6 +129,10 @@ void body() {
   auto x = some<Tensor<float, B<X>, T<>, E<>, Unreduced<Y>>>();
   tpx::nn::embedding_add(x, some<Tensor<float, F<>, E<>>>(),
                          some<Tensor<std::int32_t, B<X>, T<>, J<>>>(), 0);
+#elif defined(CROSS_ENTROPY_PER_NOT_LEADING)
+  // A pipeline's loss per stage block, with the stage dim S behind the rows.
+  auto ce = tpx::nn::cross_entropy_per<S>(some<Tensor<float, B<X>, S<>, F<Y>>>(),
+                                          some<Tensor<std::int32_t, B<X>, S<>, J<>>>(), 0);
 #endif
 }
 

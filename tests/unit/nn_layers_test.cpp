@@ -11,7 +11,9 @@
 // against double, relative to the magnitude of the summed terms: 1e-5 for sums of a few dozen
 // terms, as stated at each check. Rotary embedding of [B, T, H, E] and [B, H, T, E] with
 // positions, heads and batch split over X and Y (uneven blocks) turns every pair by its global
-// position's angle, forward and back, as a loop in double does.
+// position's angle, forward and back, as a loop in double does. A pipeline's loss per stage block
+// (cross_entropy_per<S> of [S_P, B_X, V_Y], scaled) equals each block's loss in double, computed
+// by the loss's stage alone with no collective over P.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -311,6 +313,70 @@ TEST_CASE("vocab-parallel cross-entropy over V_Y equals the unsharded loss and g
     check_close({tpx::scalar_on_host(ce.loss)}, {loss}, loss, 1e-5, "loss");
     check_close(tpx::to_global(ce.dlogits), dlogits, 1.0 / rows, 1e-5, "dlogits");
   });
+}
+
+namespace {
+TPX_MESH_AXES(P);  // pipeline stages
+TPX_DIMS(S);       // the stage dim, S_P
+}  // namespace
+
+// A pipeline's loss stage alone takes its microbatch's loss of logits [S_P, B_X, V_Y]: a loss per
+// stage block, the block's mean times `scale`, which needs collectives over X and Y only, none
+// over P (the other stages are elsewhere at that tick, and here never call it).
+TEST_CASE("cross_entropy_per<S> keeps a loss per stage block, with no collective over the stages") {
+  const std::int64_t rows = 7, vocab = 11, width = 2, column = 1;
+  const float scale = 0.25f;
+  for (const auto& mesh : {std::tuple{1, 1, 1}, {2, 2, 2}, {3, 1, 2}, {2, 3, 1}}) {
+    // plain variables, not bindings: clang before 16 cannot capture bindings in lambdas
+    const int mp = std::get<0>(mesh), mx = std::get<1>(mesh), my = std::get<2>(mesh);
+    CAPTURE(mp);
+    CAPTURE(mx);
+    CAPTURE(my);
+    // Every stage's block has logits and targets of its own.
+    const auto logits = values(mp * rows * vocab, 44, 3.0f);
+    std::vector<std::int32_t> tokens(mp * rows * width);
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<std::int32_t>((i * 7 + 2) % vocab);
+    std::vector<double> loss(mp), dlogits(mp * rows * vocab);
+    for (std::int64_t r = 0; r < mp * rows; ++r) {
+      const float* x = &logits[r * vocab];
+      const std::int64_t t = tokens[r * width + column];
+      double m = -INFINITY, s = 0;
+      for (std::int64_t v = 0; v < vocab; ++v) m = std::max(m, double(x[v]));
+      for (std::int64_t v = 0; v < vocab; ++v) s += std::exp(x[v] - m);
+      loss[r / rows] += scale * (m + std::log(s) - x[t]) / rows;
+      for (std::int64_t v = 0; v < vocab; ++v)
+        dlogits[r * vocab + v] = scale * (std::exp(x[v] - m) / s - (v == t)) / rows;
+    }
+    for (int loss_stage = 0; loss_stage < mp; ++loss_stage)
+      tpx::spmd(tpx::host, tpx::Mesh<P, X, Y>{mp, mx, my}, [&](auto& rank) {
+        if (rank.template axis<P>().coord != loss_stage) return;
+        const auto ls = tpx::from_global<float, S<P>, B<X>, V<Y>>(
+            rank, {S(mp), B(rows), V(vocab)}, logits);
+        const auto ts = tpx::from_global<std::int32_t, S<P>, B<X>, W<>>(
+            rank, {S(mp), B(rows), W(width)}, tokens);
+        const auto ce = tpx::nn::cross_entropy_per<S>(ls, ts, column, scale);
+        static_assert(std::is_same_v<std::remove_cvref_t<decltype(ce.loss)>, tpx::Tensor<float, S<P>>>);
+        static_assert(std::is_same_v<std::remove_cvref_t<decltype(ce.dlogits)>,
+                                     tpx::Tensor<float, S<P>, B<X>, V<Y>>>);
+        for (const tpx::collective_traffic& over :
+             {rank.traffic_by_axes()[1], rank.traffic_by_axes()[3], rank.traffic_by_axes()[5],
+              rank.traffic_by_axes()[7]})
+          CHECK(over.total().calls == 0);
+        const auto stage_loss = ce.loss.local();
+        check_close({stage_loss.begin(), stage_loss.end()}, {loss[loss_stage]}, loss[loss_stage], 1e-5,
+                    "loss");
+        // This rank's block of the gradient: its rows of the stage's block, its vocabulary columns.
+        std::vector<double> mine;
+        for (std::int64_t r = 0; r < ce.dlogits.local_extent(1); ++r)
+          for (std::int64_t v = 0; v < ce.dlogits.local_extent(2); ++v)
+            mine.push_back(dlogits[((loss_stage * rows) + ce.dlogits.local_offset(1) + r) * vocab +
+                                   ce.dlogits.local_offset(2) + v]);
+        const auto block = ce.dlogits.local();
+        check_close(std::vector<float>(block.begin(), block.end()), mine, scale / rows, 1e-5,
+                    "dlogits");
+      });
+  }
 }
 
 // Handed over as an rvalue, the logits' buffer becomes the gradient's: no second [Rows, V] buffer,

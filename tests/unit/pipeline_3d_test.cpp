@@ -14,7 +14,12 @@
 //  - the global norm that gradient clipping reads (nn::squared_norm of each stacked gradient,
 //    reduced over P, X and Y, every axis that splits it): the whole model's, on every rank of every
 //    stage (TorchTitan had to learn to reduce it over the pipeline too: pytorch/torchtitan#596);
-// so the axes compose: a stage's ranks along X and Y run the same microbatch at the same tick and
+// and, with a softmax cross-entropy head in place of the squared error (the last piece's output
+// as logits over a vocabulary of D's extent, split over Y: nn::cross_entropy_per<S>, vocab
+// parallel, on the loss's stage alone), the step's loss (relative 1e-5), summed over the
+// microbatches and reduced over P once after the step, on every rank of every stage, and the same
+// outputs and gradients; so the axes compose: a stage's ranks along X and Y run the same
+// microbatch at the same tick and
 // their collectives meet, whichever schedule orders the ticks, and also with the passes over P in
 // the background (on each rank's communication thread, beside the stages' collectives over X and
 // Y on the ranks' own threads), on 2x1x2, 2x2x2 and 3x1x2.
@@ -24,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <tpx/kernels/random.hpp>
+#include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/global_norm.hpp>
 #include <tpx/nn/pipeline.hpp>
 #include <tpx/tpx.hpp>
@@ -43,7 +49,13 @@ using tpx::nn::pipeline_order;
 constexpr int layers = 12;
 constexpr std::int64_t width = 8, hidden_width = 16;
 
+// The loss at the end of the model: 0.5 sum (x_L - y)^2 / N, or the mean softmax cross-entropy
+// of x_L's rows as logits over D, row r's target token_of(r).
+enum class head { squared_error, cross_entropy };
+std::int32_t token_of(std::int64_t row) { return static_cast<std::int32_t>((row * 5 + 3) % width); }
+
 struct reference {
+  double loss = 0;
   std::vector<double> outputs;                 // x_L, [N, D] row-major
   std::vector<std::vector<double>> grads_in;   // dW_in[l], [D, F]
   std::vector<std::vector<double>> grads_out;  // dW_out[l], [F, D]
@@ -52,7 +64,7 @@ struct reference {
 // The model whole: naive loops in double over x [N, D], y [N, D], w_in[l] [D, F], w_out[l] [F, D].
 reference run_whole(const std::vector<float>& x0, const std::vector<float>& y,
                     const std::vector<std::vector<float>>& w_in,
-                    const std::vector<std::vector<float>>& w_out, std::int64_t n) {
+                    const std::vector<std::vector<float>>& w_out, std::int64_t n, head loss) {
   const std::int64_t d = width, f = hidden_width;
   std::vector<std::vector<double>> xs(layers + 1), pre(layers, std::vector<double>(n * f));
   xs[0].assign(x0.begin(), x0.end());
@@ -68,10 +80,25 @@ reference run_whole(const std::vector<float>& x0, const std::vector<float>& y,
               tpx::testing::gelu_reference(pre[l][r * f + j]) * w_out[l][j * d + i];
     }
   }
-  reference out{xs[layers], std::vector<std::vector<double>>(layers, std::vector<double>(d * f)),
+  reference out{0, xs[layers], std::vector<std::vector<double>>(layers, std::vector<double>(d * f)),
                 std::vector<std::vector<double>>(layers, std::vector<double>(f * d))};
   std::vector<double> dy(n * d);
-  for (std::int64_t k = 0; k < n * d; ++k) dy[k] = (xs[layers][k] - y[k]) / static_cast<double>(n);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const double* x = &xs[layers][r * d];
+    if (loss == head::squared_error) {
+      for (std::int64_t i = 0; i < d; ++i) {
+        out.loss += 0.5 * (x[i] - y[r * d + i]) * (x[i] - y[r * d + i]) / static_cast<double>(n);
+        dy[r * d + i] = (x[i] - y[r * d + i]) / static_cast<double>(n);
+      }
+    } else {
+      double m = -INFINITY, sum = 0;
+      for (std::int64_t i = 0; i < d; ++i) m = std::max(m, x[i]);
+      for (std::int64_t i = 0; i < d; ++i) sum += std::exp(x[i] - m);
+      out.loss += (m + std::log(sum) - x[token_of(r)]) / static_cast<double>(n);
+      for (std::int64_t i = 0; i < d; ++i)
+        dy[r * d + i] = (std::exp(x[i] - m) / sum - (i == token_of(r))) / static_cast<double>(n);
+    }
+  }
   for (int l = layers - 1; l >= 0; --l) {
     std::vector<double> dx = dy;
     for (std::int64_t r = 0; r < n; ++r)
@@ -107,7 +134,9 @@ double largest(const std::vector<double>& v) {
 using tpx::nn::pipeline_passes;
 
 void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipeline_order order,
-                       pipeline_passes passes = pipeline_passes::in_step) {
+                       pipeline_passes passes = pipeline_passes::in_step,
+                       head loss = head::squared_error) {
+  CAPTURE(loss == head::cross_entropy);
   CAPTURE(stages);
   CAPTURE(data);
   CAPTURE(tensor);
@@ -130,7 +159,9 @@ void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipel
       w_in[l][k] = 0.3f * tpx::kernels::normal_at(10 + l, static_cast<std::uint64_t>(k));
       w_out[l][k] = 0.2f * tpx::kernels::normal_at(40 + l, static_cast<std::uint64_t>(k));
     }
-  const reference whole = run_whole(x0, y, w_in, w_out, n);
+  const reference whole = run_whole(x0, y, w_in, w_out, n, loss);
+  std::vector<std::int32_t> tokens(n);
+  for (std::int64_t r = 0; r < n; ++r) tokens[r] = token_of(r);
   double whole_squares = 0;
   for (int l = 0; l < layers; ++l)
     for (const std::vector<double>* g : {&whole.grads_in[l], &whole.grads_out[l]})
@@ -160,6 +191,26 @@ void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipel
                                     all.begin() + (m + 1) * rows * width);
       return tpx::from_global<float, S<P>, B<X>, D<>>(
           rank, {S(stages), B(rows), D(width)}, stacked([&](int) -> const auto& { return mine; }));
+    };
+    // Microbatch m's targets, [S_P, B_X, 1], every stage's block the same.
+    const auto targets = [&](int m) {
+      std::vector<std::int32_t> all;
+      for (int s = 0; s < stages; ++s)
+        all.insert(all.end(), tokens.begin() + m * rows, tokens.begin() + (m + 1) * rows);
+      return tpx::from_global<std::int32_t, S<P>, B<X>, D<>>(rank, {S(stages), B(rows), D(1)},
+                                                             all);
+    };
+    // The microbatches' losses, summed on the loss's stage (the last piece's); 0 elsewhere.
+    auto step_loss = tpx::from_global<float, S<P>>(rank, {S(stages)},
+                                                   std::vector<float>(stages, 0.0f));
+    // The gradient of the model's output for microbatch m, from the loss, on the loss's stage.
+    const auto output_gradient = [&](int m, const rows_t& out) -> rows_t {
+      if (loss == head::squared_error) return (out - microbatch(y, m)) * (1.0 / static_cast<double>(n));
+      // Logits over a vocabulary of D's extent, split over Y: a local slice, no communication.
+      auto ce = tpx::nn::cross_entropy_per<S>(tpx::slice<Y, D>(out), targets(m), 0,
+                                              1.0f / static_cast<float>(microbatches));
+      step_loss = step_loss + ce.loss;
+      return tpx::all_gather<Y>(std::move(ce.dlogits));
     };
     std::vector<stage_t> pieces;  // by chunk
     for (int c = 0; c < chunks; ++c) {
@@ -194,15 +245,23 @@ void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipel
         },
         [&](int m, int c, rows_t dout) {
           stage_t& piece = pieces[c];
-          return piece.backward(m, piece.last ? (*piece.outputs[m] - microbatch(y, m)) *
-                                                    (1.0 / static_cast<double>(n))
-                                              : std::move(dout));
+          return piece.backward(m, piece.last ? output_gradient(m, *piece.outputs[m]) : std::move(dout));
         },
         [&](int m, int c) { pieces[c].weight_gradient(m); });
     for (stage_t& piece : pieces) piece.release();
 
-    // One all-reduce over Y per block each way per microbatch (none on a single rank).
-    CHECK(over_y() - over_y_before == (tensor > 1 ? 2 * chunks * per_piece * microbatches : 0));
+    // One all-reduce over Y per block each way per microbatch (none on a single rank); the loss's
+    // stage adds the cross-entropy's three (the rows' max, sum of exponentials, target logit).
+    const bool loss_stage = std::any_of(pieces.begin(), pieces.end(), [](const stage_t& p) { return p.last; });
+    const int loss_reductions = loss == head::cross_entropy && loss_stage ? 3 : 0;
+    CHECK(over_y() - over_y_before ==
+          (tensor > 1 ? (2 * chunks * per_piece + loss_reductions) * microbatches : 0));
+    // The step's loss, reduced over P once: every rank of every stage has it.
+    const tpx::Tensor<float> logged =
+        tpx::all_reduce<P>(tpx::einsum<S>(step_loss, tpx::from_global<float, S<P>>(
+                                                         rank, {S(stages)}, std::vector<float>(stages, 1.0f))));
+    if (loss == head::cross_entropy)
+      CHECK(logged.local()[0] == doctest::Approx(whole.loss).epsilon(1e-5));
     for (const stage_t& piece : pieces)
       if (piece.last)
         for (int m = 0; m < microbatches; ++m) {
@@ -247,6 +306,17 @@ TEST_CASE(
       check_3d_pipeline(stages, data, tensor, 2 * stages, order);
       if (order != pipeline_order::interleaved) check_3d_pipeline(stages, data, tensor, 1, order);
     }
+}
+
+TEST_CASE(
+    "a cross-entropy head on the loss's stage alone, vocab parallel over Y, gives the whole "
+    "model's loss and gradients in every schedule") {
+  for (const pipeline_order order : every_order)
+    for (const auto& [stages, data, tensor] : {std::tuple{1, 1, 1}, {2, 2, 2}, {3, 1, 2}, {2, 1, 2}})
+      check_3d_pipeline(stages, data, tensor, 2 * stages, order, pipeline_passes::in_step,
+                        head::cross_entropy);
+  check_3d_pipeline(3, 1, 2, 6, pipeline_order::zero_bubble_v, pipeline_passes::in_background,
+                    head::cross_entropy);
 }
 
 TEST_CASE(

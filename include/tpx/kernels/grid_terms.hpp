@@ -138,8 +138,10 @@ struct target_logit_of_row {
   }
 };
 
-// share * loss of row c (the grid is one row of `rows` columns): summed, this rank's part of the
-// mean loss. NaN for a target outside [0, vocab), as cross_entropy_forward_row gives.
+// share * loss of row l * losses_of + c, for loss l (the grid is a row of `losses_of` columns per
+// loss: one row of every row for a mean over all of them, one per pipeline stage's block):
+// summed, this rank's part of loss l. NaN for a target outside [0, vocab), as
+// cross_entropy_forward_row gives.
 struct cross_entropy_loss_at {
   const float* row_max;
   const float* row_sum;
@@ -147,10 +149,11 @@ struct cross_entropy_loss_at {
   token_at target;
   std::int64_t vocab;
   float share;
-  TPX_HOST_DEVICE float operator()(std::int64_t, std::int64_t c) const {
-    const std::int64_t t = target(c);
+  std::int64_t losses_of;
+  TPX_HOST_DEVICE float operator()(std::int64_t l, std::int64_t c) const {
+    const std::int64_t r = l * losses_of + c, t = target(r);
     if (t < 0 || t >= vocab) return NAN;
-    return share * cross_entropy_loss(softmax_stats{row_max[c], row_sum[c]}, target_logit[c]);
+    return share * cross_entropy_loss(softmax_stats{row_max[r], row_sum[r]}, target_logit[r]);
   }
 };
 

@@ -24,12 +24,22 @@
 // Any number of leading dims are rows (logits[B_X, T, V_Y] for a sequence model; nn/rows.hpp),
 // and the mean is over all of them. The targets are column `column` of an int32 token tensor
 // [Rows..., W] whose leading dims are split like the logits'. A target outside [0, V) gives a NaN loss. Everything runs in the logits' memory space.
+//
+// cross_entropy_per<S>(logits[S_P, B_X, V_Y], ...) keeps a loss per block of the leading dim S:
+// a pipeline's microbatch on its loss stage (nn/pipeline.hpp), whose logits carry the stage dim
+// S split over P. The loss is then [S_P], each block's the mean over that block's rows, reduced
+// over the other rows' axes (X) only: a mean over S as well would all-reduce over P, which only
+// the loss's stage reaches at that tick. Summed over a step's microbatches it is the loss on the
+// loss's stage and 0 elsewhere, which one AllReduce over P per logged step gives every rank.
+// `scale` multiplies the loss and its gradient (1/M for the mean over M microbatches), in the
+// same pass.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 
+#include "tpx/core/compile_error.hpp"
 #include "tpx/kernels/grid_terms.hpp"
 #include "tpx/kernels/reduction.hpp"
 #include "tpx/nn/rows.hpp"
@@ -54,14 +64,25 @@ concept row_cross_entropy_gradient_space =
       Space::cross_entropy_gradient_rows(ctx, n, n, logits, stats, stats, kernels::token_at{}, n, 1.0f, out);
     };
 
-// t's partial maxima over every axis of Axes combined: AllReduce(max) over each in turn.
-template <AnyTensor Tn, class... Axes>
-auto all_reduce_max_over(const Tn& t, type_list<Axes...>) {
+// Whether Tn's first dim is S.
+template <AnyTensor Tn, template <class...> class S>
+constexpr bool leads_with() {
+  if constexpr (Tn::order == 0)
+    return false;
+  else
+    return same_dim_v<type_at_t<0, typename Tn::dims>, S<>>;
+}
+
+// t's partial maxima over every axis of Axes combined: AllReduce(max) over each in turn (over an
+// axis of one rank, a t handed over moves on).
+template <class Tn, class... Axes>
+requires AnyTensor<std::remove_cvref_t<Tn>>
+auto all_reduce_max_over(Tn&& t, type_list<Axes...>) {
   if constexpr (sizeof...(Axes) == 0) {
-    return Tn(t);
+    return std::remove_cvref_t<Tn>(std::forward<Tn>(t));
   } else {
     return [&]<class First, class... Rest>(type_list<First, Rest...>) {
-      return all_reduce_max_over(all_reduce_max<First>(t), type_list<Rest...>{});
+      return all_reduce_max_over(all_reduce_max<First>(std::forward<Tn>(t)), type_list<Rest...>{});
     }(type_list<Axes...>{});
   }
 }
@@ -69,17 +90,15 @@ auto all_reduce_max_over(const Tn& t, type_list<Axes...>) {
 
 template <class Loss, class Grad>
 struct cross_entropy_result {
-  Loss loss;  // the mean loss, a scalar on every rank, in the logits' memory space
+  Loss loss;  // the mean loss (per block of cross_entropy_per's dim), in the logits' memory space
   Grad dlogits;
 };
 
-// logits: [Rows..., Vocab] (Vocab may be sharded); tokens: int32 [Rows..., W] with the logits'
-// rows, split alike. Logits passed as an rvalue (std::move) are overwritten by their gradient,
-// which then needs no buffer of its own: at GPT-2's shape (16 x 1024 rows of 50,304 bf16) that is
-// 1.65 GB less at the step's peak. Passed as an lvalue they are left as they are.
-template <class L, AnyTensor Tok>
-requires AnyTensor<std::remove_cvref_t<L>>
-auto cross_entropy(L&& logits, const Tok& tokens, std::int64_t column) {
+namespace detail {
+// The loss per block of the logits' first Kept dims (0 or 1), reduced over the other rows' axes,
+// and the gradient of the logits; both scaled by `scale`.
+template <std::size_t Kept, class L, AnyTensor Tok>
+auto cross_entropy_by_blocks(L&& logits, const Tok& tokens, std::int64_t column, float scale) {
   using Lt = std::remove_cvref_t<L>;
   using Space = typename Lt::space;
   using Vocab = last_dim_t<Lt>;
@@ -136,13 +155,28 @@ auto cross_entropy(L&& logits, const Tok& tokens, std::int64_t column) {
                           kernels::target_logit_of_row<T>{logits.data(), target, first, cols, target_partial.data()});
   const Whole target_logit = reshard<Whole>(std::move(target_partial));
 
-  const float share = 1.0f / static_cast<float>(global_rows(logits));
-  using LossPartial =
-      tensor_with_t<BasicTensor<Space, float>, type_list<>, as_unreduced_t<row_axes_t<Lt>>>;
-  LossPartial loss(ctx, {}, for_overwrite);
+  // Each loss is the mean over its block's rows: kept_rows of them on this rank, out of
+  // block_rows in all.
+  using KeptDims =
+      typename detail::leading_dims<typename Lt::dims, std::make_index_sequence<Kept>>::type;
+  using KeptAxes = typename detail::axes_of_dims<KeptDims>::type;
+  const std::int64_t losses = Kept == 0 ? 1 : logits.local_extent(0), kept_rows = rows / losses;
+  const std::int64_t block_rows = global_rows(logits) / (Kept == 0 ? 1 : logits.global_extent(0));
+  const float share = scale / static_cast<float>(block_rows);
+  using LossPartial = tensor_with_t<BasicTensor<Space, float>, KeptDims,
+                                    as_unreduced_t<remove_all_t<row_axes_t<Lt>, KeptAxes>>>;
+  LossPartial loss = [&] {
+    if constexpr (Kept == 0)
+      return LossPartial(ctx, {}, for_overwrite);
+    else
+      return LossPartial(ctx,
+                         typename LossPartial::shape_type(index_array<1>{logits.global_extent(0)}),
+                         for_overwrite);
+  }();
   Space::template reduce_rows<kernels::sum_reducer<float>>(
-      ctx, 1, rows,
-      kernels::cross_entropy_loss_at{row_max.data(), row_sum.data(), target_logit.data(), target, vocab, share},
+      ctx, losses, kept_rows,
+      kernels::cross_entropy_loss_at{row_max.data(), row_sum.data(), target_logit.data(), target,
+                                     vocab, share, kept_rows},
       loss.data());
 
   // Every read of the logits is above: from here each element is read once, then its gradient
@@ -162,8 +196,34 @@ auto cross_entropy(L&& logits, const Tok& tokens, std::int64_t column) {
                             kernels::cross_entropy_gradient_at<T, T>{x, row_max.data(), row_sum.data(), target, first,
                                                                      cols, share, dlogits.data()});
   }
-  auto total = reshard<BasicTensor<Space, float>>(std::move(loss));
+  auto total =
+      reshard<tensor_with_t<BasicTensor<Space, float>, KeptDims, Unreduced<>>>(std::move(loss));
   return cross_entropy_result<decltype(total), Lt>{std::move(total), std::move(dlogits)};
+}
+}  // namespace detail
+
+// logits: [Rows..., Vocab] (Vocab may be sharded); tokens: int32 [Rows..., W] with the logits'
+// rows, split alike. Logits passed as an rvalue (std::move) are overwritten by their gradient,
+// which then needs no buffer of its own: at GPT-2's shape (16 x 1024 rows of 50,304 bf16) that is
+// 1.65 GB less at the step's peak. Passed as an lvalue they are left as they are.
+template <class L, AnyTensor Tok>
+requires AnyTensor<std::remove_cvref_t<L>>
+auto cross_entropy(L&& logits, const Tok& tokens, std::int64_t column) {
+  return detail::cross_entropy_by_blocks<0>(std::forward<L>(logits), tokens, column, 1.0f);
+}
+
+// The same with a loss per block of the logits' first dim, which must be S: logits
+// [S_P, Rows..., Vocab] -> loss [S_P], both loss and gradient scaled by `scale`.
+template <template <class...> class S, class L, AnyTensor Tok>
+requires AnyTensor<std::remove_cvref_t<L>>
+auto cross_entropy_per(L&& logits, const Tok& tokens, std::int64_t column, float scale = 1.0f) {
+  using Lt = std::remove_cvref_t<L>;
+  if constexpr (!detail::leads_with<Lt, S>()) {
+    compile_error<"tpx: cross_entropy_per<" + S<>::name + ">: logits " + Lt::notation +
+                  " do not lead with dim " + S<>::name + ", the dim with a loss per block">{};
+  } else {
+    return detail::cross_entropy_by_blocks<1>(std::forward<L>(logits), tokens, column, scale);
+  }
 }
 
 }  // namespace tpx::nn

@@ -17,7 +17,10 @@
 //                     output; the first piece of the model (stage 0) gets zeros (it reads
 //                     microbatch m itself), and the last piece's output (the last stage's, but
 //                     stage 0's under zero_bubble_v) goes nowhere (it computes the loss; return
-//                     anything)
+//                     anything). A loss over the [S_P, ...] rows keeps S: nn::cross_entropy_per<S>
+//                     (nn/cross_entropy.hpp) gives a loss per stage block with collectives over
+//                     the stage's other axes only, where a mean over S would all-reduce over P,
+//                     which the other stages do not reach at that tick
 //   backward(m, dout) the gradient of the stage's input from the gradient of its output; the
 //                     last piece gets zeros (it starts from its loss), the first piece's result
 //                     goes nowhere; the stage adds its weights' gradients wherever it keeps them
