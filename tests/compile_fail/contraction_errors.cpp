@@ -3,8 +3,9 @@
 // products (nn/gelu_product.hpp), RMSNorm's backward pass on a gradient of another layout
 // (nn/rmsnorm.hpp), rotary embedding of a split head dim or of a missing position dim
 // (nn/rotary.hpp), a load-balanced sequence order named over other axes than the sequence's
-// (nn/sequence_order.hpp), an embedding lookup into a partial sum (nn/embedding.hpp), a loss per
-// block of a dim the logits do not lead with (nn/cross_entropy.hpp) and the renaming of
+// (nn/sequence_order.hpp), an embedding lookup into a partial sum (nn/embedding.hpp), a loss, norm
+// weight or embedding table per block of a dim x does not lead with (nn/cross_entropy.hpp,
+// rmsnorm.hpp, embedding.hpp) and the renaming of
 // dims they need (ops/rename.hpp) that tpx must reject at compile time, one per case, each with the
 // sentence the compiler must print. As for sharding_errors.cpp, tests/CMakeLists.txt reads the
 // `// expect(CASE): text` lines below, compiles this file once per CASE with -DCASE, and passes
@@ -32,6 +33,9 @@
 // expect(ROTARY_ORDER_WHOLE_DIM): rotary: sequence dim T of \[B, T, H, E\] is whole on every rank, but load_balanced<X> orders a sequence split over those axes
 // expect(EMBEDDING_ADD_PARTIAL): embedding_add: x \[B_X, T, E\].U_Y. is a partial sum
 // expect(CROSS_ENTROPY_PER_NOT_LEADING): cross_entropy_per<S>: logits \[B_X, S, F_Y\] do not lead with dim S
+// expect(RMSNORM_WEIGHT_BLOCK_DIM): rmsnorm: a weight \[S_X, E\] per block must have the first and last dims of x \[S, B_X, E\], split alike
+// expect(EMBEDDING_TABLE_BLOCK_DIM): embedding_add: a table \[B, F, E\] per block must lead with the first dim of x \[S, B_X, E\], split alike
+// expect(EMBEDDING_GRADIENT_BLOCK_DIM): embedding_gradient<S, F>: dx \[B_X, S, E\] does not lead with dim S
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
@@ -133,6 +137,17 @@ void body() {
   // A pipeline's loss per stage block, with the stage dim S behind the rows.
   auto ce = tpx::nn::cross_entropy_per<S>(some<Tensor<float, B<X>, S<>, F<Y>>>(),
                                           some<Tensor<std::int32_t, B<X>, S<>, J<>>>(), 0);
+#elif defined(RMSNORM_WEIGHT_BLOCK_DIM)
+  // A stage's norm weights stacked over S, split otherwise than x's stage dim.
+  auto n = tpx::nn::rmsnorm_forward(some<Tensor<float, S<>, B<X>, E<>>>(), some<Tensor<float, S<X>, E<>>>());
+#elif defined(EMBEDDING_TABLE_BLOCK_DIM)
+  // Tables stacked over the rows' second dim, not their first.
+  auto x = some<Tensor<float, S<>, B<X>, E<>>>();
+  tpx::nn::embedding_add(x, some<Tensor<float, B<>, F<>, E<>>>(),
+                         some<Tensor<std::int32_t, S<>, B<X>, J<>>>(), 0);
+#elif defined(EMBEDDING_GRADIENT_BLOCK_DIM)
+  auto g = tpx::nn::embedding_gradient<S, F>(some<Tensor<float, B<X>, S<>, E<>>>(),
+                                             some<Tensor<std::int32_t, B<X>, S<>, J<>>>(), 0, 4);
 #endif
 }
 

@@ -13,7 +13,9 @@
 // positions, heads and batch split over X and Y (uneven blocks) turns every pair by its global
 // position's angle, forward and back, as a loop in double does. A pipeline's loss per stage block
 // (cross_entropy_per<S> of [S_P, B_X, V_Y], scaled) equals each block's loss in double, computed
-// by the loss's stage alone with no collective over P.
+// by the loss's stage alone with no collective over P; RMSNorm weights and embedding tables
+// stacked over the rows' first dim (a pipeline's stage dim, split over P or whole) give each
+// block's rows their own block's norm, lookup and gradients, as the loops in double do.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -80,26 +82,39 @@ void check_arrays_close(const std::vector<std::vector<float>>& got, const std::v
   }
 }
 
+// RMSNorm of `rows` rows of x [rows, d] with weight w [d], and its backward pass from dy, in
+// double, appended to the arrays: y, rstd, dx and dw, row-major.
+struct rmsnorm_reference {
+  std::vector<double> y, r, dx, dw;
+  void add(const float* x, const float* w, const float* dy, std::int64_t rows, std::int64_t d,
+           double eps) {
+    std::vector<double> dw_here(d, 0.0);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      double ss = 0, dot = 0;
+      for (std::int64_t j = 0; j < d; ++j) ss += double(x[i * d + j]) * x[i * d + j];
+      const double ri = 1.0 / std::sqrt(ss / d + eps);
+      r.push_back(ri);
+      for (std::int64_t j = 0; j < d; ++j) {
+        y.push_back(x[i * d + j] * ri * w[j]);
+        dot += double(w[j]) * dy[i * d + j] * x[i * d + j];
+        dw_here[j] += double(dy[i * d + j]) * x[i * d + j] * ri;
+      }
+      for (std::int64_t j = 0; j < d; ++j)
+        dx.push_back(ri * (w[j] * dy[i * d + j] - x[i * d + j] * ri * ri / d * dot));
+    }
+    dw.insert(dw.end(), dw_here.begin(), dw_here.end());
+  }
+};
+
 }  // namespace
 
 TEST_CASE("rmsnorm over D_Y equals the unsharded rmsnorm, forward and backward") {
   const std::int64_t rows = 7, d = 10;
   const float eps = 1e-5f;
   const auto x = values(rows * d, 1), w = values(d, 2), dy = values(rows * d, 3);
-  // Reference in double.
-  std::vector<double> y(rows * d), dx(rows * d), dw(d, 0.0), r(rows);
-  for (std::int64_t i = 0; i < rows; ++i) {
-    double ss = 0, dot = 0;
-    for (std::int64_t j = 0; j < d; ++j) ss += double(x[i * d + j]) * x[i * d + j];
-    r[i] = 1.0 / std::sqrt(ss / d + eps);
-    for (std::int64_t j = 0; j < d; ++j) {
-      y[i * d + j] = x[i * d + j] * r[i] * w[j];
-      dot += double(w[j]) * dy[i * d + j] * x[i * d + j];
-      dw[j] += double(dy[i * d + j]) * x[i * d + j] * r[i];
-    }
-    for (std::int64_t j = 0; j < d; ++j)
-      dx[i * d + j] = r[i] * (w[j] * dy[i * d + j] - x[i * d + j] * r[i] * r[i] / d * dot);
-  }
+  rmsnorm_reference want;
+  want.add(x.data(), w.data(), dy.data(), rows, d, eps);
+  const std::vector<double>&y = want.y, &r = want.r, &dx = want.dx, &dw = want.dw;
   on_each_mesh([&](auto& rank) {
     const auto xs = tpx::from_global<float, B<X>, D<Y>>(rank, {B(rows), D(d)}, x);
     const auto ws = tpx::from_global<float, D<Y>>(rank, {D(d)}, w);
@@ -376,6 +391,69 @@ TEST_CASE("cross_entropy_per<S> keeps a loss per stage block, with no collective
         check_close(std::vector<float>(block.begin(), block.end()), mine, scale / rows, 1e-5,
                     "dlogits");
       });
+  }
+}
+
+// A pipeline stacks its stages' norms and embedding tables: a weight per block of x's first dim S,
+// each block's rows normalized with (or looking up) their own block's, whether S is split over
+// P (each stage one block, or two and one for 3 blocks over 2 stages) or whole (every rank all
+// blocks), through the grid loops and the whole-row kernels alike.
+TEST_CASE(
+    "rmsnorm and the embedding with a weight per block of x's first dim use each block's own") {
+  const std::int64_t blocks = 3, rows = 5, d = 6, vocab = 7, width = 2, column = 1;
+  const float eps = 1e-5f;
+  const auto x = values(blocks * rows * d, 51), w = values(blocks * d, 52),
+             dy = values(blocks * rows * d, 53);
+  const auto table = values(blocks * vocab * d, 54);
+  std::vector<std::int32_t> tokens(blocks * rows * width);
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<std::int32_t>((i * 3 + 1) % vocab);
+  rmsnorm_reference norm;
+  std::vector<double> looked_up(blocks * rows * d), table_gradient(blocks * vocab * d, 0.0);
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    norm.add(&x[b * rows * d], &w[b * d], &dy[b * rows * d], rows, d, eps);
+    for (std::int64_t r = b * rows; r < (b + 1) * rows; ++r)
+      for (std::int64_t j = 0; j < d; ++j) {
+        const std::int64_t row_of_table = b * vocab + tokens[r * width + column];
+        looked_up[r * d + j] = table[row_of_table * d + j];
+        table_gradient[row_of_table * d + j] += dy[r * d + j];
+      }
+  }
+  const auto check_layers = [&](auto& rank, auto split) {
+    using Split = decltype(split);  // S<P> or S<>
+    const auto xs = tpx::from_global<float, Split, B<X>, D<Y>>(rank, {S(blocks), B(rows), D(d)}, x);
+    const auto dys =
+        tpx::from_global<float, Split, B<X>, D<Y>>(rank, {S(blocks), B(rows), D(d)}, dy);
+    const auto ws = tpx::from_global<float, Split, D<Y>>(rank, {S(blocks), D(d)}, w);
+    for (const auto& got : {rmsnorm_outputs<tpx::host_space>(xs, ws, dys),
+                            rmsnorm_outputs<row_kernel_space>(xs, ws, dys)}) {
+      check_close(got[0], norm.y, 1.0, 1e-5, "y");
+      check_close(got[1], norm.r, 1.0, 1e-5, "rstd");
+      check_close(got[2], norm.dx, 1.0, 1e-5, "dx");
+      check_close(got[3], norm.dw, double(rows), 1e-5, "dw");  // a sum over a block's rows
+    }
+    const auto es =
+        tpx::from_global<float, Split, V<>, D<Y>>(rank, {S(blocks), V(vocab), D(d)}, table);
+    const auto ts = tpx::from_global<std::int32_t, Split, B<X>, W<>>(
+        rank, {S(blocks), B(rows), W(width)}, tokens);
+    auto sum = tpx::zeros<float, Split, B<X>, D<Y>>(rank, {S(blocks), B(rows), D(d)});
+    tpx::nn::embedding_add(sum, es, ts, column);
+    check_close(tpx::to_global(sum), looked_up, 1.0, 1e-6, "lookup");
+    auto grad = tpx::nn::embedding_gradient<S, V>(dys, ts, column, vocab);
+    static_assert(
+        std::is_same_v<decltype(grad), tpx::Tensor<float, Split, V<>, D<Y>, tpx::Unreduced<X>>>);
+    check_close(tpx::to_global(tpx::all_reduce<X>(std::move(grad))), table_gradient, double(rows),
+                1e-5, "table gradient");
+  };
+  for (const auto& mesh : {std::tuple{1, 1, 1}, {3, 1, 2}, {2, 2, 1}, {3, 2, 3}}) {
+    const int mp = std::get<0>(mesh), mx = std::get<1>(mesh), my = std::get<2>(mesh);
+    CAPTURE(mp);
+    CAPTURE(mx);
+    CAPTURE(my);
+    tpx::spmd(tpx::host, tpx::Mesh<P, X, Y>{mp, mx, my}, [&](auto& rank) {
+      check_layers(rank, S<P>{});
+      check_layers(rank, S<>{});
+    });
   }
 }
 

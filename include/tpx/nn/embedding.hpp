@@ -16,6 +16,12 @@
 // (cuda/kernels/scatter_rows.hpp), so that the gradient repeats to the bit on either. Tokens
 // must lie in [0, V); they are checked where they are made (the batch loader), since a kernel
 // cannot report them. Everything runs in the tensors' memory space.
+//
+// A table may also carry x's first dim, split alike (E[S_P, V, D_Y] for x[S_P, B_X, D_Y]): a
+// table per block of that dim, as a pipeline stacks its stages' layers (nn/pipeline.hpp). Each
+// block's rows look up their own block's table, and embedding_gradient<S, V> gives the gradient
+// [S_P, V, D_Y], a partial sum over the other rows' axes only. Each rank runs the kernels once per
+// block of that dim it holds (one, for a stage dim split over the stages).
 #pragma once
 
 #include <cstdint>
@@ -40,10 +46,43 @@ constexpr void check_embedding_operands() {
   static_assert(std::is_same_v<typename Tok::space, typename Xt::space>,
                 "tpx: embedding: x and the tokens must be in the same memory space");
 }
+
+// embedding_gradient's two forms: the table's gradient, one per block of dx's first dim if
+// Blocks.
+template <bool Blocks, template <class...> class Vocab, AnyTensor Xt, AnyTensor Tok>
+auto embedding_gradient_of(const Xt& dx, const Tok& tokens, std::int64_t column,
+                           std::int64_t vocab) {
+  check_embedding_operands<Xt, Tok>();
+  using Model = last_dim_t<Xt>;
+  using BlockDims =
+      std::conditional_t<Blocks, type_list<type_at_t<0, typename Xt::dims>>, type_list<>>;
+  using Grad = tensor_with_t<
+      BasicTensor<typename Xt::space, float>, concat_t<BlockDims, type_list<Vocab<>, Model>>,
+      unreduced_union_t<
+          as_unreduced_t<remove_all_t<row_axes_t<Xt>, typename axes_of_dims<BlockDims>::type>>,
+          typename Xt::unreduced>>;
+  const std::int64_t model = dx.global_extent(Xt::order - 1);
+  Grad grad = [&] {
+    if constexpr (Blocks)
+      return Grad(dx.context(),
+                  typename Grad::shape_type(index_array<3>{dx.global_extent(0), vocab, model}));
+    else
+      return Grad(dx.context(), typename Grad::shape_type(index_array<2>{vocab, model}));
+  }();
+  const std::int64_t cols = local_cols(dx), tokens_cols = local_cols(tokens);
+  for_each_row_block<Blocks>(dx, [&](std::int64_t first, std::int64_t rows, std::int64_t b) {
+    Xt::space::scatter_add_rows(
+        dx.context(), rows, cols, vocab,
+        kernels::token_at{tokens.data() + first * tokens_cols, tokens_cols, column},
+        kernels::element_at<typename Xt::value_type>{dx.data() + first * cols, cols},
+        grad.data() + b * vocab * cols);
+  });
+  return grad;
+}
 }  // namespace detail
 
 // x[r, d] += table[tokens[r, column], d]; table: [Vocab, Model] with Vocab unsplit and Model
-// split like x's last dim.
+// split like x's last dim, or [First, Vocab, Model] with x's first dim (a table per block of it).
 template <AnyTensor Xt, AnyTensor Table, AnyTensor Tok>
 void embedding_add(Xt& x, const Table& table, const Tok& tokens, std::int64_t column) {
   detail::check_embedding_operands<Xt, Tok>();
@@ -51,17 +90,30 @@ void embedding_add(Xt& x, const Table& table, const Tok& tokens, std::int64_t co
     compile_error<"tpx: embedding_add: x " + Xt::notation +
                   " is a partial sum; the lookup adds whole rows to whole values (reshard it "
                   "first)">{};
-  static_assert(Table::order == 2 && type_at_t<0, typename Table::dims>::axes::size == 0 &&
-                    std::is_same_v<type_at_t<1, typename Table::dims>, last_dim_t<Xt>>,
-                "tpx: embedding_add: the table must be [Vocab, Model] with Vocab whole (gathered) and "
-                "Model split like x's");
+  constexpr bool per_block = Table::order == 3;
+  if constexpr (per_block && !std::is_same_v<type_at_t<0, typename Table::dims>,
+                                             type_at_t<0, typename Xt::dims>>)
+    compile_error<"tpx: embedding_add: a table " + Table::notation +
+                  " per block must lead with the first dim of x " + Xt::notation +
+                  ", split alike">{};
+  static_assert(
+      (Table::order == 2 || per_block) &&
+          type_at_t<Table::order - 2, typename Table::dims>::axes::size == 0 &&
+          std::is_same_v<type_at_t<Table::order - 1, typename Table::dims>, last_dim_t<Xt>>,
+      "tpx: embedding_add: the table must be [Vocab, Model] (or [First, Vocab, Model] with x's "
+      "first dim) with Vocab whole (gathered) and Model split like x's");
   static_assert(std::is_same_v<typename Table::space, typename Xt::space>,
                 "tpx: embedding_add: x and the table must be in the same memory space");
-  const std::int64_t cols = local_cols(x);
-  Xt::space::for_each_element(
-      x.context(), local_rows(x), cols,
-      kernels::embedding_add<typename Xt::value_type, typename Table::value_type>{
-          table.data(), kernels::token_at{tokens.data(), local_cols(tokens), column}, cols, x.data()});
+  const std::int64_t cols = local_cols(x), tokens_cols = local_cols(tokens);
+  const std::int64_t table_block = table.global_extent(Table::order - 2) * cols;
+  for_each_row_block<per_block>(x, [&](std::int64_t first, std::int64_t rows, std::int64_t b) {
+    Xt::space::for_each_element(
+        x.context(), rows, cols,
+        kernels::embedding_add<typename Xt::value_type, typename Table::value_type>{
+            table.data() + b * table_block,
+            kernels::token_at{tokens.data() + first * tokens_cols, tokens_cols, column}, cols,
+            x.data() + first * cols});
+  });
 }
 
 // The gradient of the table rows the lookup read: [Vocab, Model]{U over every Rows dim's axes},
@@ -71,19 +123,20 @@ void embedding_add(Xt& x, const Table& table, const Tok& tokens, std::int64_t co
 // Vocab is the template of the table's vocabulary dim (e.g. V), of global extent `vocab`.
 template <template <class...> class Vocab, AnyTensor Xt, AnyTensor Tok>
 auto embedding_gradient(const Xt& dx, const Tok& tokens, std::int64_t column, std::int64_t vocab) {
-  detail::check_embedding_operands<Xt, Tok>();
-  using Model = last_dim_t<Xt>;
-  using Grad =
-      tensor_with_t<BasicTensor<typename Xt::space, float>, type_list<Vocab<>, Model>,
-                    unreduced_union_t<as_unreduced_t<row_axes_t<Xt>>, typename Xt::unreduced>>;
-  Grad grad(dx.context(), typename Grad::shape_type(
-                              index_array<2>{vocab, dx.global_extent(Xt::order - 1)}));
-  const std::int64_t cols = local_cols(dx);
-  Xt::space::scatter_add_rows(dx.context(), local_rows(dx), cols, vocab,
-                              kernels::token_at{tokens.data(), local_cols(tokens), column},
-                              kernels::element_at<typename Xt::value_type>{dx.data(), cols},
-                              grad.data());
-  return grad;
+  return detail::embedding_gradient_of<false, Vocab>(dx, tokens, column, vocab);
+}
+
+// The same for a table per block of dx's first dim, which must be First:
+// [First, Vocab, Model]{U over the other Rows dims' axes, and dx's}.
+template <template <class...> class First, template <class...> class Vocab, AnyTensor Xt,
+          AnyTensor Tok>
+auto embedding_gradient(const Xt& dx, const Tok& tokens, std::int64_t column, std::int64_t vocab) {
+  if constexpr (!same_dim_v<type_at_t<0, typename Xt::dims>, First<>>)
+    compile_error<"tpx: embedding_gradient<" + First<>::name + ", " + Vocab<>::name + ">: dx " +
+                  Xt::notation + " does not lead with dim " + First<>::name +
+                  ", the dim with a table per block">{};
+  else
+    return detail::embedding_gradient_of<true, Vocab>(dx, tokens, column, vocab);
 }
 
 }  // namespace tpx::nn

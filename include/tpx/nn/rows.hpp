@@ -70,6 +70,20 @@ std::int64_t global_rows(const Tn& t) {
   return rows;
 }
 
+// fn(first_row, rows, block) for each run of t's local rows that one block of a weight stacked
+// over t's first dim serves (a pipeline's layers stacked over its stage dim): each local block b
+// of that dim in turn when PerBlock, else all the rows at once as block 0.
+template <bool PerBlock, AnyTensor Tn, class Fn>
+void for_each_row_block(const Tn& t, const Fn& fn) {
+  const std::int64_t rows = local_rows(t);
+  if constexpr (!PerBlock) {
+    fn(std::int64_t{0}, rows, std::int64_t{0});
+  } else {
+    const std::int64_t blocks = t.local_extent(0);
+    for (std::int64_t b = 0; b < blocks; ++b) fn(b * (rows / blocks), rows / blocks, b);
+  }
+}
+
 // An unwritten Result (a per_row_t of t) with t's leading global extents, for reduce_rows to
 // fill: it writes every row.
 template <AnyTensor Result, AnyTensor Tn>
