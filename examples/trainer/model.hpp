@@ -47,8 +47,8 @@
 
 namespace trainer {
 
-TPX_MESH_AXES(X, Y);      // X: data parallel + FSDP, Y: tensor parallel
-TPX_DIMS(B, D, F, V, W);  // batch rows, model width, MLP width, vocabulary (bytes), window
+TPX_MESH_AXES(P, X, Y);  // P: pipeline stages, X: data parallel + FSDP, Y: tensor parallel
+TPX_DIMS(S, B, D, F, V, W);  // stage, batch rows, width, MLP width, vocabulary (bytes), window
 
 using tpx::AllGather;
 using tpx::ReduceScatter;
@@ -67,11 +67,14 @@ struct config {
 };
 
 // Every parameter-shaped tensor of the model, fp32, in memory space Space: the master weights,
-// their gradients and the two Adam moments are each one of these.
-template <class Space>
-struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
+// their gradients and the two Adam moments are each one of these. With Lead = S<P>, a pipeline
+// stage's piece of the model (pipelined_model.hpp): every tensor leads with the stage dim, its
+// block s stage s's layers, and `stages` is S's extent.
+template <class Space, class... Lead>
+struct model_tensors : trainer::tensor_set<model_tensors<Space, Lead...>> {
+  static_assert(sizeof...(Lead) <= 1, "trainer: a model's tensors lead with one stage dim at most");
   template <class T, class... Spec>
-  using Tensor = tpx::BasicTensor<Space, T, Spec...>;
+  using Tensor = tpx::BasicTensor<Space, T, Lead..., Spec...>;
 
   std::vector<Tensor<float, V<X>, D<Y>>> embed;
   std::vector<Tensor<float, D<Y, X>>> norm;
@@ -80,17 +83,23 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
   Tensor<float, D<Y, X>> final_norm;
   Tensor<float, D<X>, V<Y>> head;
 
-  // Zeros of every parameter's shape.
-  model_tensors(const tpx::rank_context& rank, const config& c)
-      : final_norm(rank, {D(c.d_model)}), head(rank, {D(c.d_model), V(config::vocab)}) {
+  // Zeros of every parameter's shape, `layers` blocks of them.
+  model_tensors(const tpx::rank_context& rank, const config& c, int layers,
+                [[maybe_unused]] std::int64_t stages = 1)
+      : final_norm(rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., D(c.d_model)}),
+        head(rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., D(c.d_model), V(config::vocab)}) {
     for (int k = 0; k < c.context; ++k)
-      embed.emplace_back(rank, tpx::Shape{V(config::vocab), D(c.d_model)});
-    for (int l = 0; l < c.layers; ++l) {
-      norm.emplace_back(rank, tpx::Shape{D(c.d_model)});
-      w_in.emplace_back(rank, tpx::Shape{D(c.d_model), F(c.ffn)});
-      w_out.emplace_back(rank, tpx::Shape{F(c.ffn), D(c.d_model)});
+      embed.emplace_back(
+          rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., V(config::vocab), D(c.d_model)});
+    for (int l = 0; l < layers; ++l) {
+      norm.emplace_back(rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., D(c.d_model)});
+      w_in.emplace_back(rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., D(c.d_model), F(c.ffn)});
+      w_out.emplace_back(rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., F(c.ffn), D(c.d_model)});
     }
   }
+  // The whole model's.
+  model_tensors(const tpx::rank_context& rank, const config& c)
+      : model_tensors(rank, c, c.layers) {}
 
   // Every tensor by name, in order (tensor_set::for_each walks it).
   template <class Self, class Fn, class... Others>
@@ -112,26 +121,43 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
 template <class Rank>
 model_tensors(const Rank&, const config&) -> model_tensors<tpx::space_of_t<Rank>>;
 
-// The initial weights: N(0, 1/fan_in) for matrices, ones for norms; the same on every mesh.
+// The initial weights, element i of each matrix of the whole model: N(0, 1/fan_in), each matrix
+// from a seed of its own; the norms are ones. The same on every mesh, and for a pipeline's stacked
+// pieces (pipelined_model.hpp), which take each block's elements from its layer's matrix.
+struct initial_weights {
+  const config& c;
+  float embed(int k, std::int64_t i) const { return normal(1 + k, 1.0, i); }
+  float w_in(int l, std::int64_t i) const {
+    return normal(c.context + 2 * l + 1, static_cast<double>(c.d_model), i);
+  }
+  float w_out(int l, std::int64_t i) const {
+    return normal(c.context + 2 * l + 2, static_cast<double>(c.ffn), i);
+  }
+  float head(std::int64_t i) const {
+    return normal(c.context + 2 * c.layers + 1, static_cast<double>(c.d_model), i);
+  }
+
+ private:
+  float normal(int matrix, double fan_in, std::int64_t i) const {
+    const float scale = c.init_scale / static_cast<float>(std::sqrt(fan_in));
+    return scale * tpx::kernels::normal_at(c.seed * 1000 + static_cast<std::uint64_t>(matrix),
+                                           static_cast<std::uint64_t>(i));
+  }
+};
+
 template <class Space>
 void initialize(model_tensors<Space>& p, const config& c) {
-  std::uint64_t seed = c.seed * 1000;
-  auto normal = [&](auto& t, double fan_in) {
-    const float scale = c.init_scale / static_cast<float>(std::sqrt(fan_in));
-    const std::uint64_t s = ++seed;
-    fill_staged(t, [&](std::int64_t i) {
-      return scale * tpx::kernels::normal_at(s, static_cast<std::uint64_t>(i));
-    });
-  };
-  auto ones = [](auto& t) { fill_staged(t, [](std::int64_t) { return 1.0f; }); };
-  for (auto& e : p.embed) normal(e, 1.0);
-  for (std::size_t l = 0; l < p.norm.size(); ++l) {
+  const initial_weights w{c};
+  const auto ones = [](auto& t) { fill_staged(t, [](std::int64_t) { return 1.0f; }); };
+  for (int k = 0; k < c.context; ++k)
+    fill_staged(p.embed[k], [&](std::int64_t i) { return w.embed(k, i); });
+  for (int l = 0; l < c.layers; ++l) {
     ones(p.norm[l]);
-    normal(p.w_in[l], static_cast<double>(c.d_model));
-    normal(p.w_out[l], static_cast<double>(c.ffn));
+    fill_staged(p.w_in[l], [&](std::int64_t i) { return w.w_in(l, i); });
+    fill_staged(p.w_out[l], [&](std::int64_t i) { return w.w_out(l, i); });
   }
   ones(p.final_norm);
-  normal(p.head, static_cast<double>(c.d_model));
+  fill_staged(p.head, [&](std::int64_t i) { return w.head(i); });
 }
 
 // One rank's rows of a step's batch: tokens[B_X, W] with W = context + 1 (inputs, then target),
@@ -156,12 +182,16 @@ batch_tokens<Space> load_batch(const tpx::rank_context& rank, const text_data& d
 }
 
 // Forward and backward passes in compute type Tc (float or tpx::bf16), on tensors of Space.
-template <class Tc, class Space = tpx::host_space>
+// With Lead = S<P> the tensors lead with a pipeline's stage dim, and pipelined_model.hpp runs the
+// passes a piece and a microbatch at a time: the embedding on the first piece, the head and the
+// loss per stage block (nn::cross_entropy_per) on the last, each weight's gradient added to what
+// the earlier microbatches left.
+template <class Tc, class Space = tpx::host_space, class... Lead>
 class model {
  public:
   template <class T, class... Spec>
-  using Tensor = tpx::BasicTensor<Space, T, Spec...>;
-  using params = model_tensors<Space>;
+  using Tensor = tpx::BasicTensor<Space, T, Lead..., Spec...>;
+  using params = model_tensors<Space, Lead...>;
   using act = Tensor<Tc, B<X>, D<Y>>;  // activations x[B_X, D_Y], as the notes' In
 
   // The forward pass's collectives, as types. The backward pass applies their adjoints.
@@ -171,15 +201,19 @@ class model {
   using gather_act = AllGather<Y, D<>>;       // TP: h[B_X, D_Y] -> [B_X, D] before W_in and Head
   using scatter_out = ReduceScatter<Y, D<>>;  // TP: o[B_X, D]{U_Y} -> [B_X, D_Y] after W_out
 
-  model(const tpx::rank_context& rank, const config& c) : rank_(rank), c_(c) {}
+  // `stages`: the extent of the stage dim, with Lead = S<P>.
+  model(const tpx::rank_context& rank, const config& c, std::int64_t stages = 1)
+      : rank_(rank), c_(c), stages_(stages) {}
 
-  using tokens_t = batch_tokens<Space>;
-  using scalar = Tensor<float>;
+  using tokens_t = Tensor<std::int32_t, B<X>, W<>>;  // batch_tokens, with Lead
+  // The loss: a scalar, or with Lead one per stage block.
+  using loss_t = Tensor<float>;
 
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
   // parameter's gradient, reduce-scattered onto the parameter's sharding.
-  scalar forward_backward(const params& p, const tokens_t& tokens, params& grads) {
-    std::optional<scalar> loss;
+  loss_t forward_backward(const params& p, const tokens_t& tokens, params& grads) const
+      requires(sizeof...(Lead) == 0) {
+    std::optional<loss_t> loss;
     tpx::mark_phase("embedding forward");  // each part marks its phase (--profile-phases)
     const act dx = stack_forward_backward(
         static_cast<int>(p.norm.size()), c_.checkpoint_every, embed_forward(p, tokens),
@@ -204,19 +238,14 @@ class model {
     return 6.0 * b * (2.0 * d * static_cast<double>(c.ffn) * c.layers + d * config::vocab);
   }
 
- private:
-  // The parameter cast to the compute type (in fp32: as it is), then all-gathered over X.
-  template <class Step, class P>
-  auto gathered(const P& master) const {
-    if constexpr (std::is_same_v<Tc, typename P::value_type>)
-      return tpx::apply<Step>(master);
-    else
-      return tpx::apply<Step>(tpx::cast<Tc>(master));
-  }
+  // The passes of the model's parts, which forward_backward runs in turn and a pipeline runs a
+  // piece at a time. A gradient is written to grads, or added to it when `accumulate` (a
+  // pipeline's later microbatches).
 
   // x[B_X, D_Y] = sum_k E_k[token_k]: a row lookup per context byte.
   act embed_forward(const params& p, const tokens_t& tokens) const {
-    act x(rank_, {B(c_.batch), D(c_.d_model)});
+    act x(rank_, tpx::Shape{tpx::unsplit_t<Lead>(stages_)...,
+                            B(tokens.global_extent(sizeof...(Lead))), D(c_.d_model)});
     for (int k = 0; k < c_.context; ++k)
       tpx::nn::embedding_add(x, gathered<gather_embed>(p.embed[k]), tokens, k);  // E_k: [V, D_Y]
     return x;
@@ -224,10 +253,17 @@ class model {
 
   // dE_k[V, D_Y]{U_X}: the rows of dx added at their tokens (fp32); the adjoint of gather_embed
   // reduce-scatters it onto E_k[V_X, D_Y].
-  void embed_backward(const tokens_t& tokens, const act& dx, params& grads) const {
-    for (int k = 0; k < c_.context; ++k)
-      grads.embed[k] = tpx::apply<tpx::adjoint_t<gather_embed>>(
-          tpx::nn::embedding_gradient<V>(dx, tokens, k, config::vocab));
+  void embed_backward(const tokens_t& tokens, const act& dx, params& grads,
+                      bool accumulate = false) const {
+    for (int k = 0; k < c_.context; ++k) {
+      auto table = [&] {
+        if constexpr (sizeof...(Lead) == 0)
+          return tpx::nn::embedding_gradient<V>(dx, tokens, k, config::vocab);
+        else
+          return tpx::nn::embedding_gradient<S, V>(dx, tokens, k, config::vocab);
+      }();
+      store(grads.embed[k], tpx::apply<tpx::adjoint_t<gather_embed>>(std::move(table)), accumulate);
+    }
   }
 
   using rstd_t = Tensor<float, B<X>>;
@@ -249,7 +285,8 @@ class model {
     tpx::mark_phase("MLP up (GELU)");
     auto up = tpx::nn::gelu_product<D>(h_full, gathered<gather_weight>(p.w_in[l]));
     tpx::mark_phase("MLP down");
-    auto o_partial = tpx::matmul(up.out, gathered<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
+    auto o_partial =
+        tpx::contract<F>(up.out, gathered<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
     act out = tpx::add(x, tpx::apply<scatter_out>(std::move(o_partial)));
     return {x,
             std::move(normed.rstd),
@@ -259,61 +296,124 @@ class model {
             std::move(out)};
   }
 
-  act block_backward(const params& p, int l, const block_state& s, const act& dout,
-                     params& grads) const {
+  // What a block's backward pass keeps for its weight gradients: the gradients at its output,
+  // gathered over Y, and at its pre-activation.
+  struct block_gradients {
+    Tensor<Tc, B<X>, D<>> dout_full;
+    Tensor<Tc, B<X>, F<Y>> da;
+  };
+  struct input_gradient {
+    act dx;
+    block_gradients kept;
+  };
+
+  // The block's input gradient, the norm's weight gradient, and what block_weight_gradient needs
+  // (a zero-bubble pipeline runs the two at different ticks).
+  input_gradient block_input_gradient(const params& p, int l, const block_state& s, const act& dout,
+                                      params& grads, bool accumulate = false) const {
     tpx::mark_phase("MLP down backward");
-    const auto do_full = tpx::apply<tpx::adjoint_t<scatter_out>>(dout);  // [B_X, D]
-    const auto w_out = gathered<gather_weight>(p.w_out[l]);              // [F_Y, D]
-    grads.w_out[l] = tpx::cast<float>(
-        tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(s.g, do_full)));  // [F_Y, D_X]
+    auto do_full = tpx::apply<tpx::adjoint_t<scatter_out>>(dout);  // [B_X, D]
+    const auto w_out = gathered<gather_weight>(p.w_out[l]);        // [F_Y, D]
     // (dOut *_D W_out) * GELU'(a): [B_X, F_Y], GELU' fused into the product's store
-    const auto da = tpx::nn::gelu_product_backward<D>(s.a, do_full, w_out);
+    auto da = tpx::nn::gelu_product_backward<D>(s.a, do_full, w_out);
     tpx::mark_phase("MLP up backward");
     const auto w_in = gathered<gather_weight>(p.w_in[l]);  // [D, F_Y]
-    grads.w_in[l] = tpx::cast<float>(
-        tpx::apply<tpx::adjoint_t<gather_weight>>(tpx::contract<B>(s.h_full, da)));  // [D_X, F_Y]
     const act dh =
         tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<F>(da, w_in));  // [B_X, D_Y]
     tpx::mark_phase("norm backward");
     const auto norm = gathered<gather_weight>(p.norm[l]);
     auto dnorm = tpx::nn::rmsnorm_backward(s.x, norm, s.rstd, dh);
-    grads.norm[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(dnorm.dw));  // [D_YX]
-    return tpx::add(dout, dnorm.dx);
+    store(grads.norm[l], tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(dnorm.dw)),
+          accumulate);  // [D_YX]
+    return {tpx::add(dout, dnorm.dx), {std::move(do_full), std::move(da)}};
+  }
+
+  // The gradients of W_out and W_in, reduce-scattered onto their shards.
+  void block_weight_gradient(int l, const block_state& s, const block_gradients& kept,
+                             params& grads, bool accumulate = false) const {
+    tpx::mark_phase("MLP weight gradients");
+    store(grads.w_out[l],
+          tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_weight>>(
+              tpx::contract<B>(s.g, kept.dout_full))),  // [F_Y, D_X]
+          accumulate);
+    store(grads.w_in[l],
+          tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_weight>>(
+              tpx::contract<B>(s.h_full, kept.da))),  // [D_X, F_Y]
+          accumulate);
+  }
+
+  // Both: the block's whole backward pass.
+  act block_backward(const params& p, int l, const block_state& s, const act& dout, params& grads,
+                     bool accumulate = false) const {
+    input_gradient g = block_input_gradient(p, l, s, dout, grads, accumulate);
+    block_weight_gradient(l, s, g.kept, grads, accumulate);
+    return std::move(g.dx);
   }
 
   struct head_result {
-    scalar loss;
+    loss_t loss;
     act dx;
   };
 
   // Final norm, logits, mean cross-entropy, and their backward pass. The logits stay split over
   // the vocabulary, [B_X, V_Y]: the vocab-parallel loss needs only per-row statistics reduced
-  // over Y (nn/cross_entropy.hpp), and its gradient comes back in the logits' sharding.
+  // over Y (nn/cross_entropy.hpp), and its gradient comes back in the logits' sharding. With Lead,
+  // the loss is per stage block, and `scale` multiplies it and its gradient (1/M over M
+  // microbatches).
   head_result head_forward_backward(const params& p, const act& x, const tokens_t& tokens,
-                                    params& grads) const {
+                                    params& grads, bool accumulate = false,
+                                    float scale = 1.0f) const {
     tpx::mark_phase("final norm");
     const auto norm = gathered<gather_weight>(p.final_norm);
     auto normed = tpx::nn::rmsnorm_forward(x, norm);
     const auto h_full = tpx::apply<gather_act>(std::move(normed.y));  // [B_X, D]
     tpx::mark_phase("LM head");
     const auto head = gathered<gather_weight>(p.head);               // [D, V_Y]
-    auto logits = tpx::matmul(h_full, head);
+    auto logits = tpx::contract<D>(h_full, head);
     // Logits [B_X, V_Y], handed over: their gradient is written in their place. The target is
     // the last byte.
     tpx::mark_phase("cross-entropy");
-    auto ce = tpx::nn::cross_entropy(std::move(logits), tokens, c_.context);
+    auto ce = [&] {
+      if constexpr (sizeof...(Lead) == 0)
+        return tpx::nn::cross_entropy(std::move(logits), tokens, c_.context);
+      else
+        return tpx::nn::cross_entropy_per<S>(std::move(logits), tokens, c_.context, scale);
+    }();
     tpx::mark_phase("LM head backward");
-    grads.head = tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_weight>>(
-        tpx::contract<B>(h_full, ce.dlogits)));                      // [D_X, V_Y]
+    store(grads.head,
+          tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_weight>>(
+              tpx::contract<B>(h_full, ce.dlogits))),  // [D_X, V_Y]
+          accumulate);
     const act dh = tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<V>(ce.dlogits, head));
     tpx::mark_phase("final norm backward");
     auto dnorm = tpx::nn::rmsnorm_backward(x, norm, normed.rstd, dh);
-    grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(dnorm.dw));
+    store(grads.final_norm, tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(dnorm.dw)),
+          accumulate);
     return {std::move(ce.loss), std::move(dnorm.dx)};
+  }
+
+ private:
+  // The parameter cast to the compute type (in fp32: as it is), then all-gathered over X.
+  template <class Step, class Master>
+  auto gathered(const Master& master) const {
+    if constexpr (std::is_same_v<Tc, typename Master::value_type>)
+      return tpx::apply<Step>(master);
+    else
+      return tpx::apply<Step>(tpx::cast<Tc>(master));
+  }
+
+  // grad = value, or grad + value.
+  template <class Grad, class Value>
+  static void store(Grad& grad, Value&& value, bool accumulate) {
+    if (accumulate)
+      grad = tpx::add(grad, value);
+    else
+      grad = std::forward<Value>(value);
   }
 
   const tpx::rank_context& rank_;
   config c_;
+  std::int64_t stages_;
 };
 
 }  // namespace trainer

@@ -39,7 +39,7 @@ double measured_peak_flops(Launcher launcher, int ranks, bool bf16) {
   double flops = 0;
   // A failure here (out of memory, most often) says where it happened: mesh P is this one's.
   try {
-    tpx::spmd(launcher, tpx::Mesh<P>{ranks}, [&](auto& rank) {
+    tpx::spmd(launcher, tpx::Mesh<peak_measure::P>{ranks}, [&](auto& rank) {
       using Space = tpx::space_of_t<decltype(rank)>;
       const auto measure = [&]<class T>(T*) {
         const tpx::BasicTensor<Space, T, M<>, K<>> a(rank, {M(n), K(n)});
@@ -49,10 +49,10 @@ double measured_peak_flops(Launcher launcher, int ranks, bool bf16) {
         };
         finish(tpx::contract<K>(a, b));  // warm-up: BLAS buffers, cuBLASLt plan
         for (int trial = 0; trial < trials; ++trial) {
-          rank.template group<P>().barrier();
+          rank.template group<peak_measure::P>().barrier();
           const auto start = std::chrono::steady_clock::now();
           for (int i = 0; i < reps; ++i) finish(tpx::contract<K>(a, b));
-          rank.template group<P>().barrier();
+          rank.template group<peak_measure::P>().barrier();
           const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
           if (rank.world_rank() == 0)
             flops = std::max(flops, 2.0 * n * n * n * reps * ranks / wall.count());

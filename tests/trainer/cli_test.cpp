@@ -331,7 +331,7 @@ TEST_CASE("--profile-phases prints each phase of tpx-train's step with its marks
     return -1.0;
   };
   for (const char* per_block : {"norm", "MLP up (GELU)", "MLP down", "MLP down backward",
-                                "MLP up backward", "norm backward"})
+                                "MLP up backward", "norm backward", "MLP weight gradients"})
     CHECK_MESSAGE(marks_per_step(per_block) == 2.0, per_block);
   for (const char* once : {"batch upload", "forward and backward", "embedding forward",
                            "final norm", "LM head", "cross-entropy", "LM head backward",
