@@ -366,12 +366,13 @@ TEST_CASE("cross_entropy_per<S> keeps a loss per stage block, with no collective
     for (int loss_stage = 0; loss_stage < mp; ++loss_stage)
       tpx::spmd(tpx::host, tpx::Mesh<P, X, Y>{mp, mx, my}, [&](auto& rank) {
         if (rank.template axis<P>().coord != loss_stage) return;
-        const auto ls = tpx::from_global<float, S<P>, B<X>, V<Y>>(
-            rank, {S(mp), B(rows), V(vocab)}, logits);
+        const auto ls =
+            tpx::from_global<float, S<P>, B<X>, V<Y>>(rank, {S(mp), B(rows), V(vocab)}, logits);
         const auto ts = tpx::from_global<std::int32_t, S<P>, B<X>, W<>>(
             rank, {S(mp), B(rows), W(width)}, tokens);
         const auto ce = tpx::nn::cross_entropy_per<S>(ls, ts, column, scale);
-        static_assert(std::is_same_v<std::remove_cvref_t<decltype(ce.loss)>, tpx::Tensor<float, S<P>>>);
+        static_assert(
+            std::is_same_v<std::remove_cvref_t<decltype(ce.loss)>, tpx::Tensor<float, S<P>>>);
         static_assert(std::is_same_v<std::remove_cvref_t<decltype(ce.dlogits)>,
                                      tpx::Tensor<float, S<P>, B<X>, V<Y>>>);
         for (const tpx::collective_traffic& over :
@@ -379,8 +380,8 @@ TEST_CASE("cross_entropy_per<S> keeps a loss per stage block, with no collective
               rank.traffic_by_axes()[7]})
           CHECK(over.total().calls == 0);
         const auto stage_loss = ce.loss.local();
-        check_close({stage_loss.begin(), stage_loss.end()}, {loss[loss_stage]}, loss[loss_stage], 1e-5,
-                    "loss");
+        check_close({stage_loss.begin(), stage_loss.end()}, {loss[loss_stage]}, loss[loss_stage],
+                    1e-5, "loss");
         // This rank's block of the gradient: its rows of the stage's block, its vocabulary columns.
         std::vector<double> mine;
         for (std::int64_t r = 0; r < ce.dlogits.local_extent(1); ++r)

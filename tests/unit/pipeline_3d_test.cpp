@@ -19,10 +19,9 @@
 // parallel, on the loss's stage alone), the step's loss (relative 1e-5), summed over the
 // microbatches and reduced over P once after the step, on every rank of every stage, and the same
 // outputs and gradients; so the axes compose: a stage's ranks along X and Y run the same
-// microbatch at the same tick and
-// their collectives meet, whichever schedule orders the ticks, and also with the passes over P in
-// the background (on each rank's communication thread, beside the stages' collectives over X and
-// Y on the ranks' own threads), on 2x1x2, 2x2x2 and 3x1x2.
+// microbatch at the same tick and their collectives meet, whichever schedule orders the ticks,
+// and also with the passes over P in the background (on each rank's communication thread, beside
+// the stages' collectives over X and Y on the ranks' own threads), on 2x1x2, 2x2x2 and 3x1x2.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -197,15 +196,15 @@ void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipel
       std::vector<std::int32_t> all;
       for (int s = 0; s < stages; ++s)
         all.insert(all.end(), tokens.begin() + m * rows, tokens.begin() + (m + 1) * rows);
-      return tpx::from_global<std::int32_t, S<P>, B<X>, D<>>(rank, {S(stages), B(rows), D(1)},
-                                                             all);
+      return tpx::from_global<std::int32_t, S<P>, B<X>, D<>>(rank, {S(stages), B(rows), D(1)}, all);
     };
     // The microbatches' losses, summed on the loss's stage (the last piece's); 0 elsewhere.
-    auto step_loss = tpx::from_global<float, S<P>>(rank, {S(stages)},
-                                                   std::vector<float>(stages, 0.0f));
+    auto step_loss =
+        tpx::from_global<float, S<P>>(rank, {S(stages)}, std::vector<float>(stages, 0.0f));
     // The gradient of the model's output for microbatch m, from the loss, on the loss's stage.
     const auto output_gradient = [&](int m, const rows_t& out) -> rows_t {
-      if (loss == head::squared_error) return (out - microbatch(y, m)) * (1.0 / static_cast<double>(n));
+      if (loss == head::squared_error)
+        return (out - microbatch(y, m)) * (1.0 / static_cast<double>(n));
       // Logits over a vocabulary of D's extent, split over Y: a local slice, no communication.
       auto ce = tpx::nn::cross_entropy_per<S>(tpx::slice<Y, D>(out), targets(m), 0,
                                               1.0f / static_cast<float>(microbatches));
@@ -245,21 +244,23 @@ void check_3d_pipeline(int stages, int data, int tensor, int microbatches, pipel
         },
         [&](int m, int c, rows_t dout) {
           stage_t& piece = pieces[c];
-          return piece.backward(m, piece.last ? output_gradient(m, *piece.outputs[m]) : std::move(dout));
+          return piece.backward(
+              m, piece.last ? output_gradient(m, *piece.outputs[m]) : std::move(dout));
         },
         [&](int m, int c) { pieces[c].weight_gradient(m); });
     for (stage_t& piece : pieces) piece.release();
 
     // One all-reduce over Y per block each way per microbatch (none on a single rank); the loss's
     // stage adds the cross-entropy's three (the rows' max, sum of exponentials, target logit).
-    const bool loss_stage = std::any_of(pieces.begin(), pieces.end(), [](const stage_t& p) { return p.last; });
+    const bool loss_stage =
+        std::any_of(pieces.begin(), pieces.end(), [](const stage_t& p) { return p.last; });
     const int loss_reductions = loss == head::cross_entropy && loss_stage ? 3 : 0;
     CHECK(over_y() - over_y_before ==
           (tensor > 1 ? (2 * chunks * per_piece + loss_reductions) * microbatches : 0));
     // The step's loss, reduced over P once: every rank of every stage has it.
-    const tpx::Tensor<float> logged =
-        tpx::all_reduce<P>(tpx::einsum<S>(step_loss, tpx::from_global<float, S<P>>(
-                                                         rank, {S(stages)}, std::vector<float>(stages, 1.0f))));
+    const tpx::Tensor<float> logged = tpx::all_reduce<P>(tpx::einsum<S>(
+        step_loss,
+        tpx::from_global<float, S<P>>(rank, {S(stages)}, std::vector<float>(stages, 1.0f))));
     if (loss == head::cross_entropy)
       CHECK(logged.local()[0] == doctest::Approx(whole.loss).epsilon(1e-5));
     for (const stage_t& piece : pieces)
@@ -312,7 +313,8 @@ TEST_CASE(
     "a cross-entropy head on the loss's stage alone, vocab parallel over Y, gives the whole "
     "model's loss and gradients in every schedule") {
   for (const pipeline_order order : every_order)
-    for (const auto& [stages, data, tensor] : {std::tuple{1, 1, 1}, {2, 2, 2}, {3, 1, 2}, {2, 1, 2}})
+    for (const auto& [stages, data, tensor] :
+         {std::tuple{1, 1, 1}, {2, 2, 2}, {3, 1, 2}, {2, 1, 2}})
       check_3d_pipeline(stages, data, tensor, 2 * stages, order, pipeline_passes::in_step,
                         head::cross_entropy);
   check_3d_pipeline(3, 1, 2, 6, pipeline_order::zero_bubble_v, pipeline_passes::in_background,
