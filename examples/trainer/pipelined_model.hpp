@@ -116,7 +116,7 @@ std::vector<tpx::BasicTensor<Space, std::int32_t, S<P>, B<X>, W<>>> load_microba
                                 " rows does not cut into " + std::to_string(microbatches) +
                                 " microbatches of equal size");
   const std::int64_t rows = c.batch / microbatches, width = c.context + 1;
-  const std::int64_t stages = rank.template axis<P>().size;
+  const std::int64_t stages = rank.axis<P>().size;
   std::vector<tpx::BasicTensor<Space, std::int32_t, S<P>, B<X>, W<>>> out;
   for (int m = 0; m < microbatches; ++m) {
     tpx::BasicTensor<tpx::host_space, std::int32_t, S<P>, B<X>, W<>> t(
