@@ -25,6 +25,7 @@
 #include "tpx/ops/rename.hpp"
 #include "tpx/ops/reshard.hpp"
 #include "tpx/ops/roll.hpp"
+#include "tpx/ops/sum.hpp"
 #include "tpx/sharding/dim.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/sharding/mesh_axis.hpp"

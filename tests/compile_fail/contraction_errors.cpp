@@ -5,11 +5,11 @@
 // (nn/rotary.hpp), a load-balanced sequence order named over other axes than the sequence's
 // (nn/sequence_order.hpp), an embedding lookup into a partial sum (nn/embedding.hpp), a loss, norm
 // weight or embedding table per block of a dim x does not lead with (nn/cross_entropy.hpp,
-// rmsnorm.hpp, embedding.hpp) and the renaming of
-// dims they need (ops/rename.hpp) that tpx must reject at compile time, one per case, each with the
-// sentence the compiler must print. As for sharding_errors.cpp, tests/CMakeLists.txt reads the
-// `// expect(CASE): text` lines below, compiles this file once per CASE with -DCASE, and passes
-// only if compilation fails with a diagnostic containing the text.
+// rmsnorm.hpp, embedding.hpp), the renaming of dims they need (ops/rename.hpp) and a sum over a
+// dim the tensor lacks (ops/sum.hpp) that tpx must reject at compile time, one per case, each
+// with the sentence the compiler must print. As for sharding_errors.cpp, tests/CMakeLists.txt
+// reads the `// expect(CASE): text` lines below, compiles this file once per CASE with -DCASE,
+// and passes only if compilation fails with a diagnostic containing the text.
 //
 // expect(EINSUM_BATCH_SPLIT_DIFFERS): batch dim H is split as H_Y on the left and as H on the right
 // expect(EINSUM_BATCH_AXES_ORDER): batch dim B is split as B_XY on the left and as B_YX
@@ -35,6 +35,7 @@
 // expect(CROSS_ENTROPY_PER_NOT_LEADING): cross_entropy_per<S>: logits \[B_X, S, F_Y\] do not lead with dim S
 // expect(RMSNORM_WEIGHT_BLOCK_DIM): rmsnorm: a weight \[S_X, E\] per block must have the first and last dims of x \[S, B_X, E\], split alike
 // expect(EMBEDDING_TABLE_BLOCK_DIM): embedding_add: a table \[B, F, E\] per block must lead with the first dim of x \[S, B_X, E\], split alike
+// expect(SUM_UNKNOWN_DIM): sum<S>: tensor \[B_X, E\] has no dim S
 // expect(EMBEDDING_GRADIENT_BLOCK_DIM): embedding_gradient<S, F>: dx \[B_X, S, E\] does not lead with dim S
 #include <tpx/nn/attention.hpp>
 #include <tpx/nn/cross_entropy.hpp>
@@ -148,6 +149,8 @@ void body() {
 #elif defined(EMBEDDING_GRADIENT_BLOCK_DIM)
   auto g = tpx::nn::embedding_gradient<S, F>(some<Tensor<float, B<X>, S<>, E<>>>(),
                                              some<Tensor<std::int32_t, B<X>, S<>, J<>>>(), 0, 4);
+#elif defined(SUM_UNKNOWN_DIM)
+  auto s = tpx::sum<S>(some<Tensor<float, B<X>, E<>>>());
 #endif
 }
 
