@@ -28,6 +28,9 @@ namespace {
 
 using namespace checkpoint_test;
 
+TPX_MESH_AXES(P);
+TPX_DIMS(S);
+
 // A sink that keeps what it is given, to look at written bytes without a file.
 struct byte_sink {
   std::vector<std::byte> bytes;
@@ -299,6 +302,56 @@ TEST_CASE("resharding in a chain: saved on 2x2, resaved on 4x1, loaded on 1x1") 
     wrong += in.step() != 2 || in.state()["data_position"] != 123;
     wrong += !block_matches(w_in, normal(3)) + !block_matches(embed, normal(5));
   });
+  CHECK(wrong == 0);
+}
+
+// A stack of layers [S_P, D_X, F_Y] saved block by block (add_blocks: each block a tensor [D, F]
+// of its own, under its layer's name) loads as the separate tensors on a mesh without P, and onto
+// another number of stages with load_blocks; a block left out is not in the checkpoint, and a
+// block load_blocks is not given a name for keeps its elements.
+TEST_CASE("a stack saved block by block loads as separate layers and onto other stage counts") {
+  scratch_folder dir("blocks");
+  const io::checkpoint_directory ckpt(dir.path);
+  const auto layer = [](std::int64_t s) {
+    return s == 3 ? std::string() : "layer." + std::to_string(s);
+  };
+  constexpr std::int64_t layers = 4, d = 7, f = 5;
+  tpx::spmd(tpx::host, tpx::Mesh<P, X, Y>{2, 2, 1}, [&](auto& rank) {
+    io::checkpoint_writer out(rank, ckpt, 1);
+    out.add_blocks(layer, tpx::randn<float, S<P>, D<X>, F<Y>>(rank, {S(layers), D(d), F(f)}, 9));
+    out.save();
+  });
+  const io::checkpoint_reader saved(dir.path);
+  CHECK(saved.manifest()["tensors"].size() == 3);  // layer.3 left out
+  CHECK(saved.manifest()["tensors"]["layer.1"]["notation"] == "[D_X, F_Y]");
+  // Element (s, i) of the stack, i the row-major index within a layer.
+  const auto stacked = [](std::int64_t s) {
+    return [s](std::int64_t i) { return normal(9)(s * d * f + i); };
+  };
+  std::atomic<int> wrong{0};
+  tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 2}, [&](auto& rank) {
+    io::checkpoint_reader in(dir.path);
+    for (std::int64_t s = 0; s < 3; ++s) {
+      Tensor<float, F<Y>, D<>> transposed_split(rank, {F(f), D(d)});
+      CHECK(contains(error_of([&] { in.load(layer(s), transposed_split); }), "has dims"));
+      Tensor<float, D<>, F<Y>> w(rank, {D(d), F(f)});
+      in.load(layer(s), w);
+      wrong += !block_matches(w, stacked(s));
+    }
+  });
+  for (const int stages : {4, 1}) {
+    CAPTURE(stages);
+    tpx::spmd(tpx::host, tpx::Mesh<P, X, Y>{stages, 1, 2}, [&](auto& rank) {
+      io::checkpoint_reader in(dir.path);
+      auto stack = tpx::randn<float, S<P>, D<>, F<Y>>(rank, {S(layers), D(d), F(f)}, 10);
+      in.load_blocks(layer, stack);
+      const std::vector<float> got = tpx::to_global(stack);
+      for (std::int64_t s = 0; s < layers; ++s)
+        for (std::int64_t i = 0; i < d * f; ++i)
+          wrong += got[static_cast<std::size_t>(s * d * f + i)] !=
+                   (s == 3 ? normal(10)(s * d * f + i) : stacked(s)(i));
+    });
+  }
   CHECK(wrong == 0);
 }
 

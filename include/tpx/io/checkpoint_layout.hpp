@@ -29,18 +29,18 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tpx/core/compile_error.hpp"
 #include "tpx/io/atomic_file.hpp"
 #include "tpx/io/checksum.hpp"
 #include "tpx/io/io_error.hpp"
 #include "tpx/io/safetensors.hpp"
+#include "tpx/tensor/box_copy.hpp"
 #include "tpx/tensor/tensor.hpp"
 
 namespace tpx::io {
@@ -140,18 +140,52 @@ constexpr void check_checkpointable() {
                   " is unreduced (a partial sum); reduce it before saving or loading it">{};
 }
 
+// The names of a tensor type's dims, in order: ["D", "F"].
+template <class Tn>
+std::vector<std::string> dim_names() {
+  return []<class... Dims>(type_list<Dims...>) {
+    return std::vector<std::string>{std::string(Dims::name.c_str())...};
+  }(typename Tn::dims{});
+}
+
 // What a checkpoint records about a tensor besides its blocks.
 template <class Space, class T, class... Spec>
 nlohmann::json describe_tensor(const BasicTensor<Space, T, Spec...>& t) {
   using Tn = BasicTensor<Space, T, Spec...>;
-  const std::vector<std::string> dims = []<class... Dims>(type_list<Dims...>) {
-    return std::vector<std::string>{std::string(Dims::name.c_str())...};
-  }(typename Tn::dims{});
   return {{"dtype", dtype_name(dtype_of<T>)},
-          {"dims", dims},
+          {"dims", dim_names<Tn>()},
           {"notation", Tn::notation.c_str()},
           {"global_shape",
            std::vector<std::int64_t>(t.global_extents().begin(), t.global_extents().end())}};
 }
+
+// A tensor's blocks along its first dim, each saved as a tensor of its own
+// (checkpoint_writer::add_blocks, checkpoint_reader::load_blocks): their global shape (the
+// tensor's without its first dim), the box of each that this rank holds, and its elements.
+template <std::size_t N>
+struct blocks_along_first_dim {
+  index_array<N> global{}, offsets{}, extents{};
+  std::int64_t elements = 1;
+
+  template <class Tn>
+  explicit blocks_along_first_dim(const Tn& t) {
+    for (std::size_t d = 0; d < N; ++d) {
+      global[d] = t.global_extent(d + 1);
+      offsets[d] = t.local_offset(d + 1);
+      extents[d] = t.local_extent(d + 1);
+      elements *= extents[d];
+    }
+  }
+  // describe_tensor of each block, a tensor of `type` with dims `dims` written `notation`.
+  nlohmann::json description(dtype type, const char* notation,
+                             const std::vector<std::string>& dims) const {
+    return {{"dtype", dtype_name(type)},
+            {"dims", dims},
+            {"notation", notation},
+            {"global_shape", std::vector<std::int64_t>(global.begin(), global.end())}};
+  }
+};
+template <class Tn>
+blocks_along_first_dim(const Tn&) -> blocks_along_first_dim<Tn::order - 1>;
 
 }  // namespace tpx::io

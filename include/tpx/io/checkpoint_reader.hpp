@@ -3,6 +3,7 @@
 //   tpx::io::checkpoint_reader ckpt("ckpt");          // the newest valid checkpoint
 //   auto w_in = tpx::zeros<float, D<X>, F<Y>>(rank, {D(16), F(32)});
 //   ckpt.load("w_in", w_in);                          // this rank's block, whatever the old mesh
+//   ckpt.load_blocks(layer_name, stack);              // block s of stack from layer_name(s)
 //   const std::int64_t step = ckpt.step();  const nlohmann::json& state = ckpt.state();
 //
 // A tensor's elements are stored as blocks (boxes of the global tensor) in the rank files; the
@@ -146,42 +147,31 @@ class checkpoint_reader {
   template <class Space, class T, class... Spec>
   void load(const std::string& name, BasicTensor<Space, T, Spec...>& t) {
     using Tn = BasicTensor<Space, T, Spec...>;
-    constexpr std::size_t N = Tn::order;
     check_checkpointable<Tn>();
-    const stored_tensor& saved = find(name);
-    const nlohmann::json expected = describe_tensor(t);
-    for (const char* key : {"dtype", "dims", "global_shape"})
-      if (expected[key] != saved.description[key])
-        throw io_error("tpx: checkpoint " + folder_.string() + ": tensor '" + name +
-                       "': the tensor " + Tn::notation.c_str() + " loaded into has " + key + " " +
-                       expected[key].dump() + ", the checkpoint has " +
-                       saved.description[key].dump());
-
     std::vector<T> staging(t.size());
-    std::int64_t filled = 0;
-    std::vector<const stored_block*> used;
-    for (const stored_block& b : saved.blocks) {
-      index_array<N> lo{}, box{};
-      bool overlaps = true;
-      for (std::size_t d = 0; d < N; ++d) {
-        lo[d] = std::max(b.offsets[d], t.local_offset(d));
-        box[d] =
-            std::min(b.offsets[d] + b.extents[d], t.local_offset(d) + t.local_extent(d)) - lo[d];
-        overlaps = overlaps && box[d] > 0;
-      }
-      const bool repeated = std::any_of(used.begin(), used.end(), [&](const stored_block* u) {
-        return u->offsets == b.offsets && u->extents == b.extents;
-      });
-      if (!overlaps || repeated) continue;
-      used.push_back(&b);
-      copy_overlap(name, b, lo, box, t, staging);
-      filled += element_count(box);
-    }
-    if (filled != static_cast<std::int64_t>(t.size()))
-      throw io_error("tpx: checkpoint " + folder_.string() + ": tensor '" + name +
-                     "': its blocks hold " + std::to_string(filled) + " of the " +
-                     std::to_string(t.size()) + " elements of this rank's block");
+    fill_block(name, describe_tensor(t), Tn::notation.c_str(), t.local_offsets(), t.local_extents(),
+               staging);
     Space::from_host(t.context(), staging.data(), staging.size(), t.data());
+  }
+
+  // Fills each block of t along its first dim from the saved tensor name_of(i), i the block's
+  // global index on that dim (checkpoint_writer::add_blocks saved them so): a stack of layers
+  // [S_P, D_X, F_Y] loaded from the layers [D, F] saved on any number of stages, or by a model
+  // that keeps its layers apart. A block name_of maps to "" keeps its elements.
+  template <class Space, class T, class First, class... Rest, class NameOf>
+  void load_blocks(const NameOf& name_of, BasicTensor<Space, T, First, Rest...>& t) {
+    using Tn = BasicTensor<Space, T, First, Rest...>;
+    using Block = BasicTensor<Space, T, Rest...>;
+    check_checkpointable<Tn>();
+    const blocks_along_first_dim along(t);
+    std::vector<T> staging(static_cast<std::size_t>(along.elements));
+    for (std::int64_t i = 0; i < t.local_extent(0); ++i) {
+      const std::string name = name_of(t.local_offset(0) + i);
+      if (name.empty()) continue;
+      fill_block(name, along.description(dtype_of<T>, Block::notation.c_str(), dim_names<Block>()),
+                 Block::notation.c_str(), along.offsets, along.extents, staging);
+      Space::from_host(t.context(), staging.data(), staging.size(), t.data() + i * along.elements);
+    }
   }
 
  private:
@@ -285,11 +275,51 @@ class checkpoint_reader {
                      ", the manifest at " + nlohmann::json(b.offsets).dump());
   }
 
+  // Fills staging, laid out as the block [offsets, offsets + extents) of the saved tensor
+  // `name`, whose dtype, dims and global shape must be `expected`'s (`notation`: the tensor's,
+  // for the error).
+  template <class T, std::size_t N>
+  void fill_block(const std::string& name, const nlohmann::json& expected, const char* notation,
+                  const index_array<N>& offsets, const index_array<N>& extents,
+                  std::vector<T>& staging) {
+    const stored_tensor& saved = find(name);
+    for (const char* key : {"dtype", "dims", "global_shape"})
+      if (expected[key] != saved.description[key])
+        throw io_error("tpx: checkpoint " + folder_.string() + ": tensor '" + name +
+                       "': the tensor " + notation + " loaded into has " + key + " " +
+                       expected[key].dump() + ", the checkpoint has " +
+                       saved.description[key].dump());
+    std::int64_t filled = 0;
+    std::vector<const stored_block*> used;
+    for (const stored_block& b : saved.blocks) {
+      index_array<N> lo{}, box{};
+      bool overlaps = true;
+      for (std::size_t d = 0; d < N; ++d) {
+        lo[d] = std::max(b.offsets[d], offsets[d]);
+        box[d] = std::min(b.offsets[d] + b.extents[d], offsets[d] + extents[d]) - lo[d];
+        overlaps = overlaps && box[d] > 0;
+      }
+      const bool repeated = std::any_of(used.begin(), used.end(), [&](const stored_block* u) {
+        return u->offsets == b.offsets && u->extents == b.extents;
+      });
+      if (!overlaps || repeated) continue;
+      used.push_back(&b);
+      copy_overlap(name, b, lo, box, offsets, extents, staging);
+      filled += element_count(box);
+    }
+    if (filled != static_cast<std::int64_t>(staging.size()))
+      throw io_error("tpx: checkpoint " + folder_.string() + ": tensor '" + name +
+                     "': its blocks hold " + std::to_string(filled) + " of the " +
+                     std::to_string(staging.size()) + " elements of this rank's block");
+  }
+
   // Copies the box [lo, lo + box) of the global tensor from stored block b into staging, which is
-  // laid out like t's block. Reads only the rows of b's outermost dim that the box spans.
-  template <class Tn, class T, std::size_t N>
+  // laid out as the block [offsets, offsets + extents). Reads only the rows of b's outermost dim
+  // that the box spans.
+  template <class T, std::size_t N>
   void copy_overlap(const std::string& name, const stored_block& b, const index_array<N>& lo,
-                    const index_array<N>& box, const Tn& t, std::vector<T>& staging) {
+                    const index_array<N>& box, const index_array<N>& offsets,
+                    const index_array<N>& extents, std::vector<T>& staging) {
     const safetensors_header& header = file(b.file);
     const tensor_info& info = header.tensor(name);
     check_placement(header, name, b);
@@ -302,14 +332,14 @@ class checkpoint_reader {
     for (std::size_t d = 0; d < N; ++d) {
       rows_shape[d] = d == 0 ? box[0] : b.extents[d];
       src_start[d] = d == 0 ? 0 : lo[d] - b.offsets[d];
-      dst_start[d] = lo[d] - t.local_offset(d);
+      dst_start[d] = lo[d] - offsets[d];
       if (d > 0) row *= b.extents[d];
     }
     std::int64_t first_row = 0;
     if constexpr (N > 0) first_row = lo[0] - b.offsets[0];
     std::vector<T> rows(static_cast<std::size_t>(element_count(rows_shape)));
     read_elements(header, info, static_cast<std::uint64_t>(first_row * row), std::span(rows));
-    copy_box(rows.data(), rows_shape, src_start, staging.data(), t.local_extents(), dst_start, box);
+    copy_box(rows.data(), rows_shape, src_start, staging.data(), extents, dst_start, box);
   }
 
   std::filesystem::path folder_;

@@ -4,6 +4,7 @@
 //   tpx::io::checkpoint_writer ckpt(rank, dir, step);
 //   ckpt.add("w_in", w_in);                // any reduced tensor: its block is copied to host now
 //   ckpt.add("adam.m.w_in", m_in);
+//   ckpt.add_blocks(layer_name, stack);   // [S_P, D_X, F_Y]: block s saved as layer_name(s)
 //   ckpt.save({{"data_position", pos}});   // collective: every rank of the mesh calls it
 //
 // save() writes rank r's blocks to step-<S>/rank-<r>.safetensors and its part of the manifest to
@@ -71,11 +72,7 @@ class checkpoint_writer {
   void add(const std::string& name, const BasicTensor<Space, T, Spec...>& t) {
     using Tn = BasicTensor<Space, T, Spec...>;
     check_checkpointable<Tn>();
-    if (name.starts_with("tpx."))
-      throw std::invalid_argument("tpx: checkpoint: tensor name '" + name +
-                                  "' is reserved (names starting with \"tpx.\" are tpx's own)");
-    if (!names_.insert(name).second)
-      throw std::invalid_argument("tpx: checkpoint: tensor '" + name + "' is added twice");
+    claim(name);
     if (!holds_first_copy(t.context(), typename Tn::traits::axes{})) return;
     block b{name, dtype_of<T>, describe_tensor(t), std::vector<std::byte>(t.size() * sizeof(T))};
     b.record["offsets"] =
@@ -84,6 +81,34 @@ class checkpoint_writer {
         std::vector<std::int64_t>(t.local_extents().begin(), t.local_extents().end());
     Space::to_host(t.context(), t.data(), t.size(), reinterpret_cast<T*>(b.bytes.data()));
     blocks_.push_back(std::move(b));
+  }
+
+  // Records each block of t along its first dim as a tensor of its own, under name_of(i) for the
+  // block at global index i of that dim (a block name_of maps to "" is left out): a stack of
+  // layers [S_P, D_X, F_Y], each stage's layer a block, saved as the layers [D, F] they are, so
+  // that they load onto any number of stages (checkpoint_reader::load_blocks), or into a model
+  // that keeps its layers apart (load). Ranks that hold different blocks add different names.
+  template <class Space, class T, class First, class... Rest, class NameOf>
+  void add_blocks(const NameOf& name_of, const BasicTensor<Space, T, First, Rest...>& t) {
+    using Tn = BasicTensor<Space, T, First, Rest...>;
+    using Block = BasicTensor<Space, T, Rest...>;
+    check_checkpointable<Tn>();
+    const blocks_along_first_dim along(t);
+    for (std::int64_t i = 0; i < t.local_extent(0); ++i) {
+      const std::string name = name_of(t.local_offset(0) + i);
+      if (name.empty()) continue;
+      claim(name);
+      if (!holds_first_copy(t.context(), typename Tn::traits::axes{})) continue;
+      block b{name, dtype_of<T>,
+              along.description(dtype_of<T>, Block::notation.c_str(), dim_names<Block>()),
+              std::vector<std::byte>(static_cast<std::size_t>(along.elements) * sizeof(T))};
+      b.record["offsets"] = std::vector<std::int64_t>(along.offsets.begin(), along.offsets.end());
+      b.record["extents"] = std::vector<std::int64_t>(along.extents.begin(), along.extents.end());
+      Space::to_host(t.context(), t.data() + i * along.elements,
+                     static_cast<std::size_t>(along.elements),
+                     reinterpret_cast<T*>(b.bytes.data()));
+      blocks_.push_back(std::move(b));
+    }
   }
 
   // Writes the checkpoint (collective); state is free-form JSON kept in the manifest: data
@@ -130,6 +155,15 @@ class checkpoint_writer {
     nlohmann::json record;  // describe_tensor, and the block's offsets and extents
     std::vector<std::byte> bytes;
   };
+
+  // Takes `name` for a tensor of this rank's: not tpx's, not added before.
+  void claim(const std::string& name) {
+    if (name.starts_with("tpx."))
+      throw std::invalid_argument("tpx: checkpoint: tensor name '" + name +
+                                  "' is reserved (names starting with \"tpx.\" are tpx's own)");
+    if (!names_.insert(name).second)
+      throw std::invalid_argument("tpx: checkpoint: tensor '" + name + "' is added twice");
+  }
 
   // Whether this rank is the one that writes its block: coordinate 0 on every mesh axis that
   // does not shard the tensor.
