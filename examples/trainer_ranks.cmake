@@ -27,8 +27,10 @@ function(_tpx_example_objects target)
 endfunction()
 
 function(tpx_trainer_ranks dir)
-  # Beside the GPT's loops, its model, a file per compute type (gpt/host_ranks.hpp says why).
+  # Beside the GPT's loops, its model, a file per compute type (gpt/host_ranks.hpp says why);
+  # beside the MLP's, the loops of the MLP cut into pipeline stages (tpx-train --pipeline).
   set(gpt_models gpt/host_model_fp32.cpp gpt/host_model_bf16.cpp)
+  set(trainer_models trainer/host_rank_pipelined_fp32.cpp trainer/host_rank_pipelined_bf16.cpp)
   _tpx_example_objects(tpx_${dir}_ranks
                        SOURCES ${dir}/host_rank_fp32.cpp ${dir}/host_rank_bf16.cpp ${${dir}_models}
                        LIBRARIES tpx::tpx tpx::io)

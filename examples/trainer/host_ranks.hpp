@@ -1,6 +1,7 @@
 // The host trainers' training loop of one rank (training.hpp's train_rank on a tpx::Rank, the
 // rank of the thread and MPI launchers alike) is compiled once per model family and compute type,
 // each in a file of its own: host_rank_fp32.cpp and host_rank_bf16.cpp here and in examples/gpt,
+// host_rank_pipelined_fp32.cpp and host_rank_pipelined_bf16.cpp for tpx-train --pipeline,
 // the object libraries tpx_trainer_ranks and tpx_gpt_ranks (examples/trainer_ranks.cmake) that
 // tpx-train, tpx-gpt and the trainer tests link. Before, every program compiled it again: the
 // tests' thread runs (tests/trainer/trainer_run.cpp) and MPI runs (tests/mpi/mpi_trainer_runs.cpp)
@@ -15,6 +16,7 @@
 // file that compiles it.
 #pragma once
 
+#include "pipelined_family.hpp"
 #include "training.hpp"
 
 #define TPX_TRAINER_HOST_RANK(Tc, Family)                            \
@@ -25,3 +27,5 @@
 
 extern template TPX_TRAINER_HOST_RANK(float, trainer::mlp);
 extern template TPX_TRAINER_HOST_RANK(tpx::bf16, trainer::mlp);
+extern template TPX_TRAINER_HOST_RANK(float, trainer::pipelined_mlp);
+extern template TPX_TRAINER_HOST_RANK(tpx::bf16, trainer::pipelined_mlp);

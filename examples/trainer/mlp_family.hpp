@@ -20,6 +20,10 @@ struct mlp {
   template <class Tc, class Space>
   using network = model<Tc, Space>;
   static constexpr const char* about = "a byte-level MLP language model";
+  static constexpr const char* help_footer =
+      "Pipeline stages (tpx-train only): --pipeline P cuts the model into P stages over a mesh of "
+      "P x X x Y ranks; tpx-train --pipeline 2 --help lists its flags (--microbatches, "
+      "--schedule).";
 
   template <class Space>
   static void initialize(tensors<Space>& p, const config& c) {

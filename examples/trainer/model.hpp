@@ -66,6 +66,15 @@ struct config {
   static constexpr std::int64_t vocab = 256;
 };
 
+// The global shape of a tensor of dims Dims..., led by the stage dim Lead... (extent `stages`)
+// when the model is cut into pipeline stages: stacked<Lead...>(stages, D(d)) is {S(stages), D(d)}
+// or {D(d)}.
+template <class... Lead, tpx::Dim... Dims>
+tpx::Shape<tpx::unsplit_t<Lead>..., Dims...> stacked([[maybe_unused]] std::int64_t stages,
+                                                     Dims... dims) {
+  return {tpx::unsplit_t<Lead>(stages)..., dims...};
+}
+
 // Every parameter-shaped tensor of the model, fp32, in memory space Space: the master weights,
 // their gradients and the two Adam moments are each one of these. With Lead = S<P>, a pipeline
 // stage's piece of the model (pipelined_model.hpp): every tensor leads with the stage dim, its
@@ -84,17 +93,15 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space, Lead...>> {
   Tensor<float, D<X>, V<Y>> head;
 
   // Zeros of every parameter's shape, `layers` blocks of them.
-  model_tensors(const tpx::rank_context& rank, const config& c, int layers,
-                [[maybe_unused]] std::int64_t stages = 1)
-      : final_norm(rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., D(c.d_model)}),
-        head(rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., D(c.d_model), V(config::vocab)}) {
+  model_tensors(const tpx::rank_context& rank, const config& c, int layers, std::int64_t stages = 1)
+      : final_norm(rank, stacked<Lead...>(stages, D(c.d_model))),
+        head(rank, stacked<Lead...>(stages, D(c.d_model), V(config::vocab))) {
     for (int k = 0; k < c.context; ++k)
-      embed.emplace_back(
-          rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., V(config::vocab), D(c.d_model)});
+      embed.emplace_back(rank, stacked<Lead...>(stages, V(config::vocab), D(c.d_model)));
     for (int l = 0; l < layers; ++l) {
-      norm.emplace_back(rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., D(c.d_model)});
-      w_in.emplace_back(rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., D(c.d_model), F(c.ffn)});
-      w_out.emplace_back(rank, tpx::Shape{tpx::unsplit_t<Lead>(stages)..., F(c.ffn), D(c.d_model)});
+      norm.emplace_back(rank, stacked<Lead...>(stages, D(c.d_model)));
+      w_in.emplace_back(rank, stacked<Lead...>(stages, D(c.d_model), F(c.ffn)));
+      w_out.emplace_back(rank, stacked<Lead...>(stages, F(c.ffn), D(c.d_model)));
     }
   }
   // The whole model's.
@@ -244,8 +251,8 @@ class model {
 
   // x[B_X, D_Y] = sum_k E_k[token_k]: a row lookup per context byte.
   act embed_forward(const params& p, const tokens_t& tokens) const {
-    act x(rank_, tpx::Shape{tpx::unsplit_t<Lead>(stages_)...,
-                            B(tokens.global_extent(sizeof...(Lead))), D(c_.d_model)});
+    act x(rank_,
+          stacked<Lead...>(stages_, B(tokens.global_extent(sizeof...(Lead))), D(c_.d_model)));
     for (int k = 0; k < c_.context; ++k)
       tpx::nn::embedding_add(x, gathered<gather_embed>(p.embed[k]), tokens, k);  // E_k: [V, D_Y]
     return x;

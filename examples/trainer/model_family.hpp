@@ -1,6 +1,7 @@
 // What a model family tells the example trainers' shared code (training.hpp's loop and checkpoints,
 // command_line.hpp's flags) beyond its types: the size flags a program offers for it, its switches
-// (optional: Family::switch_flags), and the combinations of them it refuses (optional:
+// and choices (optional: Family::switch_flags, Family::choice_flags), a note for the end of --help
+// (optional: Family::help_footer), and the combinations of them it refuses (optional:
 // Family::unsupported(config), the sentence for the user, or empty). A flag is data (a name, the
 // field it sets, a line of help), not a CLI11 call, so that a family's header needs no command-line
 // library and the command line checks every size alike (a whole number from `least`, 1 unless the
@@ -8,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <variant>
+#include <vector>
 
 namespace trainer {
 
@@ -17,6 +20,14 @@ struct size_flag {
   std::variant<int*, std::int64_t*> field;
   const char* help;
   int least = 1;  // the smallest value the model accepts
+};
+
+// A flag whose value is one of `choices`, setting a string of the model's config ("--schedule").
+struct choice_flag {
+  const char* name;
+  std::string* field;
+  const char* help;
+  std::vector<std::string> choices;
 };
 
 // A flag without a value that sets a bool of the model's config ("--fused-attention").

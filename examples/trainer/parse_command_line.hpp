@@ -102,6 +102,12 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
   if constexpr (requires { Family::switch_flags(o.model); })
     for (const switch_flag& f : Family::switch_flags(o.model))
       app.add_flag(f.name, *f.field, f.help);
+  if constexpr (requires { Family::choice_flags(o.model); })
+    for (const choice_flag& f : Family::choice_flags(o.model))
+      app.add_option(f.name, *f.field, f.help)
+          ->capture_default_str()
+          ->check(CLI::IsMember(f.choices));
+  if constexpr (requires { Family::help_footer; }) app.footer(Family::help_footer);
   app.add_option("--lr", o.lr, "AdamW learning rate")
       ->capture_default_str()
       ->check(finite_number(0, bound::open));
@@ -204,6 +210,9 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
     result.error = std::string(program) + ": " + e.what() + "\n";
     return result;
   }
+  if constexpr (requires { o.model.overlap; }) o.model.overlap = overlap == "on";
+  o.model.checkpoint_every =
+      checkpoint_every == "sqrt" ? sqrt_policy(o.model.layers) : std::stoi(checkpoint_every);
   // Flags each valid alone that the family cannot combine (optional: Family::unsupported).
   if constexpr (requires { Family::unsupported(o.model); }) {
     if (const std::string why = Family::unsupported(o.model); !why.empty()) {
@@ -221,9 +230,6 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
       return result;
     }
   }
-  if constexpr (requires { o.model.overlap; }) o.model.overlap = overlap == "on";
-  o.model.checkpoint_every =
-      checkpoint_every == "sqrt" ? sqrt_policy(o.model.layers) : std::stoi(checkpoint_every);
   // To the nearest millisecond, at least 1: a timeout under half a millisecond was 0 ms, which
   // fails every collective a rank has to wait in (tests/fuzz/trainer_cli_fuzz.cpp checks it).
   o.timeout = std::chrono::milliseconds(std::max<std::int64_t>(

@@ -18,10 +18,16 @@
 // after the step one AllReduce over P of the [S_P] losses gives every rank the mean loss over the
 // batch, which equals the model's on one rank.
 //
-// Not yet: activation checkpointing (every microbatch keeps its blocks' states until its
-// backward pass), the weights gathered once per step (each pass gathers its blocks' weights over
-// X again, as FSDP does without keeping them between microbatches), checkpoints independent of
-// the stage count.
+// Checkpoints hold the whole model's tensors under model_tensors' names, each stacked block saved
+// as its layer (pipelined_tensors::for_each_layer), so they load onto any number of stages.
+//
+// With activation checkpointing (config::checkpoint_every = C > 0) a microbatch's forward pass of
+// a piece keeps only the input of every C-th block of the piece, and its backward pass runs each
+// segment forward again from it first (block_stack.hpp's segments, which do not cross pieces):
+// the same operations on the same inputs, so the same results to the bit.
+//
+// Not yet: the weights gathered once per step (each pass gathers its blocks' weights over X
+// again, as FSDP does without keeping them between microbatches).
 #pragma once
 
 #include <cstdint>
@@ -30,9 +36,11 @@
 #include <string>
 #include <tpx/nn/pipeline.hpp>
 #include <tpx/nn/pipeline_schedule.hpp>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "block_stack.hpp"
 #include "model.hpp"
 #include "tensor_set.hpp"
 
@@ -52,6 +60,49 @@ inline int blocks_per_piece(const config& c, const tpx::nn::pipeline_schedule& p
   return c.layers / plan.pieces();
 }
 
+// The pipelined model's settings: the model's (config), and how it is cut: into `stages` stages
+// (the size of mesh axis P), a step's batch into `microbatches`, run in the order `schedule`
+// names (schedule_orders; interleaved with two chunks per stage).
+struct pipeline_config : config {
+  int stages = 2;
+  int microbatches = 4;
+  std::string schedule = "1f1b";
+};
+
+// The orders by the names `schedule` takes.
+inline const std::vector<std::pair<std::string, tpx::nn::pipeline_order>>& schedule_orders() {
+  using tpx::nn::pipeline_order;
+  static const std::vector<std::pair<std::string, pipeline_order>> orders{
+      {"gpipe", pipeline_order::gpipe},
+      {"1f1b", pipeline_order::one_f_one_b},
+      {"zero-bubble", pipeline_order::zero_bubble},
+      {"interleaved", pipeline_order::interleaved},
+      {"zero-bubble-v", pipeline_order::zero_bubble_v}};
+  return orders;
+}
+
+// c's schedule; std::invalid_argument with the sentence for the user when c's stages,
+// microbatches and schedule do not make one.
+inline tpx::nn::pipeline_schedule schedule_of(const pipeline_config& c) {
+  for (const auto& [name, order] : schedule_orders())
+    if (name == c.schedule)
+      return tpx::nn::pipeline_schedule(
+          c.stages, c.microbatches, order,
+          {.chunks = order == tpx::nn::pipeline_order::interleaved ? 2 : 1});
+  std::string names;
+  for (const auto& named : schedule_orders()) names += (names.empty() ? "" : ", ") + named.first;
+  throw std::invalid_argument("trainer: no pipeline schedule is called '" + c.schedule +
+                              "' (there are " + names + ")");
+}
+
+// Throws when rank's mesh axis P is not c's stages.
+inline void check_stages(const tpx::rank_context& rank, const pipeline_config& c) {
+  if (rank.axis<P>().size != c.stages)
+    throw std::invalid_argument("trainer: a model cut into " + std::to_string(c.stages) +
+                                " pipeline stages on a mesh whose axis P has " +
+                                std::to_string(rank.axis<P>().size));
+}
+
 // Every parameter-shaped tensor of a pipelined model: a stacked model_tensors per chunk.
 template <class Space>
 struct pipelined_tensors : tensor_set<pipelined_tensors<Space>> {
@@ -59,20 +110,66 @@ struct pipelined_tensors : tensor_set<pipelined_tensors<Space>> {
 
   // Zeros of every parameter's shape.
   pipelined_tensors(const tpx::rank_context& rank, const config& c,
-                    const tpx::nn::pipeline_schedule& plan) {
+                    const tpx::nn::pipeline_schedule& plan)
+      : plan_(plan), per_piece_(blocks_per_piece(c, plan)) {
     for (int chunk = 0; chunk < plan.chunks(); ++chunk)
-      chunks.emplace_back(rank, c, blocks_per_piece(c, plan), plan.stages());
+      chunks.emplace_back(rank, c, per_piece_, plan.stages());
+  }
+  pipelined_tensors(const tpx::rank_context& rank, const pipeline_config& c)
+      : pipelined_tensors(rank, c, schedule_of(c)) {
+    check_stages(rank, c);
+  }
+
+  // f(name_of, tensor, others' tensor...) for every tensor, name_of(s) the whole model's name
+  // of its block s (model_tensors' names: "block.5.w_in" for the layer stage s's chunk holds),
+  // or "" for a block of the embedding, the final norm or the head that stage s's chunk does not
+  // use. Checkpoints save and load each block so (training.hpp), so they hold the whole model's
+  // tensors under its names and load onto any number of stages, or without a pipeline.
+  template <class Fn, class... Others>
+  void for_each_layer(Fn&& f, Others&... others) {
+    visit_layers(*this, f, others...);
+  }
+  template <class Fn, class... Others>
+  void for_each_layer(Fn&& f, Others&... others) const {
+    visit_layers(*this, f, others...);
   }
 
   template <class Self, class Fn, class... Others>
   static void visit(Self& self, Fn& f, Others&... others) {
     for (std::size_t c = 0; c < self.chunks.size(); ++c) {
       const std::string prefix = "chunk." + std::to_string(c) + ".";
-      model_tensors<Space, S<P>>::visit(
-          self.chunks[c], [&](const std::string& name, auto&... t) { f(prefix + name, t...); },
-          others.chunks[c]...);
+      auto prefixed = [&](const std::string& name, auto&... t) { f(prefix + name, t...); };
+      model_tensors<Space, S<P>>::visit(self.chunks[c], prefixed, others.chunks[c]...);
     }
   }
+
+ private:
+  template <class Self, class Fn, class... Others>
+  static void visit_layers(Self& self, Fn& f, Others&... others) {
+    for (std::size_t c = 0; c < self.chunks.size(); ++c) {
+      auto named = [&](const std::string& name, auto&... t) {
+        f([&](std::int64_t s) { return self.whole_model_name(name, static_cast<int>(s), c); },
+          t...);
+      };
+      model_tensors<Space, S<P>>::visit(self.chunks[c], named, others.chunks[c]...);
+    }
+  }
+
+  // The whole model's name of stage s's block of chunk c's tensor `name` (model_tensors' name
+  // within the chunk), or "" for a block of the embedding, final norm or head that is not used.
+  std::string whole_model_name(const std::string& name, int s, std::size_t c) const {
+    const int chunk = static_cast<int>(c), piece = plan_.piece(s, chunk);
+    if (name.starts_with("block.")) {
+      const std::size_t end = name.find('.', 6);
+      const int i = std::stoi(name.substr(6, end - 6));
+      return "block." + std::to_string(layer_of(plan_, per_piece_, s, chunk, i)) + name.substr(end);
+    }
+    const bool used = name.starts_with("embed.") ? piece == 0 : piece == plan_.pieces() - 1;
+    return used ? name : std::string();
+  }
+
+  tpx::nn::pipeline_schedule plan_;
+  int per_piece_;
 };
 
 // The initial weights of the whole model (initial_weights), each stage's block of a stacked
@@ -83,41 +180,54 @@ void initialize(pipelined_tensors<Space>& p, const config& c,
   const initial_weights w{c};
   const int per_piece = blocks_per_piece(c, plan);
   // value(s, j): element j of stage s's block, each block `block` elements.
-  const auto stacked = [](auto& t, std::int64_t block, const auto& value) {
+  const auto fill_by_stage = [](auto& t, std::int64_t block, const auto& value) {
     fill_staged(t, [&](std::int64_t i) { return value(static_cast<int>(i / block), i % block); });
   };
   const std::int64_t d = c.d_model, table = config::vocab * d;
   for (int chunk = 0; chunk < plan.chunks(); ++chunk) {
     model_tensors<Space, S<P>>& piece = p.chunks[chunk];
     for (int k = 0; k < c.context; ++k)
-      stacked(piece.embed[k], table, [&](int, std::int64_t j) { return w.embed(k, j); });
+      fill_by_stage(piece.embed[k], table, [&](int, std::int64_t j) { return w.embed(k, j); });
     for (int i = 0; i < per_piece; ++i) {
-      stacked(piece.norm[i], d, [](int, std::int64_t) { return 1.0f; });
-      stacked(piece.w_in[i], d * c.ffn, [&](int s, std::int64_t j) {
+      fill_by_stage(piece.norm[i], d, [](int, std::int64_t) { return 1.0f; });
+      fill_by_stage(piece.w_in[i], d * c.ffn, [&](int s, std::int64_t j) {
         return w.w_in(layer_of(plan, per_piece, s, chunk, i), j);
       });
-      stacked(piece.w_out[i], c.ffn * d, [&](int s, std::int64_t j) {
+      fill_by_stage(piece.w_out[i], c.ffn * d, [&](int s, std::int64_t j) {
         return w.w_out(layer_of(plan, per_piece, s, chunk, i), j);
       });
     }
-    stacked(piece.final_norm, d, [](int, std::int64_t) { return 1.0f; });
-    stacked(piece.head, d * config::vocab, [&](int, std::int64_t j) { return w.head(j); });
+    fill_by_stage(piece.final_norm, d, [](int, std::int64_t) { return 1.0f; });
+    fill_by_stage(piece.head, d * config::vocab, [&](int, std::int64_t j) { return w.head(j); });
   }
 }
 
-// Microbatch m of the step's batch: rows [m b / M, (m + 1) b / M) of it, the same in every
-// stage's block, tokens[S_P, B_X, W] in Space.
+// A step's batch as its M microbatches, tokens[S_P, B_X, W] in Space each.
 template <class Space>
-std::vector<tpx::BasicTensor<Space, std::int32_t, S<P>, B<X>, W<>>> load_microbatches(
-    const tpx::rank_context& rank, const text_data& data, const config& c, std::int64_t step,
-    int microbatches) {
+struct pipeline_batch {
+  std::vector<tpx::BasicTensor<Space, std::int32_t, S<P>, B<X>, W<>>> microbatches;
+};
+
+// h's microbatches into d's (recorded_training.hpp's copy of a step's batch into the tensors a
+// recording reads).
+template <class Space>
+void copy_batch(pipeline_batch<Space>& d, const pipeline_batch<tpx::host_space>& h) {
+  for (std::size_t m = 0; m < d.microbatches.size(); ++m)
+    tpx::copy_from_host(d.microbatches[m], h.microbatches[m]);
+}
+
+// Microbatch m of the step's batch: rows [m b / M, (m + 1) b / M) of it, the same in every
+// stage's block.
+template <class Space>
+pipeline_batch<Space> load_microbatches(const tpx::rank_context& rank, const text_data& data,
+                                        const config& c, std::int64_t step, int microbatches) {
   if (c.batch % microbatches != 0)
     throw std::invalid_argument("trainer: a batch of " + std::to_string(c.batch) +
                                 " rows does not cut into " + std::to_string(microbatches) +
                                 " microbatches of equal size");
   const std::int64_t rows = c.batch / microbatches, width = c.context + 1;
   const std::int64_t stages = rank.axis<P>().size;
-  std::vector<tpx::BasicTensor<Space, std::int32_t, S<P>, B<X>, W<>>> out;
+  pipeline_batch<Space> out;
   for (int m = 0; m < microbatches; ++m) {
     tpx::BasicTensor<tpx::host_space, std::int32_t, S<P>, B<X>, W<>> t(
         rank, {S(stages), B(rows), W(width)});
@@ -125,7 +235,7 @@ std::vector<tpx::BasicTensor<Space, std::int32_t, S<P>, B<X>, W<>>> load_microba
       const std::int64_t row = m * rows + (i / width) % rows;
       return data.byte_at(c.seed, step, c.batch, row, static_cast<int>(i % width));
     });
-    out.push_back(tpx::in_space<Space>(std::move(t)));
+    out.microbatches.push_back(tpx::in_space<Space>(std::move(t)));
   }
   return out;
 }
@@ -147,16 +257,17 @@ class pipelined_model {
         plan_(std::move(plan)),
         passes_(passes),
         per_piece_(blocks_per_piece(c, plan_)),
-        net_(rank, c, plan_.stages()) {
-    if (c.checkpoint_every != 0)
-      throw std::invalid_argument(
-          "trainer: activation checkpointing is not yet supported with pipeline stages");
+        net_(rank, c, plan_.stages()) {}
+  pipelined_model(const tpx::rank_context& rank, const pipeline_config& c)
+      : pipelined_model(rank, c, schedule_of(c)) {
+    check_stages(rank, c);
   }
 
   // The mean loss over the batch (the same scalar on every rank); grads receives each
   // parameter's gradient, summed over the microbatches.
-  loss_t forward_backward(const params& p, const std::vector<tokens_t>& batch,
+  loss_t forward_backward(const params& p, const pipeline_batch<Space>& tokens,
                           params& grads) const {
+    const std::vector<tokens_t>& batch = tokens.microbatches;
     const int stage = rank_.axis<P>().coord, microbatches = plan_.microbatches();
     if (static_cast<int>(batch.size()) != microbatches)
       throw std::invalid_argument("trainer: a pipeline of " + std::to_string(microbatches) +
@@ -164,31 +275,45 @@ class pipelined_model {
     const float share = 1.0f / static_cast<float>(microbatches);
     const auto first = [&](int chunk) { return plan_.piece(stage, chunk) == 0; };
     const auto last = [&](int chunk) { return plan_.piece(stage, chunk) == plan_.pieces() - 1; };
-    // By chunk and microbatch: each block's saved state and (under the zero-bubble orders) what
-    // its backward pass keeps for its weight gradients, the last piece's output.
+    // By chunk and microbatch: each block's saved state, the inputs kept under activation
+    // checkpointing, what the backward pass keeps for the weight gradients (under the zero-bubble
+    // orders), the last piece's output.
     using state_t = typename piece_model::block_state;
     using kept_t = typename piece_model::block_gradients;
-    std::vector<std::vector<std::vector<state_t>>> states(
-        plan_.chunks(), std::vector<std::vector<state_t>>(microbatches));
-    std::vector<std::vector<std::vector<kept_t>>> kept(
-        plan_.chunks(), std::vector<std::vector<kept_t>>(microbatches));
-    std::vector<std::vector<std::optional<act>>> outputs(
-        plan_.chunks(), std::vector<std::optional<act>>(microbatches));
+    const auto by_chunk_and_microbatch = [&]<class T>(std::type_identity<T>) {
+      return std::vector<std::vector<T>>(plan_.chunks(), std::vector<T>(microbatches));
+    };
+    auto states =
+        by_chunk_and_microbatch(std::type_identity<std::vector<std::optional<state_t>>>{});
+    auto inputs = by_chunk_and_microbatch(std::type_identity<std::vector<act>>{});
+    auto kept = by_chunk_and_microbatch(std::type_identity<std::vector<kept_t>>{});
+    auto outputs = by_chunk_and_microbatch(std::type_identity<std::optional<act>>{});
     tpx::BasicTensor<Space, float, S<P>> losses(rank_, {S(plan_.stages())});
+    const int every = c_.checkpoint_every;
     const auto forward = [&](int m, int chunk, act in) {
       const auto& piece = p.chunks[chunk];
+      auto& held = states[chunk][m];
+      held.resize(static_cast<std::size_t>(per_piece_));
       act x = first(chunk) ? net_.embed_forward(piece, batch[m]) : std::move(in);
       for (int i = 0; i < per_piece_; ++i) {
-        states[chunk][m].push_back(net_.block_forward(piece, i, x));
-        x = states[chunk][m].back().out;
+        if (every == 0) {
+          held[i] = net_.block_forward(piece, i, x);
+          x = held[i]->out;
+        } else {
+          if (i % every == 0) inputs[chunk][m].push_back(x);
+          x = net_.block_forward(piece, i, x).out;
+        }
       }
       if (last(chunk)) outputs[chunk][m] = x;
       return x;
     };
-    // The input gradient, and with `weights` the blocks' weight gradients too.
+    // The input gradient, and with `weights` the blocks' weight gradients too. Under activation
+    // checkpointing, each segment of `every` blocks runs forward again from its kept input first
+    // (segments do not cross pieces).
     const auto backward = [&](int m, int chunk, act dout, bool weights) {
       const auto& piece = p.chunks[chunk];
       auto& grad = grads.chunks[chunk];
+      auto& held = states[chunk][m];
       const bool accumulate = m > 0;
       if (last(chunk)) {
         auto head = net_.head_forward_backward(piece, *outputs[chunk][m], batch[m], grad,
@@ -197,15 +322,31 @@ class pipelined_model {
         dout = std::move(head.dx);
         outputs[chunk][m].reset();
       }
-      for (int i = per_piece_ - 1; i >= 0; --i) {
-        auto g = net_.block_input_gradient(piece, i, states[chunk][m][i], dout, grad, accumulate);
-        if (weights)
-          net_.block_weight_gradient(i, states[chunk][m][i], g.kept, grad, accumulate);
-        else
-          kept[chunk][m].push_back(std::move(g.kept));  // the last block's first
-        dout = std::move(g.dx);
+      const auto through = [&](int from, int to) {  // blocks [from, to), the last first
+        for (int i = to - 1; i >= from; --i) {
+          auto g = net_.block_input_gradient(piece, i, *held[i], dout, grad, accumulate);
+          if (weights) {
+            net_.block_weight_gradient(i, *held[i], g.kept, grad, accumulate);
+            held[i].reset();
+          } else {
+            kept[chunk][m].push_back(std::move(g.kept));  // the last block's first
+          }
+          dout = std::move(g.dx);
+        }
+      };
+      if (every == 0) {
+        through(0, per_piece_);
+      } else {
+        segments_last_first(per_piece_, every, [&](int from, int to) {
+          act x = inputs[chunk][m][from / every];
+          for (int i = from; i < to; ++i) {
+            held[i] = net_.block_forward(piece, i, x);
+            x = held[i]->out;
+          }
+          through(from, to);
+        });
+        inputs[chunk][m].clear();
       }
-      if (weights) states[chunk][m].clear();
       if (first(chunk)) net_.embed_backward(batch[m], dout, grad, accumulate);
       return dout;
     };
@@ -220,16 +361,15 @@ class pipelined_model {
           [&](int m, int chunk, act dout) { return backward(m, chunk, std::move(dout), false); },
           [&](int m, int chunk) {
             for (int i = 0; i < per_piece_; ++i)
-              net_.block_weight_gradient(i, states[chunk][m][i], kept[chunk][m][per_piece_ - 1 - i],
-                                         grads.chunks[chunk], m > 0);
+              net_.block_weight_gradient(i, *states[chunk][m][i],
+                                         kept[chunk][m][per_piece_ - 1 - i], grads.chunks[chunk],
+                                         m > 0);
             states[chunk][m].clear();
             kept[chunk][m].clear();
           });
     }
     // The step's loss: the [S_P] losses summed over S (0 but on the loss's stage), over P.
-    const auto ones = tpx::map(tpx::kernels::add_scalar{1.0f},
-                               tpx::BasicTensor<Space, float, S<P>>(rank_, {S(plan_.stages())}));
-    return tpx::all_reduce<P>(tpx::einsum<S>(losses, ones));
+    return tpx::all_reduce<P>(tpx::sum<S>(losses));
   }
 
  private:

@@ -27,12 +27,14 @@ inline std::string bytes_text(double bytes) {
   return text;
 }
 
-// "mesh 2x2x2 (R=2 replicas, X=2 FSDP, Y=2 TP)"
+// "mesh 2x2x2 (R=2 replicas, X=2 FSDP, Y=2 TP)", "mesh 2x2 (P=4 pipeline stages, X=2 FSDP, ...)"
 template <class Family>
 std::string layout_text(const run_options<Family>& o) {
-  const std::string replicas = o.mesh_r > 1 ? "R=" + std::to_string(o.mesh_r) + " replicas, " : "";
-  return "mesh " + mesh_text(o) + " (" + replicas + "X=" + std::to_string(o.mesh_x) + " FSDP, Y=" +
-         std::to_string(o.mesh_y) + " TP)";
+  std::string first = o.mesh_r > 1 ? "R=" + std::to_string(o.mesh_r) + " replicas, " : "";
+  if constexpr (is_pipelined<Family>)
+    first = "P=" + std::to_string(o.model.stages) + " pipeline stages, ";
+  return "mesh " + mesh_text(o) + " (" + first + "X=" + std::to_string(o.mesh_x) +
+         " FSDP, Y=" + std::to_string(o.mesh_y) + " TP)";
 }
 
 // "batch 16, T=32, ..., bf16, activation checkpointing every 2 block(s)"

@@ -15,7 +15,8 @@ namespace trainer {
 //                             checkpoint_every
 //   mesh                      tpx::Mesh<X, Y> over the family's axes, or Mesh<R, X, Y> with
 //                             a replica axis R first (HSDP: the batch split over R too, the
-//                             parameters replicated over it)
+//                             parameters replicated over it), or Mesh<P, X, Y> with pipeline
+//                             stages P first (`pipelined`, P's size the config's `stages`)
 //   tensors<Space>            every parameter-shaped tensor (params, grads, Adam moments)
 //   network<Tc, Space>        forward_backward(params, batch, grads) -> loss scalar
 //   initialize(tensors, c), load_batch<Space>(rank, data, c, step)
@@ -48,8 +49,15 @@ struct run_options {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
 };
 
+// Whether Family's model is cut into pipeline stages over an axis P before X and Y:
+// Mesh<P, X, Y>, P's size the config's `stages` (pipelined_family.hpp).
+template <class Family>
+inline constexpr bool is_pipelined = requires {
+  requires Family::pipelined;
+};
+
 // Whether Family's mesh has a replica axis R before X and Y: Mesh<R, X, Y>.
 template <class Family>
-inline constexpr bool has_replica_axis = Family::mesh::axis_count == 3;
+inline constexpr bool has_replica_axis = Family::mesh::axis_count == 3 && !is_pipelined<Family>;
 
 }  // namespace trainer

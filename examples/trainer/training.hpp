@@ -50,8 +50,9 @@ namespace trainer {
 
 using options = run_options<mlp>;  // tpx-train's
 
-// The mesh of o's sizes: Mesh<X, Y>{x, y}, or Mesh<R, X, Y>{r, x, y} for a family with a replica
-// axis; a family without one takes no replicas.
+// The mesh of o's sizes: Mesh<X, Y>{x, y}, Mesh<R, X, Y>{r, x, y} for a family with a replica
+// axis, or Mesh<P, X, Y>{stages, x, y} for a pipelined one; a family without a replica axis takes
+// no replicas.
 template <class Family>
 typename Family::mesh mesh_of(const run_options<Family>& o) {
   if constexpr (has_replica_axis<Family>) {
@@ -60,7 +61,10 @@ typename Family::mesh mesh_of(const run_options<Family>& o) {
     if (o.mesh_r != 1)
       throw std::invalid_argument("trainer: mesh_r is " + std::to_string(o.mesh_r) +
                                   ", but this model's mesh has no replica axis R (give 1)");
-    return {o.mesh_x, o.mesh_y};
+    if constexpr (is_pipelined<Family>)
+      return {o.model.stages, o.mesh_x, o.mesh_y};
+    else
+      return {o.mesh_x, o.mesh_y};
   }
 }
 
@@ -97,6 +101,48 @@ struct step_report {
   std::vector<std::pair<std::string, double>> link_bytes_per_step;
 };
 
+// A parameter set whose tensors stack the layers of pipeline stages, each block saved as the
+// layer it is (pipelined_tensors::for_each_layer).
+template <class Tensors>
+concept stacks_layers = requires(Tensors& t) {
+  t.for_each_layer([](const auto&, auto&) {});
+};
+
+// name_of's names with `prefix` ("param."), "" kept for the blocks saved under no name.
+template <class NameOf>
+auto prefixed(const std::string& prefix, const NameOf& name_of) {
+  return [prefix, &name_of](std::int64_t s) {
+    const std::string name = name_of(s);
+    return name.empty() ? name : prefix + name;
+  };
+}
+
+// The tensors a checkpoint holds, by name: whole(name, t) for each parameter and both its Adam
+// moments ("param.<name>", "adam.m.<name>", "adam.v.<name>"), or, for a set that stacks the
+// layers of pipeline stages, blocks(name_of, t), each block of t the layer named name_of(s). So a
+// pipelined model's checkpoint holds the tensors of the model without stages, under its names.
+template <class Tensors, class Whole, class Blocks>
+void for_each_checkpointed(Tensors& params, Tensors& m, Tensors& v, const Whole& whole,
+                           const Blocks& blocks) {
+  if constexpr (stacks_layers<Tensors>) {
+    params.for_each_layer(
+        [&](const auto& name_of, auto& p, auto& pm, auto& pv) {
+          blocks(prefixed("param.", name_of), p);
+          blocks(prefixed("adam.m.", name_of), pm);
+          blocks(prefixed("adam.v.", name_of), pv);
+        },
+        m, v);
+  } else {
+    params.for_each(
+        [&](const std::string& name, auto& p, auto& pm, auto& pv) {
+          whole("param." + name, p);
+          whole("adam.m." + name, pm);
+          whole("adam.v." + name, pv);
+        },
+        m, v);
+  }
+}
+
 // The checkpoint of the training state after `step` steps: every rank's shards of the
 // parameters and of both Adam moments, and the run's settings.
 template <class Family, class Rank, class Tensors>
@@ -104,13 +150,9 @@ void save_checkpoint(const Rank& rank, const tpx::io::checkpoint_directory& dir,
                      const run_options<Family>& o, int step, const Tensors& params,
                      const Tensors& m, const Tensors& v) {
   tpx::io::checkpoint_writer out(rank, dir, step);
-  params.for_each(
-      [&](const std::string& name, const auto& p, const auto& pm, const auto& pv) {
-        out.add("param." + name, p);
-        out.add("adam.m." + name, pm);
-        out.add("adam.v." + name, pv);
-      },
-      m, v);
+  for_each_checkpointed(
+      params, m, v, [&](const std::string& name, const auto& t) { out.add(name, t); },
+      [&](const auto& name_of, const auto& t) { out.add_blocks(name_of, t); });
   nlohmann::json state = Family::shape(o.model);
   state.update({{"data_position", step},  // batches are a function of the step (text_data.hpp)
                 {"mesh", mesh_text(o)},
@@ -148,13 +190,9 @@ void load_checkpoint(const run_options<Family>& o, int step, Tensors& params, Te
       throw std::runtime_error("trainer: --resume: the checkpoint in " + o.ckpt_dir + " has " +
                                key + " = " + saved.dump() + ", this run " + now.dump());
   }
-  params.for_each(
-      [&](const std::string& name, auto& p, auto& pm, auto& pv) {
-        in.load("param." + name, p);
-        in.load("adam.m." + name, pm);
-        in.load("adam.v." + name, pv);
-      },
-      m, v);
+  for_each_checkpointed(
+      params, m, v, [&](const std::string& name, auto& t) { in.load(name, t); },
+      [&](const auto& name_of, auto& t) { in.load_blocks(name_of, t); });
 }
 
 // Where a run's checkpoints go (none without --ckpt-dir) and the step it resumes from, made once

@@ -16,7 +16,8 @@
 // table with every phase of tpx-train's step, marked as often per step as the model runs it, and
 // the JSONL log's last line the same phases, marks and times (no earlier line has them).
 // tpx-gpt --no-sequence-parallel and --context-parallel (with either attention) name their
-// layouts and log the default layout's losses.
+// layouts and log the default layout's losses. tpx-train --pipeline refuses stages, microbatches
+// and schedules that do not cut the model and the batch evenly, naming which.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -131,6 +132,17 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
        "tpx-gpt: --load-balance cuts each sequence into 2 chunks per rank of X: --seq 10 is not "
        "a multiple of 2 x 3 = 6"},
       {train, "--profile-phases --dry-run", "--profile-phases excludes --dry-run"},
+      {train, "--pipeline 0", "--pipeline: expected a whole number from 1"},
+      {train, "--pipeline 3",
+       "tpx-train: 4 layers do not cut into 3 pipeline pieces of equal length"},
+      {train, "--pipeline 2 --batch 10",
+       "tpx-train: --batch 10 does not cut into --microbatches 4 of equal size"},
+      {train, "--pipeline 2 --schedule 2f2b", "--schedule: 2f2b not in {gpipe,1f1b,"},
+      {train, "--pipeline 2 --schedule interleaved --microbatches 3 --batch 63",
+       "tpx-train: pipeline schedule of 2 stages and 3 microbatches: interleaved needs the "
+       "microbatches to be a multiple of the stages"},
+      {train, "--pipeline 2 --mesh 2x2x2", "--mesh: expected XxY with positive sizes"},
+      {train, "--microbatches 4", "not expected: --microbatches"},  // only with --pipeline
       {plan, "-d nan", "--d-model: expected a finite number > 0, got 'nan'"},
       {plan, "--flops 0", "--flops: expected a finite number > 0, got '0'"},
       {plan, "--mesh 99999,99999", "--mesh 99999,99999: more devices than an int counts"},

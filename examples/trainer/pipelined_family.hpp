@@ -1,0 +1,82 @@
+// The MLP language model cut into pipeline stages (pipelined_model.hpp) as a model family of the
+// shared training loop (training.hpp) and command line (cli.hpp): tpx-train --pipeline P. Its
+// mesh is P x X x Y: P stages (--pipeline), each an FSDP x TP mesh of --mesh XxY; a step runs
+// the batch as --microbatches M in the order --schedule names. Its checkpoints hold the model's
+// layers under the names tpx-train without --pipeline gives them, so a run resumes on any stage
+// count and schedule, or without stages, and a run without stages resumes on stages.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mlp_family.hpp"
+#include "model_family.hpp"
+#include "pipelined_model.hpp"
+
+namespace trainer {
+
+struct pipelined_mlp {
+  using config = pipeline_config;
+  using mesh = tpx::Mesh<P, X, Y>;
+  static constexpr bool pipelined = true;  // axis P's size is config::stages (training.hpp)
+  template <class Space>
+  using tensors = pipelined_tensors<Space>;
+  template <class Tc, class Space>
+  using network = pipelined_model<Tc, Space>;
+  static constexpr const char* about =
+      "a byte-level MLP language model, cut into pipeline stages over mesh axis P,";
+
+  template <class Space>
+  static void initialize(tensors<Space>& p, const config& c) {
+    trainer::initialize(p, c, schedule_of(c));
+  }
+  template <class Space>
+  static pipeline_batch<Space> load_batch(const tpx::rank_context& rank, const text_data& data,
+                                          const config& c, std::int64_t step) {
+    return load_microbatches<Space>(rank, data, c, step, c.microbatches);
+  }
+  static int context(const config& c) { return c.context; }
+  // The model's: checkpoints hold its layers as the model without stages does
+  // (pipelined_tensors::for_each_layer), whatever the stages and schedule.
+  static nlohmann::json shape(const config& c) { return mlp::shape(c); }
+  static double tokens_per_step(const config& c) { return mlp::tokens_per_step(c); }
+  static double flops_per_step(const config& c) { return mlp::flops_per_step(c); }
+  static std::string describe(const config& c) {
+    return mlp::describe(c) + ", " + std::to_string(c.stages) + " pipeline stages (" + c.schedule +
+           ", " + std::to_string(c.microbatches) + " microbatches)";
+  }
+  static std::vector<size_flag> size_flags(config& c) {
+    std::vector<size_flag> flags = mlp::size_flags(c);
+    flags.push_back({"--pipeline", &c.stages, "pipeline stages P (mesh axis P: P x X x Y ranks)"});
+    flags.push_back(
+        {"--microbatches", &c.microbatches, "microbatches M a step's batch is cut into"});
+    return flags;
+  }
+  static std::vector<choice_flag> choice_flags(config& c) {
+    std::vector<std::string> names;
+    for (const auto& named : schedule_orders()) names.push_back(named.first);
+    return {{"--schedule", &c.schedule,
+             "the order of the microbatches' passes (interleaved: two chunks of layers per "
+             "stage; zero-bubble and zero-bubble-v: weight gradients apart from input ones)",
+             names}};
+  }
+  // What the stages, microbatches, layers and batch cannot make, as the sentence for the user.
+  static std::string unsupported(const config& c) {
+    try {
+      const tpx::nn::pipeline_schedule plan = schedule_of(c);
+      blocks_per_piece(c, plan);
+    } catch (const std::invalid_argument& e) {
+      const std::string why = e.what();  // "trainer: ..." or "tpx: ...": the program names itself
+      return why.substr(why.find(": ") + 2);
+    }
+    if (c.batch % c.microbatches != 0)
+      return "--batch " + std::to_string(c.batch) + " does not cut into --microbatches " +
+             std::to_string(c.microbatches) + " of equal size";
+    return "";
+  }
+};
+
+}  // namespace trainer
