@@ -216,6 +216,70 @@ class model {
   // The loss: a scalar, or with Lead one per stage block.
   using loss_t = Tensor<float>;
 
+  // Every weight of a params, all-gathered over X in the compute type: what the passes below use
+  // when a pipeline gathers its weights once per step instead of in every pass
+  // (pipelined_model.hpp). The passes take either: a weight that still splits a dim over X is
+  // gathered where it is used, one already gathered is used as it is.
+  struct gathered_weights {
+    std::vector<Tensor<Tc, V<>, D<Y>>> embed;
+    std::vector<Tensor<Tc, D<Y>>> norm;
+    std::vector<Tensor<Tc, D<>, F<Y>>> w_in;
+    std::vector<Tensor<Tc, F<Y>, D<>>> w_out;
+    Tensor<Tc, D<Y>> final_norm;
+    Tensor<Tc, D<>, V<Y>> head;
+  };
+  gathered_weights gather_weights(const params& p) const {
+    gathered_weights g{{}, {}, {}, {}, gathered<gather_weight>(p.final_norm),
+                       gathered<gather_weight>(p.head)};
+    for (const auto& e : p.embed) g.embed.push_back(gathered<gather_embed>(e));
+    for (std::size_t l = 0; l < p.norm.size(); ++l) {
+      g.norm.push_back(gathered<gather_weight>(p.norm[l]));
+      g.w_in.push_back(gathered<gather_weight>(p.w_in[l]));
+      g.w_out.push_back(gathered<gather_weight>(p.w_out[l]));
+    }
+    return g;
+  }
+
+  // Every weight gradient as the passes compute it, a partial sum over X in fp32 ([D, F_Y]{U_X}):
+  // what a pipeline adds up over its microbatches and reduce-scatters onto the masters' shards
+  // once per step (reduce_gradients), where the passes given a params reduce-scatter each
+  // microbatch's. The passes write into either.
+  template <class... Spec>
+  using partial = Tensor<float, Spec..., tpx::Unreduced<X>>;
+  struct partial_gradients {
+    std::vector<partial<V<>, D<Y>>> embed;
+    std::vector<partial<D<Y>>> norm;
+    std::vector<partial<D<>, F<Y>>> w_in;
+    std::vector<partial<F<Y>, D<>>> w_out;
+    partial<D<Y>> final_norm;
+    partial<D<>, V<Y>> head;
+  };
+  // Zeros of every weight's partial gradient, `layers` blocks of them.
+  partial_gradients zero_partials(int layers) const {
+    const auto shape = [&](auto... dims) { return stacked<Lead...>(stages_, dims...); };
+    const D d(c_.d_model);
+    partial_gradients g{{}, {}, {}, {}, {rank_, shape(d)}, {rank_, shape(d, V(config::vocab))}};
+    for (int k = 0; k < c_.context; ++k) g.embed.emplace_back(rank_, shape(V(config::vocab), d));
+    for (int l = 0; l < layers; ++l) {
+      g.norm.emplace_back(rank_, shape(d));
+      g.w_in.emplace_back(rank_, shape(d, F(c_.ffn)));
+      g.w_out.emplace_back(rank_, shape(F(c_.ffn), d));
+    }
+    return g;
+  }
+  // The partial gradients reduce-scattered over X onto the masters' shards, into grads.
+  void reduce_gradients(partial_gradients&& g, params& grads) const {
+    for (std::size_t k = 0; k < g.embed.size(); ++k)
+      grads.embed[k] = tpx::apply<tpx::adjoint_t<gather_embed>>(std::move(g.embed[k]));
+    for (std::size_t l = 0; l < g.norm.size(); ++l) {
+      grads.norm[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.norm[l]));
+      grads.w_in[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.w_in[l]));
+      grads.w_out[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.w_out[l]));
+    }
+    grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.final_norm));
+    grads.head = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.head));
+  }
+
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
   // parameter's gradient, reduce-scattered onto the parameter's sharding.
   loss_t forward_backward(const params& p, const tokens_t& tokens, params& grads) const
@@ -246,21 +310,25 @@ class model {
   }
 
   // The passes of the model's parts, which forward_backward runs in turn and a pipeline runs a
-  // piece at a time. A gradient is written to grads, or added to it when `accumulate` (a
-  // pipeline's later microbatches).
+  // piece at a time. They take the weights as a params (each gathered where it is used) or as
+  // gathered_weights, and write each weight's gradient into a params (reduce-scattered onto its
+  // shard) or a partial_gradients, or add it to what is there when `accumulate` (a pipeline's
+  // later microbatches).
 
   // x[B_X, D_Y] = sum_k E_k[token_k]: a row lookup per context byte.
-  act embed_forward(const params& p, const tokens_t& tokens) const {
+  template <class Weights>
+  act embed_forward(const Weights& p, const tokens_t& tokens) const {
     act x(rank_,
           stacked<Lead...>(stages_, B(tokens.global_extent(sizeof...(Lead))), D(c_.d_model)));
     for (int k = 0; k < c_.context; ++k)
-      tpx::nn::embedding_add(x, gathered<gather_embed>(p.embed[k]), tokens, k);  // E_k: [V, D_Y]
+      tpx::nn::embedding_add(x, use<gather_embed>(p.embed[k]), tokens, k);  // E_k: [V, D_Y]
     return x;
   }
 
   // dE_k[V, D_Y]{U_X}: the rows of dx added at their tokens (fp32); the adjoint of gather_embed
   // reduce-scatters it onto E_k[V_X, D_Y].
-  void embed_backward(const tokens_t& tokens, const act& dx, params& grads,
+  template <class Grads>
+  void embed_backward(const tokens_t& tokens, const act& dx, Grads& grads,
                       bool accumulate = false) const {
     for (int k = 0; k < c_.context; ++k) {
       auto table = [&] {
@@ -269,7 +337,7 @@ class model {
         else
           return tpx::nn::embedding_gradient<S, V>(dx, tokens, k, config::vocab);
       }();
-      store(grads.embed[k], tpx::apply<tpx::adjoint_t<gather_embed>>(std::move(table)), accumulate);
+      deposit<gather_embed>(grads.embed[k], std::move(table), accumulate);
     }
   }
 
@@ -283,17 +351,18 @@ class model {
     act out;                       // x + block(x)
   };
 
-  block_state block_forward(const params& p, int l, const act& x) const {
+  template <class Weights>
+  block_state block_forward(const Weights& p, int l, const act& x) const {
     tpx::mark_phase("norm");
-    const auto norm = gathered<gather_weight>(p.norm[l]);              // [D_Y]
+    const auto& norm = use<gather_weight>(p.norm[l]);                  // [D_Y]
     auto normed = tpx::nn::rmsnorm_forward(x, norm);                   // h[B_X, D_Y]
     auto h_full = tpx::apply<gather_act>(std::move(normed.y));         // [B_X, D]
     // [B_X, D] *_D [D, F_Y], GELU fused into the product's store
     tpx::mark_phase("MLP up (GELU)");
-    auto up = tpx::nn::gelu_product<D>(h_full, gathered<gather_weight>(p.w_in[l]));
+    auto up = tpx::nn::gelu_product<D>(h_full, use<gather_weight>(p.w_in[l]));
     tpx::mark_phase("MLP down");
     auto o_partial =
-        tpx::contract<F>(up.out, gathered<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
+        tpx::contract<F>(up.out, use<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
     act out = tpx::add(x, tpx::apply<scatter_out>(std::move(o_partial)));
     return {x,
             std::move(normed.rstd),
@@ -316,37 +385,35 @@ class model {
 
   // The block's input gradient, the norm's weight gradient, and what block_weight_gradient needs
   // (a zero-bubble pipeline runs the two at different ticks).
-  input_gradient block_input_gradient(const params& p, int l, const block_state& s, const act& dout,
-                                      params& grads, bool accumulate = false) const {
+  template <class Weights, class Grads>
+  input_gradient block_input_gradient(const Weights& p, int l, const block_state& s,
+                                      const act& dout, Grads& grads,
+                                      bool accumulate = false) const {
     tpx::mark_phase("MLP down backward");
     auto do_full = tpx::apply<tpx::adjoint_t<scatter_out>>(dout);  // [B_X, D]
-    const auto w_out = gathered<gather_weight>(p.w_out[l]);        // [F_Y, D]
+    const auto& w_out = use<gather_weight>(p.w_out[l]);            // [F_Y, D]
     // (dOut *_D W_out) * GELU'(a): [B_X, F_Y], GELU' fused into the product's store
     auto da = tpx::nn::gelu_product_backward<D>(s.a, do_full, w_out);
     tpx::mark_phase("MLP up backward");
-    const auto w_in = gathered<gather_weight>(p.w_in[l]);  // [D, F_Y]
+    const auto& w_in = use<gather_weight>(p.w_in[l]);  // [D, F_Y]
     const act dh =
         tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<F>(da, w_in));  // [B_X, D_Y]
     tpx::mark_phase("norm backward");
-    const auto norm = gathered<gather_weight>(p.norm[l]);
+    const auto& norm = use<gather_weight>(p.norm[l]);
     auto dnorm = tpx::nn::rmsnorm_backward(s.x, norm, s.rstd, dh);
-    store(grads.norm[l], tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(dnorm.dw)),
-          accumulate);  // [D_YX]
+    deposit<gather_weight>(grads.norm[l], std::move(dnorm.dw), accumulate);  // [D_YX]
     return {tpx::add(dout, dnorm.dx), {std::move(do_full), std::move(da)}};
   }
 
   // The gradients of W_out and W_in, reduce-scattered onto their shards.
+  template <class Grads>
   void block_weight_gradient(int l, const block_state& s, const block_gradients& kept,
-                             params& grads, bool accumulate = false) const {
+                             Grads& grads, bool accumulate = false) const {
     tpx::mark_phase("MLP weight gradients");
-    store(grads.w_out[l],
-          tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_weight>>(
-              tpx::contract<B>(s.g, kept.dout_full))),  // [F_Y, D_X]
-          accumulate);
-    store(grads.w_in[l],
-          tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_weight>>(
-              tpx::contract<B>(s.h_full, kept.da))),  // [D_X, F_Y]
-          accumulate);
+    deposit<gather_weight>(grads.w_out[l], tpx::contract<B>(s.g, kept.dout_full),
+                           accumulate);  // [F_Y, D]{U_X} -> [F_Y, D_X]
+    deposit<gather_weight>(grads.w_in[l], tpx::contract<B>(s.h_full, kept.da),
+                           accumulate);  // [D, F_Y]{U_X} -> [D_X, F_Y]
   }
 
   // Both: the block's whole backward pass.
@@ -367,15 +434,16 @@ class model {
   // over Y (nn/cross_entropy.hpp), and its gradient comes back in the logits' sharding. With Lead,
   // the loss is per stage block, and `scale` multiplies it and its gradient (1/M over M
   // microbatches).
-  head_result head_forward_backward(const params& p, const act& x, const tokens_t& tokens,
-                                    params& grads, bool accumulate = false,
+  template <class Weights, class Grads>
+  head_result head_forward_backward(const Weights& p, const act& x, const tokens_t& tokens,
+                                    Grads& grads, bool accumulate = false,
                                     float scale = 1.0f) const {
     tpx::mark_phase("final norm");
-    const auto norm = gathered<gather_weight>(p.final_norm);
+    const auto& norm = use<gather_weight>(p.final_norm);
     auto normed = tpx::nn::rmsnorm_forward(x, norm);
     const auto h_full = tpx::apply<gather_act>(std::move(normed.y));  // [B_X, D]
     tpx::mark_phase("LM head");
-    const auto head = gathered<gather_weight>(p.head);               // [D, V_Y]
+    const auto& head = use<gather_weight>(p.head);                   // [D, V_Y]
     auto logits = tpx::contract<D>(h_full, head);
     // Logits [B_X, V_Y], handed over: their gradient is written in their place. The target is
     // the last byte.
@@ -387,15 +455,12 @@ class model {
         return tpx::nn::cross_entropy_per<S>(std::move(logits), tokens, c_.context, scale);
     }();
     tpx::mark_phase("LM head backward");
-    store(grads.head,
-          tpx::cast<float>(tpx::apply<tpx::adjoint_t<gather_weight>>(
-              tpx::contract<B>(h_full, ce.dlogits))),  // [D_X, V_Y]
-          accumulate);
+    deposit<gather_weight>(grads.head, tpx::contract<B>(h_full, ce.dlogits),
+                           accumulate);  // [D, V_Y]{U_X} -> [D_X, V_Y]
     const act dh = tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<V>(ce.dlogits, head));
     tpx::mark_phase("final norm backward");
     auto dnorm = tpx::nn::rmsnorm_backward(x, norm, normed.rstd, dh);
-    store(grads.final_norm, tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(dnorm.dw)),
-          accumulate);
+    deposit<gather_weight>(grads.final_norm, std::move(dnorm.dw), accumulate);
     return {std::move(ce.loss), std::move(dnorm.dx)};
   }
 
@@ -407,6 +472,29 @@ class model {
       return tpx::apply<Step>(master);
     else
       return tpx::apply<Step>(tpx::cast<Tc>(master));
+  }
+
+  // The weight w as the passes use it: gathered by Step when it still splits a dim over X (a
+  // master weight), as it is when it does not (gathered_weights').
+  template <class Step, class Weight>
+  decltype(auto) use(const Weight& w) const {
+    if constexpr (tpx::contains_v<X, typename Weight::traits::axes>)
+      return gathered<Step>(w);
+    else
+      return (w);
+  }
+
+  // A weight's gradient, a partial sum over X, into grad: reduce-scattered by Step's adjoint onto
+  // the master's shard (in the compute type, then fp32), or kept a partial sum in fp32 when grad
+  // is one (partial_gradients).
+  template <class Step, class Grad, class Partial>
+  static void deposit(Grad& grad, Partial&& value, bool accumulate) {
+    if constexpr (std::is_same_v<typename Grad::unreduced,
+                                 typename std::remove_cvref_t<Partial>::unreduced>)
+      store(grad, tpx::cast<float>(std::forward<Partial>(value)), accumulate);
+    else
+      store(grad, tpx::cast<float>(tpx::apply<tpx::adjoint_t<Step>>(std::forward<Partial>(value))),
+            accumulate);
   }
 
   // grad = value, or grad + value.

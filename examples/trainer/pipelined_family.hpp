@@ -46,7 +46,8 @@ struct pipelined_mlp {
   static double flops_per_step(const config& c) { return mlp::flops_per_step(c); }
   static std::string describe(const config& c) {
     return mlp::describe(c) + ", " + std::to_string(c.stages) + " pipeline stages (" + c.schedule +
-           ", " + std::to_string(c.microbatches) + " microbatches)";
+           ", " + std::to_string(c.microbatches) + " microbatches" +
+           (c.gather_per_pass ? ", FSDP collectives in every pass)" : ")");
   }
   static std::vector<size_flag> size_flags(config& c) {
     std::vector<size_flag> flags = mlp::size_flags(c);
@@ -54,6 +55,14 @@ struct pipelined_mlp {
     flags.push_back(
         {"--microbatches", &c.microbatches, "microbatches M a step's batch is cut into"});
     return flags;
+  }
+  static std::vector<switch_flag> switch_flags(config& c) {
+    return {{"--gather-per-pass", &c.gather_per_pass,
+             "run FSDP's collectives over X in every pass of every microbatch, not once per step: "
+             "all-gather each block's weights in each pass and reduce-scatter each microbatch's "
+             "gradients, holding neither the stage's gathered weights nor its unreduced "
+             "gradients through the step, for 2M times the gathers and M times the "
+             "reduce-scatters"}};
   }
   static std::vector<choice_flag> choice_flags(config& c) {
     std::vector<std::string> names;

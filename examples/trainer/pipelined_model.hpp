@@ -26,8 +26,14 @@
 // segment forward again from it first (block_stack.hpp's segments, which do not cross pieces):
 // the same operations on the same inputs, so the same results to the bit.
 //
-// Not yet: the weights gathered once per step (each pass gathers its blocks' weights over X
-// again, as FSDP does without keeping them between microbatches).
+// FSDP's collectives over X run once per step, not once per pass: each chunk's weights are
+// all-gathered before the first pass and kept through the step (model::gathered_weights), and
+// the weight gradients are added up over the microbatches as partial sums over X
+// (model::partial_gradients) and reduce-scattered after the last. FSDP without a pipeline runs
+// them in each pass, which the 2M passes of a piece would repeat 2M times (M for the gradients);
+// pipeline_config's gather_per_pass (tpx-train --gather-per-pass) does so, holding less, and so
+// does a mesh whose X has one rank, over which nothing moves (the gathered copies would only
+// take memory).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +73,7 @@ struct pipeline_config : config {
   int stages = 2;
   int microbatches = 4;
   std::string schedule = "1f1b";
+  bool gather_per_pass = false;  // gather the weights over X in every pass, not once per step
 };
 
 // The orders by the names `schedule` takes.
@@ -261,6 +268,7 @@ class pipelined_model {
   pipelined_model(const tpx::rank_context& rank, const pipeline_config& c)
       : pipelined_model(rank, c, schedule_of(c)) {
     check_stages(rank, c);
+    gather_per_pass_ = c.gather_per_pass;
   }
 
   // The mean loss over the batch (the same scalar on every rank); grads receives each
@@ -290,65 +298,81 @@ class pipelined_model {
     auto outputs = by_chunk_and_microbatch(std::type_identity<std::optional<act>>{});
     tpx::BasicTensor<Space, float, S<P>> losses(rank_, {S(plan_.stages())});
     const int every = c_.checkpoint_every;
-    const auto forward = [&](int m, int chunk, act in) {
-      const auto& piece = p.chunks[chunk];
-      auto& held = states[chunk][m];
-      held.resize(static_cast<std::size_t>(per_piece_));
-      act x = first(chunk) ? net_.embed_forward(piece, batch[m]) : std::move(in);
-      for (int i = 0; i < per_piece_; ++i) {
-        if (every == 0) {
-          held[i] = net_.block_forward(piece, i, x);
-          x = held[i]->out;
-        } else {
-          if (i % every == 0) inputs[chunk][m].push_back(x);
-          x = net_.block_forward(piece, i, x).out;
-        }
+    // What the passes take: each chunk's weights gathered over X once for the step and its
+    // weight gradients added up as partial sums over X, reduce-scattered once after the last
+    // microbatch; or (gather_per_pass) the masters, gathered again in every pass, and the
+    // gradients' shards, each microbatch's reduce-scattered in its pass.
+    std::vector<typename piece_model::gathered_weights> gathered;
+    std::vector<typename piece_model::partial_gradients> partials;
+    if (!gather_per_pass_ && rank_.axis<X>().size > 1)  // over one rank nothing would move
+      for (const auto& piece : p.chunks) {
+        gathered.push_back(net_.gather_weights(piece));
+        partials.push_back(net_.zero_partials(per_piece_));
       }
-      if (last(chunk)) outputs[chunk][m] = x;
-      return x;
+    const auto with_weights = [&](int chunk, const auto& pass) {
+      return gathered.empty() ? pass(p.chunks[chunk], grads.chunks[chunk])
+                              : pass(gathered[chunk], partials[chunk]);
+    };
+    const auto forward = [&](int m, int chunk, act in) {
+      return with_weights(chunk, [&](const auto& piece, auto&) {
+        auto& held = states[chunk][m];
+        held.resize(static_cast<std::size_t>(per_piece_));
+        act x = first(chunk) ? net_.embed_forward(piece, batch[m]) : std::move(in);
+        for (int i = 0; i < per_piece_; ++i) {
+          if (every == 0) {
+            held[i] = net_.block_forward(piece, i, x);
+            x = held[i]->out;
+          } else {
+            if (i % every == 0) inputs[chunk][m].push_back(x);
+            x = net_.block_forward(piece, i, x).out;
+          }
+        }
+        if (last(chunk)) outputs[chunk][m] = x;
+        return x;
+      });
     };
     // The input gradient, and with `weights` the blocks' weight gradients too. Under activation
     // checkpointing, each segment of `every` blocks runs forward again from its kept input first
     // (segments do not cross pieces).
     const auto backward = [&](int m, int chunk, act dout, bool weights) {
-      const auto& piece = p.chunks[chunk];
-      auto& grad = grads.chunks[chunk];
-      auto& held = states[chunk][m];
-      const bool accumulate = m > 0;
-      if (last(chunk)) {
-        auto head = net_.head_forward_backward(piece, *outputs[chunk][m], batch[m], grad,
-                                               accumulate, share);
-        losses = tpx::add(losses, head.loss);
-        dout = std::move(head.dx);
-        outputs[chunk][m].reset();
-      }
-      const auto through = [&](int from, int to) {  // blocks [from, to), the last first
-        for (int i = to - 1; i >= from; --i) {
-          auto g = net_.block_input_gradient(piece, i, *held[i], dout, grad, accumulate);
-          if (weights) {
-            net_.block_weight_gradient(i, *held[i], g.kept, grad, accumulate);
-            held[i].reset();
-          } else {
-            kept[chunk][m].push_back(std::move(g.kept));  // the last block's first
-          }
-          dout = std::move(g.dx);
+      return with_weights(chunk, [&](const auto& piece, auto& grad) {
+        auto& held = states[chunk][m];
+        const bool accumulate = m > 0;
+        if (last(chunk)) {
+          auto head = net_.head_forward_backward(piece, *outputs[chunk][m], batch[m], grad,
+                                                 accumulate, share);
+          losses = tpx::add(losses, head.loss);
+          dout = std::move(head.dx);
+          outputs[chunk][m].reset();
         }
-      };
-      if (every == 0) {
-        through(0, per_piece_);
-      } else {
-        segments_last_first(per_piece_, every, [&](int from, int to) {
-          act x = inputs[chunk][m][from / every];
-          for (int i = from; i < to; ++i) {
-            held[i] = net_.block_forward(piece, i, x);
-            x = held[i]->out;
+        const auto through = [&](int from, int to) {  // blocks [from, to), the last first
+          for (int i = to - 1; i >= from; --i) {
+            auto g = net_.block_input_gradient(piece, i, *held[i], dout, grad, accumulate);
+            if (weights) {
+              net_.block_weight_gradient(i, *held[i], g.kept, grad, accumulate);
+              held[i].reset();
+            } else {
+              kept[chunk][m].push_back(std::move(g.kept));  // the last block's first
+            }
+            dout = std::move(g.dx);
           }
-          through(from, to);
-        });
-        inputs[chunk][m].clear();
-      }
-      if (first(chunk)) net_.embed_backward(batch[m], dout, grad, accumulate);
-      return dout;
+        };
+        if (every == 0) {
+          through(0, per_piece_);
+        } else {
+          segments_last_first(per_piece_, every, [&](int from, int to) {
+            act x = inputs[chunk][m][from / every];
+            for (int i = from; i < to; ++i) {
+              held[i] = net_.block_forward(piece, i, x);
+              x = held[i]->out;
+            }
+            through(from, to);
+          });
+          inputs[chunk][m].clear();
+        }
+        if (first(chunk)) net_.embed_backward(batch[m], dout, grad, accumulate);
+        return dout;
+      });
     };
     const act like(rank_, {S(plan_.stages()), B(c_.batch / microbatches), D(c_.d_model)});
     if (!plan_.splits_backward()) {
@@ -360,14 +384,18 @@ class pipelined_model {
           like, plan_, passes_, forward,
           [&](int m, int chunk, act dout) { return backward(m, chunk, std::move(dout), false); },
           [&](int m, int chunk) {
-            for (int i = 0; i < per_piece_; ++i)
-              net_.block_weight_gradient(i, *states[chunk][m][i],
-                                         kept[chunk][m][per_piece_ - 1 - i], grads.chunks[chunk],
-                                         m > 0);
+            with_weights(chunk, [&](const auto&, auto& grad) {
+              for (int i = 0; i < per_piece_; ++i)
+                net_.block_weight_gradient(i, *states[chunk][m][i],
+                                           kept[chunk][m][per_piece_ - 1 - i], grad, m > 0);
+              return 0;
+            });
             states[chunk][m].clear();
             kept[chunk][m].clear();
           });
     }
+    for (std::size_t chunk = 0; chunk < partials.size(); ++chunk)
+      net_.reduce_gradients(std::move(partials[chunk]), grads.chunks[chunk]);
     // The step's loss: the [S_P] losses summed over S (0 but on the loss's stage), over P.
     return tpx::all_reduce<P>(tpx::sum<S>(losses));
   }
@@ -379,6 +407,7 @@ class pipelined_model {
   tpx::nn::pipeline_passes passes_;
   int per_piece_;
   piece_model net_;
+  bool gather_per_pass_ = false;
 };
 
 }  // namespace trainer
