@@ -108,19 +108,33 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space, Lead...>> {
   model_tensors(const tpx::rank_context& rank, const config& c)
       : model_tensors(rank, c, c.layers) {}
 
+  // Every tensor in order, as f(part, layer, tensor, others' tensor...): the parts "norm",
+  // "w_in" and "w_out" of block `layer`, then "embed.<k>", "final_norm" and "head" with layer -1.
+  template <class Self, class Fn, class... Others>
+  static void visit_parts(Self& self, Fn& f, Others&... others) {
+    for (std::size_t k = 0; k < self.embed.size(); ++k)
+      f("embed." + std::to_string(k), -1, self.embed[k], others.embed[k]...);
+    for (std::size_t l = 0; l < self.norm.size(); ++l) {
+      const int layer = static_cast<int>(l);
+      f(std::string("norm"), layer, self.norm[l], others.norm[l]...);
+      f(std::string("w_in"), layer, self.w_in[l], others.w_in[l]...);
+      f(std::string("w_out"), layer, self.w_out[l], others.w_out[l]...);
+    }
+    f(std::string("final_norm"), -1, self.final_norm, others.final_norm...);
+    f(std::string("head"), -1, self.head, others.head...);
+  }
+  // The name of a part of block `layer` ("block.5.w_in"), or of a part outside the blocks (-1).
+  static std::string name_of(const std::string& part, int layer) {
+    return layer < 0 ? part : "block." + std::to_string(layer) + "." + part;
+  }
+
   // Every tensor by name, in order (tensor_set::for_each walks it).
   template <class Self, class Fn, class... Others>
   static void visit(Self& self, Fn& f, Others&... others) {
-    for (std::size_t k = 0; k < self.embed.size(); ++k)
-      f("embed." + std::to_string(k), self.embed[k], others.embed[k]...);
-    for (std::size_t l = 0; l < self.norm.size(); ++l) {
-      const std::string p = "block." + std::to_string(l) + ".";
-      f(p + "norm", self.norm[l], others.norm[l]...);
-      f(p + "w_in", self.w_in[l], others.w_in[l]...);
-      f(p + "w_out", self.w_out[l], others.w_out[l]...);
-    }
-    f(std::string("final_norm"), self.final_norm, others.final_norm...);
-    f(std::string("head"), self.head, others.head...);
+    auto named = [&](const std::string& part, int layer, auto&... t) {
+      f(name_of(part, layer), t...);
+    };
+    visit_parts(self, named, others...);
   }
 };
 
@@ -216,58 +230,75 @@ class model {
   // The loss: a scalar, or with Lead one per stage block.
   using loss_t = Tensor<float>;
 
-  // Every weight of a params, all-gathered over X in the compute type: what the passes below use
-  // when a pipeline gathers its weights once per step instead of in every pass
-  // (pipelined_model.hpp). The passes take either: a weight that still splits a dim over X is
-  // gathered where it is used, one already gathered is used as it is.
+  // The ends of the model a piece of it runs: the embedding (the first piece) and the final norm
+  // and head (the last). The whole model runs both.
+  struct ends_run {
+    bool embedding = true;
+    bool head = true;
+  };
+
+  // Every weight of a params that a piece running `ends` uses, all-gathered over X in the
+  // compute type: what the passes below use when a pipeline gathers its weights once per step
+  // instead of in every pass (pipelined_model.hpp). The passes take either: a weight that still
+  // splits a dim over X is gathered where it is used, one already gathered is used as it is.
   struct gathered_weights {
-    std::vector<Tensor<Tc, V<>, D<Y>>> embed;
+    std::vector<Tensor<Tc, V<>, D<Y>>> embed;  // none unless the piece embeds
     std::vector<Tensor<Tc, D<Y>>> norm;
     std::vector<Tensor<Tc, D<>, F<Y>>> w_in;
     std::vector<Tensor<Tc, F<Y>, D<>>> w_out;
-    Tensor<Tc, D<Y>> final_norm;
-    Tensor<Tc, D<>, V<Y>> head;
+    std::optional<Tensor<Tc, D<Y>>> final_norm;  // none unless the piece runs the head
+    std::optional<Tensor<Tc, D<>, V<Y>>> head;
   };
-  gathered_weights gather_weights(const params& p) const {
-    gathered_weights g{{}, {}, {}, {}, gathered<gather_weight>(p.final_norm),
-                       gathered<gather_weight>(p.head)};
-    for (const auto& e : p.embed) g.embed.push_back(gathered<gather_embed>(e));
+  gathered_weights gather_weights(const params& p, ends_run ends = {}) const {
+    gathered_weights g;
+    if (ends.embedding)
+      for (const auto& e : p.embed) g.embed.push_back(gathered<gather_embed>(e));
     for (std::size_t l = 0; l < p.norm.size(); ++l) {
       g.norm.push_back(gathered<gather_weight>(p.norm[l]));
       g.w_in.push_back(gathered<gather_weight>(p.w_in[l]));
       g.w_out.push_back(gathered<gather_weight>(p.w_out[l]));
     }
+    if (ends.head) {
+      g.final_norm = gathered<gather_weight>(p.final_norm);
+      g.head = gathered<gather_weight>(p.head);
+    }
     return g;
   }
 
-  // Every weight gradient as the passes compute it, a partial sum over X in fp32 ([D, F_Y]{U_X}):
-  // what a pipeline adds up over its microbatches and reduce-scatters onto the masters' shards
-  // once per step (reduce_gradients), where the passes given a params reduce-scatter each
-  // microbatch's. The passes write into either.
+  // Every weight gradient of a piece running `ends` as the passes compute it, a partial sum over X
+  // in fp32 ([D, F_Y]{U_X}): what a pipeline adds up over its microbatches and reduce-scatters
+  // onto the masters' shards once per step (reduce_gradients), where the passes given a params
+  // reduce-scatter each microbatch's. The passes write into either.
   template <class... Spec>
   using partial = Tensor<float, Spec..., tpx::Unreduced<X>>;
   struct partial_gradients {
-    std::vector<partial<V<>, D<Y>>> embed;
+    std::vector<partial<V<>, D<Y>>> embed;  // none unless the piece embeds
     std::vector<partial<D<Y>>> norm;
     std::vector<partial<D<>, F<Y>>> w_in;
     std::vector<partial<F<Y>, D<>>> w_out;
-    partial<D<Y>> final_norm;
-    partial<D<>, V<Y>> head;
+    std::optional<partial<D<Y>>> final_norm;  // none unless the piece runs the head
+    std::optional<partial<D<>, V<Y>>> head;
   };
   // Zeros of every weight's partial gradient, `layers` blocks of them.
-  partial_gradients zero_partials(int layers) const {
+  partial_gradients zero_partials(int layers, ends_run ends = {}) const {
     const auto shape = [&](auto... dims) { return stacked<Lead...>(stages_, dims...); };
     const D d(c_.d_model);
-    partial_gradients g{{}, {}, {}, {}, {rank_, shape(d)}, {rank_, shape(d, V(config::vocab))}};
-    for (int k = 0; k < c_.context; ++k) g.embed.emplace_back(rank_, shape(V(config::vocab), d));
+    partial_gradients g;
+    if (ends.embedding)
+      for (int k = 0; k < c_.context; ++k) g.embed.emplace_back(rank_, shape(V(config::vocab), d));
     for (int l = 0; l < layers; ++l) {
       g.norm.emplace_back(rank_, shape(d));
       g.w_in.emplace_back(rank_, shape(d, F(c_.ffn)));
       g.w_out.emplace_back(rank_, shape(F(c_.ffn), d));
     }
+    if (ends.head) {
+      g.final_norm.emplace(rank_, shape(d));
+      g.head.emplace(rank_, shape(d, V(config::vocab)));
+    }
     return g;
   }
-  // The partial gradients reduce-scattered over X onto the masters' shards, into grads.
+  // The partial gradients reduce-scattered over X onto the masters' shards, into grads (whose
+  // parts that g lacks keep what they hold).
   void reduce_gradients(partial_gradients&& g, params& grads) const {
     for (std::size_t k = 0; k < g.embed.size(); ++k)
       grads.embed[k] = tpx::apply<tpx::adjoint_t<gather_embed>>(std::move(g.embed[k]));
@@ -276,8 +307,10 @@ class model {
       grads.w_in[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.w_in[l]));
       grads.w_out[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.w_out[l]));
     }
-    grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.final_norm));
-    grads.head = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.head));
+    if (g.head) {
+      grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(*g.final_norm));
+      grads.head = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(*g.head));
+    }
   }
 
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
@@ -321,7 +354,7 @@ class model {
     act x(rank_,
           stacked<Lead...>(stages_, B(tokens.global_extent(sizeof...(Lead))), D(c_.d_model)));
     for (int k = 0; k < c_.context; ++k)
-      tpx::nn::embedding_add(x, use<gather_embed>(p.embed[k]), tokens, k);  // E_k: [V, D_Y]
+      tpx::nn::embedding_add(x, use<gather_embed>(p.embed.at(k)), tokens, k);  // E_k: [V, D_Y]
     return x;
   }
 
@@ -337,7 +370,7 @@ class model {
         else
           return tpx::nn::embedding_gradient<S, V>(dx, tokens, k, config::vocab);
       }();
-      deposit<gather_embed>(grads.embed[k], std::move(table), accumulate);
+      deposit<gather_embed>(grads.embed.at(k), std::move(table), accumulate);
     }
   }
 
@@ -484,6 +517,13 @@ class model {
       return (w);
   }
 
+  // The part of a gathered_weights that only the pieces running it hold; std::bad_optional_access
+  // on one that does not.
+  template <class Step, class Weight>
+  static const Weight& use(const std::optional<Weight>& w) {
+    return w.value();
+  }
+
   // A weight's gradient, a partial sum over X, into grad: reduce-scattered by Step's adjoint onto
   // the master's shard (in the compute type, then fp32), or kept a partial sum in fp32 when grad
   // is one (partial_gradients).
@@ -495,6 +535,12 @@ class model {
     else
       store(grad, tpx::cast<float>(tpx::apply<tpx::adjoint_t<Step>>(std::forward<Partial>(value))),
             accumulate);
+  }
+
+  // Into the part of a partial_gradients that only the pieces running it hold.
+  template <class Step, class Grad, class Partial>
+  static void deposit(std::optional<Grad>& grad, Partial&& value, bool accumulate) {
+    deposit<Step>(grad.value(), std::forward<Partial>(value), accumulate);
   }
 
   // grad = value, or grad + value.

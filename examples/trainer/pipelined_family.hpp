@@ -47,7 +47,7 @@ struct pipelined_mlp {
   static std::string describe(const config& c) {
     return mlp::describe(c) + ", " + std::to_string(c.stages) + " pipeline stages (" + c.schedule +
            ", " + std::to_string(c.microbatches) + " microbatches" +
-           (c.gather_per_pass ? ", FSDP collectives in every pass)" : ")");
+           (c.fsdp_per_pass ? ", FSDP collectives in every pass)" : ")");
   }
   static std::vector<size_flag> size_flags(config& c) {
     std::vector<size_flag> flags = mlp::size_flags(c);
@@ -57,7 +57,7 @@ struct pipelined_mlp {
     return flags;
   }
   static std::vector<switch_flag> switch_flags(config& c) {
-    return {{"--gather-per-pass", &c.gather_per_pass,
+    return {{"--fsdp-per-pass", &c.fsdp_per_pass,
              "run FSDP's collectives over X in every pass of every microbatch, not once per step: "
              "all-gather each block's weights in each pass and reduce-scatter each microbatch's "
              "gradients, holding neither the stage's gathered weights nor its unreduced "
@@ -76,7 +76,7 @@ struct pipelined_mlp {
   static std::string unsupported(const config& c) {
     try {
       const tpx::nn::pipeline_schedule plan = schedule_of(c);
-      blocks_per_piece(c, plan);
+      blocks_per_piece(c, plan.pieces());
     } catch (const std::invalid_argument& e) {
       const std::string why = e.what();  // "trainer: ..." or "tpx: ...": the program names itself
       return why.substr(why.find(": ") + 2);

@@ -29,11 +29,12 @@
 // FSDP's collectives over X run once per step, not once per pass: each chunk's weights are
 // all-gathered before the first pass and kept through the step (model::gathered_weights), and
 // the weight gradients are added up over the microbatches as partial sums over X
-// (model::partial_gradients) and reduce-scattered after the last. FSDP without a pipeline runs
-// them in each pass, which the 2M passes of a piece would repeat 2M times (M for the gradients);
-// pipeline_config's gather_per_pass (tpx-train --gather-per-pass) does so, holding less, and so
-// does a mesh whose X has one rank, over which nothing moves (the gathered copies would only
-// take memory).
+// (model::partial_gradients) and reduce-scattered after the last; the embedding's only on the
+// stage whose chunk is the first piece, the final norm's and head's only on the last piece's.
+// FSDP without a pipeline runs them in each pass, which the 2M passes of a piece would repeat 2M
+// times (M for the gradients); pipeline_config's fsdp_per_pass (tpx-train --fsdp-per-pass) does
+// so, holding less, and so does a mesh whose X has one rank, over which nothing moves (the
+// gathered copies would only take memory).
 #pragma once
 
 #include <cstdint>
@@ -53,17 +54,18 @@
 namespace trainer {
 
 // Global layer of block i of chunk c on stage s.
-inline int layer_of(const tpx::nn::pipeline_schedule& plan, int per_piece, int s, int c, int i) {
-  return plan.piece(s, c) * per_piece + i;
+inline int layer_of(const tpx::nn::pipeline_placement& placement, int per_piece, int s, int c,
+                    int i) {
+  return placement.piece(s, c) * per_piece + i;
 }
 
 // The blocks of one piece of the model: L / pieces.
-inline int blocks_per_piece(const config& c, const tpx::nn::pipeline_schedule& plan) {
-  if (c.layers % plan.pieces() != 0)
+inline int blocks_per_piece(const config& c, int pieces) {
+  if (c.layers % pieces != 0)
     throw std::invalid_argument("trainer: " + std::to_string(c.layers) +
-                                " layers do not cut into " + std::to_string(plan.pieces()) +
+                                " layers do not cut into " + std::to_string(pieces) +
                                 " pipeline pieces of equal length");
-  return c.layers / plan.pieces();
+  return c.layers / pieces;
 }
 
 // The pipelined model's settings: the model's (config), and how it is cut: into `stages` stages
@@ -73,7 +75,7 @@ struct pipeline_config : config {
   int stages = 2;
   int microbatches = 4;
   std::string schedule = "1f1b";
-  bool gather_per_pass = false;  // gather the weights over X in every pass, not once per step
+  bool fsdp_per_pass = false;  // FSDP's collectives over X in every pass, not once per step
 };
 
 // The orders by the names `schedule` takes.
@@ -118,7 +120,7 @@ struct pipelined_tensors : tensor_set<pipelined_tensors<Space>> {
   // Zeros of every parameter's shape.
   pipelined_tensors(const tpx::rank_context& rank, const config& c,
                     const tpx::nn::pipeline_schedule& plan)
-      : plan_(plan), per_piece_(blocks_per_piece(c, plan)) {
+      : placement_(plan.placement()), per_piece_(blocks_per_piece(c, plan.pieces())) {
     for (int chunk = 0; chunk < plan.chunks(); ++chunk)
       chunks.emplace_back(rank, c, per_piece_, plan.stages());
   }
@@ -154,28 +156,30 @@ struct pipelined_tensors : tensor_set<pipelined_tensors<Space>> {
   template <class Self, class Fn, class... Others>
   static void visit_layers(Self& self, Fn& f, Others&... others) {
     for (std::size_t c = 0; c < self.chunks.size(); ++c) {
-      auto named = [&](const std::string& name, auto&... t) {
-        f([&](std::int64_t s) { return self.whole_model_name(name, static_cast<int>(s), c); },
-          t...);
+      const int chunk = static_cast<int>(c);
+      auto named = [&](const std::string& part, int layer, auto&... t) {
+        const auto name_of = [&](std::int64_t s) {
+          return self.whole_model_name(part, layer, static_cast<int>(s), chunk);
+        };
+        f(name_of, t...);
       };
-      model_tensors<Space, S<P>>::visit(self.chunks[c], named, others.chunks[c]...);
+      model_tensors<Space, S<P>>::visit_parts(self.chunks[c], named, others.chunks[c]...);
     }
   }
 
-  // The whole model's name of stage s's block of chunk c's tensor `name` (model_tensors' name
-  // within the chunk), or "" for a block of the embedding, final norm or head that is not used.
-  std::string whole_model_name(const std::string& name, int s, std::size_t c) const {
-    const int chunk = static_cast<int>(c), piece = plan_.piece(s, chunk);
-    if (name.starts_with("block.")) {
-      const std::size_t end = name.find('.', 6);
-      const int i = std::stoi(name.substr(6, end - 6));
-      return "block." + std::to_string(layer_of(plan_, per_piece_, s, chunk, i)) + name.substr(end);
-    }
-    const bool used = name.starts_with("embed.") ? piece == 0 : piece == plan_.pieces() - 1;
-    return used ? name : std::string();
+  // The whole model's name of stage s's block of chunk c's `part` of its block `layer` (-1 for
+  // the parts outside the blocks), or "" for a block of the embedding, final norm or head that is
+  // not used.
+  std::string whole_model_name(const std::string& part, int layer, int s, int c) const {
+    const int piece = placement_.piece(s, c);
+    if (layer >= 0)
+      return model_tensors<Space, S<P>>::name_of(part,
+                                                 layer_of(placement_, per_piece_, s, c, layer));
+    const bool used = part.starts_with("embed.") ? piece == 0 : piece == placement_.pieces() - 1;
+    return used ? part : std::string();
   }
 
-  tpx::nn::pipeline_schedule plan_;
+  tpx::nn::pipeline_placement placement_;
   int per_piece_;
 };
 
@@ -185,7 +189,7 @@ template <class Space>
 void initialize(pipelined_tensors<Space>& p, const config& c,
                 const tpx::nn::pipeline_schedule& plan) {
   const initial_weights w{c};
-  const int per_piece = blocks_per_piece(c, plan);
+  const int per_piece = blocks_per_piece(c, plan.pieces());
   // value(s, j): element j of stage s's block, each block `block` elements.
   const auto fill_by_stage = [](auto& t, std::int64_t block, const auto& value) {
     fill_staged(t, [&](std::int64_t i) { return value(static_cast<int>(i / block), i % block); });
@@ -198,10 +202,10 @@ void initialize(pipelined_tensors<Space>& p, const config& c,
     for (int i = 0; i < per_piece; ++i) {
       fill_by_stage(piece.norm[i], d, [](int, std::int64_t) { return 1.0f; });
       fill_by_stage(piece.w_in[i], d * c.ffn, [&](int s, std::int64_t j) {
-        return w.w_in(layer_of(plan, per_piece, s, chunk, i), j);
+        return w.w_in(layer_of(plan.placement(), per_piece, s, chunk, i), j);
       });
       fill_by_stage(piece.w_out[i], c.ffn * d, [&](int s, std::int64_t j) {
-        return w.w_out(layer_of(plan, per_piece, s, chunk, i), j);
+        return w.w_out(layer_of(plan.placement(), per_piece, s, chunk, i), j);
       });
     }
     fill_by_stage(piece.final_norm, d, [](int, std::int64_t) { return 1.0f; });
@@ -263,12 +267,12 @@ class pipelined_model {
         c_(c),
         plan_(std::move(plan)),
         passes_(passes),
-        per_piece_(blocks_per_piece(c, plan_)),
+        per_piece_(blocks_per_piece(c, plan_.pieces())),
         net_(rank, c, plan_.stages()) {}
   pipelined_model(const tpx::rank_context& rank, const pipeline_config& c)
       : pipelined_model(rank, c, schedule_of(c)) {
     check_stages(rank, c);
-    gather_per_pass_ = c.gather_per_pass;
+    fsdp_per_pass_ = c.fsdp_per_pass;
   }
 
   // The mean loss over the batch (the same scalar on every rank); grads receives each
@@ -300,14 +304,16 @@ class pipelined_model {
     const int every = c_.checkpoint_every;
     // What the passes take: each chunk's weights gathered over X once for the step and its
     // weight gradients added up as partial sums over X, reduce-scattered once after the last
-    // microbatch; or (gather_per_pass) the masters, gathered again in every pass, and the
-    // gradients' shards, each microbatch's reduce-scattered in its pass.
+    // microbatch; or (fsdp_per_pass) the masters, gathered again in every pass, and the
+    // gradients' shards, each microbatch's reduce-scattered in its pass. A chunk gathers the
+    // embedding only if it is the first piece, the final norm and head only if the last.
     std::vector<typename piece_model::gathered_weights> gathered;
     std::vector<typename piece_model::partial_gradients> partials;
-    if (!gather_per_pass_ && rank_.axis<X>().size > 1)  // over one rank nothing would move
-      for (const auto& piece : p.chunks) {
-        gathered.push_back(net_.gather_weights(piece));
-        partials.push_back(net_.zero_partials(per_piece_));
+    if (!fsdp_per_pass_ && rank_.axis<X>().size > 1)  // over one rank nothing would move
+      for (int chunk = 0; chunk < plan_.chunks(); ++chunk) {
+        const typename piece_model::ends_run ends{.embedding = first(chunk), .head = last(chunk)};
+        gathered.push_back(net_.gather_weights(p.chunks[chunk], ends));
+        partials.push_back(net_.zero_partials(per_piece_, ends));
       }
     const auto with_weights = [&](int chunk, const auto& pass) {
       return gathered.empty() ? pass(p.chunks[chunk], grads.chunks[chunk])
@@ -407,7 +413,7 @@ class pipelined_model {
   tpx::nn::pipeline_passes passes_;
   int per_piece_;
   piece_model net_;
-  bool gather_per_pass_ = false;
+  bool fsdp_per_pass_ = false;
 };
 
 }  // namespace trainer

@@ -143,7 +143,7 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
        "microbatches to be a multiple of the stages"},
       {train, "--pipeline 2 --mesh 2x2x2", "--mesh: expected XxY with positive sizes"},
       {train, "--microbatches 4", "tpx-train: --microbatches is a flag of --pipeline P"},
-      {train, "--gather-per-pass", "tpx-train: --gather-per-pass is a flag of --pipeline P"},
+      {train, "--fsdp-per-pass", "tpx-train: --fsdp-per-pass is a flag of --pipeline P"},
       {plan, "-d nan", "--d-model: expected a finite number > 0, got 'nan'"},
       {plan, "--flops 0", "--flops: expected a finite number > 0, got '0'"},
       {plan, "--mesh 99999,99999", "--mesh 99999,99999: more devices than an int counts"},

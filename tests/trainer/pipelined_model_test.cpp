@@ -7,7 +7,8 @@
 // piece's. On meshes P x X x Y of 2x1x1, 2x2x2 (FSDP over X and tensor parallelism over Y inside
 // each stage, uneven shards) and 4x1x1, in GPipe, 1F1B, zero-bubble, interleaved (two chunks per
 // stage) and zero-bubble V (embedding and loss both on stage 0), with 4 microbatches; also with
-// the passes over P in the background.
+// the passes over P in the background. And FSDP's collectives over X: one all-gather and one
+// reduce-scatter per step of each weight a stage uses, none of those it does not.
 #include "../../examples/trainer/pipelined_model.hpp"
 
 #include <doctest/doctest.h>
@@ -74,7 +75,7 @@ void check_pipelined_step(const config& c, const text_data& data, const step_val
   const int microbatches = 4;
   const tpx::nn::pipeline_schedule plan(stages, microbatches, order,
                                         {.chunks = order == pipeline_order::interleaved ? 2 : 1});
-  const int per_piece = blocks_per_piece(c, plan);
+  const int per_piece = blocks_per_piece(c, plan.pieces());
   std::vector<float> losses;
   step_values got;  // rank 0's view of every stage's gradients, by the whole model's names
   std::mutex lock;
@@ -140,6 +141,52 @@ TEST_CASE("the trainer's model cut into pipeline stages takes the whole model's 
     }
   check_pipelined_step(c, data, whole, 2, 2, 2, pipeline_order::zero_bubble_v,
                        tpx::nn::pipeline_passes::in_background);
+}
+
+// FSDP's collectives once per step: each weight a stage's chunks use is all-gathered over X once
+// and its gradient reduce-scattered once, whatever the microbatches; the embedding's context
+// tables only where a chunk is the first piece, the final norm and head only where one is the
+// last, so a stage gathers 3 per block of its chunks, plus those.
+TEST_CASE("a pipeline stage gathers each weight it uses once per step, and no other") {
+  const config c = small();
+  const text_data data(run_options<mlp>{}.text, c.context);
+  for (const pipeline_order order : {pipeline_order::one_f_one_b, pipeline_order::zero_bubble_v}) {
+    CAPTURE(tpx::nn::order_name(order));
+    const tpx::nn::pipeline_schedule plan(2, 4, order);
+    const int per_piece = blocks_per_piece(c, plan.pieces());
+    struct counts {
+      int stage;
+      std::int64_t weights, gathers, scatters;
+    };
+    std::vector<counts> ranks;
+    std::mutex lock;
+    tpx::spmd(tpx::host, tpx::Mesh<P, X, Y>{2, 2, 1}, [&](auto& rank) {
+      pipelined_tensors<tpx::host_space> p(rank, c, plan), grads(rank, c, plan);
+      initialize(p, c, plan);
+      const pipelined_model<float> net(rank, c, plan);
+      net.forward_backward(p, load_microbatches<tpx::host_space>(rank, data, c, 0, 4), grads);
+      const int stage = rank.template axis<P>().coord;
+      counts n{stage, 0, -1, -1};
+      for (int chunk = 0; chunk < plan.chunks(); ++chunk) {
+        const int piece = plan.piece(stage, chunk);
+        n.weights += 3 * per_piece + (piece == 0 ? c.context : 0) +
+                     (piece == plan.pieces() - 1 ? 2 : 0);  // norm, W_in, W_out; E_k; norm, head
+      }
+      for (const tpx::axes_traffic& t : rank.traffic_by_axis_names())
+        if (t.axes == "X") {
+          n.gathers = t.traffic.of(tpx::detail::CollectiveOp::all_gather).calls;
+          n.scatters = t.traffic.of(tpx::detail::CollectiveOp::reduce_scatter).calls;
+        }
+      const std::lock_guard<std::mutex> guard(lock);
+      ranks.push_back(n);
+    });
+    REQUIRE(ranks.size() == 4);
+    for (const counts& n : ranks) {
+      CAPTURE(n.stage);
+      CHECK(n.gathers == n.weights);
+      CHECK(n.scatters == n.weights);
+    }
+  }
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 // 4 stages, and in bf16 (within 2%, as mesh_equivalence_test's bf16 run; measured 0.08%).
 // Activation checkpointing within the pieces (every 1 and every 3 of 4 blocks per piece) gives
 // the same losses to the bit, in 1F1B, zero-bubble and interleaved. FSDP's collectives run once
-// per step by default and in every pass with --gather-per-pass: both follow the one-rank run.
+// per step by default and in every pass with --fsdp-per-pass: both follow the one-rank run.
 // Checkpoints: a run stopped and resumed on its own layout continues bit for bit; its checkpoint
 // resumes on 4 stages of another schedule and in tpx-train without stages, and a checkpoint of
 // tpx-train without stages resumes on 2 stages, each within 1e-5 of the run that went on.
@@ -120,11 +120,11 @@ TEST_CASE("activation checkpointing within the pieces changes no bit of a pipeli
   }
 }
 
-TEST_CASE("FSDP's collectives in every pass (--gather-per-pass) follow the run on one rank too") {
+TEST_CASE("FSDP's collectives in every pass (--fsdp-per-pass) follow the run on one rank too") {
   const std::vector<float> reference = reference_losses();
   for (const char* schedule : {"1f1b", "zero-bubble-v"}) {
     auto o = pipelined(2, 2, 2, schedule);
-    o.model.gather_per_pass = true;
+    o.model.fsdp_per_pass = true;
     const std::vector<float> got = losses(o);
     REQUIRE(got.size() == reference.size());
     const float worst = worst_relative(got, reference);

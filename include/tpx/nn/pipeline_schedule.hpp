@@ -101,6 +101,36 @@ struct pipeline_piece {
   int chunk = 0;
 };
 
+// Where the model's pieces run: `chunks` pieces per stage, in the places an order gives them
+// (chunk c of stage s is piece c P + s; in zero_bubble_v's V, s for chunk 0 and 2 P - 1 - s for
+// chunk 1). What a model's tensors need of a schedule, without its ticks
+// (pipeline_schedule::placement()).
+class pipeline_placement {
+ public:
+  pipeline_placement(int stages, int chunks, pipeline_order order)
+      : stages_(stages), chunks_(chunks), v_(order == pipeline_order::zero_bubble_v) {}
+
+  int stages() const { return stages_; }
+  int chunks() const { return chunks_; }
+  // The model's pieces in order, chunks() per stage: piece(stage, chunk) is the place of a
+  // stage's chunk in the model, holder(piece) the stage and chunk that run a piece.
+  int pieces() const { return chunks_ * stages_; }
+  int piece(int stage, int chunk) const {
+    if (v_) return chunk == 0 ? stage : 2 * stages_ - 1 - stage;
+    return chunk * stages_ + stage;
+  }
+  pipeline_piece holder(int piece) const {
+    if (v_)
+      return piece < stages_ ? pipeline_piece{piece, 0}
+                             : pipeline_piece{2 * stages_ - 1 - piece, 1};
+    return {piece % stages_, piece / stages_};
+  }
+
+ private:
+  int stages_, chunks_;
+  bool v_;  // zero_bubble_v's V
+};
+
 // What one stage does at one tick. Under the zero-bubble orders, backward is the input gradient
 // alone and weight the weight gradient; the other orders have no weight steps (backward does
 // both). The chunk is the stage's chunk of layers the step runs (0 but under interleaved and
@@ -121,7 +151,8 @@ class pipeline_schedule {
       : stages_(stages),
         microbatches_(microbatches),
         chunks_(order == pipeline_order::zero_bubble_v ? 2 : options.chunks),
-        order_(order) {
+        order_(order),
+        placement_(stages, chunks_, order) {
     const auto refuse = [&](const std::string& why) {
       throw std::invalid_argument("tpx: pipeline schedule of " + std::to_string(stages) +
                                   " stages and " + std::to_string(microbatches) +
@@ -155,21 +186,12 @@ class pipeline_schedule {
   pipeline_order order() const { return order_; }
   int ticks() const { return static_cast<int>(steps_.front().size()); }
   const pipeline_step& at(int stage, int tick) const { return steps_[stage][tick]; }
-  // The model's pieces in order, chunks() per stage: piece(stage, chunk) is the place of a
-  // stage's chunk in the model (c P + s; in zero_bubble_v's V, s for chunk 0 and 2 P - 1 - s for
-  // chunk 1), holder(piece) the stage and chunk that run a piece.
-  int pieces() const { return chunks_ * stages_; }
-  int piece(int stage, int chunk) const {
-    if (order_ == pipeline_order::zero_bubble_v)
-      return chunk == 0 ? stage : 2 * stages_ - 1 - stage;
-    return chunk * stages_ + stage;
-  }
-  pipeline_piece holder(int piece) const {
-    if (order_ == pipeline_order::zero_bubble_v)
-      return piece < stages_ ? pipeline_piece{piece, 0}
-                             : pipeline_piece{2 * stages_ - 1 - piece, 1};
-    return {piece % stages_, piece / stages_};
-  }
+  // Where the model's pieces run (pipeline_placement), and its pieces(), piece(stage, chunk)
+  // and holder(piece).
+  const pipeline_placement& placement() const { return placement_; }
+  int pieces() const { return placement_.pieces(); }
+  int piece(int stage, int chunk) const { return placement_.piece(stage, chunk); }
+  pipeline_piece holder(int piece) const { return placement_.holder(piece); }
   // Where the block that stage `stage`'s step at `tick` makes goes: the piece after it for a
   // forward's output, the piece before it for a backward's input gradient; nowhere (-1) for the
   // last piece's forward, the first piece's backward, a weight step or idling.
@@ -386,6 +408,7 @@ class pipeline_schedule {
 
   int stages_, microbatches_, chunks_;
   pipeline_order order_;
+  pipeline_placement placement_;
   std::vector<std::vector<pipeline_step>> steps_;  // [stage][tick]
 };
 
