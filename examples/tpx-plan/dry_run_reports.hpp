@@ -2,16 +2,17 @@
 // report (`tpx-gpt --dry-run --mesh 4x2 ... --log 4x2.json`: examples/trainer/dry_run_main.hpp)
 // holds the exact counts of one training step of the real program on every rank: tensor memory,
 // the FLOPs of its matrix products, and rank 0's link bytes per set of mesh axes. This prices
-// them: the busiest rank's products at the profile's FLOP/s, each set of axes' link bytes at its
-// link bandwidth (the profile's, or --axis-link-bw's for an axis that leaves the node; a set of
-// several axes at its slowest), and the step as the longer of the two (communication hidden
-// behind compute: the bound a perfectly overlapped step reaches) and as their sum (nothing
-// hidden). The MFU ceiling is the model FLOPs per device over the profile's FLOP/s and the
-// overlapped step; the recommendation is the report whose mesh trains fastest, the most model
-// FLOPs per second of the whole mesh (for one model and batch: the shortest step), among those
-// whose largest rank's tensors fit in device memory. These
-// are the cost model's bounds from the profile's peaks, not measurements: a kernel below peak
-// or a collective below its bus bandwidth makes a real step longer.
+// them: the busiest rank's products at the profile's FLOP/s (a pipeline's, tpx-train --pipeline,
+// spread over the share of the step its schedule keeps each stage busy: the bubble's ticks are
+// idle), each set of axes' link bytes at its link bandwidth (the profile's, or --axis-link-bw's
+// for an axis that leaves the node; a set of several axes at its slowest), and the step as the
+// longer of the two (communication hidden behind compute: the bound a perfectly overlapped step
+// reaches) and as their sum (nothing hidden). The MFU ceiling is the model FLOPs per device over
+// the profile's FLOP/s and the overlapped step; the recommendation is the report whose mesh
+// trains fastest, the most model FLOPs per second of the whole mesh (for one model and batch:
+// the shortest step), among those whose largest rank's tensors fit in device memory. These are
+// the cost model's bounds from the profile's peaks, not measurements: a kernel below peak or a
+// collective below its bus bandwidth makes a real step longer.
 #pragma once
 
 #include <algorithm>
@@ -36,6 +37,8 @@ struct priced_report {
   double peak_bytes = 0;  // the largest rank's, tensors only
   bool fits = false;
   double compute_seconds = 0;                               // the busiest rank's products
+  double bubble = 0;     // a pipeline's: the share of the step each stage idles
+  std::string pipeline;  // a pipeline's settings, "2 stages, 1f1b, 8 microbatches"
   std::vector<std::pair<std::string, double>> comm_seconds;  // rank 0's, per set of axes
   double comm_total_seconds = 0;
   double step_overlapped_seconds = 0, step_serial_seconds = 0;
@@ -102,7 +105,18 @@ inline priced_report price_report(const std::string& file, const tpx::cost::hard
     busiest = std::max(busiest, r.at("matrix_flops").get<double>());
   }
   p.fits = hw.memory <= 0 || p.peak_bytes <= hw.memory;
-  p.compute_seconds = busiest / hw.flops;
+  if (report.contains("pipeline")) {
+    const nlohmann::json& pipeline = report.at("pipeline");
+    p.bubble = pipeline.at("bubble").get<double>();
+    if (!(p.bubble >= 0 && p.bubble < 1))
+      throw std::runtime_error(file + ": a pipeline's bubble of " + std::to_string(p.bubble) +
+                               " (expected a share of the step from 0 up to 1)");
+    const std::string stages = std::to_string(pipeline.at("stages").get<int>());
+    p.pipeline = stages + " stages, " + pipeline.at("schedule").get<std::string>() + ", " +
+                 std::to_string(pipeline.at("microbatches").get<int>()) + " microbatches";
+    p.mesh += " P=" + stages;  // --mesh XxY, and --pipeline P
+  }
+  p.compute_seconds = busiest / hw.flops / (1 - p.bubble);
   const nlohmann::json& traffic = report.at("traffic_of_rank_0");
   for (const auto& [axes, collectives] : traffic.items()) {
     for (const std::string& axis : axes_in(axes)) p.axes.insert(axis);
@@ -176,13 +190,20 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
       std::printf("# %s is fp32: the profile's FLOP/s is its bf16 peak; give --flops for fp32\n",
                   p.file.c_str());
   for (const priced_report& p : reports)
+    if (!p.pipeline.empty())
+      std::printf(
+          "# %s: a pipeline (%s) whose stages idle %.1f%% of the step (its bubble),\n"
+          "# counted in its compute time\n",
+          p.file.c_str(), p.pipeline.c_str(), 100 * p.bubble);
+  for (const priced_report& p : reports)
     if (p.mfu_ceiling > 1) {
       std::printf("# a ceiling above 100%%: the model FLOPs (the trainers' MFU: 6 per parameter and token,\n"
                   "# plus attention's whole T x T) count the masked half the fused attention skips\n");
       break;
     }
-  std::printf("#\n# %-14s %-7s %6s %10s %11s %11s %11s %6s  %s\n", "report", "mesh", "ranks",
-              "peak GiB", "compute ms", "comm ms", "step ms", "MFU", "communication per set of axes (ms)");
+  std::printf("#\n# %-14s %-9s %6s %10s %11s %11s %11s %6s  %s\n", "report", "mesh", "ranks",
+              "peak GiB", "compute ms", "comm ms", "step ms", "MFU",
+              "communication per set of axes (ms)");
   priced_table table{nlohmann::json::array(), ""};
   const priced_report* best = nullptr;
   for (const priced_report& p : reports) {
@@ -195,24 +216,25 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
       axes_text += part;
       comm[axes] = seconds * 1e3;
     }
-    std::printf("  %-14s %-7s %6d %10.2f %11.3f %11.3f %11.3f %5.1f%%  %s%s\n", p.file.c_str(),
+    std::printf("  %-14s %-9s %6d %10.2f %11.3f %11.3f %11.3f %5.1f%%  %s%s\n", p.file.c_str(),
                 p.mesh.c_str(), p.ranks, p.peak_bytes / (1 << 30), p.compute_seconds * 1e3,
                 p.comm_total_seconds * 1e3, p.step_overlapped_seconds * 1e3, 100 * p.mfu_ceiling,
                 axes_text.empty() ? "none" : axes_text.c_str(), p.fits ? "" : "; does not fit");
     const auto rate = [](const priced_report& r) { return r.model_flops / r.step_overlapped_seconds; };
     if (p.fits && (!best || rate(p) > rate(*best))) best = &p;
     table.rows.push_back({{"report", p.file},
-                    {"program", p.program},
-                    {"mesh", p.mesh},
-                    {"ranks", p.ranks},
-                    {"peak_bytes", p.peak_bytes},
-                    {"fits", p.fits},
-                    {"compute_ms", p.compute_seconds * 1e3},
-                    {"comm_ms", p.comm_total_seconds * 1e3},
-                    {"comm_ms_by_axes", comm},
-                    {"step_ms", p.step_overlapped_seconds * 1e3},
-                    {"step_ms_without_overlap", p.step_serial_seconds * 1e3},
-                    {"mfu_ceiling", p.mfu_ceiling}});
+                          {"program", p.program},
+                          {"mesh", p.mesh},
+                          {"ranks", p.ranks},
+                          {"peak_bytes", p.peak_bytes},
+                          {"fits", p.fits},
+                          {"compute_ms", p.compute_seconds * 1e3},
+                          {"bubble", p.bubble},
+                          {"comm_ms", p.comm_total_seconds * 1e3},
+                          {"comm_ms_by_axes", comm},
+                          {"step_ms", p.step_overlapped_seconds * 1e3},
+                          {"step_ms_without_overlap", p.step_serial_seconds * 1e3},
+                          {"mfu_ceiling", p.mfu_ceiling}});
   }
   if (best) {
     table.recommendation = best->file;

@@ -110,6 +110,14 @@ void print_memory_and_flops(const run_options<Family>& o, const std::vector<step
       per_rank(ranks, [](const step_usage& u) { return u.matrix_flops; }, flops_text);
   std::printf("matrix FLOPs per step: %s; %s on all ranks, %.2fx the %s of model FLOPs\n", per_rank_flops.c_str(),
               flops_text(all_flops).c_str(), all_flops / model_flops, flops_text(model_flops).c_str());
+  if constexpr (requires { Family::pipeline(o.model); }) {
+    const nlohmann::json pipeline = Family::pipeline(o.model);
+    const double bubble = pipeline.at("bubble").get<double>();
+    std::printf("pipeline bubble (%s, %d stages, %d microbatches): every stage idles %.1f%% of the step, its\n"
+                "  products fill the other %.1f%%\n",
+                pipeline.at("schedule").get<std::string>().c_str(), pipeline.at("stages").get<int>(),
+                pipeline.at("microbatches").get<int>(), 100 * bubble, 100 * (1 - bubble));
+  }
 }
 
 // The table of rank 0's collectives per set of mesh axes (those of more than one rank), in the
@@ -175,6 +183,7 @@ int dry_run_main(const char* program, const command_line<Family>& c) {
                             {"checkpoint_every", o.model.checkpoint_every},
                             {"model_flops", Family::flops_per_step(o.model)},
                             {"traffic_of_rank_0", traffic}};
+      if constexpr (requires { Family::pipeline(o.model); }) out["pipeline"] = Family::pipeline(o.model);
       for (const step_usage& u : ranks)
         out["ranks"].push_back({{"rank", u.rank},
                                 {"state_bytes", u.state_bytes},

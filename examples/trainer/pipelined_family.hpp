@@ -49,6 +49,15 @@ struct pipelined_mlp {
            ", " + std::to_string(c.microbatches) + " microbatches" +
            (c.fsdp_per_pass ? ", FSDP collectives in every pass)" : ")");
   }
+  // The pipeline's settings and its schedule's bubble, the share of a step each stage idles
+  // (pipeline_schedule::bubble): --dry-run reports them, and tpx-plan counts the bubble in the
+  // step's compute time.
+  static nlohmann::json pipeline(const config& c) {
+    return {{"stages", c.stages},
+            {"microbatches", c.microbatches},
+            {"schedule", c.schedule},
+            {"bubble", schedule_of(c).bubble()}};
+  }
   static std::vector<size_flag> size_flags(config& c) {
     std::vector<size_flag> flags = mlp::size_flags(c);
     flags.push_back({"--pipeline", &c.stages, "pipeline stages P (mesh axis P: P x X x Y ranks)"});

@@ -6,7 +6,8 @@
 // and for the MLP the products' FLOPs are the model's 6 per weight and token. The trainers' own
 // dry-run tests (dry_run_test.cpp) compare a dry run with a real one in-process; this one proves
 // the programs' flag, report and log, that a real run's log reads what the dry run counts, and
-// (with tpx-plan: TPX_PLAN) that tpx-plan --reports prices the reports as they say.
+// (with tpx-plan: TPX_PLAN) that tpx-plan --reports prices the reports as they say, a pipeline's
+// with its schedule's bubble.
 //
 // The CUDA programs answer what needs no GPU on a machine without one (examples/trainer/
 // cuda_main.hpp): --help, a refused flag and --dry-run, so that a user sizes a GPU run from a
@@ -243,6 +244,51 @@ TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that 
   const command_result mixed = run_command(std::string(TPX_PLAN) + " --reports" + files + " --layers 4");
   CHECK(mixed.status != 0);
   CHECK(mixed.output.find("--layers excludes --reports") != std::string::npos);
+}
+
+TEST_CASE("tpx-plan counts a pipeline's bubble in its compute time") {
+  // tpx-train --pipeline 2 in 1F1B over M = 4 and 8 microbatches: each stage idles
+  // (P - 1) / (M + P - 1) of the step (seed 001, the bubble), 1/5 and 1/9 of it, so tpx-plan
+  // spreads the busiest rank's products over the other 4/5 and 8/9.
+  const fs::path folder = scratch("plan-pipeline");
+  std::vector<nlohmann::json> reports;
+  std::vector<double> bubbles;
+  std::string files;
+  for (const int microbatches : {4, 8}) {
+    // appended, not `"..." + ...`: GCC 12 -O3 -Wrestrict
+    std::string args = "--pipeline 2 --mesh 1x1 --batch 16 --d-model 16 --ffn 32 --layers 2 --microbatches ";
+    args.append(std::to_string(microbatches));
+    const fs::path file = folder / args.substr(args.rfind(' ') + 1).append(".json");
+    reports.push_back(dry_run_report(TPX_TRAIN, args, file));
+    bubbles.push_back(1.0 / (microbatches + 1));
+    files.append(" ").append(file.string());
+    const nlohmann::json& pipeline = reports.back().at("pipeline");
+    CHECK(pipeline.at("stages").get<int>() == 2);
+    CHECK(pipeline.at("microbatches").get<int>() == microbatches);
+    CHECK(pipeline.at("schedule").get<std::string>() == "1f1b");
+    CHECK(pipeline.at("bubble").get<double>() == doctest::Approx(bubbles.back()).epsilon(1e-12));
+  }
+  const fs::path out = folder / "plan.json";
+  const command_result r = run_command(std::string(TPX_PLAN) + " --reports" + files +
+                                       " --flops 1e12 --link-bw 1e9 --json " + out.string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find(": a pipeline (2 stages, 1f1b, 4 microbatches) whose stages idle 20.0% of the step") !=
+        std::string::npos);
+  std::ifstream in(out);
+  const nlohmann::json plan = nlohmann::json::parse(in);
+  REQUIRE(plan.at("rows").size() == reports.size());
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const nlohmann::json& row = plan.at("rows")[i];
+    INFO(row.dump());
+    double busiest = 0;
+    for (const nlohmann::json& rank : reports[i].at("ranks"))
+      busiest = std::max(busiest, rank.at("matrix_flops").get<double>());
+    CHECK(row.at("mesh").get<std::string>() == "1x1 P=2");
+    CHECK(row.at("bubble").get<double>() == doctest::Approx(bubbles[i]).epsilon(1e-12));
+    CHECK(row.at("compute_ms").get<double>() ==
+          doctest::Approx(busiest / 1e12 / (1 - bubbles[i]) * 1e3).epsilon(1e-12));
+  }
 }
 #endif
 
