@@ -7,4 +7,5 @@
 static_assert(requires { processes_of(tpx::mpi); });
 
 template TPX_TRAINER_RUN(trainer::mlp, tpx::mpi_backend);
+template TPX_TRAINER_RUN(trainer::pipelined_mlp, tpx::mpi_backend);
 template TPX_TRAINER_RUN(gpt::family, tpx::mpi_backend);

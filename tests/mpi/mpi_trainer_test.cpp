@@ -1,6 +1,8 @@
 // The example trainers under mpirun -np 4 (issue 10): the MLP trainer (examples/trainer) on
-// meshes 2x2, 4x1 and 1x4 and the GPT example on 2x2 and, with two replicas (HSDP), on 2x1x2,
-// each rank a process, follow the thread backend's losses bit for bit over 30 steps.
+// meshes 2x2, 4x1 and 1x4, cut into pipeline stages (tpx-train --pipeline) on P x X x Y of 2x2x1
+// (1F1B), 2x1x2 (zero-bubble V) and 4x1x1 (GPipe), and the GPT example on 2x2 and, with two
+// replicas (HSDP), on 2x1x2, each rank a process, follow the thread backend's losses bit for bit
+// over 30 steps (20 for the pipelines).
 //
 // Every process runs trainer::run with tpx::mpi; only the process of world rank 0 receives the
 // reports. It then trains the same run again as threads of itself (tpx::host), the reference:
@@ -54,6 +56,31 @@ TEST_CASE("the MLP trainer under mpirun follows the thread backend bit for bit")
   for (const auto& [x, y] : {std::pair{2, 2}, std::pair{4, 1}, std::pair{1, 4}}) {
     trainer::options o = trainer_test::small(x, y);
     o.steps = 30;
+    check_against_threads(o);
+  }
+}
+
+TEST_CASE(
+    "the MLP trainer cut into pipeline stages under mpirun follows the thread backend bit "
+    "for bit") {
+  struct layout {
+    int stages, x, y;
+    const char* schedule;
+  };
+  for (const layout l :
+       {layout{2, 2, 1, "1f1b"}, layout{2, 1, 2, "zero-bubble-v"}, layout{4, 1, 1, "gpipe"}}) {
+    CAPTURE(l.stages);
+    CAPTURE(l.schedule);
+    const trainer::options whole = trainer_test::small(1, 1);
+    trainer::run_options<trainer::pipelined_mlp> o;
+    static_cast<trainer::config&>(o.model) = whole.model;
+    o.model.stages = l.stages;
+    o.model.microbatches = 4;
+    o.model.schedule = l.schedule;
+    o.mesh_x = l.x;
+    o.mesh_y = l.y;
+    o.steps = 20;
+    o.lr = whole.lr;
     check_against_threads(o);
   }
 }
