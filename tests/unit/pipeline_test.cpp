@@ -24,14 +24,17 @@
 // P - 1, M - 1) ticks and P - s + extra in flight; interleaved's 2 (v M + P - 1) ticks and
 // Megatron-LM's 2 (P - 1 - s) + (v - 1) P + 1 in flight; for P up to 6, zero-bubble V's pieces in
 // its V, at least 6 M + P - 1 ticks and exactly that for P <= 4 and M >= P, at most 2 P + extra
-// chunks in flight, the last stage's turn no pass); a dry run reads every rank's peak memory
-// and traffic of the real run; a stage dim of the wrong extent, a schedule for another number of
-// stages, a zero-bubble schedule without a weight function, an interleaved one with functions that
-// do not take the chunk, options an order does not take, no microbatch, or a stage function whose
-// block for the next piece has other extents than `like`, are refused with a sentence.
+// chunks in flight, the last stage's turn no pass); a stage that throws mid-step stops every
+// stage, named, in every order and both places of the passes; a dry run reads every rank's
+// peak memory and traffic of the real run; a stage dim of the wrong extent, a schedule for
+// another number of stages, a zero-bubble schedule without a weight function, an interleaved one
+// with functions that do not take the chunk, options an order does not take, no microbatch, or a
+// stage function whose block for the next piece has other extents than `like`, are refused with
+// a sentence.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
@@ -315,6 +318,59 @@ TEST_CASE("the passes in the background, on each rank's communication thread: th
   for (const auto& [stages, data] : {std::pair{2, 1}, {3, 1}, {2, 2}})
     check_pipeline(stages, data, 5, pipeline_order::zero_bubble_v, {},
                    pipeline_passes::in_background);
+}
+
+// A stage that throws in the middle of a step, in a forward or a backward step of microbatch 1,
+// stops every stage: spmd throws naming that rank and its error long before the collective
+// timeout, though the other stages are waiting for its passes over P (in their step, or on their
+// communication threads).
+TEST_CASE("a stage that throws mid-step stops every stage, named, long before the timeout") {
+  constexpr int stages = 4, microbatches = 4;
+  for (const pipeline_order order :
+       {pipeline_order::gpipe, pipeline_order::one_f_one_b, pipeline_order::zero_bubble,
+        pipeline_order::interleaved, pipeline_order::zero_bubble_v})
+    for (const pipeline_passes passes : {pipeline_passes::in_step, pipeline_passes::in_background})
+      for (const int failing : {0, stages - 1})
+        for (const bool in_forward : {true, false}) {
+          CAPTURE(tpx::nn::order_name(order));
+          CAPTURE(passes == pipeline_passes::in_background);
+          CAPTURE(failing);
+          CAPTURE(in_forward);
+          const tpx::nn::pipeline_schedule plan(
+              stages, microbatches, order,
+              {.chunks = order == pipeline_order::interleaved ? 2 : 1});
+          const auto start = std::chrono::steady_clock::now();
+          const std::string what = message_of([&] {
+            tpx::spmd(
+                tpx::host, tpx::Mesh<P, X>{stages, 1},
+                [&](auto& rank) {
+                  using rows_t = Tensor<float, S<P>, B<>, D<>>;
+                  const rows_t like(rank, {S(stages), B(2), D(2)});
+                  const bool faulty = rank.template axis<P>().coord == failing;
+                  const auto step = [&](bool forward, int m) {
+                    if (faulty && forward == in_forward && m == 1)
+                      throw std::runtime_error("stage fault");
+                  };
+                  const auto forward = [&](int m, int, rows_t in) {
+                    step(true, m);
+                    return in;
+                  };
+                  const auto backward = [&](int m, int, rows_t dout) {
+                    step(false, m);
+                    return dout;
+                  };
+                  if (plan.splits_backward())
+                    tpx::nn::run_pipeline<P, S>(like, plan, passes, forward, backward,
+                                                [](int, int) {});
+                  else
+                    tpx::nn::run_pipeline<P, S>(like, plan, passes, forward, backward);
+                },
+                {.timeout = std::chrono::seconds(60)});
+          });
+          CHECK(what == "tpx: rank " + std::to_string(failing) + " (P=" +
+                            std::to_string(failing) + ", X=0) failed: stage fault");
+          CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+        }
 }
 
 TEST_CASE("1F1B and zero-bubble keep fewer activations than GPipe: measured peak of each stage") {
