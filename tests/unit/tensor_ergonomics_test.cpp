@@ -288,35 +288,34 @@ void check_sum(int mx, int my) {
     constexpr std::int64_t nb = 5, nd = 3;
     const auto a = tpx::randn<float, B<X>, D<Y>>(rank, {B(nb), D(nd)}, 4);
     const std::vector<float> g = tpx::to_global(a);
-    const auto near = [](float got, double want, double scale) {
+    // got against element(k) summed over k < count in double, within 1e-5 of the sum of their
+    // magnitudes.
+    const auto check_sum_of = [](float got, std::int64_t count, const auto& element) {
+      double want = 0, scale = 0;
+      for (std::int64_t k = 0; k < count; ++k) {
+        want += element(k);
+        scale += std::abs(element(k));
+      }
       CHECK(std::abs(static_cast<double>(got) - want) <= 1e-5 * scale);
+    };
+    const auto at = [&](std::int64_t i, std::int64_t j) {
+      return g[static_cast<std::size_t>(i * nd + j)];
     };
 
     auto over_b = tpx::sum<B>(a);
     static_assert(std::is_same_v<decltype(over_b), Tensor<float, D<Y>, Unreduced<X>>>);
     const std::vector<float> columns = tpx::to_global(tpx::all_reduce<X>(std::move(over_b)));
     REQUIRE(columns.size() == static_cast<std::size_t>(nd));
-    for (std::int64_t j = 0; j < nd; ++j) {
-      double want = 0, scale = 0;
-      for (std::int64_t i = 0; i < nb; ++i) {
-        want += g[static_cast<std::size_t>(i * nd + j)];
-        scale += std::abs(g[static_cast<std::size_t>(i * nd + j)]);
-      }
-      near(columns[static_cast<std::size_t>(j)], want, scale);
-    }
+    for (std::int64_t j = 0; j < nd; ++j)
+      check_sum_of(columns[static_cast<std::size_t>(j)], nb,
+                   [&](std::int64_t i) { return at(i, j); });
 
     auto over_d = tpx::sum<D>(a);
     static_assert(std::is_same_v<decltype(over_d), Tensor<float, B<X>, Unreduced<Y>>>);
     const std::vector<float> rows = tpx::to_global(tpx::all_reduce<Y>(std::move(over_d)));
     REQUIRE(rows.size() == static_cast<std::size_t>(nb));
-    for (std::int64_t i = 0; i < nb; ++i) {
-      double want = 0, scale = 0;
-      for (std::int64_t j = 0; j < nd; ++j) {
-        want += g[static_cast<std::size_t>(i * nd + j)];
-        scale += std::abs(g[static_cast<std::size_t>(i * nd + j)]);
-      }
-      near(rows[static_cast<std::size_t>(i)], want, scale);
-    }
+    for (std::int64_t i = 0; i < nb; ++i)
+      check_sum_of(rows[static_cast<std::size_t>(i)], nd, [&](std::int64_t j) { return at(i, j); });
 
     // A vector split over both axes sums to a scalar owed an all-reduce over both.
     const auto v = tpx::randn<float, B<X, Y>>(rank, {B(nb)}, 5);
@@ -326,12 +325,7 @@ void check_sum(int mx, int my) {
     const std::vector<float> reduced =
         tpx::to_global(tpx::all_reduce<Y>(tpx::all_reduce<X>(std::move(total))));
     REQUIRE(reduced.size() == 1);
-    double want = 0, scale = 0;
-    for (float x : gv) {
-      want += x;
-      scale += std::abs(x);
-    }
-    near(reduced[0], want, scale);
+    check_sum_of(reduced[0], nb, [&](std::int64_t i) { return gv[static_cast<std::size_t>(i)]; });
   });
 }
 
