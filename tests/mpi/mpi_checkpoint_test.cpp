@@ -8,7 +8,10 @@
 //    another summation order), and one written on threads on 4x1 resumes under MPI on 2x2 with
 //    the losses of the thread backend resuming it on 2x2, bit for bit;
 //  - retention (--keep 2, a save every 5 steps) leaves exactly the newest two checkpoints, and
-//    the temporaries of a killed save are removed before the run.
+//    the temporaries of a killed save are removed before the run;
+//  - a pipeline (tpx-train --pipeline 2 on 2x1): its checkpoint under MPI, where the ranks of
+//    each stage write other layers, holds the thread run's layers bit for bit, and resumes on
+//    threads without stages (1x1) with the losses of the MPI run resuming it, within 1e-5.
 // The thread runs, the references, run in world rank 0 alone; the other processes check that
 // they received no report. A folder is named by world rank 0's pid, so that every process
 // names the same one (the folder must be on a filesystem every process sees).
@@ -57,8 +60,8 @@ void copy_folder(const std::string& from, const std::string& to) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-template <class Launcher>
-std::vector<float> losses_on(const trainer::options& o, Launcher launcher) {
+template <class Family, class Launcher>
+std::vector<float> losses_on(const trainer::run_options<Family>& o, Launcher launcher) {
   std::vector<float> out;
   trainer::run(
       o, [&](const trainer::step_report& r) { out.push_back(r.loss); }, launcher);
@@ -74,6 +77,21 @@ trainer::options small_2x2(const std::string& dir, int steps) {
   trainer::options o = trainer_test::small(2, 2);
   o.ckpt_dir = dir;
   o.steps = steps;
+  return o;
+}
+
+// small_2x2's model cut into 2 pipeline stages of 2x1 (P x X x Y = 2x2x1), 4 microbatches.
+trainer::run_options<trainer::pipelined_mlp> pipelined_2x2x1(const std::string& dir, int steps) {
+  const trainer::options whole = small_2x2(dir, steps);
+  trainer::run_options<trainer::pipelined_mlp> o;
+  static_cast<trainer::config&>(o.model) = whole.model;
+  o.model.stages = 2;
+  o.model.microbatches = 4;
+  o.mesh_x = 2;
+  o.mesh_y = 1;
+  o.steps = steps;
+  o.lr = whole.lr;
+  o.ckpt_dir = dir;
   return o;
 }
 
@@ -188,4 +206,42 @@ TEST_CASE("retention under mpirun keeps the newest --keep checkpoints; temporari
     files += entry.is_regular_file();
   }
   CHECK(files == 2 + 2 * 5);  // latest, lock; per checkpoint 4 rank files and the manifest
+}
+
+TEST_CASE("a pipeline's checkpoint under mpirun holds the thread run's layers and resumes without "
+          "stages") {
+  const auto saved = pipelined_2x2x1(shared_folder("pipelined"), 10);
+  losses_on(saved, tpx::mpi);
+  auto continued = saved;
+  continued.steps = 20;
+  continued.resume = true;
+  continued.save_every = 1000;  // only the final step is saved: step 10 stays as it is
+  continued.ckpt_dir = shared_folder("pipelined-resumed");
+  copy_folder(saved.ckpt_dir, continued.ckpt_dir);
+  const std::vector<float> on_mpi = losses_on(continued, tpx::mpi);
+  if (world_rank() != 0) {
+    CHECK(on_mpi.empty());
+    return;
+  }
+  REQUIRE(on_mpi.size() == 10);
+  // The same 10 steps on threads write the same layers, which the model without stages reads.
+  auto threads = saved;
+  threads.ckpt_dir = saved.ckpt_dir + "-threads";
+  losses_on(threads, tpx::host);
+  const trainer::options layers_of_mpi = small_2x2(saved.ckpt_dir, 10),
+                         layers_of_threads = small_2x2(threads.ckpt_dir, 10);
+  const auto weights = trainer_test::load_global(layers_of_mpi, 1, 1, 10);
+  CHECK(weights.size() == 3 * (2 + 3 * 4 + 2));
+  CHECK(trainer_test::load_global(layers_of_threads, 1, 1, 10) == weights);
+  // Resumed on threads without stages, on 1x1.
+  trainer::options flat = small_2x2(saved.ckpt_dir + "-flat", 20);
+  flat.mesh_x = 1;
+  flat.mesh_y = 1;
+  flat.resume = true;
+  flat.save_every = 1000;
+  fs::copy(saved.ckpt_dir, flat.ckpt_dir, fs::copy_options::recursive);
+  const std::vector<float> got = losses_on(flat, tpx::host);
+  REQUIRE(got.size() == on_mpi.size());
+  for (std::size_t s = 0; s < got.size(); ++s)
+    CHECK(std::abs(got[s] - on_mpi[s]) <= 1e-5f * std::abs(on_mpi[s]));
 }
