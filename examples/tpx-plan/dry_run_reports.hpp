@@ -191,18 +191,21 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
                   p.file.c_str());
   for (const priced_report& p : reports)
     if (!p.pipeline.empty())
-      std::printf(
-          "# %s: a pipeline (%s) whose stages idle %.1f%% of the step (its bubble),\n"
-          "# counted in its compute time\n",
-          p.file.c_str(), p.pipeline.c_str(), 100 * p.bubble);
+      std::printf("# %s: a pipeline (%s): its stages idle %.1f%% of the step (the bubble, in "
+                  "its compute time)\n",
+                  p.file.c_str(), p.pipeline.c_str(), 100 * p.bubble);
   for (const priced_report& p : reports)
     if (p.mfu_ceiling > 1) {
-      std::printf("# a ceiling above 100%%: the model FLOPs (the trainers' MFU: 6 per parameter and token,\n"
-                  "# plus attention's whole T x T) count the masked half the fused attention skips\n");
+      std::printf("# a ceiling above 100%%: the model FLOPs (the trainers' MFU: 6 per parameter\n"
+                  "# and token, plus attention's whole T x T) count the masked half the fused\n"
+                  "# attention skips\n");
       break;
     }
-  std::printf("#\n# %-14s %-9s %6s %10s %11s %11s %11s %6s  %s\n", "report", "mesh", "ranks",
-              "peak GiB", "compute ms", "comm ms", "step ms", "MFU",
+  int file_width = 14;  // the report column: as wide as the longest file name
+  for (const priced_report& p : reports)
+    file_width = std::max(file_width, static_cast<int>(p.file.size()));
+  std::printf("#\n# %-*s %-9s %6s %10s %11s %11s %11s %6s  %s\n", file_width, "report", "mesh",
+              "ranks", "peak GiB", "compute ms", "comm ms", "step ms", "MFU",
               "communication per set of axes (ms)");
   priced_table table{nlohmann::json::array(), ""};
   const priced_report* best = nullptr;
@@ -216,11 +219,14 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
       axes_text += part;
       comm[axes] = seconds * 1e3;
     }
-    std::printf("  %-14s %-9s %6d %10.2f %11.3f %11.3f %11.3f %5.1f%%  %s%s\n", p.file.c_str(),
-                p.mesh.c_str(), p.ranks, p.peak_bytes / (1 << 30), p.compute_seconds * 1e3,
-                p.comm_total_seconds * 1e3, p.step_overlapped_seconds * 1e3, 100 * p.mfu_ceiling,
+    std::printf("  %-*s %-9s %6d %10.2f %11.3f %11.3f %11.3f %5.1f%%  %s%s\n", file_width,
+                p.file.c_str(), p.mesh.c_str(), p.ranks, p.peak_bytes / (1 << 30),
+                p.compute_seconds * 1e3, p.comm_total_seconds * 1e3,
+                p.step_overlapped_seconds * 1e3, 100 * p.mfu_ceiling,
                 axes_text.empty() ? "none" : axes_text.c_str(), p.fits ? "" : "; does not fit");
-    const auto rate = [](const priced_report& r) { return r.model_flops / r.step_overlapped_seconds; };
+    const auto rate = [](const priced_report& r) {
+      return r.model_flops / r.step_overlapped_seconds;
+    };
     if (p.fits && (!best || rate(p) > rate(*best))) best = &p;
     table.rows.push_back({{"report", p.file},
                           {"program", p.program},

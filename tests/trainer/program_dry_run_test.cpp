@@ -273,7 +273,7 @@ TEST_CASE("tpx-plan counts a pipeline's bubble in its compute time") {
                                        " --flops 1e12 --link-bw 1e9 --json " + out.string());
   INFO(r.output);
   REQUIRE(r.status == 0);
-  CHECK(r.output.find(": a pipeline (2 stages, 1f1b, 4 microbatches) whose stages idle 20.0% of the step") !=
+  CHECK(r.output.find(": a pipeline (2 stages, 1f1b, 4 microbatches): its stages idle 20.0% of the step") !=
         std::string::npos);
   std::ifstream in(out);
   const nlohmann::json plan = nlohmann::json::parse(in);

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Which layout to train a model with on N devices, in one command: dry-runs an example trainer
+# (--dry-run: the real step on meta tensors, nothing computed) on every mesh of N ranks, and for
+# tpx-train every cut into pipeline stages in each schedule, then prices all the reports with
+# tpx-plan --reports on a hardware profile and prints its table and recommendation.
+#
+#   scripts/plan-layouts.sh 8 --hardware h100 --axis-link-bw X=50e9 -- --layers 16 \
+#       --d-model 4096 --ffn 16384 --batch 16384 --bf16
+#
+# N comes first; the flags after it, up to `--`, are tpx-plan's (the profile, --axis-link-bw,
+# --json); those after `--` are the trainer's model flags, as for a run (not --mesh, --pipeline,
+# --microbatches or --schedule, which this sweeps). The layouts: every XxY (and, for tpx-gpt,
+# RxXxY with R > 1 replicas: HSDP) of N ranks; for tpx-train also every P x X x Y with P > 1
+# stages, in each schedule of --schedules, over --microbatches M. A layout the trainer refuses
+# (layers or batch that do not cut evenly) is listed as skipped with its reason. Options, before N:
+#   --program PATH     the trainer (default build/default/examples/tpx-train; tpx-gpt works too)
+#   --plan PATH        tpx-plan (default build/default/examples/tpx-plan)
+#   --microbatches M   a pipeline's microbatches (default 8)
+#   --schedules LIST   the pipelines' schedules, comma-separated (default
+#                      1f1b,zero-bubble,interleaved,zero-bubble-v: GPipe has 1F1B's bubble and
+#                      holds more)
+#   --out DIR          keep the reports in DIR (default: a temporary folder, removed)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+program=$root/build/default/examples/tpx-train
+plan=$root/build/default/examples/tpx-plan
+microbatches=8
+schedules=1f1b,zero-bubble,interleaved,zero-bubble-v
+out=""
+usage() {
+  echo "usage: $0 [--program PATH] [--plan PATH] [--microbatches M] [--schedules LIST] [--out DIR]" \
+       "N [TPX-PLAN FLAGS...] -- [MODEL FLAGS...]" >&2
+  exit 2
+}
+while (($#)) && [[ $1 == --* ]]; do
+  (($# >= 2)) || usage
+  case $1 in
+    --program) program=$2 ;;
+    --plan) plan=$2 ;;
+    --microbatches) microbatches=$2 ;;
+    --schedules) schedules=$2 ;;
+    --out) out=$2 ;;
+    *) echo "plan-layouts: unknown option $1" >&2; usage ;;
+  esac
+  shift 2
+done
+(($#)) || usage
+ranks=$1
+shift
+[[ $ranks =~ ^[1-9][0-9]*$ ]] || { echo "plan-layouts: N must be a whole number > 0, got '$ranks'" >&2; exit 2; }
+[[ $microbatches =~ ^[1-9][0-9]*$ ]] ||
+  { echo "plan-layouts: --microbatches must be a whole number > 0, got '$microbatches'" >&2; exit 2; }
+plan_flags=()
+while (($#)) && [[ $1 != -- ]]; do plan_flags+=("$1"); shift; done
+(($#)) && shift  # the --
+model_flags=("$@")
+for exe in "$program" "$plan"; do
+  [[ -x $exe ]] || { echo "plan-layouts: $exe is not built (cmake --build --preset default)" >&2; exit 2; }
+done
+help=$("$program" --help 2>&1)
+has_pipeline=0 has_replicas=0
+[[ $help == *--pipeline* ]] && has_pipeline=1
+[[ $help == *RxXxY* ]] && has_replicas=1
+
+if [[ -z $out ]]; then
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+else
+  mkdir -p "$out"
+fi
+
+# The layouts, as "file-stem|trainer flags".
+layouts=()
+IFS=, read -r -a schedule_list <<<"$schedules"
+for ((p = 1; p <= ranks; ++p)); do
+  ((ranks % p == 0)) || continue
+  ((p == 1 || has_pipeline)) || continue
+  for ((x = 1; x <= ranks / p; ++x)); do
+    ((ranks / p % x == 0)) || continue
+    y=$((ranks / p / x))
+    if ((p == 1)); then
+      layouts+=("${x}x${y}|--mesh ${x}x${y}")
+    else
+      for s in "${schedule_list[@]}"; do
+        layouts+=("${x}x${y}-p${p}-${s}|--mesh ${x}x${y} --pipeline $p --microbatches $microbatches --schedule $s")
+      done
+    fi
+  done
+done
+if ((has_replicas)); then
+  for ((r = 2; r <= ranks; ++r)); do
+    ((ranks % r == 0)) || continue
+    for ((x = 1; x <= ranks / r; ++x)); do
+      ((ranks / r % x == 0)) || continue
+      y=$((ranks / r / x))
+      layouts+=("${r}x${x}x${y}|--mesh ${r}x${x}x${y}")
+    done
+  done
+fi
+
+reports=()
+skipped=0
+n=0
+for layout in "${layouts[@]}"; do
+  stem=${layout%%|*} flags=${layout#*|}
+  n=$((n + 1))
+  echo "plan-layouts: dry run $n/${#layouts[@]}: $(basename "$program") $flags" >&2
+  # shellcheck disable=SC2086  # flags is a list of words
+  if message=$("$program" --dry-run $flags "${model_flags[@]}" --log "$out/$stem.json" 2>&1); then
+    reports+=("$stem.json")
+  else
+    why=$(grep -m1 -v '^$' <<<"$message" || true)
+    echo "plan-layouts: skipped $stem: $why" >&2
+    rm -f "$out/$stem.json"
+    skipped=$((skipped + 1))
+  fi
+done
+((${#reports[@]})) || { echo "plan-layouts: the trainer refused every layout of $ranks ranks" >&2; exit 1; }
+echo "plan-layouts: ${#reports[@]} layouts priced, $skipped skipped" >&2
+plan_exe=$(cd "$(dirname "$plan")" && pwd)/$(basename "$plan")
+# tpx-plan's --json file is relative to where this script was started, not to the reports' folder.
+for ((i = 0; i < ${#plan_flags[@]}; ++i)); do
+  if [[ ${plan_flags[$i]} == --json && $((i + 1)) -lt ${#plan_flags[@]} && ${plan_flags[$((i + 1))]} != /* ]]; then
+    plan_flags[$((i + 1))]=$PWD/${plan_flags[$((i + 1))]}
+  fi
+done
+cd "$out"
+"$plan_exe" --reports "${reports[@]}" "${plan_flags[@]}"
