@@ -520,7 +520,7 @@ class model {
   // The part of a gathered_weights that only the pieces running it hold; std::bad_optional_access
   // on one that does not.
   template <class Step, class Weight>
-  static const Weight& use(const std::optional<Weight>& w) {
+  const Weight& use(const std::optional<Weight>& w) const {
     return w.value();
   }
 
