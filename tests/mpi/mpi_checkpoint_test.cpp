@@ -82,16 +82,9 @@ trainer::options small_2x2(const std::string& dir, int steps) {
 
 // small_2x2's model cut into 2 pipeline stages of 2x1 (P x X x Y = 2x2x1), 4 microbatches.
 trainer::run_options<trainer::pipelined_mlp> pipelined_2x2x1(const std::string& dir, int steps) {
-  const trainer::options whole = small_2x2(dir, steps);
-  trainer::run_options<trainer::pipelined_mlp> o;
-  static_cast<trainer::config&>(o.model) = whole.model;
-  o.model.stages = 2;
-  o.model.microbatches = 4;
-  o.mesh_x = 2;
-  o.mesh_y = 1;
-  o.steps = steps;
-  o.lr = whole.lr;
+  auto o = trainer_test::pipelined(2, 2, 1, "1f1b");
   o.ckpt_dir = dir;
+  o.steps = steps;
   return o;
 }
 

@@ -71,17 +71,7 @@ TEST_CASE(
        {layout{2, 2, 1, "1f1b"}, layout{2, 1, 2, "zero-bubble-v"}, layout{4, 1, 1, "gpipe"}}) {
     CAPTURE(l.stages);
     CAPTURE(l.schedule);
-    const trainer::options whole = trainer_test::small(1, 1);
-    trainer::run_options<trainer::pipelined_mlp> o;
-    static_cast<trainer::config&>(o.model) = whole.model;
-    o.model.stages = l.stages;
-    o.model.microbatches = 4;
-    o.model.schedule = l.schedule;
-    o.mesh_x = l.x;
-    o.mesh_y = l.y;
-    o.steps = 20;
-    o.lr = whole.lr;
-    check_against_threads(o);
+    check_against_threads(trainer_test::pipelined(l.stages, l.x, l.y, l.schedule));
   }
 }
 

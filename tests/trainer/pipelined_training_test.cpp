@@ -25,21 +25,7 @@
 namespace {
 
 using trainer::pipelined_mlp;
-
-trainer::run_options<pipelined_mlp> pipelined(int stages, int mesh_x, int mesh_y,
-                                              const std::string& schedule) {
-  const trainer::options whole = trainer_test::small(1, 1);
-  trainer::run_options<pipelined_mlp> o;
-  static_cast<trainer::config&>(o.model) = whole.model;
-  o.model.stages = stages;
-  o.model.microbatches = 4;
-  o.model.schedule = schedule;
-  o.mesh_x = mesh_x;
-  o.mesh_y = mesh_y;
-  o.steps = 20;
-  o.lr = whole.lr;
-  return o;
-}
+using trainer_test::pipelined;
 
 std::vector<float> losses(const trainer::run_options<pipelined_mlp>& o) {
   std::vector<float> out;

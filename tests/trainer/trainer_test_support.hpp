@@ -1,8 +1,9 @@
-// Shared by the trainer tests: a small configuration of the example trainer and a helper that
-// runs it and returns the loss of every step.
+// Shared by the trainer tests: a small configuration of the example trainer (and of it cut into
+// pipeline stages) and a helper that runs it and returns the loss of every step.
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "../../examples/trainer/host_ranks.hpp"  // training.hpp, its rank loops compiled once
@@ -34,6 +35,23 @@ inline trainer::options small(int mesh_x, int mesh_y, int checkpoint_every = 0) 
   o.mesh_y = mesh_y;
   o.steps = 50;
   o.lr = 1e-2f;
+  return o;
+}
+
+// small(1, 1)'s model and training cut into `stages` pipeline stages of mesh_x x mesh_y
+// (tpx-train --pipeline), run in `schedule` over 4 microbatches, 20 steps.
+inline trainer::run_options<trainer::pipelined_mlp> pipelined(int stages, int mesh_x, int mesh_y,
+                                                              const std::string& schedule) {
+  const trainer::options whole = small(1, 1);
+  trainer::run_options<trainer::pipelined_mlp> o;
+  static_cast<trainer::config&>(o.model) = whole.model;
+  o.model.stages = stages;
+  o.model.microbatches = 4;
+  o.model.schedule = schedule;
+  o.mesh_x = mesh_x;
+  o.mesh_y = mesh_y;
+  o.steps = 20;
+  o.lr = whole.lr;
   return o;
 }
 
