@@ -120,8 +120,11 @@ echo "plan-layouts: ${#reports[@]} layouts priced, $skipped skipped" >&2
 plan_exe=$(cd "$(dirname "$plan")" && pwd)/$(basename "$plan")
 # tpx-plan's --json file is relative to where this script was started, not to the reports' folder.
 for ((i = 0; i < ${#plan_flags[@]}; ++i)); do
-  if [[ ${plan_flags[$i]} == --json && $((i + 1)) -lt ${#plan_flags[@]} && ${plan_flags[$((i + 1))]} != /* ]]; then
+  flag=${plan_flags[$i]}
+  if [[ $flag == --json && $((i + 1)) -lt ${#plan_flags[@]} && ${plan_flags[$((i + 1))]} != /* ]]; then
     plan_flags[$((i + 1))]=$PWD/${plan_flags[$((i + 1))]}
+  elif [[ $flag == --json=* && $flag != --json=/* ]]; then
+    plan_flags[$i]=--json=$PWD/${flag#--json=}
   fi
 done
 cd "$out"
