@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <limits>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -125,17 +124,7 @@ inline std::vector<float> losses(const trainer::run_options<gpt::family>& o) {
   return out;
 }
 
-// The largest |got - want| / want over the steps: NaN if any step's is, infinity when the runs
-// differ in length.
-inline float worst_relative_difference(const std::vector<float>& got,
-                                       const std::vector<float>& want) {
-  if (got.size() != want.size()) return std::numeric_limits<float>::infinity();
-  float worst = 0;
-  for (std::size_t s = 0; s < got.size(); ++s) {
-    const float d = std::abs(got[s] - want[s]) / want[s];
-    if (!(d <= worst)) worst = d;
-  }
-  return worst;
-}
+// trainer_test's, under the name the GPT tests use.
+using trainer_test::worst_relative_difference;
 
 }  // namespace gpt_test

@@ -13,8 +13,6 @@
 // tpx-train without stages resumes on 2 stages, each within 1e-5 of the run that went on.
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -26,18 +24,12 @@ namespace {
 
 using trainer::pipelined_mlp;
 using trainer_test::pipelined;
+using trainer_test::worst_relative_difference;
 
 std::vector<float> losses(const trainer::run_options<pipelined_mlp>& o) {
   std::vector<float> out;
   trainer::run(o, [&](const trainer::step_report& r) { out.push_back(r.loss); });
   return out;
-}
-
-float worst_relative(const std::vector<float>& got, const std::vector<float>& reference) {
-  float worst = 0;
-  for (std::size_t s = 0; s < got.size(); ++s)
-    worst = std::max(worst, std::abs(got[s] - reference[s]) / std::abs(reference[s]));
-  return worst;
 }
 
 std::vector<float> reference_losses(bool bf16 = false) {
@@ -70,7 +62,7 @@ TEST_CASE("a pipelined run follows the run on one rank, in every schedule and on
         layout{2, 2, 2, "zero-bubble-v"}, layout{4, 1, 1, "1f1b"}}) {
     const std::vector<float> got = losses(pipelined(l.stages, l.x, l.y, l.schedule));
     REQUIRE(got.size() == reference.size());
-    const float worst = worst_relative(got, reference);
+    const float worst = worst_relative_difference(got, reference);
     INFO(l.stages << " stages of " << l.x << "x" << l.y << ", " << std::string(l.schedule)
                   << ": worst relative loss difference " << worst);
     CHECK(worst <= 1e-5f);
@@ -83,7 +75,7 @@ TEST_CASE("a pipelined run in bf16 follows the fp32 run on one rank") {
   o.bf16 = true;
   const std::vector<float> got = losses(o);
   REQUIRE(got.size() == reference.size());
-  const float worst = worst_relative(got, reference);
+  const float worst = worst_relative_difference(got, reference);
   INFO("worst relative difference " << worst);
   CHECK(worst <= 0.02f);
   CHECK(worst > 0.0f);  // it did compute in bf16
@@ -113,7 +105,7 @@ TEST_CASE("FSDP's collectives in every pass (--fsdp-per-pass) follow the run on 
     o.model.fsdp_per_pass = true;
     const std::vector<float> got = losses(o);
     REQUIRE(got.size() == reference.size());
-    const float worst = worst_relative(got, reference);
+    const float worst = worst_relative_difference(got, reference);
     INFO(std::string(schedule) << ": worst relative loss difference " << worst);
     CHECK(worst <= 1e-5f);
   }
@@ -148,7 +140,7 @@ TEST_CASE("a pipelined run resumes on its layout, on other stage counts and with
   four.mesh_x = 1;
   const std::vector<float> after_four = losses(four);
   REQUIRE(after_four.size() == 10);
-  CHECK(worst_relative(after_four, last_ten) <= 1e-5f);
+  CHECK(worst_relative_difference(after_four, last_ten) <= 1e-5f);
 
   trainer::options plain = trainer_test::small(2, 1);  // tpx-train without --pipeline
   plain.steps = 20;
@@ -156,7 +148,7 @@ TEST_CASE("a pipelined run resumes on its layout, on other stage counts and with
   plain.ckpt_dir = unstaged;
   const std::vector<float> after_plain = trainer_test::losses(plain);
   REQUIRE(after_plain.size() == 10);
-  CHECK(worst_relative(after_plain, last_ten) <= 1e-5f);
+  CHECK(worst_relative_difference(after_plain, last_ten) <= 1e-5f);
 
   // And back: a checkpoint of the model without stages resumes on 2 stages of the V.
   trainer::options unpipelined = trainer_test::small(1, 2);
@@ -168,7 +160,7 @@ TEST_CASE("a pipelined run resumes on its layout, on other stage counts and with
   staged.ckpt_dir = unpipelined.ckpt_dir;
   const std::vector<float> after_staged = losses(staged);
   REQUIRE(after_staged.size() == 10);
-  CHECK(worst_relative(after_staged, last_ten) <= 1e-5f);
+  CHECK(worst_relative_difference(after_staged, last_ten) <= 1e-5f);
 
   for (const std::string& dir :
        {whole.ckpt_dir, split.ckpt_dir, on_four, unstaged, unpipelined.ckpt_dir})

@@ -1,8 +1,11 @@
 // Shared by the trainer tests: a small configuration of the example trainer (and of it cut into
-// pipeline stages) and a helper that runs it and returns the loss of every step.
+// pipeline stages), a helper that runs it and returns the loss of every step, and the worst
+// relative difference of two runs' losses.
 #pragma once
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -53,6 +56,19 @@ inline trainer::run_options<trainer::pipelined_mlp> pipelined(int stages, int me
   o.steps = 20;
   o.lr = whole.lr;
   return o;
+}
+
+// The largest |got - want| / want over the steps: NaN if any step's is, infinity when the runs
+// differ in length.
+inline float worst_relative_difference(const std::vector<float>& got,
+                                       const std::vector<float>& want) {
+  if (got.size() != want.size()) return std::numeric_limits<float>::infinity();
+  float worst = 0;
+  for (std::size_t s = 0; s < got.size(); ++s) {
+    const float d = std::abs(got[s] - want[s]) / want[s];
+    if (!(d <= worst)) worst = d;
+  }
+  return worst;
 }
 
 inline std::vector<float> losses(const trainer::options& o) {
