@@ -1,6 +1,7 @@
 // The GPU's scatter-add of rows without atomics (kernels/sorted_scatter.hpp), its two passes run
 // here for every piece and column, after a stable sort by destination as CUB's radix sort gives
-// (std::stable_sort): out[dest(r), c] += term(r, c) for the embedding tables' gradients.
+// (std::sort by destination, then row; libstdc++ 12's std::stable_sort fails clang 19's -Werror):
+// out[dest(r), c] += term(r, c) for the embedding tables' gradients.
 //   - Small-integer terms make every sum exact in fp32, so the result must equal the reference
 //     loop exactly, for batches of 1 to 1000 rows (within a piece of 64, at its edges, across many)
 //     and destinations all alike, all distinct, few, many, skewed (40 % to one row, as a space
@@ -48,8 +49,9 @@ void run_passes(const batch& b, std::vector<float>& out, piece_order order) {
   const std::int64_t n = b.rows(), cols = b.cols, pieces = scatter::pieces_for(n);
   std::vector<std::uint32_t> source(static_cast<std::size_t>(n));
   std::iota(source.begin(), source.end(), 0u);
-  std::stable_sort(source.begin(), source.end(),
-                   [&](std::uint32_t a, std::uint32_t c) { return b.dest[a] < b.dest[c]; });
+  std::sort(source.begin(), source.end(), [&](std::uint32_t a, std::uint32_t c) {
+    return b.dest[a] != b.dest[c] ? b.dest[a] < b.dest[c] : a < c;
+  });
   std::vector<std::uint32_t> dest(source.size());
   for (std::size_t j = 0; j < source.size(); ++j) dest[j] = b.dest[source[j]];
   std::vector<std::int64_t> visit(static_cast<std::size_t>(pieces));
