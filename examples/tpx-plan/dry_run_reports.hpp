@@ -1,13 +1,15 @@
 // tpx-plan --reports: the example trainers' dry runs priced on a hardware profile. A --dry-run
 // report (`tpx-gpt --dry-run --mesh 4x2 ... --log 4x2.json`: examples/trainer/dry_run_main.hpp)
 // holds the exact counts of one training step of the real program on every rank: tensor memory,
-// the FLOPs of its matrix products, and rank 0's link bytes per set of mesh axes. This prices
-// them: the busiest rank's products at the profile's FLOP/s (a pipeline's, tpx-train --pipeline,
+// the FLOPs of its matrix products, and its link bytes per set of mesh axes. This prices them:
+// the busiest rank's products at the profile's FLOP/s (a pipeline's, tpx-train --pipeline,
 // spread over the share of the step its schedule keeps each stage busy: the bubble's ticks are
-// idle), each set of axes' link bytes at its link bandwidth (the profile's, or --axis-link-bw's
-// for an axis that leaves the node; a set of several axes at its slowest), and the step as the
-// longer of the two (communication hidden behind compute: the bound a perfectly overlapped step
-// reaches) and as their sum (nothing hidden). The MFU ceiling is the model FLOPs per device over
+// idle), each rank's link bytes per set of axes at its link bandwidth (the profile's, or
+// --axis-link-bw's for an axis that leaves the node; a set of several axes at its slowest), the
+// communication of the rank that communicates longest (a pipeline's first stage gathers the
+// embedding, its last the head: the ranks differ), and the step as the longer of the two
+// (communication hidden behind compute: the bound a perfectly overlapped step reaches) and as
+// their sum (nothing hidden). The MFU ceiling is the model FLOPs per device over
 // the profile's FLOP/s and the overlapped step; the recommendation is the report whose mesh
 // trains fastest, the most model FLOPs per second of the whole mesh (for one model and batch:
 // the shortest step), among those whose largest rank's tensors fit in device memory. These are
@@ -39,8 +41,9 @@ struct priced_report {
   double compute_seconds = 0;                               // the busiest rank's products
   double bubble = 0;     // a pipeline's: the share of the step each stage idles
   std::string pipeline;  // a pipeline's settings, "2 stages, 1f1b, 8 microbatches"
-  std::vector<std::pair<std::string, double>> comm_seconds;  // rank 0's, per set of axes
+  std::vector<std::pair<std::string, double>> comm_seconds;  // comm_rank's, per set of axes
   double comm_total_seconds = 0;
+  int comm_rank = 0;  // the rank that communicates longest
   double step_overlapped_seconds = 0, step_serial_seconds = 0;
   double mfu_ceiling = 0;
   double model_flops = 0;      // of a step, on all ranks
@@ -78,8 +81,13 @@ inline nlohmann::json read_report(const std::string& file) {
   try {
     nlohmann::json report = nlohmann::json::parse(in);
     if (!report.is_object() || report.value("dry_run", false) != true ||
-        !report.contains("traffic_of_rank_0") || !report.contains("ranks") || report.at("ranks").empty())
+        !report.contains("ranks") || report.at("ranks").empty())
       throw std::runtime_error("no dry run's figures");
+    for (const nlohmann::json& rank : report.at("ranks"))
+      if (!rank.contains("traffic"))
+        throw std::runtime_error("no traffic of rank " +
+                                 rank.value("rank", nlohmann::json()).dump() +
+                                 " (a report of an older tpx: run the --dry-run again)");
     return report;
   } catch (const std::exception& e) {
     throw std::runtime_error(file + ": not a --dry-run report of tpx-gpt or tpx-train (--dry-run --log FILE "
@@ -117,15 +125,23 @@ inline priced_report price_report(const std::string& file, const tpx::cost::hard
     p.mesh += " P=" + stages;  // --mesh XxY, and --pipeline P
   }
   p.compute_seconds = busiest / hw.flops / (1 - p.bubble);
-  const nlohmann::json& traffic = report.at("traffic_of_rank_0");
-  for (const auto& [axes, collectives] : traffic.items()) {
-    for (const std::string& axis : axes_in(axes)) p.axes.insert(axis);
-    double link_bytes = 0;
-    for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
-    if (link_bytes == 0) continue;  // a set of axes the step reduces nothing over
-    const double seconds = link_bytes / link_bandwidth(axes, hw, axis_link_bw);
-    p.comm_seconds.emplace_back(axes, seconds);
-    p.comm_total_seconds += seconds;
+  for (const nlohmann::json& rank : ranks) {
+    std::vector<std::pair<std::string, double>> comm_seconds;
+    double total = 0;
+    for (const auto& [axes, collectives] : rank.at("traffic").items()) {
+      for (const std::string& axis : axes_in(axes)) p.axes.insert(axis);
+      double link_bytes = 0;
+      for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
+      if (link_bytes == 0) continue;  // a set of axes the step reduces nothing over
+      const double seconds = link_bytes / link_bandwidth(axes, hw, axis_link_bw);
+      comm_seconds.emplace_back(axes, seconds);
+      total += seconds;
+    }
+    if (&rank == &ranks.front() || total > p.comm_total_seconds) {
+      p.comm_seconds = std::move(comm_seconds);
+      p.comm_total_seconds = total;
+      p.comm_rank = rank.at("rank").get<int>();
+    }
   }
   p.step_overlapped_seconds = std::max(p.compute_seconds, p.comm_total_seconds);
   p.step_serial_seconds = p.compute_seconds + p.comm_total_seconds;
@@ -206,11 +222,11 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
     file_width = std::max(file_width, static_cast<int>(p.file.size()));
   std::printf("#\n# %-*s %-9s %6s %10s %11s %11s %11s %6s  %s\n", file_width, "report", "mesh",
               "ranks", "peak GiB", "compute ms", "comm ms", "step ms", "MFU",
-              "communication per set of axes (ms)");
+              "communication per set of axes (ms) of the rank that communicates longest");
   priced_table table{nlohmann::json::array(), ""};
   const priced_report* best = nullptr;
   for (const priced_report& p : reports) {
-    std::string axes_text;
+    std::string axes_text;  // "X 0.123, Y 0.456"
     nlohmann::json comm = nlohmann::json::object();
     for (const auto& [axes, seconds] : p.comm_seconds) {
       char part[64];
@@ -219,11 +235,15 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
       axes_text += part;
       comm[axes] = seconds * 1e3;
     }
+    if (axes_text.empty())
+      axes_text = "none";
+    else if (p.comm_rank != 0)
+      axes_text = "rank " + std::to_string(p.comm_rank) + ": " + axes_text;
     std::printf("  %-*s %-9s %6d %10.2f %11.3f %11.3f %11.3f %5.1f%%  %s%s\n", file_width,
                 p.file.c_str(), p.mesh.c_str(), p.ranks, p.peak_bytes / (1 << 30),
                 p.compute_seconds * 1e3, p.comm_total_seconds * 1e3,
-                p.step_overlapped_seconds * 1e3, 100 * p.mfu_ceiling,
-                axes_text.empty() ? "none" : axes_text.c_str(), p.fits ? "" : "; does not fit");
+                p.step_overlapped_seconds * 1e3, 100 * p.mfu_ceiling, axes_text.c_str(),
+                p.fits ? "" : "; does not fit");
     const auto rate = [](const priced_report& r) {
       return r.model_flops / r.step_overlapped_seconds;
     };
@@ -238,6 +258,7 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
                           {"bubble", p.bubble},
                           {"comm_ms", p.comm_total_seconds * 1e3},
                           {"comm_ms_by_axes", comm},
+                          {"comm_rank", p.comm_rank},
                           {"step_ms", p.step_overlapped_seconds * 1e3},
                           {"step_ms_without_overlap", p.step_serial_seconds * 1e3},
                           {"mfu_ceiling", p.mfu_ceiling}});

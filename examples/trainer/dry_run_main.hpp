@@ -1,6 +1,8 @@
 // The definition of dry_run_main<Family> (dry_run.hpp): every rank of the mesh runs
 // measure_step_usage (step_usage.hpp) on meta tensors under tpx::spmd(tpx::dry_run, ...), one
-// after another, and the report says per rank what the second step took. Memory is the memory
+// after another, and the report says per rank what the second step took: memory, FLOPs and the
+// collectives' traffic, which differ between ranks (a pipeline's first stage gathers the
+// embedding, its last the head). Memory is the memory
 // meter's: tensors, not what a GPU process also holds (the CUDA context, cuBLASLt's workspace,
 // NCCL's buffers, the pool's slack). The FLOPs are those of the products the step runs
 // (recomputation under activation checkpointing and attention's masked or repeated products
@@ -94,7 +96,8 @@ std::vector<step_usage> dry_run_ranks(const run_options<Family>& o) {
 
 // The memory and FLOPs lines of the report.
 template <class Family>
-void print_memory_and_flops(const run_options<Family>& o, const std::vector<step_usage>& ranks) {
+void print_memory_and_flops(const run_options<Family>& o, const std::vector<step_usage>& ranks,
+                            const nlohmann::json& pipeline) {
   std::printf("tensor memory per rank (tpx's memory meter; a GPU process also holds the CUDA context,\n"
               "cuBLASLt's workspace and NCCL's buffers):\n");
   std::printf("  between steps (parameters, gradients, AdamW moments): %s\n",
@@ -110,8 +113,7 @@ void print_memory_and_flops(const run_options<Family>& o, const std::vector<step
       per_rank(ranks, [](const step_usage& u) { return u.matrix_flops; }, flops_text);
   std::printf("matrix FLOPs per step: %s; %s on all ranks, %.2fx the %s of model FLOPs\n", per_rank_flops.c_str(),
               flops_text(all_flops).c_str(), all_flops / model_flops, flops_text(model_flops).c_str());
-  if constexpr (requires { Family::pipeline(o.model); }) {
-    const nlohmann::json pipeline = Family::pipeline(o.model);
+  if (!pipeline.is_null()) {
     const double bubble = pipeline.at("bubble").get<double>();
     std::printf("pipeline bubble (%s, %d stages, %d microbatches): every stage idles %.1f%% of the step, its\n"
                 "  products fill the other %.1f%%\n",
@@ -120,19 +122,32 @@ void print_memory_and_flops(const run_options<Family>& o, const std::vector<step
   }
 }
 
+// {"X": {"all_gather": {"calls": ..., "data_bytes": ..., "link_bytes": ...}}}: a rank's collectives
+// per set of mesh axes (those of more than one rank).
+inline nlohmann::json traffic_json(const std::vector<tpx::axes_traffic>& traffic) {
+  nlohmann::json json = nlohmann::json::object();
+  for (const tpx::axes_traffic& axes : traffic) json[axes.axes] = traffic_json(axes.traffic);
+  return json;
+}
+
+// What a rank's collectives put on its links in a step, over every set of axes.
+inline double link_bytes(const step_usage& u) {
+  double bytes = 0;
+  for (const tpx::axes_traffic& axes : u.traffic) bytes += axes.traffic.total().link_bytes;
+  return bytes;
+}
+
 // The table of rank 0's collectives per set of mesh axes (those of more than one rank), in the
-// unit that suits their total; returns the same as JSON,
-// {"X": {"all_gather": {"calls": ..., "data_bytes": ..., "link_bytes": ...}}}.
-inline nlohmann::json print_traffic(const step_usage& rank_0) {
+// unit that suits their total, and, where the ranks' link bytes differ, the least and the most.
+inline void print_traffic(const std::vector<step_usage>& ranks) {
+  const step_usage& rank_0 = ranks[0];
   struct row {
     std::string axes, collective;
     tpx::traffic_count count;
   };
   std::vector<row> rows;
   tpx::traffic_count total;
-  nlohmann::json json = nlohmann::json::object();
   for (const tpx::axes_traffic& axes : rank_0.traffic) {
-    json[axes.axes] = traffic_json(axes.traffic);
     for (tpx::detail::CollectiveOp op : tpx::collective_traffic::operations) {
       const tpx::traffic_count& t = axes.traffic.of(op);
       if (t.calls == 0) continue;
@@ -146,13 +161,22 @@ inline nlohmann::json print_traffic(const step_usage& rank_0) {
               unit.name);
   if (rows.empty()) {
     std::printf("  none: every axis of this mesh has one rank\n");
-    return json;
+    return;
   }
   rows.push_back({"all", "", total});
   for (const row& r : rows)
     std::printf("  %-8s %-16s %8lld %15.1f %15.1f\n", r.axes.c_str(), r.collective.c_str(),
                 static_cast<long long>(r.count.calls), r.count.data_bytes / unit.bytes, r.count.link_bytes / unit.bytes);
-  return json;
+  const auto by_link_bytes = [](const step_usage& a, const step_usage& b) {
+    return link_bytes(a) < link_bytes(b);
+  };
+  const auto least = std::min_element(ranks.begin(), ranks.end(), by_link_bytes);
+  const auto most = std::max_element(ranks.begin(), ranks.end(), by_link_bytes);
+  if (link_bytes(*least) != link_bytes(*most))
+    std::printf("  the ranks differ: over all axes, from %s (rank %d) to %s (rank %d), %s more\n",
+                bytes_text(link_bytes(*least)).c_str(), least->rank,
+                bytes_text(link_bytes(*most)).c_str(), most->rank,
+                bytes_text(link_bytes(*most) - link_bytes(*least)).c_str());
 }
 
 }  // namespace detail
@@ -169,8 +193,10 @@ int dry_run_main(const char* program, const command_line<Family>& c) {
     std::printf("Nothing was computed or moved: %s ran two training steps on meta tensors (shapes\n"
                 "without values) and communicators that only count; the figures are of the second step.\n",
                 ranks.size() == 1 ? "the one rank" : ("each of the " + std::to_string(ranks.size()) + " ranks").c_str());
-    detail::print_memory_and_flops(o, ranks);
-    const nlohmann::json traffic = detail::print_traffic(ranks[0]);
+    nlohmann::json pipeline;  // null without a pipeline
+    if constexpr (requires { Family::pipeline(o.model); }) pipeline = Family::pipeline(o.model);
+    detail::print_memory_and_flops(o, ranks, pipeline);
+    detail::print_traffic(ranks);
     if (log.is_open()) {
       nlohmann::json out = {{"dry_run", true},
                             {"program", program},
@@ -182,13 +208,14 @@ int dry_run_main(const char* program, const command_line<Family>& c) {
                             {"model", Family::shape(o.model)},
                             {"checkpoint_every", o.model.checkpoint_every},
                             {"model_flops", Family::flops_per_step(o.model)},
-                            {"traffic_of_rank_0", traffic}};
-      if constexpr (requires { Family::pipeline(o.model); }) out["pipeline"] = Family::pipeline(o.model);
+                            {"traffic_of_rank_0", detail::traffic_json(ranks[0].traffic)}};
+      if (!pipeline.is_null()) out["pipeline"] = pipeline;
       for (const step_usage& u : ranks)
         out["ranks"].push_back({{"rank", u.rank},
                                 {"state_bytes", u.state_bytes},
                                 {"peak_bytes", u.peak_bytes},
-                                {"matrix_flops", u.matrix_flops}});
+                                {"matrix_flops", u.matrix_flops},
+                                {"traffic", detail::traffic_json(u.traffic)}});
       log << out.dump() << "\n" << std::flush;
       if (!log) throw std::runtime_error("cannot write the log " + c.log_path);
       std::printf("log: %s\n", c.log_path.c_str());

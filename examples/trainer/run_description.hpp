@@ -15,10 +15,12 @@
 
 namespace trainer {
 
-// "724.5 KiB", "2.6 MiB", "9.29 GiB"
+// "96 B", "724.5 KiB", "2.6 MiB", "9.29 GiB"
 inline std::string bytes_text(double bytes) {
   char text[32];
-  if (bytes < (1 << 20))
+  if (bytes < (1 << 10))
+    std::snprintf(text, sizeof text, "%.0f B", bytes);
+  else if (bytes < (1 << 20))
     std::snprintf(text, sizeof text, "%.1f KiB", bytes / (1 << 10));
   else if (bytes < (1 << 30))
     std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1 << 20));

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -47,11 +48,34 @@ nlohmann::json dry_run_report(const std::string& program, const std::string& arg
   return report;
 }
 
-// What a report's collectives over one set of axes put on rank 0's link.
+// What a report's collectives over one set of axes put on a rank's link.
 double link_bytes_of(const nlohmann::json& collectives) {
   double link_bytes = 0;
   for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
   return link_bytes;
+}
+
+// The communication time of the report's rank that communicates longest (the first of equals),
+// in ms per set of axes, each axis set's link bytes at bandwidth(axes).
+struct rank_communication {
+  int rank = 0;
+  double ms = 0;
+  std::map<std::string, double> ms_by_axes;
+};
+template <class Bandwidth>
+rank_communication longest_communication(const nlohmann::json& report, Bandwidth bandwidth) {
+  rank_communication longest{-1, -1, {}};
+  for (const nlohmann::json& rank : report.at("ranks")) {
+    rank_communication c{rank.at("rank").get<int>(), 0, {}};
+    for (const auto& [axes, collectives] : rank.at("traffic").items()) {
+      const double link_bytes = link_bytes_of(collectives);
+      if (link_bytes == 0) continue;
+      c.ms_by_axes[axes] = link_bytes / bandwidth(axes) * 1e3;
+      c.ms += c.ms_by_axes[axes];
+    }
+    if (c.ms > longest.ms) longest = c;
+  }
+  return longest;
 }
 
 std::int64_t held_bytes(const nlohmann::json& report) {
@@ -216,14 +240,15 @@ TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that 
       busiest = std::max(busiest, rank.at("matrix_flops").get<double>());
     const double compute_ms = busiest / flops * 1e3;
     CHECK(row.at("compute_ms").get<double>() == doctest::Approx(compute_ms).epsilon(1e-12));
-    double comm_ms = 0;
-    for (const auto& [axes, collectives] : report.at("traffic_of_rank_0").items()) {
-      const double link_bytes = link_bytes_of(collectives);
-      if (link_bytes == 0) continue;
-      const double ms = link_bytes / (axes.find('X') != std::string::npos ? x_link_bw : link_bw) * 1e3;
+    const rank_communication longest = longest_communication(report, [&](const std::string& axes) {
+      return axes.find('X') != std::string::npos ? x_link_bw : link_bw;
+    });
+    CHECK(row.at("comm_rank").get<int>() == longest.rank);
+    CHECK(row.at("comm_ms_by_axes").size() == longest.ms_by_axes.size());
+    for (const auto& [axes, ms] : longest.ms_by_axes)
       CHECK(row.at("comm_ms_by_axes").at(axes).get<double>() == doctest::Approx(ms).epsilon(1e-12));
-      comm_ms += ms;
-    }
+    const double comm_ms = longest.ms;
+    CHECK(row.at("comm_ms").get<double>() == doctest::Approx(comm_ms).epsilon(1e-12));
     const double step_ms = std::max(compute_ms, comm_ms);
     CHECK(row.at("step_ms").get<double>() == doctest::Approx(step_ms).epsilon(1e-12));
     const bool fits = peak_of(report) <= memory;
@@ -289,6 +314,57 @@ TEST_CASE("tpx-plan counts a pipeline's bubble in its compute time") {
     CHECK(row.at("compute_ms").get<double>() ==
           doctest::Approx(busiest / 1e12 / (1 - bubbles[i]) * 1e3).epsilon(1e-12));
   }
+}
+
+TEST_CASE("a dry run reports each rank's traffic; tpx-plan prices the longest to communicate") {
+  // Two stages of 2x1 (P outermost: world ranks 0, 1 are stage 0, ranks 2, 3 stage 1), D = 16,
+  // one byte of context: the first stage all-gathers (and reduce-scatters) over X the one
+  // embedding table [V, D], the last the final norm [D] and the head [D, V], D elements more,
+  // in fp32. So the last stage's ranks communicate longest, and tpx-plan prices their traffic.
+  const fs::path folder = scratch("plan-ranks");
+  const std::int64_t d = 16, vocab = 256;
+  const nlohmann::json report = dry_run_report(
+      TPX_TRAIN, "--pipeline 2 --mesh 2x1 --batch 16 --d-model 16 --ffn 32 --layers 2 --context 1",
+      folder / "pp.json");
+  const nlohmann::json& ranks = report.at("ranks");
+  REQUIRE(ranks.size() == 4);
+  CHECK(ranks.at(0).at("traffic") == report.at("traffic_of_rank_0"));
+  const auto gathered_bytes = [&](int rank) {
+    return ranks.at(rank).at("traffic").at("X").at("all_gather").at("data_bytes").get<double>();
+  };
+  for (const int stage_0_rank : {0, 1})
+    for (const int stage_1_rank : {2, 3}) {
+      CAPTURE(stage_0_rank);
+      CAPTURE(stage_1_rank);
+      CHECK(gathered_bytes(stage_1_rank) - gathered_bytes(stage_0_rank) ==
+            static_cast<double>((d * vocab + d - vocab * d) * 4));
+    }
+  const rank_communication longest =
+      longest_communication(report, [](const std::string&) { return 1e9; });
+  CHECK(longest.rank == 2);
+
+  const fs::path out = folder / "plan.json";
+  const command_result r =
+      run_command(std::string(TPX_PLAN) + " --reports " + (folder / "pp.json").string() +
+                  " --flops 1e12 --link-bw 1e9 --json " + out.string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("rank 2: P ") != std::string::npos);
+  std::ifstream in(out);
+  const nlohmann::json row = nlohmann::json::parse(in).at("rows").at(0);
+  CHECK(row.at("comm_rank").get<int>() == 2);
+  CHECK(row.at("comm_ms").get<double>() == doctest::Approx(longest.ms).epsilon(1e-12));
+
+  // A report without every rank's traffic (an older tpx's) is refused, naming the file.
+  nlohmann::json old = report;
+  old.at("ranks").at(1).erase("traffic");
+  const fs::path old_file = folder / "old.json";
+  std::ofstream(old_file) << old.dump();
+  const command_result refused =
+      run_command(std::string(TPX_PLAN) + " --reports " + old_file.string());
+  CHECK(refused.status != 0);
+  CHECK(refused.output.find(old_file.string() + ": not a --dry-run report") != std::string::npos);
+  CHECK(refused.output.find("no traffic of rank 1") != std::string::npos);
 }
 #endif
 
