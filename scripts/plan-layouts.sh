@@ -20,6 +20,7 @@
 #                      1f1b,zero-bubble,interleaved,zero-bubble-v: GPipe has 1F1B's bubble and
 #                      holds more)
 #   --out DIR          keep the reports in DIR (default: a temporary folder, removed)
+#   --plot PNG         draw the priced layouts into PNG as well (scripts/plot-plan.sh)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 program=$root/build/default/examples/tpx-train
@@ -27,9 +28,10 @@ plan=$root/build/default/examples/tpx-plan
 microbatches=8
 schedules=1f1b,zero-bubble,interleaved,zero-bubble-v
 out=""
+plot=""
 usage() {
   echo "usage: $0 [--program PATH] [--plan PATH] [--microbatches M] [--schedules LIST] [--out DIR]" \
-       "N [TPX-PLAN FLAGS...] -- [MODEL FLAGS...]" >&2
+       "[--plot PNG] N [TPX-PLAN FLAGS...] -- [MODEL FLAGS...]" >&2
   exit 2
 }
 while (($#)) && [[ $1 == --* ]]; do
@@ -40,6 +42,7 @@ while (($#)) && [[ $1 == --* ]]; do
     --microbatches) microbatches=$2 ;;
     --schedules) schedules=$2 ;;
     --out) out=$2 ;;
+    --plot) plot=$2 ;;
     *) echo "plan-layouts: unknown option $1" >&2; usage ;;
   esac
   shift 2
@@ -57,6 +60,8 @@ model_flags=("$@")
 for exe in "$program" "$plan"; do
   [[ -x $exe ]] || { echo "plan-layouts: $exe is not built (cmake --build --preset default)" >&2; exit 2; }
 done
+[[ -z $plot ]] || command -v gnuplot >/dev/null ||
+  { echo "plan-layouts: --plot needs gnuplot (gnuplot-nox: scripts/install-deps.sh)" >&2; exit 2; }
 help=$("$program" --help 2>&1)
 has_pipeline=0 has_replicas=0
 [[ $help == *--pipeline* ]] && has_pipeline=1
@@ -118,14 +123,23 @@ done
 ((${#reports[@]})) || { echo "plan-layouts: the trainer refused every layout of $ranks ranks" >&2; exit 1; }
 echo "plan-layouts: ${#reports[@]} layouts priced, $skipped skipped" >&2
 plan_exe=$(cd "$(dirname "$plan")" && pwd)/$(basename "$plan")
-# tpx-plan's --json file is relative to where this script was started, not to the reports' folder.
+# tpx-plan's --json file (and --plot's picture) is relative to where this script was started, not
+# to the reports' folder.
+json=""
 for ((i = 0; i < ${#plan_flags[@]}; ++i)); do
-  flag=${plan_flags[$i]}
-  if [[ $flag == --json && $((i + 1)) -lt ${#plan_flags[@]} && ${plan_flags[$((i + 1))]} != /* ]]; then
-    plan_flags[$((i + 1))]=$PWD/${plan_flags[$((i + 1))]}
-  elif [[ $flag == --json=* && $flag != --json=/* ]]; then
-    plan_flags[$i]=--json=$PWD/${flag#--json=}
+  flag=${plan_flags[i]}
+  if [[ $flag == --json ]] && ((i + 1 < ${#plan_flags[@]})); then
+    [[ ${plan_flags[i + 1]} == /* ]] || plan_flags[i + 1]=$PWD/${plan_flags[i + 1]}
+    json=${plan_flags[i + 1]}
+  elif [[ $flag == --json=* ]]; then
+    [[ $flag == --json=/* ]] || plan_flags[i]=--json=$PWD/${flag#--json=}
+    json=${plan_flags[i]#--json=}
   fi
 done
+if [[ -n $plot ]]; then
+  [[ $plot == /* ]] || plot=$PWD/$plot
+  [[ -n $json ]] || { json=$out/plan.json; plan_flags+=(--json "$json"); }
+fi
 cd "$out"
 "$plan_exe" --reports "${reports[@]}" "${plan_flags[@]}"
+[[ -z $plot ]] || bash "$root/scripts/plot-plan.sh" "$json" "$plot" >&2

@@ -4,8 +4,9 @@
 # 1x2 or 2x1 in each of the 4 default schedules; 4 stages of 1x1 in 1F1B and zero-bubble, while
 # interleaved and zero-bubble V would cut the 4 blocks into 8 pieces, which tpx-train refuses, so
 # those two are skipped with its reason: 13 reports priced, 2 skipped, each priced report kept
-# under --out and a row of tpx-plan's --json, and the recommendation one of them. A bad N is
-# refused with a usage line.
+# under --out and a row of tpx-plan's --json, and the recommendation one of them; --plot draws
+# them (plot-plan.sh, which refuses a file that is not tpx-plan's). A bad N is refused with a
+# usage line.
 #   bash tests/scripts/plan_layouts_test.sh SOURCE_DIR TPX_TRAIN TPX_PLAN
 set -uo pipefail
 root=$1 train=$2 plan=$3
@@ -20,9 +21,9 @@ check() {  # check DESCRIPTION COMMAND...
 }
 contains() { [[ $output == *"$1"* ]]; }
 
-output=$(bash "$root/scripts/plan-layouts.sh" --program "$train" --plan "$plan" --out reports 4 \
-  --flops 1e12 --link-bw 1e9 --memory 1e12 --json plan.json -- --layers 4 --d-model 16 --ffn 32 \
-  --batch 16 2>&1)
+output=$(bash "$root/scripts/plan-layouts.sh" --program "$train" --plan "$plan" --out reports \
+  --plot layouts.png 4 --flops 1e12 --link-bw 1e9 --memory 1e12 --json plan.json -- --layers 4 \
+  --d-model 16 --ffn 32 --batch 16 2>&1)
 status=$?
 echo "$output"
 check "the sweep succeeds" test "$status" -eq 0
@@ -44,6 +45,14 @@ reports = [row["report"] for row in plan["rows"]]
 expected = [stem + ".json" for stem in sys.argv[2:]]
 sys.exit(0 if reports == expected and plan["recommendation"] in reports else 1)
 PY
+check "--plot draws the priced layouts into a PNG" python3 - layouts.png <<'PY'
+import sys
+sys.exit(0 if open(sys.argv[1], "rb").read(8) == b"\x89PNG\r\n\x1a\n" else 1)
+PY
+output=$(bash "$root/scripts/plot-plan.sh" reports/1x4.json not-drawn.png 2>&1)
+status=$?
+check "plot-plan.sh refuses a file that is not tpx-plan's --json" test "$status" -ne 0
+check "the refusal names the file" contains "plot-plan: reports/1x4.json is not tpx-plan's --json"
 output=$(bash "$root/scripts/plan-layouts.sh" --program "$train" --plan "$plan" 0 -- --layers 4 2>&1)
 status=$?
 check "N = 0 is refused" test "$status" -eq 2

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Draws tpx-plan --reports' --json file (scripts/plan-layouts.sh --plot draws its sweep so): one
+# group of bars per layout, fastest first, its compute time (a pipeline's with its bubble) beside
+# its communication time (the rank that communicates longest), and a mark at the step with
+# communication overlapped, the longer of the two. The recommended layout's name carries a star;
+# a layout whose tensors do not fit in the profile's memory is drawn pale. The picture of
+# bench/README.md's "Every layout at once".
+#
+#   scripts/plot-plan.sh plan.json bench/figures/plan-layouts.png
+#
+# Needs python3 (standard library only) and gnuplot (gnuplot-nox, scripts/install-deps.sh).
+set -euo pipefail
+if (($# != 2)); then
+  echo "usage: $0 PLAN.json OUT.png" >&2
+  exit 2
+fi
+json=$1 png=$2
+data=$(mktemp -d)
+trap 'rm -rf "$data"' EXIT
+
+python3 - "$json" "$data" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+rows = doc.get("rows") if isinstance(doc, dict) and doc.get("bench") == "tpx-plan" else None
+if not rows or "report" not in rows[0]:
+    sys.exit(f"plot-plan: {sys.argv[1]} is not tpx-plan's --json of --reports")
+out = sys.argv[2]
+rows = sorted(rows, key=lambda r: r["step_ms"])
+# x, name, compute ms, its colour, communication ms, its colour, step ms (pale where it does
+# not fit)
+colours = {True: (0x1b9e77, 0xd95f02), False: (0xb8e0d4, 0xf5c9a6)}
+with open(f"{out}/layouts.dat", "w") as f:
+    for x, r in enumerate(rows):
+        name = r["report"].rsplit("/", 1)[-1].removesuffix(".json")
+        if r["report"] == doc["recommendation"]:
+            name = "* " + name
+        compute, comm = colours[bool(r["fits"])]
+        f.write(f'{x} "{name}" {r["compute_ms"]} {compute} {r["comm_ms"]} {comm} {r["step_ms"]}\n')
+m = doc["machine"]
+# The axes tpx-plan's command line gave links of their own: --axis-link-bw X=50e9 (or =X=50e9).
+words = doc["command"].replace("--axis-link-bw=", "--axis-link-bw ").split()
+links = "".join(f", {w.split('=')[0]} at {float(w.split('=')[1]):.3g} B/s"
+                for flag, w in zip(words, words[1:]) if flag == "--axis-link-bw")
+with open(f"{out}/title.txt", "w") as f:
+    f.write(f'tpx-plan: {len(rows)} layouts priced on {m["name"]} ({m["flops"]:.3g} FLOP/s, '
+            f'{m["link_bw"]:.3g} B/s per link{links}); * recommended, pale: does not fit')
+PY
+
+gnuplot <<GP
+set terminal pngcairo size 1600,700 font ",11" noenhanced
+set output '$png'
+set title "$(cat "$data/title.txt")"
+set style fill solid 0.9 border -1
+set boxwidth 0.38
+set logscale y
+set ylabel 'ms per step (log scale)'
+set grid ytics
+set xtics rotate by -45 nomirror
+set xrange [-0.7:*]
+set key top left
+plot '$data/layouts.dat' using (\$1 - 0.2):3:4:xtic(2) with boxes lc rgb variable \
+       title 'compute (with the bubble)', \
+     '' using (\$1 + 0.2):5:6 with boxes lc rgb variable title 'communication, longest rank', \
+     '' using 1:7 with points pt 7 ps 1.3 lc rgb 'black' title 'step, overlapped'
+GP
+echo "wrote $png"
