@@ -8,14 +8,8 @@
 # Needs python3 (standard library only, to turn the JSON into columns) and gnuplot
 # (gnuplot-nox, installed by scripts/install-deps.sh).
 set -euo pipefail
-
-if (($# != 2)); then
-  echo "usage: $0 COLLECTIVES.json OUT.png" >&2
-  exit 2
-fi
-json=$1 png=$2
-data=$(mktemp -d)
-trap 'rm -rf "$data"' EXIT
+# shellcheck source-path=SCRIPTDIR source=plot-preamble.sh
+source "$(dirname "$0")/plot-preamble.sh" COLLECTIVES.json "$@"
 
 # One file per collective: size (B), out-of-place busbw; and memcpy.dat: size, 1 thread, all ranks.
 python3 - "$json" "$data" <<'EOF'

@@ -10,13 +10,8 @@
 #
 # Needs python3 (standard library only) and gnuplot (gnuplot-nox, scripts/install-deps.sh).
 set -euo pipefail
-if (($# != 2)); then
-  echo "usage: $0 PLAN.json OUT.png" >&2
-  exit 2
-fi
-json=$1 png=$2
-data=$(mktemp -d)
-trap 'rm -rf "$data"' EXIT
+# shellcheck source-path=SCRIPTDIR source=plot-preamble.sh
+source "$(dirname "$0")/plot-preamble.sh" PLAN.json "$@"
 
 python3 - "$json" "$data" <<'PY'
 import json, sys
