@@ -5,7 +5,8 @@
 # says why). tpx_trainer_ranks (DIR trainer, the MLP) is linked by tpx-train, tpx_gpt_ranks by
 # tpx-gpt, and both by the trainer tests. tpx_trainer_device_ranks(DIR) is the same for the CUDA
 # trainers: the object library tpx_DIR_device_ranks of DIR/device_ranks.cu, both compute types in
-# one file (trainer/device_ranks.hpp says why; the GPT's model in gpt/device_model.cu beside it),
+# one file (trainer/device_ranks.hpp says why; the GPT's model in gpt/device_model.cu beside it,
+# the pipelined MLP's loops in trainer/device_ranks_pipelined.cu),
 # linked by tpx-train-cuda or tpx-gpt-cuda and cuda_trainer_test. tpx_trainer_command_line(DIR) is
 # the object library tpx_DIR_command_line of DIR/command_line.cpp, the family's command line (CLI11;
 # trainer/command_line.hpp says why), linked by both programs of the family, host and CUDA;
@@ -37,8 +38,10 @@ function(tpx_trainer_ranks dir)
 endfunction()
 
 function(tpx_trainer_device_ranks dir)
-  # Beside the GPT's loops, its model, both compute types in one file (gpt/device_ranks.hpp).
+  # Beside the GPT's loops, its model, both compute types in one file (gpt/device_ranks.hpp);
+  # beside the MLP's, the pipelined MLP's loops (tpx-train-cuda --pipeline).
   set(gpt_models gpt/device_model.cu)
+  set(trainer_models trainer/device_ranks_pipelined.cu)
   _tpx_example_objects(tpx_${dir}_device_ranks SOURCES ${dir}/device_ranks.cu ${${dir}_models}
                        LIBRARIES tpx::cuda tpx::io)
 endfunction()

@@ -12,16 +12,18 @@
 // docs/ci.md has the figures of all three programs.
 //
 // TPX_TRAINER_DEVICE_RANK(Tc, Family) names one as an explicit instantiation does: `extern
-// template TPX_TRAINER_DEVICE_RANK(float, trainer::mlp);` where it is used (below for the MLP,
-// gpt/device_ranks.hpp for the GPT), `template TPX_TRAINER_DEVICE_RANK(float, trainer::mlp);` in
-// the file that compiles it. Include this after cuda_main.hpp, as host_ranks.hpp after
-// launch_main.hpp: training.hpp's qualified tpx::spmd calls see only the launchers declared
-// before it.
+// template TPX_TRAINER_DEVICE_RANK(float, trainer::mlp);` where it is used (below for the MLP and
+// for it cut into pipeline stages, gpt/device_ranks.hpp for the GPT), `template
+// TPX_TRAINER_DEVICE_RANK(float, trainer::mlp);` in the file that compiles it
+// (device_ranks_pipelined.cu for the pipelined MLP's). Include this after cuda_main.hpp, as
+// host_ranks.hpp after launch_main.hpp: training.hpp's qualified tpx::spmd calls see only the
+// launchers declared before it.
 #pragma once
 
 #include <tpx/cuda/cuda.hpp>
 
 #include "mlp_family.hpp"
+#include "pipelined_family.hpp"
 #include "training.hpp"
 
 #define TPX_TRAINER_DEVICE_RANK(Tc, Family)                                      \
@@ -32,3 +34,5 @@
 
 extern template TPX_TRAINER_DEVICE_RANK(float, trainer::mlp);
 extern template TPX_TRAINER_DEVICE_RANK(tpx::bf16, trainer::mlp);
+extern template TPX_TRAINER_DEVICE_RANK(float, trainer::pipelined_mlp);
+extern template TPX_TRAINER_DEVICE_RANK(tpx::bf16, trainer::pipelined_mlp);

@@ -62,6 +62,31 @@ TEST_CASE("trainer: NCCL follows the host run, one rank per GPU") {
   if (tpx::cuda::device_count() >= 4) check_follows_host(2, 2, tpx::cuda_devices);
 }
 
+// tpx-train-cuda --pipeline (examples/trainer/pipelined_family.hpp on CUDA ranks): the 20 losses
+// of 2 stages of 2x1 in 1F1B and of 1x2 in the zero-bubble V on the simulated mesh, and over
+// NCCL of one stage of 1x1 on one GPU (2 stages of 1x1 where the machine has 2 GPUs), within 1e-4
+// relative of the host's run of the model on one rank (pipelined_training_test checks the host's
+// pipelines against it within 1e-5).
+TEST_CASE("trainer: the pipelined MLP on CUDA ranks follows the host run on one rank") {
+  trainer::options whole = trainer_test::small(1, 1);
+  whole.steps = 20;
+  const std::vector<float> host = trainer_test::losses(whole);
+  const auto follows = [&](auto launcher, int stages, int x, int y, const char* schedule) {
+    std::vector<float> device;
+    trainer::run(
+        trainer_test::pipelined(stages, x, y, schedule),
+        [&](const trainer::step_report& r) { device.push_back(r.loss); }, launcher);
+    const float worst = trainer_test::worst_relative_difference(device, host);
+    INFO(stages << " stages of " << x << "x" << y << ", " << schedule
+                << ": worst relative loss difference " << worst);
+    CHECK(worst <= 1e-4f);
+  };
+  follows(tpx::cuda_simulated, 2, 2, 1, "1f1b");
+  follows(tpx::cuda_simulated, 2, 1, 2, "zero-bubble-v");
+  follows(tpx::cuda_devices, 1, 1, 1, "1f1b");
+  if (tpx::cuda::device_count() >= 2) follows(tpx::cuda_devices, 2, 1, 1, "1f1b");
+}
+
 TEST_CASE("trainer: a process of a torchrun launch follows the host run") {
   // spmd(tpx::cuda_launched, ...), as tpx-train-cuda runs under torchrun: this process is the one
   // rank of a launch of world size 1, NCCL's id through the TCP rendezvous.
@@ -160,12 +185,12 @@ TEST_CASE("gpt: overlapped communication on the simulated CUDA mesh gives the sa
 // --cuda-graph (examples/trainer/recorded_training.hpp): on mesh 1x1, of the simulated launcher
 // and over NCCL, the MLP trainer's step is recorded as a CUDA graph at its second step and every
 // later step replays it; its 20 losses equal the unrecorded run's within 1e-5 relative (the same
-// kernels on the same data, launched as a graph). The GPT example's, with overlap on (a
-// background lane inside the recording), the same over 10 steps.
+// kernels on the same data, launched as a graph). So does the pipelined MLP's on 2 stages of 1x1
+// (its passes between the stages inside the recording), on the simulated mesh. The GPT
+// example's, with overlap on (a background lane inside the recording), the same over 10 steps.
 namespace {
-template <class Launcher>
-void check_graph_replays(Launcher launcher) {
-  trainer::options o = trainer_test::small(1, 1);
+template <class Options, class Launcher>
+void check_graph_replays(Options o, Launcher launcher) {
   o.steps = 20;
   std::vector<float> losses[2];
   std::vector<bool> replayed;
@@ -207,8 +232,9 @@ TEST_CASE("trainer: a run on the GPU repeats every loss to the bit") {
 }
 
 TEST_CASE("trainer: --cuda-graph replays the recorded step with the unrecorded run's losses") {
-  check_graph_replays(tpx::cuda_simulated);
-  check_graph_replays(tpx::cuda_devices);
+  check_graph_replays(trainer_test::small(1, 1), tpx::cuda_simulated);
+  check_graph_replays(trainer_test::small(1, 1), tpx::cuda_devices);
+  check_graph_replays(trainer_test::pipelined(2, 1, 1, "1f1b"), tpx::cuda_simulated);
 
   trainer::run_options<gpt::family> g = gpt_test::training(1, 1, 1);
   g.steps = 10;

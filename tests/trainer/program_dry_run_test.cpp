@@ -7,7 +7,8 @@
 // dry-run tests (dry_run_test.cpp) compare a dry run with a real one in-process; this one proves
 // the programs' flag, report and log, that a real run's log reads what the dry run counts, and
 // (with tpx-plan: TPX_PLAN) that tpx-plan --reports prices the reports as they say, a pipeline's
-// with its schedule's bubble.
+// with its schedule's bubble. tpx-train --pipeline's report (tpx-train-cuda's in the CUDA tests)
+// carries its stages and bubble.
 //
 // The CUDA programs answer what needs no GPU on a machine without one (examples/trainer/
 // cuda_main.hpp): --help, a refused flag and --dry-run, so that a user sizes a GPU run from a
@@ -198,6 +199,33 @@ TEST_CASE("a real run logs the link bytes per step and the peak memory that --dr
 #endif
 }
 
+namespace {
+// The dry-run report of --pipeline 2 on 1x1 in 1F1B over `microbatches` M, written to `file`,
+// after checking its pipeline: each stage idles (P - 1) / (M + P - 1) of the step (seed 001, the
+// bubble).
+nlohmann::json pipeline_report(int microbatches, const fs::path& file) {
+  // appended, not `"..." + ...`: GCC 12 -O3 -Wrestrict
+  std::string args =
+      "--pipeline 2 --mesh 1x1 --batch 16 --d-model 16 --ffn 32 --layers 2 --microbatches ";
+  args.append(std::to_string(microbatches));
+  nlohmann::json report = dry_run_report(TPX_TRAIN, args, file);
+  CHECK(report.at("ranks").size() == 2);
+  const nlohmann::json& pipeline = report.at("pipeline");
+  CHECK(pipeline.at("stages").get<int>() == 2);
+  CHECK(pipeline.at("microbatches").get<int>() == microbatches);
+  CHECK(pipeline.at("schedule").get<std::string>() == "1f1b");
+  CHECK(pipeline.at("bubble").get<double>() ==
+        doctest::Approx(1.0 / (microbatches + 1)).epsilon(1e-12));
+  return report;
+}
+}  // namespace
+
+TEST_CASE("--pipeline's dry run reports its stages and its schedule's bubble") {
+  // tpx-train --pipeline, and in the CUDA tests tpx-train-cuda --pipeline, on a machine without
+  // a GPU.
+  pipeline_report(8, scratch("pipeline") / "8.json");
+}
+
 #ifdef TPX_PLAN
 TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that fits") {
   // Three meshes of the same GPT, priced on a made-up device: 1 TFLOP/s, links of 1 GB/s, X's of
@@ -272,26 +300,18 @@ TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that 
 }
 
 TEST_CASE("tpx-plan counts a pipeline's bubble in its compute time") {
-  // tpx-train --pipeline 2 in 1F1B over M = 4 and 8 microbatches: each stage idles
-  // (P - 1) / (M + P - 1) of the step (seed 001, the bubble), 1/5 and 1/9 of it, so tpx-plan
-  // spreads the busiest rank's products over the other 4/5 and 8/9.
+  // The reports of pipeline_report (above) over M = 4 and 8 microbatches: each stage idles 1/5
+  // and 1/9 of the step, so tpx-plan spreads the busiest rank's products over the other 4/5 and
+  // 8/9.
   const fs::path folder = scratch("plan-pipeline");
   std::vector<nlohmann::json> reports;
   std::vector<double> bubbles;
   std::string files;
   for (const int microbatches : {4, 8}) {
-    // appended, not `"..." + ...`: GCC 12 -O3 -Wrestrict
-    std::string args = "--pipeline 2 --mesh 1x1 --batch 16 --d-model 16 --ffn 32 --layers 2 --microbatches ";
-    args.append(std::to_string(microbatches));
-    const fs::path file = folder / args.substr(args.rfind(' ') + 1).append(".json");
-    reports.push_back(dry_run_report(TPX_TRAIN, args, file));
+    const fs::path file = folder / (std::to_string(microbatches) + ".json");
+    reports.push_back(pipeline_report(microbatches, file));
     bubbles.push_back(1.0 / (microbatches + 1));
     files.append(" ").append(file.string());
-    const nlohmann::json& pipeline = reports.back().at("pipeline");
-    CHECK(pipeline.at("stages").get<int>() == 2);
-    CHECK(pipeline.at("microbatches").get<int>() == microbatches);
-    CHECK(pipeline.at("schedule").get<std::string>() == "1f1b");
-    CHECK(pipeline.at("bubble").get<double>() == doctest::Approx(bubbles.back()).epsilon(1e-12));
   }
   const fs::path out = folder / "plan.json";
   const command_result r = run_command(std::string(TPX_PLAN) + " --reports" + files +
@@ -386,16 +406,19 @@ TEST_CASE("the CUDA programs answer --help and refuse bad flags with or without 
 }
 
 TEST_CASE("a CUDA program asked to train without a GPU says so and points to --dry-run") {
-  const command_result r = run_command(std::string(TPX_TRAIN) +
-                                       " --mesh 1x1 --steps 2 --batch 8 --d-model 8 --ffn 16 --layers 1 "
-                                       "--peak-gflops 1");
-  INFO(r.output);
-  if (r.status == 77) {
-    CHECK(r.output.find("no CUDA device") != std::string::npos);
-    CHECK(r.output.find("--dry-run sizes this run without one") != std::string::npos);
-  } else {  // a machine with a GPU trains
-    CHECK(r.status == 0);
-    CHECK(r.output.find("| loss") != std::string::npos);
+  for (const char* pipeline : {"", " --pipeline 2 --microbatches 2"}) {
+    const command_result r =
+        run_command(std::string(TPX_TRAIN) + pipeline +
+                    " --mesh 1x1 --steps 2 --batch 8 --d-model 8 --ffn 16 --layers 2 "
+                    "--peak-gflops 1");
+    INFO(r.output);
+    if (r.status == 77) {
+      CHECK(r.output.find("no CUDA device") != std::string::npos);
+      CHECK(r.output.find("--dry-run sizes this run without one") != std::string::npos);
+    } else {  // a machine with a GPU trains
+      CHECK(r.status == 0);
+      CHECK(r.output.find("| loss") != std::string::npos);
+    }
   }
 }
 #endif
