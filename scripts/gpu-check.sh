@@ -44,7 +44,8 @@
 #     each), and over NCCL on one GPU; tpx-train-cuda as one process of a torchrun-style
 #     launch of world size 1 (RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 and a free
 #     MASTER_PORT: NCCL's id through the TCP rendezvous; NCCL refuses two ranks on one GPU, so
-#     launches of more processes need more GPUs)
+#     launches of more processes need more GPUs); and tpx-train-cuda --pipeline 2 in the
+#     zero-bubble V, 2 stages of 1x2 on the simulated mesh, 50 steps
 #   6 run the benches (tpx-bench-cuda): GEMM through tpx vs cuBLASLt directly (target ratio
 #     >= 0.95), the MLP's GEMM with GELU fused into cuBLASLt's epilogue vs unfused, kernel
 #     bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), the fused attention
@@ -303,6 +304,8 @@ else
   step "trainer as a launched process (tpx-train-cuda under torchrun's variables, world size 1)" \
     env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" \
     "$train" --mesh 1x1 --steps 50 --log-every 10
+  step "trainer in pipeline stages (tpx-train-cuda --pipeline 2 --schedule zero-bubble-v, 2x1x2 on GPU 0)" \
+    "$train" --pipeline 2 --schedule zero-bubble-v --microbatches 8 --mesh 1x2 --steps 50 --log-every 10
   step "GPT (tpx-gpt-cuda, 2x2 mesh on GPU 0)" \
     "$gpt" --mesh 2x2 --steps 50 --log-every 10 --log "$out/gpt.jsonl"
   step "GPT with overlap (tpx-gpt-cuda --overlap on: gathers and reduce-scatters on each rank's second stream)" \
