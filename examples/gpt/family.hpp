@@ -28,6 +28,10 @@ struct family {
   template <class Tc, class Space>
   using network = model<Tc, Space>;
   static constexpr const char* about = "a byte-level GPT (causal self-attention + MLP blocks)";
+  static constexpr const char* overlap_help =
+      "on: all-gather each block's weights one block ahead and reduce-scatter gradients on each "
+      "rank's communication thread while it computes; off: on the rank's own thread (the same "
+      "results, bit for bit)";
 
   template <class Space>
   static void initialize(tensors<Space>& p, const config& c) {

@@ -2,10 +2,11 @@
 // command_line.hpp's flags) beyond its types: the size flags a program offers for it, its switches
 // and choices (optional: Family::switch_flags, Family::choice_flags), a note for the end of --help
 // (optional: Family::help_footer), and the combinations of them it refuses (optional:
-// Family::unsupported(config), the sentence for the user, or empty). A flag is data (a name, the
-// field it sets, a line of help), not a CLI11 call, so that a family's header needs no command-line
-// library and the command line checks every size alike (a whole number from `least`, 1 unless the
-// family says otherwise, up to the field's largest value).
+// Family::unsupported(config), the sentence for the user, or empty). A family whose config has a
+// bool `overlap` gets --overlap on|off, with Family::overlap_help saying what it moves. A flag is
+// data (a name, the field it sets, a line of help), not a CLI11 call, so that a family's header
+// needs no command-line library and the command line checks every size alike (a whole number from
+// `least`, 1 unless the family says otherwise, up to the field's largest value).
 #pragma once
 
 #include <cstdint>

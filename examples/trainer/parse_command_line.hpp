@@ -125,10 +125,7 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
   std::string overlap;
   if constexpr (requires { o.model.overlap; }) {
     overlap = o.model.overlap ? "on" : "off";
-    app.add_option("--overlap", overlap,
-                   "on: all-gather each block's weights one block ahead and reduce-scatter "
-                   "gradients on each rank's communication thread while it computes; off: on "
-                   "the rank's own thread (the same results, bit for bit)")
+    app.add_option("--overlap", overlap, Family::overlap_help)
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
   }

@@ -28,6 +28,11 @@ struct pipelined_mlp {
   using network = pipelined_model<Tc, Space>;
   static constexpr const char* about =
       "a byte-level MLP language model, cut into pipeline stages over mesh axis P,";
+  static constexpr const char* overlap_help =
+      "on: each tick's passes of activations and their gradients between stages run on each "
+      "rank's communication thread while it computes, and the stages no longer meet at every "
+      "tick (nn::run_pipeline's in_background); off: at the end of each tick on the rank's own "
+      "thread (the same results, bit for bit)";
 
   template <class Space>
   static void initialize(tensors<Space>& p, const config& c) {
@@ -47,7 +52,8 @@ struct pipelined_mlp {
   static std::string describe(const config& c) {
     return mlp::describe(c) + ", " + std::to_string(c.stages) + " pipeline stages (" + c.schedule +
            ", " + std::to_string(c.microbatches) + " microbatches" +
-           (c.fsdp_per_pass ? ", FSDP collectives in every pass)" : ")");
+           (c.fsdp_per_pass ? ", FSDP collectives in every pass" : "") +
+           (c.overlap ? ", passes in the background)" : ")");
   }
   // The pipeline's settings and its schedule's bubble, the share of a step each stage idles
   // (pipeline_schedule::bubble): --dry-run reports them, and tpx-plan counts the bubble in the

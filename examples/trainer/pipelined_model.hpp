@@ -76,6 +76,7 @@ struct pipeline_config : config {
   int microbatches = 4;
   std::string schedule = "1f1b";
   bool fsdp_per_pass = false;  // FSDP's collectives over X in every pass, not once per step
+  bool overlap = false;        // the passes between stages on the communication thread
 };
 
 // The orders by the names `schedule` takes.
@@ -270,7 +271,9 @@ class pipelined_model {
         per_piece_(blocks_per_piece(c, plan_.pieces())),
         net_(rank, c, plan_.stages()) {}
   pipelined_model(const tpx::rank_context& rank, const pipeline_config& c)
-      : pipelined_model(rank, c, schedule_of(c)) {
+      : pipelined_model(rank, c, schedule_of(c),
+                        c.overlap ? tpx::nn::pipeline_passes::in_background
+                                  : tpx::nn::pipeline_passes::in_step) {
     check_stages(rank, c);
     fsdp_per_pass_ = c.fsdp_per_pass;
   }

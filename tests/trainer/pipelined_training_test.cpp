@@ -7,7 +7,8 @@
 // 4 stages, and in bf16 (within 2%, as mesh_equivalence_test's bf16 run; measured 0.08%).
 // Activation checkpointing within the pieces (every 1 and every 3 of 4 blocks per piece) gives
 // the same losses to the bit, in 1F1B, zero-bubble and interleaved. FSDP's collectives run once
-// per step by default and in every pass with --fsdp-per-pass: both follow the one-rank run.
+// per step by default and in every pass with --fsdp-per-pass: both follow the one-rank run. The
+// passes between stages in the background (--overlap on) give the same losses to the bit.
 // Checkpoints: a run stopped and resumed on its own layout continues bit for bit; its checkpoint
 // resumes on 4 stages of another schedule and in tpx-train without stages, and a checkpoint of
 // tpx-train without stages resumes on 2 stages, each within 1e-5 of the run that went on.
@@ -95,6 +96,20 @@ TEST_CASE("activation checkpointing within the pieces changes no bit of a pipeli
       o.model.checkpoint_every = every;
       CHECK(losses(o) == plain);
     }
+  }
+}
+
+TEST_CASE("the passes between stages in the background (--overlap on) change no bit of a run") {
+  // Each tick's passes on the ranks' communication threads (nn::pipeline_passes::in_background)
+  // move the same blocks as the passes at the end of each tick: the same losses, in 1F1B, in the
+  // interleaved order and in the V, with FSDP and TP inside the stages.
+  for (const char* schedule : {"1f1b", "interleaved", "zero-bubble-v"}) {
+    CAPTURE(std::string(schedule));
+    auto o = pipelined(2, 2, 2, schedule);
+    o.steps = 10;
+    const std::vector<float> in_step = losses(o);
+    o.model.overlap = true;
+    CHECK(losses(o) == in_step);
   }
 }
 
