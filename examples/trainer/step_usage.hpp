@@ -6,7 +6,7 @@
 //
 // --dry-run runs it on meta tensors (dry_run_main.hpp), where nothing is computed; the trainer
 // tests run it on a real run too and check that both read the same (tests/trainer/
-// dry_run_test.cpp).
+// dry_run_test.cpp and gpt_dry_run_test.cpp).
 #pragma once
 
 #include <cstdint>

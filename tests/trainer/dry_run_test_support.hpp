@@ -1,0 +1,96 @@
+// Shared by the dry-run tests (dry_run_test.cpp: the MLP, without and with pipeline stages;
+// gpt_dry_run_test.cpp: the GPT): every rank's step_usage (examples/trainer/step_usage.hpp) from
+// a launcher, and the check that a dry run's memory and traffic are the real run's, rank by rank.
+// The real run keeps host memory behind a device-like space (support/device_like_space.hpp), so
+// that the layers take the GPU's paths, which the dry run's meta space takes too without the
+// whole-row kernels device_like_space lacks (host_path_meta_space).
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <tpx/spmd/dry_run.hpp>
+#include <vector>
+
+#include "../../examples/trainer/step_usage.hpp"
+#include "../../examples/trainer/training.hpp"
+#include "../support/device_like_space.hpp"
+
+namespace dry_run_test {
+
+// meta_space without the whole-row kernels that device_like_space (host_space's functions) lacks,
+// so that both take the same paths through the layers.
+struct host_path_meta_space : tpx::meta_space {
+  template <class T, class W>
+  static void rmsnorm_rows(const tpx::rank_context&, std::int64_t, std::int64_t, const T*, const W*,
+                           float, T*, float*) = delete;
+  template <class T, class W>
+  static void rmsnorm_rows_backward(const tpx::rank_context&, std::int64_t, std::int64_t, const T*,
+                                    const W*, const float*, const T*, T*, float*) = delete;
+  template <class T>
+  static void softmax_stats_rows(const tpx::rank_context&, std::int64_t, std::int64_t, const T*,
+                                 float*, float*) = delete;
+  template <class T>
+  static void cross_entropy_gradient_rows(const tpx::rank_context&, std::int64_t, std::int64_t,
+                                          const T*, const float*, const float*,
+                                          tpx::kernels::token_at, std::int64_t, float, T*) = delete;
+};
+
+// Every rank's usage, in rank order, from `launcher` (tpx::host on Space device_like_space, or
+// tpx::dry_run on a meta space).
+template <class Space, class Family, class Launcher>
+std::vector<trainer::step_usage> usage(Launcher launcher, const trainer::run_options<Family>& o) {
+  const trainer::text_data data(o.text, Family::context(o.model));
+  const typename Family::mesh mesh = trainer::mesh_of(o);
+  std::vector<trainer::step_usage> ranks(mesh.rank_count());
+  std::mutex lock;
+  tpx::spmd(launcher, mesh, [&](auto& rank) {
+    trainer::step_usage u = trainer::measure_step_usage<float, Space>(rank, o, data);
+    const std::lock_guard<std::mutex> guard(lock);
+    ranks[u.rank] = std::move(u);
+  });
+  return ranks;
+}
+
+template <class Family>
+void check_dry_run_reads_the_real_run(const trainer::run_options<Family>& o,
+                                      const std::string& what) {
+  const auto real = usage<tpx::testing::device_like_space>(tpx::host, o);
+  const auto dry = usage<host_path_meta_space>(tpx::dry_run, o);
+  REQUIRE(real.size() == dry.size());
+  for (std::size_t r = 0; r < real.size(); ++r) {
+    INFO(what << ", rank " << r);
+    CHECK(dry[r].state_bytes == real[r].state_bytes);
+    CHECK(dry[r].peak_bytes == real[r].peak_bytes);
+    CHECK(dry[r].peak_bytes > dry[r].state_bytes);
+    REQUIRE(dry[r].traffic.size() == real[r].traffic.size());
+    for (std::size_t set = 0; set < real[r].traffic.size(); ++set) {
+      INFO("axes " << real[r].traffic[set].axes);
+      CHECK(dry[r].traffic[set].axes == real[r].traffic[set].axes);
+      for (tpx::detail::CollectiveOp op : tpx::collective_traffic::operations) {
+        INFO(tpx::detail::op_name(op));
+        const tpx::traffic_count want = real[r].traffic[set].traffic.of(op),
+                                 got = dry[r].traffic[set].traffic.of(op);
+        CHECK(got.calls == want.calls);
+        CHECK(got.data_bytes == want.data_bytes);
+        CHECK(got.link_bytes == want.link_bytes);
+      }
+    }
+  }
+  // Something moved, where the mesh has more than one rank.
+  if (real.size() > 1) {
+    tpx::traffic_count all;
+    for (const tpx::axes_traffic& t : real[0].traffic) all += t.traffic.total();
+    CHECK(all.link_bytes > 0);
+  }
+}
+
+inline double total_flops(const std::vector<trainer::step_usage>& ranks) {
+  double flops = 0;
+  for (const trainer::step_usage& u : ranks) flops += u.matrix_flops;
+  return flops;
+}
+
+}  // namespace dry_run_test
