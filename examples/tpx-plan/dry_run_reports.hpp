@@ -9,12 +9,12 @@
 // communication of the rank that communicates longest (a pipeline's first stage gathers the
 // embedding, its last the head: the ranks differ), and the step as the longer of the two
 // (communication hidden behind compute: the bound a perfectly overlapped step reaches) and as
-// their sum (nothing hidden). The MFU ceiling is the model FLOPs per device over
-// the profile's FLOP/s and the overlapped step; the recommendation is the report whose mesh
-// trains fastest, the most model FLOPs per second of the whole mesh (for one model and batch:
-// the shortest step), among those whose largest rank's tensors fit in device memory. These are
-// the cost model's bounds from the profile's peaks, not measurements: a kernel below peak or a
-// collective below its bus bandwidth makes a real step longer.
+// their sum (nothing hidden). The MFU ceiling is the model FLOPs per device over the profile's
+// FLOP/s and the overlapped step; the recommendation is the report whose mesh trains fastest, the
+// most model FLOPs per second of the whole mesh (for one model and batch: the shortest step),
+// among those whose largest rank's tensors fit in device memory. These are the cost model's
+// bounds from the profile's peaks, not measurements: a kernel below peak or a collective below
+// its bus bandwidth makes a real step longer.
 #pragma once
 
 #include <algorithm>

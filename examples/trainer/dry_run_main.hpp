@@ -207,8 +207,7 @@ int dry_run_main(const char* program, const command_line<Family>& c) {
                             {"bf16", o.bf16},
                             {"model", Family::shape(o.model)},
                             {"checkpoint_every", o.model.checkpoint_every},
-                            {"model_flops", Family::flops_per_step(o.model)},
-                            {"traffic_of_rank_0", detail::traffic_json(ranks[0].traffic)}};
+                            {"model_flops", Family::flops_per_step(o.model)}};
       if (!pipeline.is_null()) out["pipeline"] = pipeline;
       for (const step_usage& u : ranks)
         out["ranks"].push_back({{"rank", u.rank},
