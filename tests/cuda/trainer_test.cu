@@ -9,8 +9,8 @@
 // 1x1 mesh), so every NCCL call of the step runs on any single-GPU machine), with more ranks
 // when the machine has a GPU for each, and as the one process of a torchrun launch
 // (spmd(tpx::cuda_launched, ...)); so does the MLP cut into pipeline stages (tpx-train-cuda
-// --pipeline), against the host's run on one rank. The GPT example's model: one step's loss and gradients on
-// the simulated meshes 2x2 and 2x1x2 (two replicas, HSDP), and on 2x2 without sequence
+// --pipeline), against the host's run on one rank. The GPT example's model: one step's loss and
+// gradients on the simulated meshes 2x2 and 2x1x2 (two replicas, HSDP), and on 2x2 without sequence
 // parallelism, with SwiGLU's MLP, with rotary positions and with context parallelism (with the
 // reference attention and the fused one, and in the load-balanced order), equal the host's
 // (tests/trainer/gpt_test.cpp and gpt_hsdp_test.cpp check the host's). With communication
@@ -65,10 +65,10 @@ TEST_CASE("trainer: NCCL follows the host run, one rank per GPU") {
 
 // tpx-train-cuda --pipeline (examples/trainer/pipelined_family.hpp on CUDA ranks): the 20 losses
 // of 2 stages of 2x1 in 1F1B and of 1x2 in the zero-bubble V (its passes on each rank's second
-// stream: --overlap on) on the simulated mesh, and over
-// NCCL of one stage of 1x1 on one GPU (2 stages of 1x1 where the machine has 2 GPUs), within 1e-4
-// relative of the host's run of the model on one rank (pipelined_training_test checks the host's
-// pipelines against it within 1e-5).
+// stream: --overlap on) on the simulated mesh, and over NCCL of one stage of 1x1 on one GPU (2
+// stages of 1x1 where the machine has 2 GPUs), within 1e-4 relative of the host's run of the
+// model on one rank (pipelined_training_test checks the host's pipelines against it within
+// 1e-5).
 TEST_CASE("trainer: the pipelined MLP on CUDA ranks follows the host run on one rank") {
   trainer::options whole = trainer_test::small(1, 1);
   whole.steps = 20;
