@@ -53,9 +53,11 @@ set grid ytics
 set xtics rotate by -45 nomirror
 set xrange [-0.7:*]
 set key top left
-plot '$data/layouts.dat' using (\$1 - 0.2):3:4:xtic(2) with boxes lc rgb variable \
-       title 'compute (with the bubble)', \
-     '' using (\$1 + 0.2):5:6 with boxes lc rgb variable title 'communication, longest rank', \
-     '' using 1:7 with points pt 7 ps 1.3 lc rgb 'black' title 'step, overlapped'
+# The bars take each row's colour; the key, the colours of a layout that fits.
+plot '$data/layouts.dat' using (\$1 - 0.2):3:4:xtic(2) with boxes lc rgb variable notitle, \
+     '' using (\$1 + 0.2):5:6 with boxes lc rgb variable notitle, \
+     '' using 1:7 with points pt 7 ps 1.3 lc rgb 'black' title 'step, overlapped', \
+     keyentry with boxes lc rgb '#1b9e77' title 'compute (with the bubble)', \
+     keyentry with boxes lc rgb '#d95f02' title 'communication, longest rank'
 GP
 echo "wrote $png"
