@@ -21,6 +21,7 @@
 #                      holds more)
 #   --out DIR          keep the reports in DIR (default: a temporary folder, removed)
 #   --plot PNG         draw the priced layouts into PNG as well (scripts/plot-plan.sh)
+#   --jobs J           dry runs at once (default: the cores, nproc)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 program=$root/build/default/examples/tpx-train
@@ -29,9 +30,10 @@ microbatches=8
 schedules=1f1b,zero-bubble,interleaved,zero-bubble-v
 out=""
 plot=""
+jobs=$(nproc 2>/dev/null || echo 1)
 usage() {
   echo "usage: $0 [--program PATH] [--plan PATH] [--microbatches M] [--schedules LIST] [--out DIR]" \
-       "[--plot PNG] N [TPX-PLAN FLAGS...] -- [MODEL FLAGS...]" >&2
+       "[--plot PNG] [--jobs J] N [TPX-PLAN FLAGS...] -- [MODEL FLAGS...]" >&2
   exit 2
 }
 while (($#)) && [[ $1 == --* ]]; do
@@ -43,6 +45,7 @@ while (($#)) && [[ $1 == --* ]]; do
     --schedules) schedules=$2 ;;
     --out) out=$2 ;;
     --plot) plot=$2 ;;
+    --jobs) jobs=$2 ;;
     *) echo "plan-layouts: unknown option $1" >&2; usage ;;
   esac
   shift 2
@@ -53,6 +56,8 @@ shift
 [[ $ranks =~ ^[1-9][0-9]*$ ]] || { echo "plan-layouts: N must be a whole number > 0, got '$ranks'" >&2; exit 2; }
 [[ $microbatches =~ ^[1-9][0-9]*$ ]] ||
   { echo "plan-layouts: --microbatches must be a whole number > 0, got '$microbatches'" >&2; exit 2; }
+[[ $jobs =~ ^[1-9][0-9]*$ ]] ||
+  { echo "plan-layouts: --jobs must be a whole number > 0, got '$jobs'" >&2; exit 2; }
 plan_flags=()
 while (($#)) && [[ $1 != -- ]]; do plan_flags+=("$1"); shift; done
 (($#)) && shift  # the --
@@ -103,22 +108,36 @@ if ((has_replicas)); then
   done
 fi
 
-reports=()
-skipped=0
+# The dry runs, up to --jobs at once (each runs its ranks one after another, on one core), each
+# leaving its output in $out/STEM.out and, when the trainer refuses the layout, $out/STEM.refused.
+dry_run() {  # dry_run STEM FLAGS
+  rm -f "$out/$1.refused"  # an earlier sweep's, in a kept --out folder
+  # shellcheck disable=SC2086  # FLAGS is a list of words
+  "$program" --dry-run $2 "${model_flags[@]}" --log "$out/$1.json" >"$out/$1.out" 2>&1 ||
+    touch "$out/$1.refused"
+}
 n=0
 for layout in "${layouts[@]}"; do
   stem=${layout%%|*} flags=${layout#*|}
   n=$((n + 1))
   echo "plan-layouts: dry run $n/${#layouts[@]}: $(basename "$program") $flags" >&2
-  # shellcheck disable=SC2086  # flags is a list of words
-  if message=$("$program" --dry-run $flags "${model_flags[@]}" --log "$out/$stem.json" 2>&1); then
-    reports+=("$stem.json")
-  else
-    why=$(grep -m1 -v '^$' <<<"$message" || true)
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n; done
+  dry_run "$stem" "$flags" &
+done
+wait
+reports=()
+skipped=0
+for layout in "${layouts[@]}"; do
+  stem=${layout%%|*}
+  if [[ -e $out/$stem.refused ]]; then
+    why=$(grep -m1 -v '^$' "$out/$stem.out" || true)
     echo "plan-layouts: skipped $stem: $why" >&2
-    rm -f "$out/$stem.json"
+    rm -f "$out/$stem.json" "$out/$stem.refused"
     skipped=$((skipped + 1))
+  else
+    reports+=("$stem.json")
   fi
+  rm -f "$out/$stem.out"
 done
 ((${#reports[@]})) || { echo "plan-layouts: the trainer refused every layout of $ranks ranks" >&2; exit 1; }
 echo "plan-layouts: ${#reports[@]} layouts priced, $skipped skipped" >&2

@@ -5,8 +5,9 @@
 # interleaved and zero-bubble V would cut the 4 blocks into 8 pieces, which tpx-train refuses, so
 # those two are skipped with its reason: 13 reports priced, 2 skipped, each priced report kept
 # under --out and a row of tpx-plan's --json, and the recommendation one of them; --plot draws
-# them (plot-plan.sh, which refuses a file that is not tpx-plan's). A bad N is refused with a
-# usage line.
+# them (plot-plan.sh, which refuses a file that is not tpx-plan's). The dry runs run side by side
+# (--jobs, the cores by default); one at a time they price the same rows. A bad N or --jobs is
+# refused with a usage line.
 #   bash tests/scripts/plan_layouts_test.sh SOURCE_DIR TPX_TRAIN TPX_PLAN
 set -uo pipefail
 root=$1 train=$2 plan=$3
@@ -53,6 +54,20 @@ output=$(bash "$root/scripts/plot-plan.sh" reports/1x4.json not-drawn.png 2>&1)
 status=$?
 check "plot-plan.sh refuses a file that is not tpx-plan's --json" test "$status" -ne 0
 check "the refusal names the file" contains "plot-plan: reports/1x4.json is not tpx-plan's --json"
+output=$(bash "$root/scripts/plan-layouts.sh" --program "$train" --plan "$plan" --jobs 1 4 \
+  --flops 1e12 --link-bw 1e9 --memory 1e12 --json one-at-a-time.json -- --layers 4 --d-model 16 \
+  --ffn 32 --batch 16 2>&1)
+status=$?
+check "the sweep one dry run at a time (--jobs 1) succeeds" test "$status" -eq 0
+check "it prices the same rows as the dry runs side by side" python3 - plan.json one-at-a-time.json <<'PY'
+import json, sys
+side_by_side, one_at_a_time = (json.load(open(f)) for f in sys.argv[1:])
+sys.exit(0 if side_by_side["rows"] == one_at_a_time["rows"] else 1)
+PY
+output=$(bash "$root/scripts/plan-layouts.sh" --program "$train" --plan "$plan" --jobs 0 4 2>&1)
+status=$?
+check "--jobs 0 is refused" test "$status" -eq 2
+check "the refusal says what --jobs must be" contains "plan-layouts: --jobs must be a whole number > 0"
 output=$(bash "$root/scripts/plan-layouts.sh" --program "$train" --plan "$plan" 0 -- --layers 4 2>&1)
 status=$?
 check "N = 0 is refused" test "$status" -eq 2
