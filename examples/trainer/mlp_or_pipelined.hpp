@@ -39,7 +39,8 @@ inline std::string pipeline_flag_in(int argc, char** argv) {
   for (const auto& f : pipelined_mlp::size_flags(staged)) own.push_back(f.name);
   for (const auto& f : pipelined_mlp::switch_flags(staged)) own.push_back(f.name);
   for (const auto& f : pipelined_mlp::choice_flags(staged)) own.push_back(f.name);
-  own.push_back("--overlap");  // the command line's, for a model whose config has `overlap`
+  if constexpr (with_overlap<pipelined_mlp::config> && !with_overlap<mlp::config>)
+    own.push_back("--overlap");  // the command line's (parse_command_line.hpp)
   for (const auto& f : mlp::size_flags(plain)) std::erase(own, std::string(f.name));
   for (const std::string& name : own)
     if (names_flag(argc, argv, name)) return name;

@@ -9,6 +9,7 @@
 // `least`, 1 unless the family says otherwise, up to the field's largest value).
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -21,6 +22,13 @@ struct size_flag {
   std::variant<int*, std::int64_t*> field;
   const char* help;
   int least = 1;  // the smallest value the model accepts
+};
+
+// A model config with a bool `overlap` (the GPT's, the pipelined MLP's): its programs take
+// --overlap on|off, which Family::overlap_help describes.
+template <class Config>
+concept with_overlap = requires(Config c) {
+  { c.overlap } -> std::convertible_to<bool>;
 };
 
 // A flag whose value is one of `choices`, setting a string of the model's config ("--schedule").

@@ -123,7 +123,7 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
   app.add_flag("--bf16", o.bf16,
                "compute (and communicate) in bf16; masters and moments stay fp32");
   std::string overlap;
-  if constexpr (requires { o.model.overlap; }) {
+  if constexpr (with_overlap<typename Family::config>) {
     overlap = o.model.overlap ? "on" : "off";
     app.add_option("--overlap", overlap, Family::overlap_help)
         ->capture_default_str()
@@ -207,7 +207,7 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
     result.error = std::string(program) + ": " + e.what() + "\n";
     return result;
   }
-  if constexpr (requires { o.model.overlap; }) o.model.overlap = overlap == "on";
+  if constexpr (with_overlap<typename Family::config>) o.model.overlap = overlap == "on";
   o.model.checkpoint_every =
       checkpoint_every == "sqrt" ? sqrt_policy(o.model.layers) : std::stoi(checkpoint_every);
   // Flags each valid alone that the family cannot combine (optional: Family::unsupported).

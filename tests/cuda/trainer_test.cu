@@ -26,8 +26,6 @@
 // by name and count, and add up to no more than the timed steps' wall time (last case).
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <tpx/cuda/cuda.hpp>
 #include <utility>
@@ -47,9 +45,7 @@ void check_follows_host(int mesh_x, int mesh_y, Launcher launcher) {
   std::vector<float> device;
   trainer::run(o, [&](const trainer::step_report& r) { device.push_back(r.loss); }, launcher);
   REQUIRE(device.size() == host.size());
-  float worst = 0;
-  for (std::size_t s = 0; s < host.size(); ++s)
-    worst = std::max(worst, std::abs(device[s] - host[s]) / std::abs(host[s]));
+  const float worst = trainer_test::worst_relative_difference(device, host);
   INFO("mesh " << mesh_x << "x" << mesh_y << ": worst relative loss difference " << worst);
   CHECK(worst <= 1e-4f);
 }
