@@ -1,5 +1,6 @@
 // Batched contractions (tpx::einsum, include/tpx/ops/einsum.hpp), the attention built on them
-// (include/tpx/nn/attention.hpp, and the fused layer's nn/fused_attention.hpp), GELU fused into
+// (include/tpx/nn/attention.hpp, and the fused layer's nn/fused_attention.hpp; grouped-query
+// attention's group dim unnamed, absent or misplaced), GELU fused into
 // products (nn/gelu_product.hpp), RMSNorm's backward pass on a gradient of another layout
 // (nn/rmsnorm.hpp), rotary embedding of a split head dim or of a missing position dim
 // (nn/rotary.hpp), a load-balanced sequence order named over other axes than the sequence's
@@ -22,6 +23,10 @@
 // expect(FUSED_ATTENTION_SPLIT_KEYS): key sequence dim S of \[B, S_X, H_Y, E\] is split over mesh axes X; attention needs every key on every rank
 // expect(FUSED_ATTENTION_ORDER_AXES): fused_causal_attention: sequence dim T of \[B, T_X, H_Y, E\] is split over mesh axes X, but load_balanced<Y> orders a sequence split over those axes
 // expect(ATTENTION_SPLIT_HEAD_DIM): head dim E of \[B, H, S, E_Y\] is split over mesh axes Y
+// expect(ATTENTION_GROUP_UNNAMED): q \[B, T, H, G, E\] has two dims that k \[B, S, H, E\] lacks, T and G; grouped-query attention names its group dim
+// expect(ATTENTION_GROUP_NOT_IN_QUERY): query_groups<F>: F must be a dim of q \[B, T, H, G, E\] that k \[B, S, H, E\] lacks
+// expect(ATTENTION_GROUP_NOT_LAST): group dim G of q \[B, T, G, H, E\] must come last among the dims of q besides T and E
+// expect(FUSED_ATTENTION_GROUP_NOT_LAST): group dim G of q \[B, G, H, T, E\] must come last among the dims of q besides T and E
 // expect(GELU_PRODUCT_PARTIAL_SUM): gelu_product \[B, E_Y\] \*_E \[E_Y, F\]: the product \[B, F\].U_Y. is a partial sum
 // expect(GELU_BACKWARD_SPLIT_DIFFERS): gelu_product_backward: the pre-activation \[B, F\] must be whole values with the dims, splits, element type and memory space of the product \[B, E\] \*_E \[F_Y, E\] -> \[B, F_Y\]
 // expect(RENAME_LVALUE): rename<T, S> of tensor \[B, T, E\]: rename takes over the elements of the tensor
@@ -47,7 +52,7 @@
 #include <tpx/tpx.hpp>
 
 TPX_MESH_AXES(X, Y);
-TPX_DIMS(B, H, T, S, E, F, J, P1, P2, P3, P4, P5, Q1, Q2, Q3, Q4);
+TPX_DIMS(B, G, H, T, S, E, F, J, P1, P2, P3, P4, P5, Q1, Q2, Q3, Q4);
 
 using tpx::Tensor;
 using tpx::Unreduced;
@@ -99,6 +104,24 @@ void body() {
   using K = Tensor<float, B<>, H<>, S<>, E<Y>>;
   auto t = tpx::nn::causal_attention_forward(some<Tensor<float, B<>, H<>, T<>, E<>>>(), some<K>(),
                                              some<K>());
+#elif defined(ATTENTION_GROUP_UNNAMED)
+  // Grouped-query attention without naming the group dim: T or G could be the sequence.
+  using K = Tensor<float, B<>, S<>, H<>, E<>>;
+  auto t = tpx::nn::causal_attention_forward(some<Tensor<float, B<>, T<>, H<>, G<>, E<>>>(),
+                                             some<K>(), some<K>());
+#elif defined(ATTENTION_GROUP_NOT_IN_QUERY)
+  using K = Tensor<float, B<>, S<>, H<>, E<>>;
+  auto t = tpx::nn::causal_attention_forward<tpx::nn::query_groups<F>>(
+      some<Tensor<float, B<>, T<>, H<>, G<>, E<>>>(), some<K>(), some<K>());
+#elif defined(ATTENTION_GROUP_NOT_LAST)
+  // A key head's queries must lie together: G after the key heads H, not before.
+  using K = Tensor<float, B<>, S<>, H<>, E<>>;
+  auto t = tpx::nn::causal_attention_forward<tpx::nn::query_groups<G>>(
+      some<Tensor<float, B<>, T<>, G<>, H<>, E<>>>(), some<K>(), some<K>());
+#elif defined(FUSED_ATTENTION_GROUP_NOT_LAST)
+  using K = Tensor<float, B<>, H<>, S<>, E<>>;
+  auto t = tpx::nn::fused_causal_attention_forward<tpx::nn::query_groups<G>>(
+      some<Tensor<float, B<>, G<>, H<>, T<>, E<>>>(), some<K>(), some<K>());
 #elif defined(GELU_PRODUCT_PARTIAL_SUM)
   auto t = tpx::nn::gelu_product<E>(some<Tensor<float, B<>, E<Y>>>(), some<Tensor<float, E<Y>, F<>>>());
 #elif defined(GELU_BACKWARD_SPLIT_DIFFERS)

@@ -18,7 +18,9 @@
 // dS to bf16 before their second product, as FlashAttention-2 does, where the host twin keeps
 // them in fp32), and over blocks of queries (the sequence over X: 1e-5 fp32; bf16 2e-2 at E = 64,
 // on the tensor-core kernels over each rank's block, 1e-2 at E = 8 on the CUDA-core ones, the
-// outputs' rounding to bf16 after the same fp32 sums in another order).
+// outputs' rounding to bf16 after the same fp32 sums in another order). Grouped-query attention
+// (2 query heads per key head, tpx::nn::query_groups), the fused layer at E = 8 (CUDA-core
+// kernels) and 64 (tensor cores in bf16) and the reference layer, at the same tolerances.
 // RMSNorm over an unsplit D (x[B_X, T_Y, D], sequence parallelism's layout) runs on the device's
 // whole-row kernels instead of the grid loops, which the host keeps: at D = 768 (one warp per row,
 // 16-byte vectors), 36 (a warp per row, element by element), 1100 (the block's 8 warps on a row)
@@ -45,7 +47,7 @@
 namespace {
 
 TPX_MESH_AXES(X, Y);
-TPX_DIMS(B, D, V, W, H, T, S, E, F);
+TPX_DIMS(B, D, V, W, H, G, T, S, E, F);
 
 template <class T>
 concept host_readable = requires(T& t) { t.local(); };
@@ -166,6 +168,42 @@ std::vector<std::vector<float>> run_fused_attention(Launcher launcher, std::int6
   return out;
 }
 
+// Grouped-query attention's outputs (2 query heads per key head: q [B_X, T, H_Y, G, E], k and v
+// [B_X, S, H_Y, E], T = 70) in element type Tc, as fp32 global arrays: the fused layer's out, lse,
+// dq, dk, dv, then the reference layer's out, dq, dk, dv (the grid passes' softmax on the device).
+template <class Tc, class Launcher>
+std::vector<std::vector<float>> run_grouped_attention(Launcher launcher, std::int64_t e) {
+  const std::int64_t b = 3, h = 2, g = 2, t = 70, nq = b * t * h * g * e, nk = b * t * h * e;
+  const auto q = values(nq, 31), k = values(nk, 32), v = values(nk, 33), dout = values(nq, 34);
+  std::vector<std::vector<float>> out;
+  tpx::spmd(launcher, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) {
+    const auto queries = [&](const std::vector<float>& x) {
+      return tpx::cast<Tc>(tpx::from_global<float, B<X>, T<>, H<Y>, G<>, E<>>(
+          rank, {B(b), T(t), H(h), G(g), E(e)}, x));
+    };
+    const auto keys = [&](const std::vector<float>& x) {
+      return tpx::cast<Tc>(
+          tpx::from_global<float, B<X>, S<>, H<Y>, E<>>(rank, {B(b), S(t), H(h), E(e)}, x));
+    };
+    const auto qs = queries(q), douts = queries(dout);
+    const auto ks = keys(k), vs = keys(v);
+    using groups = tpx::nn::query_groups<G>;
+    const auto fused = tpx::nn::fused_causal_attention_forward<groups>(qs, ks, vs);
+    const auto dfused =
+        tpx::nn::fused_causal_attention_backward<groups>(qs, ks, vs, fused.out, fused.lse, douts);
+    const auto fwd = tpx::nn::causal_attention_forward<groups>(qs, ks, vs);
+    const auto grad = tpx::nn::causal_attention_backward<groups>(
+        qs, ks, vs, fwd.probs, tpx::permute<B, H, T, G, E>(douts));
+    const auto global = [](const auto& x) { return tpx::to_global(tpx::cast<float>(x)); };
+    std::vector<std::vector<float>> all = {
+        global(fused.out), tpx::to_global(fused.lse), global(dfused.dq),
+        global(dfused.dk), global(dfused.dv),         global(fwd.out),
+        global(grad.dq),   global(grad.dk),           global(grad.dv)};
+    if (rank.world_rank() == 0) out = std::move(all);
+  });
+  return out;
+}
+
 // The device space has the whole-row kernels the layer takes when a rank holds whole rows; the
 // host space keeps its grid loops.
 static_assert(tpx::nn::detail::has_whole_row_kernels<tpx::DeviceTensor<tpx::bf16, B<X>, T<Y>, D<>>,
@@ -240,6 +278,28 @@ TEST_CASE("fused attention over blocks of queries on the device equals its host 
   // ones, which keep them in fp32 as the twin.
   check_fused_attention_on_device<true>(8, 1e-2);
   check_fused_attention_on_device<true>(64, 2e-2);
+}
+
+TEST_CASE("grouped-query attention on the device equals its host twin") {
+  // E = 8 on the CUDA-core kernels, 64 in bf16 on the tensor-core ones (P and dS rounded to
+  // bf16, 2e-2 as above); fp32 at 1e-5 of each array's largest element.
+  const char* names[] = {"fused out", "fused lse", "fused dq", "fused dk", "fused dv",
+                         "out",       "dq",        "dk",       "dv"};
+  for (const std::int64_t e : {std::int64_t{8}, std::int64_t{64}}) {
+    CAPTURE(e);
+    const auto host = run_grouped_attention<float>(tpx::host, e);
+    const auto device = run_grouped_attention<float>(tpx::cuda_simulated, e);
+    const auto host_bf16 = run_grouped_attention<tpx::bf16>(tpx::host, e);
+    const auto device_bf16 = run_grouped_attention<tpx::bf16>(tpx::cuda_simulated, e);
+    for (std::size_t a = 0; a < host.size(); ++a) {
+      REQUIRE(device[a].size() == host[a].size());
+      INFO(names[a] << " fp32: " << beyond(device[a], host[a], 1e-5) << " elements beyond 1e-5");
+      CHECK(beyond(device[a], host[a], 1e-5) == 0);
+      INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], 2e-2)
+                    << " elements beyond 2e-2");
+      CHECK(beyond(device_bf16[a], host_bf16[a], 2e-2) == 0);
+    }
+  }
 }
 
 TEST_CASE("RMSNorm over whole rows on the device's row kernels equals the host's grid loops") {

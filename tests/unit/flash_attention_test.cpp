@@ -10,7 +10,9 @@
 // (kernels::attention_layout with H = 2, 3), whose rows the test moves from and back to the
 // reference's heads-first order itself; and over a block of each sequence's queries against every
 // key (context parallelism's: the query side's rows read in place within the whole sequence's
-// arrays), against naive attention of the whole sequence with dout 0 outside the block. Under
+// arrays), against naive attention of the whole sequence with dout 0 outside the block; and
+// grouped-query attention (several query sequences per key sequence, heads first and in
+// [B, T, H, G, E]) against naive attention with each key sequence repeated. Under
 // ThreadSanitizer the
 // same run checks the programs' shared memory for races between syncs
 // (tests/support/simt_block.hpp). Tolerances: the fragment tests are exact (integers below 2^8 and
@@ -413,6 +415,91 @@ TEST_CASE("tensor-core attention programs over a block of queries match naive at
   check_query_block<128>({1, 70}, 20, 35);
   check_query_block<64>({4, 130}, 64, 64, 2);
   check_query_block<32>({6, 100}, 30, 45, 3);
+}
+
+// Grouped-query attention: `group` consecutive query sequences read each key sequence
+// (attention_shape::group), heads first or with `heads` key heads per position read in place
+// ([B, T, H, G, E] against [B, S, H, E]). The reference is naive attention of the query sequences
+// against their key sequence repeated for each, its dk and dv summed over the group; the dk-dv
+// program runs once per key sequence.
+template <int E>
+void check_grouped(const attention_case& keys, std::int64_t group, std::int64_t heads = 1) {
+  CAPTURE(E);
+  CAPTURE(keys.sequences);
+  CAPTURE(keys.t_len);
+  CAPTURE(group);
+  CAPTURE(heads);
+  const attention_case queries{keys.sequences * group, keys.t_len};
+  const std::int64_t rows = keys.t_len * E;  // elements of one sequence
+  const std::int64_t nq = queries.sequences * rows, nk = keys.sequences * rows;
+  const std::vector<bf16> q = draws(nq, 5), k = draws(nk, 6), v = draws(nk, 7), dout = draws(nq, 8);
+  const auto repeated = [&](const std::vector<bf16>& x) {  // key sequence s / group for each s
+    std::vector<bf16> r;
+    for (std::int64_t sq = 0; sq < queries.sequences; ++sq)
+      r.insert(r.end(), x.begin() + (sq / group) * rows, x.begin() + (sq / group + 1) * rows);
+    return r;
+  };
+  const naive_attention want{queries, E, q, repeated(k), repeated(v), dout};
+  const auto summed = [&](const std::vector<double>& x) {  // over each key sequence's group
+    std::vector<double> r(static_cast<std::size_t>(nk), 0.0);
+    for (std::int64_t i = 0; i < nq; ++i) r[(i / rows / group) * rows + i % rows] += x[i];
+    return r;
+  };
+  const auto in_layout = [&](const auto& x, std::int64_t per_position, std::int64_t width) {
+    return interleaved(x, keys.t_len, per_position, width);
+  };
+  const auto heads_first = [&](const auto& x, std::int64_t per_position, std::int64_t width) {
+    return interleaved(x, keys.t_len, per_position, width, true);
+  };
+  const std::vector<bf16> lq = in_layout(q, heads * group, E), lk = in_layout(k, heads, E),
+                          lv = in_layout(v, heads, E), ldout = in_layout(dout, heads * group, E);
+  std::vector<bf16> out(nq), dq(nq), dk(nk), dv(nk);
+  std::vector<float> lse(queries.sequences * keys.t_len);
+  const std::vector<float> delta =
+      in_layout(std::vector<float>(want.delta.begin(), want.delta.end()), heads * group, 1);
+  const tpx::kernels::attention_shape shape{
+      {keys.t_len, heads * group}, {keys.t_len, heads}, 0, group};
+  const flash::arguments args{shape,        1.0f / std::sqrt(float(E)),
+                              lq.data(),    lk.data(),
+                              lv.data(),    out.data(),
+                              lse.data(),   lse.data(),
+                              ldout.data(), delta.data(),
+                              dq.data(),    dk.data(),
+                              dv.data()};
+  using Forward = flash::forward_tiling<E>;
+  using Backward = flash::backward_tiling;
+  const auto blocks = [&](int block_rows) { return (keys.t_len + block_rows - 1) / block_rows; };
+  for (std::int64_t sq = 0; sq < queries.sequences; ++sq)
+    for (std::int64_t b = 0; b < blocks(Forward::block_rows); ++b) {
+      simt_block forward(flash::warps, flash::forward_shared_bytes<E, Forward>);
+      forward.run([&](auto& t) { flash::forward_block<E, Forward>(t, args, b, sq); });
+    }
+  for (std::int64_t sq = 0; sq < queries.sequences; ++sq)
+    for (std::int64_t b = 0; b < blocks(Backward::block_rows); ++b) {
+      simt_block dq_pass(flash::warps, flash::staged_bytes<E, Backward>);
+      dq_pass.run([&](auto& t) { flash::dq_block<E, Backward>(t, args, b, sq); });
+    }
+  for (std::int64_t ks = 0; ks < keys.sequences; ++ks)
+    for (std::int64_t b = 0; b < blocks(Backward::block_rows); ++b) {
+      simt_block dkdv_pass(flash::warps, flash::dkdv_shared_bytes<E, Backward>);
+      dkdv_pass.run([&](auto& t) { flash::dkdv_block<E, Backward>(t, args, b, ks); });
+    }
+  check_close("out", heads_first(out, heads * group, E), want.out);
+  const std::vector<float> lse_rows = heads_first(lse, heads * group, 1);
+  for (std::size_t i = 0; i < lse_rows.size(); ++i)
+    CHECK(lse_rows[i] == doctest::Approx(want.lse[i]).epsilon(1e-4));
+  check_close("dq", heads_first(dq, heads * group, E), want.dq, want.dq_terms);
+  check_close("dk", heads_first(dk, heads, E), summed(want.dk), summed(want.dk_terms));
+  check_close("dv", heads_first(dv, heads, E), summed(want.dv));
+}
+
+// Groups of 2 and 4 query heads, several tiles with a partial last one, heads first and read in
+// place with 2 key heads per position.
+TEST_CASE("tensor-core attention programs with grouped queries match repeated-key attention") {
+  check_grouped<64>({1, 130}, 2);
+  check_grouped<32>({2, 100}, 4);
+  check_grouped<64>({2, 70}, 2, 2);
+  check_grouped<128>({2, 70}, 3, 2);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // share one definition, as for grid_terms.hpp. The host runs the softmax a row at a time instead,
 // over the visible keys only, with the same expressions (tensor/host_causal_softmax.hpp).
 //
-// Row r is query position t = first + r % Tq, where the rank holds the block of Tq queries
+// Row r is query position t = first + r % Tq (first + r / G % Tq for grouped-query attention's
+// [batch..., T, G, S], kernels::query_block), where the rank holds the block of Tq queries
 // [first, first + Tq) of each sequence (all T of them, first = 0, unless the query sequence is
 // split: context parallelism); key s = c of the whole sequence is visible when s <= t. With
 // scores x = q.k (unscaled) and scale = 1/sqrt(E):
@@ -33,12 +34,17 @@ TPX_HOST_DEVICE inline float causal_softmax_term(float scale, float x, float max
   return vectorizable_expf(scale * (x - max));
 }
 
-// The queries of a rank's rows: each sequence's block [first, first + queries).
+// The queries of a rank's rows: each sequence's block [first, first + queries), each position
+// `group` consecutive rows (grouped-query attention's scores [batch..., T, G, S], the G query
+// heads of a key head at each position; 1 otherwise).
 struct query_block {
   std::int64_t queries;
   std::int64_t first;
+  std::int64_t group = 1;
   // The position of row r's query, the last key it sees.
-  TPX_HOST_DEVICE std::int64_t last_visible(std::int64_t r) const { return first + r % queries; }
+  TPX_HOST_DEVICE std::int64_t last_visible(std::int64_t r) const {
+    return first + r / group % queries;
+  }
 };
 
 // x[r, c] where key c is visible from row r's query, -inf where it is masked.

@@ -46,8 +46,10 @@
 // when a rank holds a block of each sequence's queries (context parallelism, and each chunk of
 // its load-balanced order): query t of the block, from position `first`, sees keys
 // s <= first + t, the key tiles after the block's last query are skipped, and a key block that no
-// query of the block sees gets dk = dv = 0. Both sides have the same heads per position. E is
-// HeadDim, a multiple of 16 (32, 64, 128 are instantiated).
+// query of the block sees gets dk = dv = 0. Grouped-query attention (attention_shape::group):
+// query sequence b reads key sequence b / group, and a key block's dk and dv add up the query
+// tiles of every sequence of its group, one sequence after another. E is HeadDim, a multiple of
+// 16 (32, 64, 128 are instantiated).
 #pragma once
 
 #include <math.h>  // exp2f, log2f, fmaf, fmaxf, INFINITY
@@ -442,7 +444,7 @@ struct query_block {
       : keys{reinterpret_cast<bf16*>(block.shared())},
         at(block.lane()),
         rows(args.shape.queries, sequence),
-        key_rows(args.shape.keys, sequence),
+        key_rows(args.shape.keys, args.shape.key_sequence(sequence)),
         first(block_index * 16 * warps * R + 16 * R * block.warp()),
         last(least((block_index + 1) * 16 * warps * R, rows.t_len) - 1),
         position(args.shape.first) {}
@@ -642,9 +644,10 @@ struct dq_share {
 template <int Cols>
 inline constexpr int ds_pitch = Cols + pitch_padding;
 
-// dk and dv of key block `block_index` of sequence `sequence`, and with WithDq its share of dq
+// dk and dv of key block `block_index` of key sequence `sequence`, over the query sequences of
+// its group in turn (grouped-query attention; one without), and with WithDq its share of dq
 // (dS K over the block's keys) into `share`, in 5 products per query tile where the dq pass and
-// dk-dv make 7.
+// dk-dv make 7 (WithDq: whole sequences, no group).
 template <int HeadDim, class Tiling, bool WithDq, class Block>
 TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
                                          std::int64_t block_index, std::int64_t sequence,
@@ -660,128 +663,133 @@ TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
   bf16* ds_tile = reinterpret_cast<bf16*>(row_stats + 2 * 2 * Cols);
   bf16* key_tile = ds_tile + Tiling::block_rows * ds_pitch<Cols>;
   const mma::lane_coordinates at(block.lane());
-  // The query rows (q, dO, lse, delta, dq) and the key rows (k, v, dk, dv), the same stride.
-  const sequence_rows<HeadDim> rows(args.shape.queries, sequence);
+  // The key rows (k, v, dk, dv); each query sequence's rows (q, dO, lse, delta, dq) below.
   const sequence_rows<HeadDim> key_rows(args.shape.keys, sequence);
-  const std::int64_t t_len = rows.t_len, base = rows.base;
-  const int stride = rows.stride;
+  const int key_stride = key_rows.stride;
   const std::int64_t block_first = block_index * Tiling::block_rows;
   const std::int64_t first = block_first + 16 * block.warp();  // its keys
   if constexpr (WithDq) {  // its own async group, landed by the first tile's wait
-    stage<HeadDim, Tiling::block_rows>(block, args.k + key_rows.base + block_first * stride,
-                                       stride, key_rows.t_len - block_first, key_tile);
+    stage<HeadDim, Tiling::block_rows>(block, args.k + key_rows.base + block_first * key_stride,
+                                       key_stride, key_rows.t_len - block_first, key_tile);
     block.commit_async();
   }
   row_fragments<HeadDim, 1> k, v;
-  load_rows<HeadDim, 1>(k, args.k + key_rows.base, stride, first, key_rows.t_len, at);
-  load_rows<HeadDim, 1>(v, args.v + key_rows.base, stride, first, key_rows.t_len, at);
+  load_rows<HeadDim, 1>(k, args.k + key_rows.base, key_stride, first, key_rows.t_len, at);
+  load_rows<HeadDim, 1>(v, args.v + key_rows.base, key_stride, first, key_rows.t_len, at);
   const float score_scale = args.scale * log2e;
   row_accumulators<HeadDim, 1> dk = {}, dv = {};
-  const auto stage_queries = [&](int buffer, std::int64_t t0) {
-    stage<HeadDim, Cols>(block, args.q + base + t0 * stride, stride, t_len - t0,
-                         queries.first(buffer));
-    stage<HeadDim, Cols>(block, args.dout + base + t0 * stride, stride, t_len - t0,
-                         queries.second(buffer));
-    for (int j = block.thread(); j < Cols; j += threads) {
-      const bool real = t0 + j < t_len;
-      row_stats[(2 * buffer) * Cols + j] = real ? args.lse[rows.stat(t0 + j)] * log2e : 0.0f;
-      row_stats[(2 * buffer + 1) * Cols + j] = real ? args.delta[rows.stat(t0 + j)] : 0.0f;
-    }
-  };
-  // The query tiles that see the block's keys (first + t >= s), none when the block's first key
-  // is after the last query's position (dk and dv stay 0).
-  const std::int64_t from = args.shape.first_seeing(block_first);
-  if (from < t_len)
-    over_staged_tiles<Cols>(
-        block, from, t_len - 1, stage_queries, [&](int buffer, std::int64_t t0) {
-          const bf16* q_tile = queries.first(buffer);
-          const bf16* dout_tile = queries.second(buffer);
-          const float* lse_tile = row_stats + 2 * buffer * Cols;
-          const float* delta_tile = lse_tile + Cols;
-          tile_accumulators<1, Cols> p, dp;
-          times_tile_transposed<HeadDim, 1, Cols>(block, k, q_tile, p);  // S^T: keys x queries
-          // P^T = exp2(S^T scale - lse) where the query sees the key (key <= query < T), else 0,
-          // in 32-bit offsets from the tile's first query.
-          const int queries_left = static_cast<int>(least(t_len - t0, Cols));
-          TPX_UNROLL
-          for (int i = 0; i < 4; i += 2) {
-            // The key's offset from the tile's first query's position: below Cols (the tiles start
-            // where the block's first key is first seen), and below 0 (seen by every query) once
-            // the tiles pass the warp's keys, where -1 says as much in 32 bits.
-            const std::int64_t offset = first + mma::accumulator_row(at, i) - args.shape.first - t0;
-            const int key = static_cast<int>(offset < -1 ? -1 : offset);
+  for (std::int64_t member = 0; member < args.shape.group; ++member) {
+    const sequence_rows<HeadDim> rows(args.shape.queries, sequence * args.shape.group + member);
+    const std::int64_t t_len = rows.t_len, base = rows.base;
+    const int stride = rows.stride;
+    const auto stage_queries = [&](int buffer, std::int64_t t0) {
+      stage<HeadDim, Cols>(block, args.q + base + t0 * stride, stride, t_len - t0,
+                           queries.first(buffer));
+      stage<HeadDim, Cols>(block, args.dout + base + t0 * stride, stride, t_len - t0,
+                           queries.second(buffer));
+      for (int j = block.thread(); j < Cols; j += threads) {
+        const bool real = t0 + j < t_len;
+        row_stats[(2 * buffer) * Cols + j] = real ? args.lse[rows.stat(t0 + j)] * log2e : 0.0f;
+        row_stats[(2 * buffer + 1) * Cols + j] = real ? args.delta[rows.stat(t0 + j)] : 0.0f;
+      }
+    };
+    // The query tiles that see the block's keys (first + t >= s), none when the block's first key
+    // is after the last query's position (dk and dv stay 0).
+    const std::int64_t from = args.shape.first_seeing(block_first);
+    if (from < t_len)
+      over_staged_tiles<Cols>(
+          block, from, t_len - 1, stage_queries, [&](int buffer, std::int64_t t0) {
+            const bf16* q_tile = queries.first(buffer);
+            const bf16* dout_tile = queries.second(buffer);
+            const float* lse_tile = row_stats + 2 * buffer * Cols;
+            const float* delta_tile = lse_tile + Cols;
+            tile_accumulators<1, Cols> p, dp;
+            times_tile_transposed<HeadDim, 1, Cols>(block, k, q_tile, p);  // S^T: keys x queries
+            // P^T = exp2(S^T scale - lse) where the query sees the key (key <= query < T), else 0,
+            // in 32-bit offsets from the tile's first query.
+            const int queries_left = static_cast<int>(least(t_len - t0, Cols));
             TPX_UNROLL
-            for (int n = 0; n < Cols / 8; ++n) {
+            for (int i = 0; i < 4; i += 2) {
+              // The key's offset from the tile's first query's position: below Cols (the tiles
+              // start where the block's first key is first seen), and below 0 (seen by every query)
+              // once the tiles pass the warp's keys, where -1 says as much in 32 bits.
+              const std::int64_t offset =
+                  first + mma::accumulator_row(at, i) - args.shape.first - t0;
+              const int key = static_cast<int>(offset < -1 ? -1 : offset);
               TPX_UNROLL
-              for (int j = i; j < i + 2; ++j) {
-                const int column = 8 * n + mma::accumulator_column(at, j);
-                const float e =
-                    backward_exp2<HeadDim>(fmaf(p[0][n][j], score_scale, -lse_tile[column]));
-                p[0][n][j] = key <= column && column < queries_left ? e : 0.0f;
-              }
-            }
-          }
-          accumulate_times_tile<HeadDim, 1, Cols>(block, p, dout_tile, dv);
-          times_tile_transposed<HeadDim, 1, Cols>(block, v, dout_tile, dp);  // dP^T
-          TPX_UNROLL
-          for (int n = 0; n < Cols / 8; ++n) {
-            TPX_UNROLL
-            for (int i = 0; i < 4; ++i)
-              p[0][n][i] *= dp[0][n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
-          }
-          accumulate_times_tile<HeadDim, 1, Cols>(block, p, q_tile, dk);
-          if constexpr (WithDq) {
-            // dS^T (bf16, as it enters every second product) of the warp's 16 keys into the tile;
-            // then each warp takes 16 of the tile's queries: dQ = dS K over the block's 64 keys,
-            // A = dS read transposed from dS^T, B = the keys as stored.
-            TPX_UNROLL
-            for (int n = 0; n < Cols / 8; ++n) {
-              TPX_UNROLL
-              for (int i = 0; i < 4; i += 2)
-                mma::store_pair(
-                    ds_tile + (16 * block.warp() + mma::accumulator_row(at, i)) * ds_pitch<Cols> +
-                        8 * n + mma::accumulator_column(at, i),
-                    bf16(p[0][n][i]), bf16(p[0][n][i + 1]));
-            }
-            block.sync();
-            row_accumulators<HeadDim, 1> dq = {};
-            TPX_UNROLL
-            for (int kk = 0; kk < Tiling::block_rows / 16; ++kk) {
-              std::uint32_t a[4];
-              mma::load_a_transposed_x4(
-                  block, a, ds_tile + 16 * kk * ds_pitch<Cols> + 16 * block.warp(), ds_pitch<Cols>);
-              TPX_UNROLL
-              for (int e = 0; e < HeadDim / 8; e += 2) {
-                std::uint32_t b[2][2];
-                mma::load_b_x2(block, b, key_tile + 16 * kk * pitch<HeadDim> + 8 * e,
-                               pitch<HeadDim>);
-                block.mma(dq[0][e], a, b[0]);
-                block.mma(dq[0][e + 1], a, b[1]);
-              }
-            }
-            // Each element of the share is written by one lane, the same for every key block of
-            // the split, in key-block order: the sums repeat to the bit.
-            TPX_UNROLL
-            for (int e = 0; e < HeadDim / 8; ++e) {
-              TPX_UNROLL
-              for (int i = 0; i < 4; ++i) {
-                const std::int64_t row = t0 + 16 * block.warp() + mma::accumulator_row(at, i);
-                if (row < t_len) {
-                  float& x = share.rows[row * HeadDim + 8 * e + mma::accumulator_column(at, i)];
-                  x = share.first ? dq[0][e][i] : x + dq[0][e][i];
+              for (int n = 0; n < Cols / 8; ++n) {
+                TPX_UNROLL
+                for (int j = i; j < i + 2; ++j) {
+                  const int column = 8 * n + mma::accumulator_column(at, j);
+                  const float e =
+                      backward_exp2<HeadDim>(fmaf(p[0][n][j], score_scale, -lse_tile[column]));
+                  p[0][n][j] = key <= column && column < queries_left ? e : 0.0f;
                 }
               }
             }
-          }
-        });
+            accumulate_times_tile<HeadDim, 1, Cols>(block, p, dout_tile, dv);
+            times_tile_transposed<HeadDim, 1, Cols>(block, v, dout_tile, dp);  // dP^T
+            TPX_UNROLL
+            for (int n = 0; n < Cols / 8; ++n) {
+              TPX_UNROLL
+              for (int i = 0; i < 4; ++i)
+                p[0][n][i] *= dp[0][n][i] - delta_tile[8 * n + mma::accumulator_column(at, i)];
+            }
+            accumulate_times_tile<HeadDim, 1, Cols>(block, p, q_tile, dk);
+            if constexpr (WithDq) {
+              // dS^T (bf16, as it enters every second product) of the warp's 16 keys into the tile;
+              // then each warp takes 16 of the tile's queries: dQ = dS K over the block's 64 keys,
+              // A = dS read transposed from dS^T, B = the keys as stored.
+              TPX_UNROLL
+              for (int n = 0; n < Cols / 8; ++n) {
+                TPX_UNROLL
+                for (int i = 0; i < 4; i += 2)
+                  mma::store_pair(
+                      ds_tile + (16 * block.warp() + mma::accumulator_row(at, i)) * ds_pitch<Cols> +
+                          8 * n + mma::accumulator_column(at, i),
+                      bf16(p[0][n][i]), bf16(p[0][n][i + 1]));
+              }
+              block.sync();
+              row_accumulators<HeadDim, 1> dq = {};
+              TPX_UNROLL
+              for (int kk = 0; kk < Tiling::block_rows / 16; ++kk) {
+                std::uint32_t a[4];
+                mma::load_a_transposed_x4(block, a,
+                                          ds_tile + 16 * kk * ds_pitch<Cols> + 16 * block.warp(),
+                                          ds_pitch<Cols>);
+                TPX_UNROLL
+                for (int e = 0; e < HeadDim / 8; e += 2) {
+                  std::uint32_t b[2][2];
+                  mma::load_b_x2(block, b, key_tile + 16 * kk * pitch<HeadDim> + 8 * e,
+                                 pitch<HeadDim>);
+                  block.mma(dq[0][e], a, b[0]);
+                  block.mma(dq[0][e + 1], a, b[1]);
+                }
+              }
+              // Each element of the share is written by one lane, the same for every key block of
+              // the split, in key-block order: the sums repeat to the bit.
+              TPX_UNROLL
+              for (int e = 0; e < HeadDim / 8; ++e) {
+                TPX_UNROLL
+                for (int i = 0; i < 4; ++i) {
+                  const std::int64_t row = t0 + 16 * block.warp() + mma::accumulator_row(at, i);
+                  if (row < t_len) {
+                    float& x = share.rows[row * HeadDim + 8 * e + mma::accumulator_column(at, i)];
+                    x = share.first ? dq[0][e][i] : x + dq[0][e][i];
+                  }
+                }
+              }
+            }
+          });
+  }
   store_rows<HeadDim, 1>(dk, args.scale, first, key_rows.t_len, at, args.dk + key_rows.base,
-                         stride);
-  store_rows<HeadDim, 1>(dv, 1.0f, first, key_rows.t_len, at, args.dv + key_rows.base, stride);
+                         key_stride);
+  store_rows<HeadDim, 1>(dv, 1.0f, first, key_rows.t_len, at, args.dv + key_rows.base, key_stride);
 }
 
 }  // namespace detail
 
-// dk and dv of key block `block_index` (of Tiling::block_rows) of sequence `sequence`.
+// dk and dv of key block `block_index` (of Tiling::block_rows) of key sequence `sequence`.
 template <int HeadDim, class Tiling = backward_tiling, class Block>
 TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_t block_index,
                                 std::int64_t sequence) {

@@ -71,12 +71,20 @@ struct attention_layout {
 // first = 0. With context parallelism (nn/attention.hpp) a rank holds a block of each sequence's
 // queries, from position `first`, against all of its keys: query row t then sees the keys up to
 // position first + t, and key s is seen by the query rows from s - first on.
+// Grouped-query attention: `group` consecutive query sequences share one key sequence (query
+// sequence b reads key sequence b / group), the query heads of one key head being the innermost
+// of the query side's sequences; group = 1 is multi-head attention.
 struct attention_shape {
   attention_layout queries;
   attention_layout keys;
   std::int64_t first = 0;
+  std::int64_t group = 1;
 
   static attention_shape whole_sequences(attention_layout layout) { return {layout, layout, 0}; }
+
+  TPX_HOST_DEVICE std::int64_t key_sequence(std::int64_t query_sequence) const {
+    return query_sequence / group;
+  }
 
   TPX_HOST_DEVICE std::int64_t last_visible(std::int64_t t) const { return first + t; }
   TPX_HOST_DEVICE std::int64_t first_seeing(std::int64_t s) const {

@@ -37,6 +37,24 @@
 //   // both sides, leaves each rank its queries' share, so the all-gather's adjoint, a
 //   // reduce-scatter over C, completes them onto k's and v's blocks.
 //
+// Grouped-query attention (GQA, Ainslie et al. 2023; Llama 2 70B, Llama 3): several query heads
+// share each key and value head. q holds a key head's queries in a dim G that k and v lack, the
+// last of q's dims besides T and E, and the layer is told its name:
+//
+//   // q[B_X, T, H_Y, G, E]: H key heads of G queries each; k and v [B_X, S, H_Y, E]
+//   auto fwd = tpx::nn::causal_attention_forward<tpx::nn::query_groups<G>>(q, k, v);
+//   auto g = tpx::nn::causal_attention_backward<tpx::nn::query_groups<G>>(q, k, v, fwd.probs,
+//   dout);
+//   // fwd.out [B_X, H_Y, T, G, E]; g.dk and g.dv [B_X, H_Y, S, E], summed over G as over T
+//
+// The products are the same einsums with G a free dim of q: scores [batch..., T, G, S], and dk and
+// dv contract G as well as T (einsum<T, G>). Split over a mesh axis (more tensor-parallel ranks
+// than key heads: each key head whole on the ranks that split its queries), G leaves dk and dv
+// partial sums over that axis, each rank its queries' share, which the types say
+// ([B, H, S, E]{U_Y}) and the caller reduces. The name is an option, not a guess from the
+// layout, because q [B, H, T, G, E] and q [B, H, G, T, E] (G query heads of every position, or
+// positions of every query head) differ only in which of the two dims is the sequence.
+//
 // This layer computes every score of a block's [Tq, S] rows, masked or not, so contiguous blocks
 // cost every rank the same. The fused layer (nn/fused_attention.hpp) takes blocks of queries too
 // and skips the keys after a block's last query, which leaves the last block the most work (its
@@ -68,21 +86,35 @@
 
 namespace tpx::nn {
 
+// Grouped-query attention's option (see the top of this file): G, the dim of q that holds the
+// query heads of each key head.
+template <template <class...> class G>
+struct query_groups {};
+
 namespace detail {
 
 template <class Tn>
 using unsplit_dims_t = typename remove_all_axes<typename Tn::dims>::type;
 
 // The dims of attention's operands, found from their names: E, the head dim, is q's last; T is
-// the one dim of q that k lacks, S the one dim of k that q lacks; the others are batch dims.
-template <class Qt, class Kt>
+// the one dim of q that k lacks besides Group (grouped-query attention's, void without), S the
+// one dim of k that q lacks; the others are batch dims.
+template <class Qt, class Kt, class Group = void>
 struct attention_dims {
-  using query_only = remove_all_t<unsplit_dims_t<Qt>, unsplit_dims_t<Kt>>;
+  using query_and_group = remove_all_t<unsplit_dims_t<Qt>, unsplit_dims_t<Kt>>;
+  using query_only = remove_all_t<query_and_group, type_list<Group>>;
   using key_only = remove_all_t<unsplit_dims_t<Kt>, unsplit_dims_t<Qt>>;
-  static constexpr bool valid = query_only::size == 1 && key_only::size == 1;
+  using group = Group;
+  static constexpr bool grouped = !std::is_void_v<Group>;
+  static constexpr bool valid = query_only::size == 1 && key_only::size == 1 &&
+                                (!grouped || contains_v<Group, query_and_group>);
   using head = unsplit_t<type_at_t<Qt::order - 1, typename Qt::dims>>;
   using query_sequence = type_at_t<0, concat_t<query_only, type_list<void>>>;
   using key_sequence = type_at_t<0, concat_t<key_only, type_list<void>>>;
+  // q's dims besides T and E: its batch dims, then the group the last of them.
+  using query_rest = remove_all_t<unsplit_dims_t<Qt>, type_list<query_sequence, head>>;
+  static constexpr bool group_last =
+      !grouped || std::is_same_v<type_at_t<query_rest::size - 1, query_rest>, Group>;
 };
 
 // A dim attention needs whole on every rank; a split is named with its axes, then Remedy.
@@ -98,14 +130,31 @@ constexpr void check_whole_dim() {
   }
 }
 
-template <class Qt, class Kt, class Vt>
+template <class Qt, class Kt, class Vt, class Group = void>
 constexpr bool check_attention_operands() {
-  using dims = attention_dims<Qt, Kt>;
-  if constexpr (!dims::valid || Kt::order != Qt::order ||
-                !contains_v<typename dims::head, unsplit_dims_t<Kt>>) {
+  using dims = attention_dims<Qt, Kt, Group>;
+  if constexpr (dims::grouped && !contains_v<Group, typename dims::query_and_group>) {
+    compile_error<"tpx: causal_attention: query_groups<" + Group::name + ">: " + Group::name +
+                  " must be a dim of q " + Qt::notation + " that k " + Kt::notation +
+                  " lacks (the query heads of each key head)">{};
+  } else if constexpr (!dims::grouped && dims::query_and_group::size == 2 &&
+                       dims::key_only::size == 1) {
+    compile_error<"tpx: causal_attention: q " + Qt::notation + " has two dims that k " +
+                  Kt::notation + " lacks, " + type_at_t<0, typename dims::query_and_group>::name +
+                  " and " + type_at_t<1, typename dims::query_and_group>::name +
+                  "; grouped-query attention names its group dim: "
+                  "causal_attention_forward<tpx::nn::query_groups<G>>(q, k, v)">{};
+  } else if constexpr (!dims::valid || Kt::order + (dims::grouped ? 1 : 0) != Qt::order ||
+                       !contains_v<typename dims::head, unsplit_dims_t<Kt>>) {
     compile_error<"tpx: causal_attention: q " + Qt::notation + " and k " + Kt::notation +
                   " must share every dim but one sequence dim each (T in q, S in k), the head "
                   "dim last in q">{};
+  } else if constexpr (!dims::group_last) {
+    compile_error<"tpx: causal_attention: group dim " + Group::name + " of q " + Qt::notation +
+                  " must come last among the dims of q besides " + dims::query_sequence::name +
+                  " and " + dims::head::name +
+                  " (q [..., T, ..., H, G, E] against k [..., S, ..., H, E]), so that the queries "
+                  "of each key head lie together">{};
   } else if constexpr (!std::is_same_v<typename Kt::dims, typename Vt::dims>) {
     compile_error<"tpx: causal_attention: k " + Kt::notation + " and v " + Vt::notation +
                   " must have the same dims, split alike">{};
@@ -125,27 +174,73 @@ constexpr bool check_attention_operands() {
   return true;
 }
 
+// An option's group dim, as a list: none for other options.
+template <class Option>
+struct group_of_option {
+  using type = type_list<>;
+};
+template <template <class...> class G>
+struct group_of_option<query_groups<G>> {
+  using type = type_list<G<>>;
+};
+
+template <class Option>
+inline constexpr bool is_query_groups_v = group_of_option<Option>::type::size == 1;
+
+// The group dim Options name (void when none).
+template <class... Options>
+using group_dim_t =
+    type_at_t<0, concat_t<typename group_of_option<Options>::type..., type_list<void>>>;
+
+template <class... Options>
+inline constexpr int group_options_v = (0 + ... + (is_query_groups_v<Options> ? 1 : 0));
+
+// The reference layer's options: at most one query_groups.
+template <class... Options>
+constexpr bool check_reference_options() {
+  static_assert(group_options_v<Options...> == sizeof...(Options),
+                "tpx: causal_attention takes one option, tpx::nn::query_groups<G> (grouped-query "
+                "attention's group dim)");
+  static_assert(group_options_v<Options...> <= 1,
+                "tpx: causal_attention: one query_groups<G> at most");
+  return true;
+}
+
+// The contraction over the queries of dv and dk: over T, and G when grouped.
+template <class Dims, AnyTensor A, AnyTensor B>
+auto contract_queries(const A& a, const B& b) {
+  if constexpr (Dims::grouped)
+    return einsum<typename Dims::query_sequence, typename Dims::group>(a, b);
+  else
+    return einsum<typename Dims::query_sequence>(a, b);
+}
+
 struct attention_geometry {
   std::int64_t rows;           // local rows of the scores [batch..., T, S]: batch... x Tq
   std::int64_t keys;           // S (= T)
-  kernels::query_block block;  // this rank's queries of each sequence: Tq from t0
+  kernels::query_block block;  // this rank's queries of each sequence: Tq from t0, G rows each
   float scale;                 // 1 / sqrt(E)
 };
 
-// probs: the scores [batch..., T, S] (einsum's order: batch dims, then q's T, then k's S).
-template <class Qt, class Kt, class Pt>
+// probs: the scores [batch..., T, S] (einsum's order: batch dims, then q's T, then k's S), or
+// grouped-query attention's [batch..., T, G, S] or [batch..., G, T, S] (q's free dims in q's
+// order), whose rows at a position are the G after T.
+template <class Dims, class Qt, class Kt, class Pt>
 attention_geometry geometry_of(const Qt& q, const Pt& probs) {
   constexpr std::size_t n = Pt::order;
-  const std::int64_t t = probs.global_extent(n - 2), s = probs.global_extent(n - 1);
+  constexpr std::size_t at =
+      static_cast<std::size_t>(index_of_v<typename Dims::query_sequence, unsplit_dims_t<Pt>>);
+  const std::int64_t t = probs.global_extent(at), s = probs.global_extent(n - 1);
   if (t != s)
     throw std::invalid_argument("tpx: causal_attention: q " + std::string(Qt::notation.c_str()) +
                                 " has " + std::to_string(t) + " positions and k " +
                                 std::string(Kt::notation.c_str()) + " has " + std::to_string(s) +
                                 "; causal self-attention needs the same sequence on both");
   const std::int64_t e = q.global_extent(Qt::order - 1);
+  const std::int64_t group = at + 2 < n ? probs.local_extent(n - 2) : 1;
   return {local_rows(probs),
           s,
-          {probs.local_extent(n - 2), probs.local_offset(n - 2)},
+          {probs.local_extent(at), probs.local_offset(at), group},
           e > 0 ? 1.0f / std::sqrt(static_cast<float>(e)) : 1.0f};
 }
 
@@ -183,14 +278,17 @@ struct attention_output {
   Pt probs;  // [batch..., T, S], for the backward
 };
 
-template <AnyTensor Qt, AnyTensor Kt, AnyTensor Vt>
+// Options: tpx::nn::query_groups<G> for grouped-query attention (the top of this file).
+template <class... Options, AnyTensor Qt, AnyTensor Kt, AnyTensor Vt>
 auto causal_attention_forward(const Qt& q, const Kt& k, const Vt& v) {
-  static_assert(detail::check_attention_operands<Qt, Kt, Vt>());
-  using dims = detail::attention_dims<Qt, Kt>;
+  static_assert(detail::check_reference_options<Options...>());
+  using Group = detail::group_dim_t<Options...>;
+  static_assert(detail::check_attention_operands<Qt, Kt, Vt, Group>());
+  using dims = detail::attention_dims<Qt, Kt, Group>;
   using T = typename Qt::value_type;
   auto probs = einsum<typename dims::head>(q, k);  // the scores, overwritten by the probabilities
   using Pt = decltype(probs);
-  const auto g = detail::geometry_of<Qt, Kt>(q, probs);
+  const auto g = detail::geometry_of<dims, Qt, Kt>(q, probs);
   using Space = typename Pt::space;
   if constexpr (detail::row_causal_softmax_space<Space, T>)
     Space::causal_softmax_rows(q.context(), g.rows, g.keys, g.block, g.scale, probs.data());
@@ -207,21 +305,23 @@ struct attention_gradients {
   Vt dv;
 };
 
-template <AnyTensor Qt, AnyTensor Kt, AnyTensor Vt, AnyTensor Pt, AnyTensor Ot>
+template <class... Options, AnyTensor Qt, AnyTensor Kt, AnyTensor Vt, AnyTensor Pt, AnyTensor Ot>
 auto causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, const Pt& probs,
                                const Ot& dout) {
-  static_assert(detail::check_attention_operands<Qt, Kt, Vt>());
-  using dims = detail::attention_dims<Qt, Kt>;
+  static_assert(detail::check_reference_options<Options...>());
+  using Group = detail::group_dim_t<Options...>;
+  static_assert(detail::check_attention_operands<Qt, Kt, Vt, Group>());
+  using dims = detail::attention_dims<Qt, Kt, Group>;
   using E = typename dims::head;
   using S = typename dims::key_sequence;
-  using Tdim = typename dims::query_sequence;
   using T = typename Qt::value_type;
   using Space = typename Pt::space;
-  const auto g = detail::geometry_of<Qt, Kt>(q, probs);
+  const auto g = detail::geometry_of<dims, Qt, Kt>(q, probs);
   const rank_context& ctx = q.context();
   const std::int64_t cols = g.keys;
-  auto dv = einsum<Tdim>(probs, dout);  // [batch..., S, E], {U_axes of T} when T is split
-  auto ds = einsum<E>(dout, v);         // dL/dprobs, overwritten by dL/dscores
+  // [batch..., S, E], {U_axes of T (and G)} when T (or G) is split
+  auto dv = detail::contract_queries<dims>(probs, dout);
+  auto ds = einsum<E>(dout, v);  // dL/dprobs, overwritten by dL/dscores
   static_assert(std::is_same_v<decltype(ds), Pt>,
                 "tpx: causal_attention_backward: dout must have the batch dims of q, in q's order "
                 "and split alike, and T split as q's");
@@ -231,8 +331,8 @@ auto causal_attention_backward(const Qt& q, const Kt& k, const Vt& v, const Pt& 
   Space::for_each_element(
       ctx, g.rows, cols,
       kernels::softmax_backward_write<T>{probs.data(), rowdot.data(), cols, g.scale, ds.data()});
-  auto dq = einsum<S>(ds, k);     // [batch..., T, E]
-  auto dk = einsum<Tdim>(ds, q);  // [batch..., S, E], partial like dv
+  auto dq = einsum<S>(ds, k);                       // [batch..., T, E]
+  auto dk = detail::contract_queries<dims>(ds, q);  // [batch..., S, E], partial like dv
   return attention_gradients<decltype(dq), decltype(dk), decltype(dv)>{std::move(dq), std::move(dk),
                                                                        std::move(dv)};
 }

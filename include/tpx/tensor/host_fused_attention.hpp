@@ -22,8 +22,11 @@
 // delta one element per row, sequence b's query row t at shape.queries.row_of(b, t) and its key
 // row s at shape.keys.row_of(b, s) (kernels::attention_layout: [sequences, t_len, e], or
 // [B, t_len, H, e] read in place); query t sees keys s <= shape.first + t (a block of queries,
-// context parallelism; first = 0 and as many keys as queries for whole sequences). Staging holds
-// one sequence at a time: 4 (forward) or 8 (backward) arrays of about t_len x e floats.
+// context parallelism; first = 0 and as many keys as queries for whole sequences). Grouped-query
+// attention: query sequence b reads key sequence b / shape.group, whose dk and dv add up the
+// shares of its group's query sequences (in order) before they are written. Staging holds one
+// sequence at a time: 4 (forward) or 8 (backward) arrays of about t_len x e floats, and the
+// backward two more of s_len x e, a key sequence's dk and dv.
 #pragma once
 
 #include <math.h>  // INFINITY, logf
@@ -142,10 +145,12 @@ template <class T>
   std::vector<float> acc(static_cast<std::size_t>(qs.pitch));
   alignas(64) float x[tile], p[tile], m[tile];
   for (std::int64_t b = 0; b < sequences; ++b) {
-    const sequence_rows queries(shape.queries, b, e), keys(shape.keys, b, e);
+    const sequence_rows queries(shape.queries, b, e), keys(shape.keys, shape.key_sequence(b), e);
     qs.load(q + queries.first * e, queries.stride, e, scale);
-    ks.load(k + keys.first * e, keys.stride, e, 1.0f);
-    vs.load(v + keys.first * e, keys.stride, e, 1.0f);
+    if (b % shape.group == 0) {  // the first query sequence of its key sequence
+      ks.load(k + keys.first * e, keys.stride, e, 1.0f);
+      vs.load(v + keys.first * e, keys.stride, e, 1.0f);
+    }
     for (std::int64_t t = 0; t < t_len; ++t) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       kernels::attention_row_state state;
@@ -184,12 +189,20 @@ template <class T>
   // probability 0.
   std::vector<float> lse_pad(static_cast<std::size_t>(t_len + tile), INFINITY),
       delta_pad(static_cast<std::size_t>(t_len + tile), 0.0f), grad(2 * qs.pitch);
+  // dk and dv of a key sequence, [s_len, pitch] each, summed over its group of query sequences.
+  std::vector<float> dk_acc(static_cast<std::size_t>(s_len * qs.pitch)), dv_acc(dk_acc.size());
   alignas(64) float x[tile], p[tile], dp[tile], shift[tile];
   for (std::int64_t b = 0; b < sequences; ++b) {
-    const sequence_rows queries(shape.queries, b, e), keys(shape.keys, b, e);
+    const sequence_rows queries(shape.queries, b, e), keys(shape.keys, shape.key_sequence(b), e);
+    const bool first_of_group = b % shape.group == 0;
+    const bool last_of_group = (b + 1) % shape.group == 0 || b + 1 == sequences;
     qs.load(q + queries.first * e, queries.stride, e, scale);
-    ks.load(k + keys.first * e, keys.stride, e, 1.0f);
-    vs.load(v + keys.first * e, keys.stride, e, 1.0f);
+    if (first_of_group) {
+      ks.load(k + keys.first * e, keys.stride, e, 1.0f);
+      vs.load(v + keys.first * e, keys.stride, e, 1.0f);
+      std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
+      std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+    }
     ds_out.load(dout + queries.first * e, queries.stride, e, 1.0f);
     for (std::int64_t t = 0; t < t_len; ++t) {
       lse_pad[static_cast<std::size_t>(t)] = lse[queries.row(t)];
@@ -211,12 +224,11 @@ template <class T>
       }
       for (int i = 0; i < e; ++i) dq[queries.row(t) * e + i] = static_cast<T>(grad[i]);
     }
-    // dk and dv, a key row at a time, over the queries that see it (first + t >= s); keys past
-    // the block's last query get 0.
+    // dk and dv, a key row at a time, over this query sequence's queries that see it
+    // (first + t >= s), added to the group's; keys past the block's last query get 0.
     for (std::int64_t s = 0; s < s_len; ++s) {
-      std::fill(grad.begin(), grad.end(), 0.0f);
-      float* dk_row = grad.data();
-      float* dv_row = grad.data() + qs.pitch;
+      float* dk_row = dk_acc.data() + s * qs.pitch;
+      float* dv_row = dv_acc.data() + s * qs.pitch;
       for (std::int64_t t0 = shape.first_seeing(s); t0 < t_len; t0 += tile) {
         const int n = static_cast<int>(std::min<std::int64_t>(tile, t_len - t0));
         tile_scores(ks.row(s), qs.column_tile(t0), qs.column_pitch, e, x);
@@ -228,11 +240,13 @@ template <class T>
                          qs.pitch, dk_row);
         }
       }
-      for (int i = 0; i < e; ++i) {
-        dk[keys.row(s) * e + i] = static_cast<T>(dk_row[i]);
-        dv[keys.row(s) * e + i] = static_cast<T>(dv_row[i]);
-      }
     }
+    if (last_of_group)
+      for (std::int64_t s = 0; s < s_len; ++s)
+        for (int i = 0; i < e; ++i) {
+          dk[keys.row(s) * e + i] = static_cast<T>(dk_acc[s * qs.pitch + i]);
+          dv[keys.row(s) * e + i] = static_cast<T>(dv_acc[s * qs.pitch + i]);
+        }
   }
 }
 

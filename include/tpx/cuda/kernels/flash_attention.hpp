@@ -15,11 +15,13 @@
 // cuda::fused_attention_forward / _backward (fused_attention.hpp) send bf16 here when
 // flash_attention_applies: head width 32, 64 or 128, every array 16-byte aligned (the tiles are
 // staged with 16-byte loads), and a device of compute capability 8.0 or newer, and
-// flash_attention_addresses: fewer than 2^24 elements per position (heads x width), the same
-// heads per position on both sides; everything else takes the CUDA-core kernels. Whole sequences
-// and blocks of queries alike (context parallelism's, kernels::attention_shape): a block's
-// forward and dq passes walk the key tiles up to its last query's position, and its dk-dv pass
-// has a block per 64 keys of the whole sequence.
+// flash_attention_addresses: fewer than 2^24 elements per position (heads x width) on either
+// side; everything else takes the CUDA-core kernels. Whole sequences and blocks of queries alike
+// (context parallelism's, kernels::attention_shape): a block's forward and dq passes walk the key
+// tiles up to its last query's position, and its dk-dv pass has a block per 64 keys of the whole
+// sequence. Grouped-query attention (shape.group query sequences per key sequence): the forward
+// and dq blocks of a query sequence read its group's keys, and a dk-dv block, one per 64 keys of
+// a key sequence, walks the query tiles of each sequence of its group in turn.
 //
 // Tiles are double-buffered: cp.async copies the next tile of K and V (Q and dO) from global
 // memory while the block computes on the current one. K, Q and dO are read as B operands by
@@ -159,11 +161,9 @@ inline bool flash_attention_applies(int e, std::initializer_list<const void*> ar
 }
 
 // Whether the tensor-core kernels address this shape's rows: their stride between a sequence's
-// rows (heads x e elements, the same for queries and keys) is a 32-bit int, times up to a tile's
-// rows.
+// rows (heads x e elements on each side) is a 32-bit int, times up to a tile's rows.
 inline bool flash_attention_addresses(kernels::attention_shape shape, int e) {
-  return shape.queries.heads == shape.keys.heads &&
-         shape.queries.heads * e < (std::int64_t{1} << 24);
+  return std::max(shape.queries.heads, shape.keys.heads) * e < (std::int64_t{1} << 24);
 }
 
 // The forward at head width HeadDim with a tiling of the caller's choice (kernels::flash::
@@ -204,7 +204,7 @@ void flash_attention_backward_tiled(cudaStream_t stream, std::int64_t sequences,
       <<<detail::flash_grid(sequences, shape.queries.t_len, DqTiling::block_rows),
          kernels::flash::threads, dq_bytes, stream>>>(args);
   detail::flash_dkdv_kernel<HeadDim, DkdvTiling>
-      <<<detail::flash_grid(sequences, shape.keys.t_len, DkdvTiling::block_rows),
+      <<<detail::flash_grid(sequences / shape.group, shape.keys.t_len, DkdvTiling::block_rows),
          kernels::flash::threads, dkdv_bytes, stream>>>(args);
   TPX_CUDA_CHECK(cudaGetLastError());
 }

@@ -10,7 +10,9 @@
 //             staging the scaled queries (fp32), dout, lse and delta
 // The arrays are in a kernels::attention_shape's layouts, q's side and k's: [sequences, T, E], or
 // [B, T, H, E] read in place; a rank's block of each sequence's queries (context parallelism)
-// sees the keys up to its own positions, shape.first on.
+// sees the keys up to its own positions, shape.first on. Grouped-query attention: query
+// sequence b reads key sequence b / shape.group, and a key row's thread sums over the queries
+// of its group's sequences, one after another.
 // Each row's state (its scaled query and an accumulator of E floats) stays with its thread, the
 // head width E at most kernels::fused_attention_max_head, instantiated for E up to 32, 64 and
 // 128. Every output element is written by one thread, so results do not depend on scheduling.
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(attention_rows)
   T* v_tile = k_tile + attention_rows * e;
   const std::int64_t step = shape.queries.row_step();
   const std::int64_t base = shape.queries.row_of(blockIdx.y, 0);  // this sequence's first query
-  const std::int64_t keys = shape.keys.row_of(blockIdx.y, 0);     // and its first key
+  const std::int64_t keys = shape.keys.row_of(shape.key_sequence(blockIdx.y), 0);  // first key
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * attention_rows;
   const std::int64_t t = first + threadIdx.x;
   const bool active = t < shape.queries.t_len;
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(attention_rows)
   T* v_tile = k_tile + attention_rows * e;
   const std::int64_t step = shape.queries.row_step();
   const std::int64_t base = shape.queries.row_of(blockIdx.y, 0);
-  const std::int64_t keys = shape.keys.row_of(blockIdx.y, 0);
+  const std::int64_t keys = shape.keys.row_of(shape.key_sequence(blockIdx.y), 0);
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * attention_rows;
   const std::int64_t t = first + threadIdx.x;
   const bool active = t < shape.queries.t_len;
@@ -127,8 +129,9 @@ __global__ void __launch_bounds__(attention_rows)
     for (int i = 0; i < e; ++i) dq[(base + t * step) * e + i] = static_cast<T>(grad[i]);
 }
 
-// A block per tile of key rows; the query tiles that see them start at the first query that sees
-// the tile's first key (keys past the block of queries' last position are seen by none: 0).
+// A block per tile of key rows of key sequence blockIdx.y, over the query sequences of its group
+// in turn; the query tiles that see them start at the first query that sees the tile's first key
+// (keys past the block of queries' last position are seen by none: 0).
 template <int MaxE, class T>
 __global__ void __launch_bounds__(attention_rows)
     fused_attention_dkdv_kernel(kernels::attention_shape shape, int e, float scale, const T* q,
@@ -141,7 +144,6 @@ __global__ void __launch_bounds__(attention_rows)
   T* dout_tile = reinterpret_cast<T*>(delta_tile + attention_rows);
   const std::int64_t t_len = shape.queries.t_len, q_step = shape.queries.row_step();
   const std::int64_t k_step = shape.keys.row_step();
-  const std::int64_t base = shape.queries.row_of(blockIdx.y, 0);
   const std::int64_t keys = shape.keys.row_of(blockIdx.y, 0);
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * attention_rows;
   const std::int64_t s = first + threadIdx.x;
@@ -152,23 +154,26 @@ __global__ void __launch_bounds__(attention_rows)
     kernels::load_row(v + (keys + s * k_step) * e, e, 1.0f, vf);
   }
   for (int i = 0; i < e; ++i) gk[i] = gv[i] = 0;
-  for (std::int64_t t0 = shape.first_seeing(first); t0 < t_len; t0 += attention_rows) {
-    const int staged = static_cast<int>(least(attention_rows, t_len - t0));
-    stage_rows(q + base * e, q_step * e, t0, staged, e, scale, qs_tile);
-    stage_rows(dout + base * e, q_step * e, t0, staged, e, 1.0f, dout_tile);
-    for (int j = threadIdx.x; j < staged; j += blockDim.x) {
-      lse_tile[j] = lse[base + (t0 + j) * q_step];
-      delta_tile[j] = delta[base + (t0 + j) * q_step];
+  for (std::int64_t member = 0; member < shape.group; ++member) {
+    const std::int64_t base = shape.queries.row_of(blockIdx.y * shape.group + member, 0);
+    for (std::int64_t t0 = shape.first_seeing(first); t0 < t_len; t0 += attention_rows) {
+      const int staged = static_cast<int>(least(attention_rows, t_len - t0));
+      stage_rows(q + base * e, q_step * e, t0, staged, e, scale, qs_tile);
+      stage_rows(dout + base * e, q_step * e, t0, staged, e, 1.0f, dout_tile);
+      for (int j = threadIdx.x; j < staged; j += blockDim.x) {
+        lse_tile[j] = lse[base + (t0 + j) * q_step];
+        delta_tile[j] = delta[base + (t0 + j) * q_step];
+      }
+      __syncthreads();
+      if (active) {
+        const std::int64_t unseen = shape.first_seeing(s) - t0;  // queries before key s's position
+        const int skip = static_cast<int>(unseen > 0 ? unseen : 0);
+        if (skip < staged)
+          kernels::dkdv_tile(kf, vf, qs_tile + skip * e, dout_tile + skip * e, lse_tile + skip,
+                             delta_tile + skip, e, staged - skip, e, gk, gv);
+      }
+      __syncthreads();
     }
-    __syncthreads();
-    if (active) {
-      const std::int64_t unseen = shape.first_seeing(s) - t0;  // queries before key s's position
-      const int skip = static_cast<int>(unseen > 0 ? unseen : 0);
-      if (skip < staged)
-        kernels::dkdv_tile(kf, vf, qs_tile + skip * e, dout_tile + skip * e, lse_tile + skip,
-                           delta_tile + skip, e, staged - skip, e, gk, gv);
-    }
-    __syncthreads();
   }
   if (active)
     for (int i = 0; i < e; ++i) {
@@ -242,8 +247,9 @@ void fused_attention_backward(cudaStream_t stream, std::int64_t sequences,
           <<<detail::attention_grid(sequences, shape.queries.t_len), detail::attention_rows,
              dq_bytes, stream>>>(shape, e, scale, q, k, v, dout, lse, delta, dq);
     detail::fused_attention_dkdv_kernel<MaxE, T>
-        <<<detail::attention_grid(sequences, shape.keys.t_len), detail::attention_rows, dkdv_bytes,
-           stream>>>(shape, e, scale, q, k, v, dout, lse, delta, dk, dv);
+        <<<detail::attention_grid(sequences / shape.group, shape.keys.t_len),
+           detail::attention_rows, dkdv_bytes, stream>>>(shape, e, scale, q, k, v, dout, lse, delta,
+                                                         dk, dv);
   });
   TPX_CUDA_CHECK(cudaGetLastError());
 }
