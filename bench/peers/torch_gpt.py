@@ -5,7 +5,8 @@ The peer of tpx-gpt (host) and tpx-gpt-cuda (GPU): the same transformer, written
 user writes it in nanoGPT's layout (one fused QKV projection, scaled_dot_product_attention with
 is_causal, which PyTorch runs as flash attention on a GPU; fused AdamW on CUDA; bf16 autocast with
 fp32 masters), so that both count the same parameters and FLOPs: learned token and position
-embeddings, L pre-norm blocks x += Attn(RMSNorm(x)) Wo, x += GELU_tanh(RMSNorm(x) W_in) W_out
+embeddings, L pre-norm blocks x += Attn(RMSNorm(x)) Wo (with --kv-heads, grouped-query attention
+as tpx-gpt's: query head i reads key and value head i // (heads / kv-heads), SDPA's enable_gqa), x += GELU_tanh(RMSNorm(x) W_in) W_out
 (RMSNorm eps 1e-5 with a learned weight, no biases, scale 1/sqrt(E)), a final RMSNorm, an untied
 head [D, V] and the mean cross-entropy of every next token; tpx's init (N(0, 1/fan_in) matrices,
 embeddings fan_in 1, ones for norms), clip_grad_norm_ to 1.0 and AdamW (torch_common.py).
@@ -14,7 +15,7 @@ windows of T + 1 bytes at random positions of a file (vocab 256), made on the de
 timed loop.
 
 Model FLOPs per token are tpx-gpt's (examples/gpt/family.hpp): 6 N + 12 L T D, N the weights of
-the matrix products (Q, K, V, O, W_in, W_out per block and the head). MFU divides by --peak-tflops
+the matrix products (Q, K, V, O, W_in, W_out per block and the head; K and V D x kv-heads E). MFU divides by --peak-tflops
 (H100 SXM: 989 dense bf16, 67 fp32 without TF32; 0 leaves it out). --profile-phases (eager)
 times the step under tpx-gpt's phase names (torch_common.PhaseClock), for phase_compare.py.
 
@@ -37,6 +38,8 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=64, help="sequence length T")
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=0,
+                   help="key and value heads, each shared by heads / kv-heads query heads (0: --heads)")
     p.add_argument("--head-dim", type=int, default=16)
     p.add_argument("--ffn", type=int, default=256)
     p.add_argument("--layers", type=int, default=2)
@@ -47,14 +50,17 @@ def parse_args(argv=None):
     common.check_common_flags(p, a)
     if min(a.batch, a.seq, a.heads, a.head_dim, a.ffn, a.layers, a.vocab) < 1:
         p.error("--batch, --seq, --heads, --head-dim, --ffn, --layers and --vocab must be >= 1")
+    if a.kv_heads < 0 or (a.kv_heads > 0 and a.heads % a.kv_heads != 0):
+        p.error(f"--kv-heads {a.kv_heads} must divide --heads {a.heads} (0: as many as --heads)")
+    a.kv_heads = a.kv_heads or a.heads
     if a.text and a.vocab < 256:
         p.error("--text trains on bytes: --vocab must be at least 256")
     return a
 
 
 def model_flops_per_token(a):
-    d = a.heads * a.head_dim
-    weights = a.layers * (4 * d * d + 2 * d * a.ffn) + d * a.vocab
+    d, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+    weights = a.layers * (2 * d * d + 2 * d * kv + 2 * d * a.ffn) + d * a.vocab
     return 6.0 * weights + 12.0 * a.layers * a.seq * d
 
 
@@ -64,7 +70,7 @@ def main(argv=None):
     nn = torch.nn
     Fn = torch.nn.functional
     B, T, H, E, F, L, V = a.batch, a.seq, a.heads, a.head_dim, a.ffn, a.layers, a.vocab
-    D = H * E
+    D, Hk = H * E, a.kv_heads
     normal, ones = common.parameter_makers(torch, dev)
     rmsnorm = common.rmsnorm_function(torch)
     clock = common.PhaseClock(torch, dev, a.profile_phases)
@@ -75,7 +81,7 @@ def main(argv=None):
             self.tok = normal(V, D, fan_in=1.0)
             self.pos = normal(T, D, fan_in=1.0)
             self.norm1 = nn.ParameterList([ones(D) for _ in range(L)])
-            self.w_qkv = nn.ParameterList([normal(D, 3 * D, fan_in=D) for _ in range(L)])
+            self.w_qkv = nn.ParameterList([normal(D, D + 2 * Hk * E, fan_in=D) for _ in range(L)])
             self.w_o = nn.ParameterList([normal(D, D, fan_in=D) for _ in range(L)])
             self.norm2 = nn.ParameterList([ones(D) for _ in range(L)])
             self.w_in = nn.ParameterList([normal(D, F, fan_in=D) for _ in range(L)])
@@ -95,9 +101,12 @@ def main(argv=None):
                 h = grad(rmsnorm(x, self.norm1[l]), "attention norm backward")
                 mark("QKV projections")
                 qkv = grad(h @ self.w_qkv[l], "QKV backward")
-                q, k, v = qkv.view(B, T, 3, H, E).permute(2, 0, 3, 1, 4)
+                q, k, v = qkv.split([D, Hk * E, Hk * E], dim=-1)
+                q = q.view(B, T, H, E).transpose(1, 2)
+                k, v = (t.view(B, T, Hk, E).transpose(1, 2) for t in (k, v))
                 mark("attention")
-                o = grad(Fn.scaled_dot_product_attention(q, k, v, is_causal=True), "attention backward")
+                o = grad(Fn.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=Hk != H),
+                         "attention backward")
                 mark("attention output")
                 x = grad(x + o.transpose(1, 2).reshape(B, T, D) @ self.w_o[l], "attention output backward")
                 x = common.mlp_sublayer(torch, clock, rmsnorm, x, self.norm2[l], self.w_in[l],
@@ -123,7 +132,7 @@ def main(argv=None):
         "device_name": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
         "threads": torch.get_num_threads(), "dtype": a.dtype, "compile": a.compile,
         "tf32": a.tf32, "adam": adam,
-        "batch": B, "seq": T, "heads": H, "head_dim": E, "d_model": D, "ffn": F, "layers": L,
+        "batch": B, "seq": T, "heads": H, "kv_heads": Hk, "head_dim": E, "d_model": D, "ffn": F, "layers": L,
         "vocab": V, "params": n_params, "steps": a.steps, "warmup": a.warmup,
         "ms_per_step": sec * 1e3, "ms_per_step_min": min(timed) * 1e3,
         "first_step_ms": times[0] * 1e3, "tokens_per_s": tokens_per_s,
@@ -133,7 +142,7 @@ def main(argv=None):
     if clock.enabled:
         result.update(clock.fields())
     print(f"torch_gpt: torch {torch.__version__} {result['device_name']}, {common.mode_text(a)}, "
-          f"B={B} T={T} D={D} ({H} heads of {E}) F={F} L={L} V={V}, {n_params} parameters")
+          f"B={B} T={T} D={D} ({H} heads of {E}" + (f", {Hk} key and value heads" if Hk != H else "") + f") F={F} L={L} V={V}, {n_params} parameters")
     print(f"torch_gpt: median {sec * 1e3:.3f} ms/step over {a.steps} steps (min {min(timed) * 1e3:.3f}, "
           f"first {times[0] * 1e3:.0f} ms) | {tokens_per_s:.0f} tokens/s | "
           f"{flops * 1e-12:.2f} model TFLOP/s" + (f" | MFU {100 * mfu:.1f}%" if mfu is not None else "") +

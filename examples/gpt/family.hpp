@@ -47,6 +47,7 @@ struct family {
     return {{"batch", c.batch},
             {"seq", c.seq},
             {"heads", c.heads},
+            {"query_group", c.group()},  // query heads per key head: 1 before it was recorded
             {"head_dim", c.head_dim},
             {"ffn", c.ffn},
             {"mlp", c.swiglu ? "swiglu" : "gelu"},
@@ -58,11 +59,13 @@ struct family {
   // Every position predicts the byte after it.
   static double tokens_per_step(const config& c) { return static_cast<double>(c.batch * c.seq); }
   // The weights of the matrix products: Q, K, V, O and the MLP's two (SwiGLU's three) per block,
-  // and the LM head.
+  // and the LM head. K and V are D x (key heads x E): D x D without grouped queries.
   static double matrix_weights(const config& c) {
     const double d = static_cast<double>(c.d_model()), f = static_cast<double>(c.ffn);
+    const double kv = static_cast<double>(c.key_heads() * c.head_dim);
     const double mlp_matrices = c.swiglu ? 3 : 2;
-    return c.layers * (4 * d * d + mlp_matrices * d * f) + d * static_cast<double>(c.vocab);
+    return c.layers * (2 * d * d + 2 * d * kv + mlp_matrices * d * f) +
+           d * static_cast<double>(c.vocab);
   }
   static double flops_per_step(const config& c) {
     const double attention = 12.0 * c.layers * static_cast<double>(c.seq) * c.d_model();
@@ -71,8 +74,9 @@ struct family {
   static std::string describe(const config& c) {
     return "batch " + std::to_string(c.batch) + ", T=" + std::to_string(c.seq) +
            ", D=" + std::to_string(c.d_model()) + " (" + std::to_string(c.heads) + " heads of " +
-           std::to_string(c.head_dim) + "), F=" + std::to_string(c.ffn) + ", " +
-           std::to_string(c.layers) + " layers" +
+           std::to_string(c.head_dim) +
+           (c.group() > 1 ? ", " + std::to_string(c.key_heads()) + " key and value heads" : "") +
+           "), F=" + std::to_string(c.ffn) + ", " + std::to_string(c.layers) + " layers" +
            (c.vocab == 256 ? "" : ", V=" + std::to_string(c.vocab)) +
            (c.swiglu ? ", SwiGLU MLP" : "") + (c.rope ? ", rotary positions" : "") +
            (c.fused_attention ? ", fused attention" : "") +
@@ -112,8 +116,13 @@ struct family {
   }
   static std::vector<trainer::size_flag> size_flags(config& c) {
     return {{"--seq", &c.seq, "sequence length T (bytes per row; each predicts the next)"},
-            {"--heads", &c.heads, "attention heads H (split over Y)"},
-            {"--head-dim", &c.head_dim, "width of a head E; the model width D is H * E"},
+            {"--heads", &c.heads, "attention (query) heads"},
+            {"--kv-heads", &c.kv_heads,
+             "key and value heads H (split over Y), each shared by --heads / H query heads: "
+             "grouped-query attention, as Llama 2 70B and Llama 3 (0: as many as --heads, "
+             "multi-head attention)",
+             0},
+            {"--head-dim", &c.head_dim, "width of a head E; the model width D is --heads x E"},
             {"--ffn", &c.ffn, "MLP width F"},
             {"--layers", &c.layers, "transformer blocks L"},
             {"--vocab", &c.vocab, "vocabulary V (split over Y); tokens are bytes, so at least 256",

@@ -5,9 +5,10 @@
 //
 //   x[B_RX, T_Y, D] = TokE[token] + PosE[t]                        sequence-parallel residual
 //   block l:  h  = AllGather<Y, T>(RMSNorm(x))                       [B_RX, T, D]
-//             q  = h *_D Wq[D, H_Y, E],  k, v likewise (T renamed S) [B_RX, T, H_Y, E]
+//             q  = h *_D Wq[D, H_Y, G, E]                             [B_RX, T, H_Y, G, E]
+//             k  = h *_D Wk[D, H_Y, E],  v likewise (T renamed S)     [B_RX, S, H_Y, E]
 //                  with config::rope (Llama's positions) no PosE: q and k turned by RoPE
-//             o  = causal_attention(q, k, v) *_{H,E} Wo[H_Y, E, D]    [B_RX, T, D]{U_Y}
+//             o  = causal_attention(q, k, v) *_{H,G,E} Wo[H_Y, G, E, D] [B_RX, T, D]{U_Y}
 //             x += ReduceScatter<Y, T>(o)                            [B_RX, T_Y, D]
 //             h  = AllGather<Y, T>(RMSNorm(x))
 //             x += ReduceScatter<Y, T>(GELU(h *_D Win[D, F_Y]) *_F Wout[F_Y, D])
@@ -16,7 +17,10 @@
 //   logits[B_RX, T, V_Y] = AllGather<Y, T>(RMSNorm(x)) *_D Head[D, V_Y]
 //   loss = mean cross-entropy over B and T, over the vocabulary shards (nn/cross_entropy.hpp)
 //
-// Heads are split over Y, so attention itself needs no collective (nn/attention.hpp, or with
+// H key and value heads, each with G query heads (config::kv_heads; G = 1 is multi-head attention,
+// G > 1 Llama's grouped-query attention, whose group dim the attention layers are told:
+// tpx::nn::query_groups<G>). Heads are split over Y, so attention itself needs no collective
+// (nn/attention.hpp, or with
 // config::fused_attention the fused kernels of nn/fused_attention.hpp), nor does rotary
 // embedding (nn/rotary.hpp: each rank turns its own heads' pairs by their positions' angles);
 // between the blocks the residual stream is split along the sequence over Y (Megatron's sequence
@@ -120,8 +124,9 @@ namespace gpt {
 // R: replicas (pure data parallel: HSDP's replicate axis), X: data parallel + FSDP, Y: tensor +
 // sequence parallel
 TPX_MESH_AXES(R, X, Y);
-// batch, query and key positions, model width, heads, head width, MLP width, vocabulary, columns
-TPX_DIMS(B, T, S, D, H, E, F, V, W);
+// batch, query and key positions, model width, key (and value) heads, query heads per key head,
+// head width, MLP width, vocabulary, columns
+TPX_DIMS(B, T, S, D, H, G, E, F, V, W);
 
 using tpx::AllGather;
 using tpx::ReduceScatter;
@@ -134,7 +139,8 @@ using mesh = tpx::Mesh<R, X, Y>;
 struct config {
   std::int64_t batch = 16;
   std::int64_t seq = 32;
-  std::int64_t heads = 4;
+  std::int64_t heads = 4;     // query heads
+  std::int64_t kv_heads = 0;  // key and value heads (0: as many as query heads), H over Y
   std::int64_t head_dim = 16;
   std::int64_t ffn = 256;
   int layers = 2;
@@ -168,6 +174,8 @@ struct config {
   // (the reference computes every score of a block, so its blocks cost alike already).
   bool load_balance = false;
   std::int64_t d_model() const { return heads * head_dim; }
+  std::int64_t key_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  std::int64_t group() const { return heads / key_heads(); }  // query heads per key head
 };
 
 // The columns of a batch's token tensor [B, T, W].
@@ -182,13 +190,16 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
   using Tensor = tpx::BasicTensor<Space, T, Spec...>;
   using table = Tensor<float, V<X>, D<Y>>;
   using norm = Tensor<float, D<Y, X>>;
-  using projection = Tensor<float, D<X>, H<Y>, E<>>;  // Wq, Wk, Wv: column-parallel by heads
+  // Wq, Wk, Wv: column-parallel by key heads (Wq's G query heads of each with it)
+  using query_projection = Tensor<float, D<X>, H<Y>, G<>, E<>>;
+  using key_projection = Tensor<float, D<X>, H<Y>, E<>>;
 
   table token_embed;
   std::optional<Tensor<float, T<X>, D<Y>>> position_embed;  // without config::rope only
   std::vector<norm> norm1, norm2;
-  std::vector<projection> wq, wk, wv;
-  std::vector<Tensor<float, H<Y>, E<>, D<X>>> wo;  // row-parallel by heads
+  std::vector<query_projection> wq;
+  std::vector<key_projection> wk, wv;
+  std::vector<Tensor<float, H<Y>, G<>, E<>, D<X>>> wo;  // row-parallel by heads
   std::vector<Tensor<float, D<X>, F<Y>>> w_in;
   std::vector<Tensor<float, D<X>, F<Y>>> w_gate;  // with config::swiglu only: empty otherwise
   std::vector<Tensor<float, F<Y>, D<X>>> w_out;
@@ -205,9 +216,10 @@ struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
     for (int l = 0; l < c.layers; ++l) {
       norm1.emplace_back(rank, tpx::Shape{D(d)});
       norm2.emplace_back(rank, tpx::Shape{D(d)});
-      for (auto* w : {&wq, &wk, &wv})
-        w->emplace_back(rank, tpx::Shape{D(d), H(c.heads), E(c.head_dim)});
-      wo.emplace_back(rank, tpx::Shape{H(c.heads), E(c.head_dim), D(d)});
+      const std::int64_t h = c.key_heads(), g = c.group(), e = c.head_dim;
+      wq.emplace_back(rank, tpx::Shape{D(d), H(h), G(g), E(e)});
+      for (auto* w : {&wk, &wv}) w->emplace_back(rank, tpx::Shape{D(d), H(h), E(e)});
+      wo.emplace_back(rank, tpx::Shape{H(h), G(g), E(e), D(d)});
       w_in.emplace_back(rank, tpx::Shape{D(d), F(c.ffn)});
       if (c.swiglu) w_gate.emplace_back(rank, tpx::Shape{D(d), F(c.ffn)});
       w_out.emplace_back(rank, tpx::Shape{F(c.ffn), D(d)});
@@ -259,7 +271,8 @@ void initialize(model_tensors<Space>& p, const config& c) {
   for (std::size_t l = 0; l < p.norm1.size(); ++l) {
     ones(p.norm1[l]);
     ones(p.norm2[l]);
-    for (auto* w : {&p.wq[l], &p.wk[l], &p.wv[l]}) normal(*w, d);
+    normal(p.wq[l], d);
+    for (auto* w : {&p.wk[l], &p.wv[l]}) normal(*w, d);
     normal(p.wo[l], d);
     normal(p.w_in[l], d);
     if (c.swiglu) normal(p.w_gate[l], d);
@@ -551,8 +564,9 @@ class transformer {
   // backward passes multiply by. Gathered in this order, norm1 first.
   struct block_weights {
     Tensor<Tc, D<>> norm1;
-    Tensor<Tc, D<>, H<Y>, E<>> wq, wk, wv;
-    Tensor<Tc, H<Y>, E<>, D<>> wo;
+    Tensor<Tc, D<>, H<Y>, G<>, E<>> wq;
+    Tensor<Tc, D<>, H<Y>, E<>> wk, wv;
+    Tensor<Tc, H<Y>, G<>, E<>, D<>> wo;
     Tensor<Tc, D<>> norm2;
     Tensor<Tc, D<>, F<Y>> w_in;
     std::optional<Tensor<Tc, D<>, F<Y>>> w_gate;  // with config::swiglu
@@ -603,24 +617,26 @@ class transformer {
     std::optional<tpx::pending<block_weights>> ahead_;
   };
 
-  // Attention's operands come from the projections as [B, T, H, E], and its output and
-  // gradients are needed in that layout, where the products with the weights (Wo's, and the
-  // weights' gradients and dh1) run without copying (einsum's plans say "Transpose" where an
-  // operand must be copied first). The fused kernels read and write that layout in place; the
-  // reference's products read heads first, [B, H, T, E], so its path copies q, k, v there once
-  // and keeps them for the backward pass, and copies its results back once each.
+  // Attention's operands come from the projections as [B, T, H, G, E] (q) and [B, S, H, E] (k,
+  // v), and its output and gradients are needed in those layouts, where the products with the
+  // weights (Wo's, and the weights' gradients and dh1) run without copying (einsum's plans say
+  // "Transpose" where an operand must be copied first). The fused kernels read and write them in
+  // place; the reference's products read heads first, [B, H, T, G, E] and [B, H, S, E], so its
+  // path copies q, k, v there once and keeps them for the backward pass, and copies its results
+  // back once each.
   // With context parallelism a sublayer's positions are the rank's block of each sequence along
   // X, and so are q's; k and v are gathered to every position (gather_keys) before attention.
   using whole = Tensor<Tc, rows, positions, D<>>;         // a sublayer's input, sequence gathered
-  using tokens = Tensor<Tc, rows, positions, H<Y>, E<>>;  // q, attention's output, dq, dk, dv
-  using projected_keys = decltype(tpx::rename<T, S>(std::declval<tokens>()));  // k, v projected
+  using tokens = Tensor<Tc, rows, positions, H<Y>, G<>, E<>>;  // q, attention's output, dq
+  using key_tokens = Tensor<Tc, rows, positions, H<Y>, E<>>;   // dk, dv at the projections
+  using projected_keys = decltype(tpx::rename<T, S>(std::declval<key_tokens>()));  // k, v
   using token_keys = Tensor<Tc, rows, S<>, H<Y>, E<>>;  // k and v as attention reads them
   // Their gradients from attention: each rank's queries' share of every key's, over X, when the
   // sequence is split there.
   using key_gradient =
       std::conditional_t<ContextParallel, Tensor<Tc, rows, S<>, H<Y>, E<>, tpx::Unreduced<X>>,
                          token_keys>;
-  using heads = Tensor<Tc, rows, H<Y>, positions, E<>>;  // the reference's q
+  using heads = Tensor<Tc, rows, H<Y>, positions, G<>, E<>>;  // the reference's q
   using keys = Tensor<Tc, rows, H<Y>, S<>, E<>>;         // the reference's k and v
   using rstd = tpx::nn::per_row_t<stream>;
   // Attention's output and what its backward pass needs (config::fused_attention): the fused
@@ -629,12 +645,12 @@ class transformer {
   struct fused_saved {
     tokens q;
     token_keys k, v;
-    Tensor<float, rows, positions, H<Y>> lse;
+    Tensor<float, rows, positions, H<Y>, G<>> lse;
   };
   struct reference_saved {
     heads q;
     keys k, v;
-    Tensor<Tc, rows, H<Y>, positions, S<>> probs;
+    Tensor<Tc, rows, H<Y>, positions, G<>, S<>> probs;
   };
   struct attention_state {
     tokens out;
@@ -655,21 +671,23 @@ class transformer {
     return f(tpx::nn::contiguous_positions{});
   }
 
+  using groups = tpx::nn::query_groups<G>;
+
   attention_state attend(tokens q, token_keys k, token_keys v) const {
     if (c_.fused_attention) {
       auto f = in_sequence_order([&]<class Order>(Order) {
-        return tpx::nn::fused_causal_attention_forward<Order>(q, k, v);
+        return tpx::nn::fused_causal_attention_forward<Order, groups>(q, k, v);
       });
       return {std::move(f.out),
               fused_saved{std::move(q), std::move(k), std::move(v), std::move(f.lse)},
               std::nullopt};
     }
     // Each projection is released as soon as it is copied heads first.
-    heads hq = [](tokens t) { return tpx::permute<B, H, T, E>(t); }(std::move(q));
+    heads hq = [](tokens t) { return tpx::permute<B, H, T, G, E>(t); }(std::move(q));
     const auto keys_first = [](token_keys t) { return tpx::permute<B, H, S, E>(t); };
     keys hk = keys_first(std::move(k)), hv = keys_first(std::move(v));
-    auto f = tpx::nn::causal_attention_forward(hq, hk, hv);
-    return {tpx::permute<B, T, H, E>(f.out), std::nullopt,
+    auto f = tpx::nn::causal_attention_forward<groups>(hq, hk, hv);
+    return {tpx::permute<B, T, H, G, E>(f.out), std::nullopt,
             reference_saved{std::move(hq), std::move(hk), std::move(hv), std::move(f.probs)}};
   }
 
@@ -677,16 +695,17 @@ class transformer {
     if (a.fused) {
       const fused_saved& f = *a.fused;
       auto g = in_sequence_order([&]<class Order>(Order) {
-        return tpx::nn::fused_causal_attention_backward<Order>(f.q, f.k, f.v, a.out, f.lse, dout);
+        return tpx::nn::fused_causal_attention_backward<Order, groups>(f.q, f.k, f.v, a.out, f.lse,
+                                                                       dout);
       });
       return {std::move(g.dq), std::move(g.dk), std::move(g.dv)};
     }
     const reference_saved& r = *a.reference;
-    auto g =
-        tpx::nn::causal_attention_backward(r.q, r.k, r.v, r.probs, tpx::permute<B, H, T, E>(dout));
+    auto g = tpx::nn::causal_attention_backward<groups>(r.q, r.k, r.v, r.probs,
+                                                        tpx::permute<B, H, T, G, E>(dout));
     // Each heads-first gradient is released as soon as it is copied.
     const auto keys_first = [](auto t) { return tpx::permute<B, S, H, E>(t); };
-    return {tpx::permute<B, T, H, E>(std::move(g.dq)), keys_first(std::move(g.dk)),
+    return {tpx::permute<B, T, H, G, E>(std::move(g.dq)), keys_first(std::move(g.dk)),
             keys_first(std::move(g.dv))};
   }
 
@@ -711,7 +730,7 @@ class transformer {
     auto n1 = tpx::nn::rmsnorm_forward(x, w.norm1);
     whole h1 = enter_sublayer::forward(std::move(n1.y));
     tpx::mark_phase("QKV projections");
-    tokens q = tpx::einsum<D>(h1, w.wq);  // [B_RX, T, H_Y, E]
+    tokens q = tpx::einsum<D>(h1, w.wq);  // [B_RX, T, H_Y, G, E]
     projected_keys k = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wk));
     projected_keys v = tpx::rename<T, S>(tpx::einsum<D>(h1, w.wv));
     if (c_.rope) {  // each rank turns its own positions, before the gather
@@ -726,9 +745,10 @@ class transformer {
     token_keys v_all = gather_keys::forward(std::move(v));
     tpx::mark_phase("attention");
     attention_state att = attend(std::move(q), std::move(k_all), std::move(v_all));
-    // [B_RX, T, H_Y, E] *_{H, E} [H_Y, E, D]: a partial sum over Y, reduced into the stream.
+    // [B_RX, T, H_Y, G, E] *_{H, G, E} [H_Y, G, E, D]: a partial sum over Y, reduced into the
+    // stream.
     tpx::mark_phase("attention output");
-    stream mid = tpx::add(x, leave_sublayer::forward(tpx::einsum<H, E>(att.out, w.wo)));
+    stream mid = tpx::add(x, leave_sublayer::forward(tpx::einsum<H, G, E>(att.out, w.wo)));
     tpx::mark_phase("MLP norm");
     auto n2 = tpx::nn::rmsnorm_forward(mid, w.norm2);
     whole h2 = enter_sublayer::forward(std::move(n2.y));
@@ -808,16 +828,17 @@ class transformer {
     // Attention: mid = x + leave(attention(q, k, v) Wo)
     tpx::mark_phase("attention output backward");
     const whole do1 = leave_sublayer::backward(dmid);
-    reductions.add(gather_weight{}, grads.wo[l], tpx::einsum<B, T>(s.att.out, do1));  // [H_Y, E, D_X]
+    reductions.add(gather_weight{}, grads.wo[l],
+                   tpx::einsum<B, T>(s.att.out, do1));  // [H_Y, G, E, D_X]
     const tokens datt = tpx::einsum<D>(do1, w.wo);
-    // dq [B_RX, T, H_Y, E]; dk, dv [B_RX, S, H_Y, E], with context parallelism partial sums over
-    // X, reduce-scattered onto the rank's positions
+    // dq [B_RX, T, H_Y, G, E]; dk, dv [B_RX, S, H_Y, E], with context parallelism partial sums
+    // over X, reduce-scattered onto the rank's positions
     tpx::mark_phase("attention backward");
     attention_gradients g = attend_backward(s.att, datt);
     if constexpr (ContextParallel) tpx::mark_phase("key and value gradient reduce-scatter");
     tokens dq = std::move(g.dq);
-    tokens dk = tpx::rename<S, T>(gather_keys::backward(std::move(g.dk)));
-    tokens dv = tpx::rename<S, T>(gather_keys::backward(std::move(g.dv)));
+    key_tokens dk = tpx::rename<S, T>(gather_keys::backward(std::move(g.dk)));
+    key_tokens dv = tpx::rename<S, T>(gather_keys::backward(std::move(g.dv)));
     if (c_.rope) {  // the gradients at the projections' outputs, turned back
       tpx::mark_phase("rotary embedding backward");
       in_sequence_order([&]<class Order>(Order) {
@@ -826,13 +847,13 @@ class transformer {
       });
     }
     tpx::mark_phase("QKV backward");
-    reductions.add(gather_weight{}, grads.wq[l], tpx::einsum<B, T>(s.h1, dq));  // [D_X, H_Y, E]
+    reductions.add(gather_weight{}, grads.wq[l], tpx::einsum<B, T>(s.h1, dq));  // [D_X, H_Y, G, E]
     reductions.add(gather_weight{}, grads.wk[l], tpx::einsum<B, T>(s.h1, dk));
     reductions.add(gather_weight{}, grads.wv[l], tpx::einsum<B, T>(s.h1, dv));
-    // dh1 = sum over q, k, v of d(proj) *_{H, E} W: partial sums over Y, added, then the
+    // dh1 = sum over q, k, v of d(proj) *_{H, (G,) E} W: partial sums over Y, added, then the
     // adjoint of entering the sublayer.
     const stream_gradient dh1 = enter_sublayer::backward(
-        tpx::add(tpx::add(tpx::einsum<H, E>(dq, w.wq), tpx::einsum<H, E>(dk, w.wk)),
+        tpx::add(tpx::add(tpx::einsum<H, G, E>(dq, w.wq), tpx::einsum<H, E>(dk, w.wk)),
                  tpx::einsum<H, E>(dv, w.wv)));
     tpx::mark_phase("attention norm backward");
     auto dn1 = tpx::nn::rmsnorm_backward(s.x, w.norm1, s.rstd1, dh1);
@@ -940,6 +961,9 @@ inline std::string unsupported(const config& c) {
   if (c.load_balance && !c.fused_attention)
     return "--load-balance evens out the fused attention's work (the reference attention "
            "computes every score of a block, so its blocks cost alike): add --fused-attention";
+  if (c.kv_heads > 0 && c.heads % c.kv_heads != 0)
+    return "--kv-heads " + std::to_string(c.kv_heads) + " must divide --heads " +
+           std::to_string(c.heads) + " (each key and value head serves as many query heads)";
   if (c.rope && c.head_dim % 2 != 0)
     return "--rope turns pairs of a head's elements: --head-dim " + std::to_string(c.head_dim) +
            " is odd";

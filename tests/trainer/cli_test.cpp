@@ -124,6 +124,9 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
        "tpx-gpt: --context-parallel needs sequence parallelism"},
       {gpt, "--rope --head-dim 15",
        "tpx-gpt: --rope turns pairs of a head's elements: --head-dim 15 is odd"},
+      {gpt, "--heads 4 --kv-heads 3",
+       "tpx-gpt: --kv-heads 3 must divide --heads 4 (each key and value head serves as many "
+       "query heads)"},
       {gpt, "--load-balance --fused-attention",
        "tpx-gpt: --load-balance orders each sequence's chunks over the ranks of context "
        "parallelism: add --context-parallel"},

@@ -73,6 +73,15 @@ TEST_CASE("a dry run of the GPT's step reads the real run's memory and traffic, 
   gpt::config rope = gpt_config(false, 0);
   rope.rope = true;
   check_dry_run_reads_the_real_run(gpt_options(1, 2, 2, rope), "GPT with rotary positions on 2x2");
+  gpt::config grouped = gpt_config(false, 0);
+  grouped.heads = 6;
+  grouped.head_dim = 2;
+  grouped.kv_heads = 2;
+  check_dry_run_reads_the_real_run(gpt_options(1, 2, 2, grouped),
+                                   "GPT with grouped queries (2 key heads of 3) on 2x2");
+  grouped.fused_attention = true;
+  check_dry_run_reads_the_real_run(gpt_options(1, 1, 4, grouped),
+                                   "GPT with grouped queries on 1x4, fused attention");
   gpt::config context = gpt_config(false, 1);
   context.context_parallel = true;
   check_dry_run_reads_the_real_run(gpt_options(2, 2, 2, context),
@@ -117,6 +126,21 @@ TEST_CASE(
     CHECK(gpt::family::flops_per_step(swiglu) == doctest::Approx(model).epsilon(1e-12));
     for (const auto& [r, x, y] : {std::tuple{1, 1, 1}, std::tuple{1, 2, 2}})
       CHECK(total_flops(usage<host_path_meta_space>(tpx::dry_run, gpt_options(r, x, y, swiglu))) ==
+            doctest::Approx(model).epsilon(1e-12));
+  }
+  SUBCASE("the GPT with grouped queries: K and V of D x (key heads x E), the same attention") {
+    gpt::config grouped = plain;
+    grouped.heads = 6;
+    grouped.head_dim = 2;
+    grouped.kv_heads = 2;
+    const double kv = 2.0 * 2;  // 2 key heads of width 2
+    const double model = 6 * n *
+                             (grouped.layers * (2 * d * d + 2 * d * kv + 2 * d * f) +
+                              d * static_cast<double>(grouped.vocab)) +
+                         12.0 * grouped.layers * n * t * d;
+    CHECK(gpt::family::flops_per_step(grouped) == doctest::Approx(model).epsilon(1e-12));
+    for (const auto& [r, x, y] : {std::tuple{1, 1, 1}, std::tuple{1, 2, 2}, std::tuple{1, 1, 4}})
+      CHECK(total_flops(usage<host_path_meta_space>(tpx::dry_run, gpt_options(r, x, y, grouped))) ==
             doctest::Approx(model).epsilon(1e-12));
   }
   SUBCASE("the GPT, fused attention: its products over the visible pairs only") {

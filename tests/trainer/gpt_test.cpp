@@ -74,28 +74,18 @@
 
 #include "../../examples/trainer/block_stack.hpp"
 #include "../support/run_command.hpp"
-#include "directional_check.hpp"
-#include "gpt_test_support.hpp"
+#include "gpt_checks.hpp"
 
+using gpt_test::check_backward_is_the_loss_gradient;
+using gpt_test::check_meshes_follow;
+using gpt_test::check_training_follows_one_rank;
+using gpt_test::default_checkpoint_resumed_as;
 using gpt_test::gradients;
 using gpt_test::losses;
 using gpt_test::text;
 using gpt_test::tiny;
 using gpt_test::training;
 using gpt_test::worst_relative_difference;
-
-namespace {
-// Every mesh's loss and gradients of model c equal want's (1e-5 relative, 1e-4 of each
-// gradient's largest element).
-void check_meshes_follow(const gpt_test::run_result& want, const gpt::config& c,
-                         std::initializer_list<gpt::mesh> meshes) {
-  for (const gpt::mesh& mesh : meshes) {
-    CAPTURE(mesh.to_string());
-    const auto d = gpt_test::differences(gradients(mesh, tpx::host, c), want, 1e-5, 1e-4);
-    CHECK_MESSAGE(d.empty(), gpt_test::joined(d));
-  }
-}
-}  // namespace
 
 TEST_CASE("GPT with FSDP over X and tensor + sequence parallelism over Y follows the 1x1 run") {
   const gpt_test::run_result want = gradients({1, 1, 1});
@@ -126,29 +116,6 @@ TEST_CASE("GPT with fused attention computes the reference attention's loss and 
   fused.fused_attention = true;
   check_meshes_follow(want, fused, {gpt::mesh{1, 1, 1}, gpt::mesh{1, 2, 2}, gpt::mesh{2, 1, 3}});
 }
-
-namespace {
-// On 1x1 and 2x2, each of model c's `tensors` parameter tensors has the gradient the central
-// difference of the loss finds along a random direction (directional_check.hpp).
-void check_backward_is_the_loss_gradient(const gpt::config& c, int tensors) {
-  const trainer::text_data data(text, static_cast<int>(c.seq));
-  for (const gpt::mesh& mesh : {gpt::mesh{1, 1, 1}, gpt::mesh{1, 2, 2}}) {
-    CAPTURE(mesh.to_string());
-    trainer_test::directional_check check;
-    tpx::spmd(tpx::host, mesh, [&](auto& rank) {
-      gpt::model_tensors params(rank, c), grads(rank, c), scratch(rank, c);
-      gpt::initialize(params, c);
-      const gpt::model<float> net(rank, c);
-      const auto tokens = gpt::load_batch<tpx::host_space>(rank, data, c, 0);
-      net.forward_backward(params, tokens, grads);
-      check.run(rank, params, grads,
-                [&] { return tpx::scalar_on_host(net.forward_backward(params, tokens, scratch)); });
-    });
-    CHECK(check.checked == tensors);
-    for (const auto& m : check.mismatches) FAIL_CHECK(m);
-  }
-}
-}  // namespace
 
 TEST_CASE("GPT's sharded backward pass is the gradient of its loss") {
   check_backward_is_the_loss_gradient(tiny(), 2 + 8 * 2 + 2);
@@ -451,41 +418,6 @@ TEST_CASE("GPT with SwiGLU's MLP: every mesh has the 1x1 gradients, which are th
   check_meshes_follow(want, variant, {gpt::mesh{1, 2, 2}});
   check_backward_is_the_loss_gradient(swiglu, 2 + 9 * 2 + 2);
 }
-
-namespace {
-// 30 training steps of the model variant(c) makes of tiny()'s on 2x2, checkpointing every block
-// and overlapping communication, follow its 1x1 losses (relative 1e-4), which fall.
-template <class Variant>
-void check_training_follows_one_rank(const Variant& variant) {
-  trainer::run_options<gpt::family> one = training(1, 1, 1);
-  variant(one.model);
-  const std::vector<float> want = losses(one);
-  REQUIRE(want.size() == 30);
-  CHECK(want.back() < want.front() - 0.5f);
-  trainer::run_options<gpt::family> four = training(1, 2, 2, 1);
-  variant(four.model);
-  four.model.overlap = true;
-  const float worst = worst_relative_difference(losses(four), want);
-  INFO("worst relative loss difference " << worst);
-  CHECK(worst <= 1e-4f);
-}
-
-// The options that resume, as the model variant(c) makes, for steps 2-3, the 1x1 run of the
-// default model that has saved steps 0-1 in scratch folder `name`.
-template <class Variant>
-trainer::run_options<gpt::family> default_checkpoint_resumed_as(const Variant& variant,
-                                                                const char* name) {
-  trainer::run_options<gpt::family> saved = training(1, 1, 1);
-  saved.steps = 2;
-  saved.ckpt_dir = scratch_folder("tpx-gpt-test", name).string();
-  (void)losses(saved);
-  trainer::run_options<gpt::family> resumed = saved;
-  resumed.steps = 4;
-  resumed.resume = true;
-  variant(resumed.model);
-  return resumed;
-}
-}  // namespace
 
 TEST_CASE("GPT training with SwiGLU on 2x2 follows the 1x1 losses; a GELU checkpoint is refused") {
   const auto swiglu = [](gpt::config& c) { c.swiglu = true; };
