@@ -245,24 +245,37 @@ std::size_t beyond(const std::vector<float>& got, const std::vector<float>& want
   return bad;
 }
 
+using arrays = std::vector<std::vector<float>>;
+
+// Each array of the device's runs against the host's: in fp32 within 1e-5 of the array's largest
+// element, in bf16 within bf16_tolerance(a) of it for array a.
+template <class Tolerance>
+void check_arrays_follow_host(const std::vector<const char*>& names, const arrays& host,
+                              const arrays& device, const arrays& host_bf16,
+                              const arrays& device_bf16, const Tolerance& bf16_tolerance) {
+  REQUIRE(host.size() == names.size());
+  for (std::size_t a = 0; a < host.size(); ++a) {
+    REQUIRE(device[a].size() == host[a].size());
+    INFO(names[a] << " fp32: " << beyond(device[a], host[a], 1e-5) << " elements beyond 1e-5");
+    CHECK(beyond(device[a], host[a], 1e-5) == 0);
+    const double tolerance = bf16_tolerance(a);
+    INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], tolerance)
+                  << " elements beyond " << tolerance);
+    CHECK(beyond(device_bf16[a], host_bf16[a], tolerance) == 0);
+  }
+}
+
 // The fused layer's out, lse, dq, dk and dv on the device against the host's (run_fused_attention
 // with Blocks), in fp32 (1e-5 of each array's largest element) and bf16 (bf16_tolerance).
 template <bool Blocks>
 void check_fused_attention_on_device(std::int64_t e, double bf16_tolerance) {
   CAPTURE(e);
-  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
-  const auto host = run_fused_attention<float, Blocks>(tpx::host, e);
-  const auto device = run_fused_attention<float, Blocks>(tpx::cuda_simulated, e);
-  const auto host_bf16 = run_fused_attention<tpx::bf16, Blocks>(tpx::host, e);
-  const auto device_bf16 = run_fused_attention<tpx::bf16, Blocks>(tpx::cuda_simulated, e);
-  for (std::size_t a = 0; a < host.size(); ++a) {
-    REQUIRE(device[a].size() == host[a].size());
-    INFO(names[a] << " fp32: " << beyond(device[a], host[a], 1e-5) << " elements beyond 1e-5");
-    CHECK(beyond(device[a], host[a], 1e-5) == 0);
-    INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], bf16_tolerance) << " elements beyond "
-                  << bf16_tolerance);
-    CHECK(beyond(device_bf16[a], host_bf16[a], bf16_tolerance) == 0);
-  }
+  check_arrays_follow_host({"out", "lse", "dq", "dk", "dv"},
+                           run_fused_attention<float, Blocks>(tpx::host, e),
+                           run_fused_attention<float, Blocks>(tpx::cuda_simulated, e),
+                           run_fused_attention<tpx::bf16, Blocks>(tpx::host, e),
+                           run_fused_attention<tpx::bf16, Blocks>(tpx::cuda_simulated, e),
+                           [&](std::size_t) { return bf16_tolerance; });
 }
 
 }  // namespace
@@ -283,42 +296,26 @@ TEST_CASE("fused attention over blocks of queries on the device equals its host 
 TEST_CASE("grouped-query attention on the device equals its host twin") {
   // E = 8 on the CUDA-core kernels, 64 in bf16 on the tensor-core ones (P and dS rounded to
   // bf16, 2e-2 as above); fp32 at 1e-5 of each array's largest element.
-  const char* names[] = {"fused out", "fused lse", "fused dq", "fused dk", "fused dv",
-                         "out",       "dq",        "dk",       "dv"};
   for (const std::int64_t e : {std::int64_t{8}, std::int64_t{64}}) {
     CAPTURE(e);
-    const auto host = run_grouped_attention<float>(tpx::host, e);
-    const auto device = run_grouped_attention<float>(tpx::cuda_simulated, e);
-    const auto host_bf16 = run_grouped_attention<tpx::bf16>(tpx::host, e);
-    const auto device_bf16 = run_grouped_attention<tpx::bf16>(tpx::cuda_simulated, e);
-    for (std::size_t a = 0; a < host.size(); ++a) {
-      REQUIRE(device[a].size() == host[a].size());
-      INFO(names[a] << " fp32: " << beyond(device[a], host[a], 1e-5) << " elements beyond 1e-5");
-      CHECK(beyond(device[a], host[a], 1e-5) == 0);
-      INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], 2e-2)
-                    << " elements beyond 2e-2");
-      CHECK(beyond(device_bf16[a], host_bf16[a], 2e-2) == 0);
-    }
+    check_arrays_follow_host(
+        {"fused out", "fused lse", "fused dq", "fused dk", "fused dv", "out", "dq", "dk", "dv"},
+        run_grouped_attention<float>(tpx::host, e),
+        run_grouped_attention<float>(tpx::cuda_simulated, e),
+        run_grouped_attention<tpx::bf16>(tpx::host, e),
+        run_grouped_attention<tpx::bf16>(tpx::cuda_simulated, e), [](std::size_t) { return 2e-2; });
   }
 }
 
 TEST_CASE("RMSNorm over whole rows on the device's row kernels equals the host's grid loops") {
-  const char* names[] = {"y", "rstd", "dx", "dw"};
   for (std::int64_t d : {std::int64_t{768}, std::int64_t{36}, std::int64_t{1100}, std::int64_t{8200}}) {
     CAPTURE(d);
-    const auto host = run_whole_row_rmsnorm<float>(tpx::host, d);
-    const auto device = run_whole_row_rmsnorm<float>(tpx::cuda_simulated, d);
-    const auto host_bf16 = run_whole_row_rmsnorm<tpx::bf16>(tpx::host, d);
-    const auto device_bf16 = run_whole_row_rmsnorm<tpx::bf16>(tpx::cuda_simulated, d);
-    for (std::size_t a = 0; a < host.size(); ++a) {
-      REQUIRE(device[a].size() == host[a].size());
-      INFO(names[a] << " fp32: " << beyond(device[a], host[a], 1e-5) << " elements beyond 1e-5");
-      CHECK(beyond(device[a], host[a], 1e-5) == 0);
-      const double bf16_tolerance = a == 1 || a == 3 ? 1e-5 : 1e-2;
-      INFO(names[a] << " bf16: " << beyond(device_bf16[a], host_bf16[a], bf16_tolerance) << " elements beyond "
-                    << bf16_tolerance);
-      CHECK(beyond(device_bf16[a], host_bf16[a], bf16_tolerance) == 0);
-    }
+    // rstd and dw are fp32 sums in both
+    check_arrays_follow_host({"y", "rstd", "dx", "dw"}, run_whole_row_rmsnorm<float>(tpx::host, d),
+                             run_whole_row_rmsnorm<float>(tpx::cuda_simulated, d),
+                             run_whole_row_rmsnorm<tpx::bf16>(tpx::host, d),
+                             run_whole_row_rmsnorm<tpx::bf16>(tpx::cuda_simulated, d),
+                             [](std::size_t a) { return a == 1 || a == 3 ? 1e-5 : 1e-2; });
   }
 }
 

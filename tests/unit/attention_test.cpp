@@ -30,22 +30,20 @@
 #include <vector>
 
 #include "../support/counting_space.hpp"
+#include "../support/finite_differences.hpp"
 #include "../support/recording_space.hpp"
 
 namespace {
+
+using tpx::testing::as_float;
+using tpx::testing::check_close;
+using tpx::testing::normal_values;
+using tpx::testing::numeric_gradient;
 
 TPX_MESH_AXES(X, Y);
 TPX_DIMS(B, H, T, S, E);
 
 const std::int64_t nb = 3, nh = 4, nt = 5, ne = 6;
-
-std::vector<double> values(std::int64_t n, std::uint64_t seed) {
-  std::vector<double> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i)
-    v[i] = static_cast<float>(tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i)));
-  return v;
-}
-std::vector<float> as_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
 // out[b, h, t, :] = sum over s <= t of softmax_s(q.k / sqrt(E)) v[b, h, s, :], in double.
 std::vector<double> attention_reference(const std::vector<double>& q, const std::vector<double>& k,
@@ -71,48 +69,11 @@ std::vector<double> attention_reference(const std::vector<double>& q, const std:
   return out;
 }
 
-// d(sum(out * dout))/d(x) for each element of x (one of q, k, v), by central differences.
-template <class Forward>
-std::vector<double> numeric_gradient(std::vector<double> x, const std::vector<double>& dout,
-                                     const Forward& forward) {
-  std::vector<double> g(x.size());
-  const double h = 1e-6;
-  auto loss = [&] {
-    const auto out = forward(x);
-    double l = 0;
-    for (std::size_t i = 0; i < out.size(); ++i) l += out[i] * dout[i];
-    return l;
-  };
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + h;
-    const double up = loss();
-    x[i] = keep - h;
-    const double down = loss();
-    x[i] = keep;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
-}
-
-void check_close(const std::vector<float>& got, const std::vector<double>& want, double tol,
-                 const char* what) {
-  REQUIRE(got.size() == want.size());
-  std::size_t bad = 0;
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(got[i] - want[i]);
-    worst = std::max(worst, err);
-    if (!(err <= tol)) ++bad;
-  }
-  INFO(std::string(what) << ": " << bad << " of " << got.size() << " elements beyond " << tol
-                         << " (worst " << worst << ")");
-  CHECK(bad == 0);
-}
-
 struct reference {
-  std::vector<double> q = values(nb * nh * nt * ne, 1), k = values(nb * nh * nt * ne, 2),
-                      v = values(nb * nh * nt * ne, 3), dout = values(nb * nh * nt * ne, 4);
+  std::vector<double> q = normal_values(nb * nh * nt * ne, 1),
+                      k = normal_values(nb * nh * nt * ne, 2),
+                      v = normal_values(nb * nh * nt * ne, 3),
+                      dout = normal_values(nb * nh * nt * ne, 4);
   std::vector<double> out = attention_reference(q, k, v);
   std::vector<double> dq =
       numeric_gradient(q, dout, [&](const auto& x) { return attention_reference(x, k, v); });
@@ -564,7 +525,7 @@ void check_row_softmax(std::int64_t t_len, double spread, std::int64_t queries =
   const std::int64_t b = 2, h = 3, rows = b * h * queries, n = rows * t_len;
   const float scale = 0.25f;
   const tpx::kernels::query_block block{queries, first};
-  std::vector<double> scores = values(n, 21);
+  std::vector<double> scores = normal_values(n, 21);
   for (double& x : scores) x = static_cast<float>(spread * x);
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
     const auto make = [&] {
@@ -630,7 +591,7 @@ TEST_CASE("the host's causal softmax of a block of queries gives the grid passes
 
 TEST_CASE("the host's causal softmax makes a row with a NaN score NaN, and no other row") {
   const std::int64_t t_len = 37, rows = 2 * t_len, nan_row = t_len + 20, nan_key = 17;
-  std::vector<double> scores = values(rows * t_len, 22);
+  std::vector<double> scores = normal_values(rows * t_len, 22);
   scores[nan_row * t_len + nan_key] = NAN;
   tpx::spmd(tpx::host, tpx::Mesh<X, Y>{1, 1}, [&](auto& rank) {
     auto p =

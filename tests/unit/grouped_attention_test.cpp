@@ -25,7 +25,14 @@
 #include <utility>
 #include <vector>
 
+#include "../support/finite_differences.hpp"
+
 namespace {
+
+using tpx::testing::as_float;
+using tpx::testing::check_close;
+using tpx::testing::normal_values;
+using tpx::testing::numeric_gradient;
 
 TPX_MESH_AXES(X, Y);
 TPX_DIMS(B, T, S, H, G, E);
@@ -38,14 +45,6 @@ struct extents {
   std::int64_t keys() const { return b * t * h * e; }         // [B, S, H, E]
 };
 const extents small{2, 5, 2, 3, 4};
-
-std::vector<double> values(std::int64_t n, std::uint64_t seed) {
-  std::vector<double> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i)
-    v[i] = static_cast<float>(tpx::kernels::normal_at(seed, static_cast<std::uint64_t>(i)));
-  return v;
-}
-std::vector<float> as_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
 // out[b, t, h, g, :] = sum over s <= t of softmax_s(q[b, t, h, g].k[b, s, h] / sqrt(E)) v[b, s, h].
 std::vector<double> grouped_attention(const extents& n, const std::vector<double>& q,
@@ -79,33 +78,10 @@ std::vector<double> grouped_attention(const extents& n, const std::vector<double
   return out;
 }
 
-// d(sum(out * dout))/d(x) for each element of x (one of q, k, v), by central differences.
-template <class Forward>
-std::vector<double> numeric_gradient(std::vector<double> x, const std::vector<double>& dout,
-                                     const Forward& forward) {
-  std::vector<double> g(x.size());
-  const double h = 1e-6;
-  auto loss = [&] {
-    const auto out = forward(x);
-    double l = 0;
-    for (std::size_t i = 0; i < out.size(); ++i) l += out[i] * dout[i];
-    return l;
-  };
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + h;
-    const double up = loss();
-    x[i] = keep - h;
-    const double down = loss();
-    x[i] = keep;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
-}
-
 struct reference {
-  std::vector<double> q = values(small.queries(), 11), k = values(small.keys(), 12),
-                      v = values(small.keys(), 13), dout = values(small.queries(), 14);
+  std::vector<double> q = normal_values(small.queries(), 11), k = normal_values(small.keys(), 12),
+                      v = normal_values(small.keys(), 13),
+                      dout = normal_values(small.queries(), 14);
   std::vector<double> out = grouped_attention(small, q, k, v);
   std::vector<double> dq =
       numeric_gradient(q, dout, [&](const auto& x) { return grouped_attention(small, x, k, v); });
@@ -119,30 +95,15 @@ const reference& ref() {
   return r;
 }
 
-void check_close(const std::vector<float>& got, const std::vector<double>& want, double absolute,
-                 double relative, const char* what) {
-  REQUIRE(got.size() == want.size());
-  std::size_t bad = 0;
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(got[i] - want[i]);
-    worst = std::max(worst, err);
-    if (!(err <= absolute + relative * std::abs(want[i]))) ++bad;
-  }
-  INFO(what << ": " << bad << " of " << got.size() << " elements beyond " << absolute << " + "
-            << relative << " |want| (worst " << worst << ")");
-  CHECK(bad == 0);
-}
-
 // A run's results in the reference's layouts (out and dq [B, T, H, G, E], dk and dv [B, S, H, E],
 // reduced) against it: 2e-5 for the output, 1e-4 for the gradients.
 template <class Out, class Dq, class Dk, class Dv>
 void check_against_reference(const Out& out, const Dq& dq, const Dk& dk, const Dv& dv) {
   const auto& r = ref();
-  check_close(tpx::to_global(tpx::permute<B, T, H, G, E>(out)), r.out, 2e-5, 0, "out");
-  check_close(tpx::to_global(tpx::permute<B, T, H, G, E>(dq)), r.dq, 1e-4, 0, "dq");
-  check_close(tpx::to_global(tpx::permute<B, S, H, E>(dk)), r.dk, 1e-4, 0, "dk");
-  check_close(tpx::to_global(tpx::permute<B, S, H, E>(dv)), r.dv, 1e-4, 0, "dv");
+  check_close(tpx::to_global(tpx::permute<B, T, H, G, E>(out)), r.out, 2e-5, "out");
+  check_close(tpx::to_global(tpx::permute<B, T, H, G, E>(dq)), r.dq, 1e-4, "dq");
+  check_close(tpx::to_global(tpx::permute<B, S, H, E>(dk)), r.dk, 1e-4, "dk");
+  check_close(tpx::to_global(tpx::permute<B, S, H, E>(dv)), r.dv, 1e-4, "dv");
 }
 
 // x [B, T, H, G, E] (q, dout) or [B, S, H, E] (k, v) of n, split as Spec says.
@@ -292,8 +253,8 @@ TEST_CASE("grouped-query attention with blocks of queries over X equals the doub
 
 TEST_CASE("fused grouped-query attention over several tiles of keys equals the reference layer") {
   const extents n{1, 70, 2, 2, 8};  // three tiles of keys, the last partial
-  const auto q = values(n.queries(), 21), k = values(n.keys(), 22), v = values(n.keys(), 23),
-             dout = values(n.queries(), 24);
+  const auto q = normal_values(n.queries(), 21), k = normal_values(n.keys(), 22),
+             v = normal_values(n.keys(), 23), dout = normal_values(n.queries(), 24);
   for (const int mx : {1, 3}) {  // whole, and blocks of 24, 23 and 23 queries
     CAPTURE(mx);
     tpx::spmd(tpx::host, tpx::Mesh<X, Y>{mx, 2}, [&](auto& rank) {
@@ -312,14 +273,14 @@ TEST_CASE("fused grouped-query attention over several tiles of keys equals the r
         return std::vector<double>(x.begin(), x.end());
       };
       const auto want = [&](const auto& x) { return as_double(tpx::to_global(x)); };
-      check_close(tpx::to_global(fused.out), want(tpx::permute<B, T, H, G, E>(fwd.out)), 2e-5, 1e-5,
-                  "out");
+      check_close(tpx::to_global(fused.out), want(tpx::permute<B, T, H, G, E>(fwd.out)), 2e-5,
+                  "out", 1e-5);
       check_close(tpx::to_global(fused_grad.dq), want(tpx::permute<B, T, H, G, E>(grad.dq)), 2e-5,
-                  1e-5, "dq");
+                  "dq", 1e-5);
       check_close(tpx::to_global(tpx::all_reduce<X>(fused_grad.dk)),
-                  want(tpx::permute<B, S, H, E>(tpx::all_reduce<X>(grad.dk))), 2e-5, 1e-5, "dk");
+                  want(tpx::permute<B, S, H, E>(tpx::all_reduce<X>(grad.dk))), 2e-5, "dk", 1e-5);
       check_close(tpx::to_global(tpx::all_reduce<X>(fused_grad.dv)),
-                  want(tpx::permute<B, S, H, E>(tpx::all_reduce<X>(grad.dv))), 2e-5, 1e-5, "dv");
+                  want(tpx::permute<B, S, H, E>(tpx::all_reduce<X>(grad.dv))), 2e-5, "dv", 1e-5);
     });
   }
 }
