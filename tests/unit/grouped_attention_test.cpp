@@ -10,7 +10,8 @@
 // ranks than key heads), leaving dk and dv partial sums over Y, on 1x2, 2x2 and 1x4 (an empty
 // block of G); context parallelism, queries in blocks over X against every key, dk and dv
 // partial sums over X. And a sequence of several tiles of keys (T = 70), whole and in blocks
-// that start inside a tile, fused layer against the reference layer.
+// that start inside a tile, fused layer against the reference layer; and the ungrouped layers on
+// one sequence without batch or head dims, q [T, E].
 // Tolerances, as attention_test.cpp's: fp32 against double, 2e-5 for outputs (of magnitude ~1) and
 // 1e-4 for gradients (the finite differences are exact to ~1e-8); fused against the reference
 // layer in fp32, 2e-5 + 1e-5 |want|.
@@ -283,4 +284,37 @@ TEST_CASE("fused grouped-query attention over several tiles of keys equals the r
                   want(tpx::permute<B, S, H, E>(tpx::all_reduce<X>(grad.dv))), 2e-5, "dv", 1e-5);
     });
   }
+}
+
+TEST_CASE("attention of one sequence without batch or head dims, q [T, E], equals the reference") {
+  // The ungrouped layers on the smallest operands: T and E alone (B = H = G = 1 in the reference).
+  const extents one{1, 5, 1, 1, 4};
+  const auto q = normal_values(one.queries(), 31), k = normal_values(one.keys(), 32),
+             v = normal_values(one.keys(), 33), dout = normal_values(one.queries(), 34);
+  const auto forward = [&](const auto& q_, const auto& k_, const auto& v_) {
+    return grouped_attention(one, q_, k_, v_);
+  };
+  const auto dq = numeric_gradient(q, dout, [&](const auto& x) { return forward(x, k, v); });
+  const auto dk = numeric_gradient(k, dout, [&](const auto& x) { return forward(q, x, v); });
+  const auto dv = numeric_gradient(v, dout, [&](const auto& x) { return forward(q, k, x); });
+  tpx::spmd(tpx::host, tpx::Mesh<X>{1}, [&](auto& rank) {
+    const auto qt = tpx::from_global<float, T<>, E<>>(rank, {T(one.t), E(one.e)}, as_float(q));
+    const auto kt = tpx::from_global<float, S<>, E<>>(rank, {S(one.t), E(one.e)}, as_float(k));
+    const auto vt = tpx::from_global<float, S<>, E<>>(rank, {S(one.t), E(one.e)}, as_float(v));
+    const auto dt = tpx::from_global<float, T<>, E<>>(rank, {T(one.t), E(one.e)}, as_float(dout));
+    const auto fwd = tpx::nn::causal_attention_forward(qt, kt, vt);
+    const auto grad = tpx::nn::causal_attention_backward(qt, kt, vt, fwd.probs, dt);
+    const auto fused = tpx::nn::fused_causal_attention_forward(qt, kt, vt);
+    const auto fused_grad =
+        tpx::nn::fused_causal_attention_backward(qt, kt, vt, fused.out, fused.lse, dt);
+    const auto want = forward(q, k, v);
+    for (const auto* out : {&fwd.out, &fused.out})
+      check_close(tpx::to_global(*out), want, 2e-5, "out");
+    check_close(tpx::to_global(grad.dq), dq, 1e-4, "dq");
+    check_close(tpx::to_global(grad.dk), dk, 1e-4, "dk");
+    check_close(tpx::to_global(grad.dv), dv, 1e-4, "dv");
+    check_close(tpx::to_global(fused_grad.dq), dq, 1e-4, "fused dq");
+    check_close(tpx::to_global(fused_grad.dk), dk, 1e-4, "fused dk");
+    check_close(tpx::to_global(fused_grad.dv), dv, 1e-4, "fused dv");
+  });
 }

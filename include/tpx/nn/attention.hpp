@@ -42,9 +42,9 @@
 // last of q's dims besides T and E, and the layer is told its name:
 //
 //   // q[B_X, T, H_Y, G, E]: H key heads of G queries each; k and v [B_X, S, H_Y, E]
-//   auto fwd = tpx::nn::causal_attention_forward<tpx::nn::query_groups<G>>(q, k, v);
-//   auto g = tpx::nn::causal_attention_backward<tpx::nn::query_groups<G>>(q, k, v, fwd.probs,
-//   dout);
+//   using groups = tpx::nn::query_groups<G>;
+//   auto fwd = tpx::nn::causal_attention_forward<groups>(q, k, v);
+//   auto g = tpx::nn::causal_attention_backward<groups>(q, k, v, fwd.probs, dout);
 //   // fwd.out [B_X, H_Y, T, G, E]; g.dk and g.dv [B_X, H_Y, S, E], summed over G as over T
 //
 // The products are the same einsums with G a free dim of q: scores [batch..., T, G, S], and dk and
@@ -113,8 +113,14 @@ struct attention_dims {
   using key_sequence = type_at_t<0, concat_t<key_only, type_list<void>>>;
   // q's dims besides T and E: its batch dims, then the group the last of them.
   using query_rest = remove_all_t<unsplit_dims_t<Qt>, type_list<query_sequence, head>>;
-  static constexpr bool group_last =
-      !grouped || std::is_same_v<type_at_t<query_rest::size - 1, query_rest>, Group>;
+  static constexpr bool group_last = [] {
+    if constexpr (!grouped)
+      return true;
+    else if constexpr (query_rest::size == 0)
+      return false;
+    else
+      return std::is_same_v<type_at_t<query_rest::size - 1, query_rest>, Group>;
+  }();
 };
 
 // A dim attention needs whole on every rank; a split is named with its axes, then Remedy.
