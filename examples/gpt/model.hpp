@@ -46,7 +46,7 @@
 // all-gather form) makes X split each sequence instead of the batch: the batch is split over R
 // only, the stream is x[B_R, T_XY, D] (each rank of X a block of every row's positions, Y
 // splitting the block further between sublayers), a sublayer's input h[B_R, T_X, D], and q
-// [B_R, T_X, H_Y, E] a block of queries. Attention needs every key before a query, so k and v are
+// [B_R, T_X, H_Y, G, E] a block of queries. Attention needs every key before a query, so k and v are
 // all-gathered over X to [B_R, S, H_Y, E] (rotary embedding turns them first, each rank its own
 // positions); nn/attention.hpp masks by each query's global position, and the types give dk and
 // dv as partial sums over X, {U_X}, which the gather's adjoint reduce-scatters back onto the
