@@ -482,7 +482,7 @@ void check_grouped(const attention_case& keys, std::int64_t group, std::int64_t 
   for (std::int64_t ks = 0; ks < keys.sequences; ++ks)
     for (std::int64_t b = 0; b < blocks(Backward::block_rows); ++b) {
       simt_block dkdv_pass(flash::warps, flash::dkdv_shared_bytes<E, Backward>);
-      dkdv_pass.run([&](auto& t) { flash::dkdv_block<E, Backward>(t, args, b, ks); });
+      dkdv_pass.run([&](auto& t) { flash::dkdv_block<E, Backward, true>(t, args, b, ks); });
     }
   check_close("out", heads_first(out, heads * group, E), want.out);
   const std::vector<float> lse_rows = heads_first(lse, heads * group, 1);

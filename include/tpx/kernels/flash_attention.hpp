@@ -648,7 +648,7 @@ inline constexpr int ds_pitch = Cols + pitch_padding;
 // its group in turn (grouped-query attention; one without), and with WithDq its share of dq
 // (dS K over the block's keys) into `share`, in 5 products per query tile where the dq pass and
 // dk-dv make 7 (WithDq: whole sequences, no group).
-template <int HeadDim, class Tiling, bool WithDq, class Block>
+template <int HeadDim, class Tiling, bool WithDq, bool Grouped, class Block>
 TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
                                          std::int64_t block_index, std::int64_t sequence,
                                          dq_share share) {
@@ -663,9 +663,13 @@ TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
   bf16* ds_tile = reinterpret_cast<bf16*>(row_stats + 2 * 2 * Cols);
   bf16* key_tile = ds_tile + Tiling::block_rows * ds_pitch<Cols>;
   const mma::lane_coordinates at(block.lane());
-  // The key rows (k, v, dk, dv); each query sequence's rows (q, dO, lse, delta, dq) below.
+  // The key rows (k, v, dk, dv) and the query rows (q, dO, lse, delta, dq) of the first query
+  // sequence that reads them (the only one without groups, at the keys' stride then: the same
+  // heads per position on both sides).
   const sequence_rows<HeadDim> key_rows(args.shape.keys, sequence);
-  const int key_stride = key_rows.stride;
+  const sequence_rows<HeadDim> first_rows(args.shape.queries,
+                                          Grouped ? sequence * args.shape.group : sequence);
+  const int key_stride = Grouped ? key_rows.stride : first_rows.stride;
   const std::int64_t block_first = block_index * Tiling::block_rows;
   const std::int64_t first = block_first + 16 * block.warp();  // its keys
   if constexpr (WithDq) {  // its own async group, landed by the first tile's wait
@@ -678,8 +682,14 @@ TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
   load_rows<HeadDim, 1>(v, args.v + key_rows.base, key_stride, first, key_rows.t_len, at);
   const float score_scale = args.scale * log2e;
   row_accumulators<HeadDim, 1> dk = {}, dv = {};
-  for (std::int64_t member = 0; member < args.shape.group; ++member) {
-    const sequence_rows<HeadDim> rows(args.shape.queries, sequence * args.shape.group + member);
+  // A loop of one trip without groups, which the compiler removes: multi-head attention keeps the
+  // registers it had before grouped queries (a loop of args.shape.group trips, and a stride of the
+  // keys' own, spilled at head width 64).
+  const std::int64_t members = Grouped ? args.shape.group : 1;
+  for (std::int64_t member = 0; member < members; ++member) {
+    const sequence_rows<HeadDim> rows =
+        Grouped ? sequence_rows<HeadDim>(args.shape.queries, sequence * members + member)
+                : first_rows;
     const std::int64_t t_len = rows.t_len, base = rows.base;
     const int stride = rows.stride;
     const auto stage_queries = [&](int buffer, std::int64_t t0) {
@@ -789,11 +799,14 @@ TPX_HOST_DEVICE void key_block_gradients(Block& block, const arguments& args,
 
 }  // namespace detail
 
-// dk and dv of key block `block_index` (of Tiling::block_rows) of key sequence `sequence`.
-template <int HeadDim, class Tiling = backward_tiling, class Block>
+// dk and dv of key block `block_index` (of Tiling::block_rows) of key sequence `sequence`; with
+// Grouped, over the args.shape.group query sequences that read it (grouped-query attention),
+// else over the one query sequence of the same index (args.shape.group = 1).
+template <int HeadDim, class Tiling = backward_tiling, bool Grouped = false, class Block>
 TPX_HOST_DEVICE void dkdv_block(Block& block, const arguments& args, std::int64_t block_index,
                                 std::int64_t sequence) {
-  detail::key_block_gradients<HeadDim, Tiling, false>(block, args, block_index, sequence, {});
+  detail::key_block_gradients<HeadDim, Tiling, false, Grouped>(block, args, block_index, sequence,
+                                                               {});
 }
 
 // The one-pass backward (FlashAttention-2's 5 products per tile, where dq_block and dkdv_block
@@ -815,8 +828,8 @@ TPX_HOST_DEVICE void one_pass_block(Block& block, const arguments& args, float* 
   const std::int64_t t_len = args.shape.queries.t_len;
   float* share = dq_shares + (split * sequences + sequence) * t_len * HeadDim;
   for (std::int64_t b = split; b * Tiling::block_rows < t_len; b += splits)
-    detail::key_block_gradients<HeadDim, Tiling, true>(block, args, b, sequence,
-                                                       {share, b == split});
+    detail::key_block_gradients<HeadDim, Tiling, true, false>(block, args, b, sequence,
+                                                              {share, b == split});
 }
 
 // dq of rows [64 block_index, + 64) of sequence `sequence`: scale times the sum of the shares

@@ -89,13 +89,13 @@ __global__ void __launch_bounds__(flash::threads, Tiling::min_blocks)
   flash::dq_block<HeadDim, Tiling>(block, args, heaviest_first(), blockIdx.y);
 }
 
-template <int HeadDim, class Tiling>
+template <int HeadDim, class Tiling, bool Grouped>
 __global__ void __launch_bounds__(flash::threads, Tiling::min_blocks)
     flash_dkdv_kernel(flash::arguments args) {
   extern __shared__ __align__(16) unsigned char flash_staging[];
   warp_block block(flash_staging);
   // Key blocks: the first keys are seen by the most queries, so block 0 is the heaviest.
-  flash::dkdv_block<HeadDim, Tiling>(block, args, blockIdx.x, blockIdx.y);
+  flash::dkdv_block<HeadDim, Tiling, Grouped>(block, args, blockIdx.x, blockIdx.y);
 }
 
 // The one-pass backward: a block per split of each sequence's key blocks, then one per 64 query
@@ -199,13 +199,21 @@ void flash_attention_backward_tiled(cudaStream_t stream, std::int64_t sequences,
   constexpr std::size_t dq_bytes = kernels::flash::staged_bytes<HeadDim, DqTiling>;
   constexpr std::size_t dkdv_bytes = kernels::flash::dkdv_shared_bytes<HeadDim, DkdvTiling>;
   detail::allow_shared_memory(detail::flash_dq_kernel<HeadDim, DqTiling>, dq_bytes);
-  detail::allow_shared_memory(detail::flash_dkdv_kernel<HeadDim, DkdvTiling>, dkdv_bytes);
   detail::flash_dq_kernel<HeadDim, DqTiling>
       <<<detail::flash_grid(sequences, shape.queries.t_len, DqTiling::block_rows),
          kernels::flash::threads, dq_bytes, stream>>>(args);
-  detail::flash_dkdv_kernel<HeadDim, DkdvTiling>
-      <<<detail::flash_grid(sequences / shape.group, shape.keys.t_len, DkdvTiling::block_rows),
-         kernels::flash::threads, dkdv_bytes, stream>>>(args);
+  // Multi-head attention's dk-dv kernel has no loop over a group: the loop costs it registers.
+  const auto dkdv = [&]<bool Grouped>() {
+    detail::allow_shared_memory(detail::flash_dkdv_kernel<HeadDim, DkdvTiling, Grouped>,
+                                dkdv_bytes);
+    detail::flash_dkdv_kernel<HeadDim, DkdvTiling, Grouped>
+        <<<detail::flash_grid(sequences / shape.group, shape.keys.t_len, DkdvTiling::block_rows),
+           kernels::flash::threads, dkdv_bytes, stream>>>(args);
+  };
+  if (shape.group == 1)
+    dkdv.template operator()<false>();
+  else
+    dkdv.template operator()<true>();
   TPX_CUDA_CHECK(cudaGetLastError());
 }
 
