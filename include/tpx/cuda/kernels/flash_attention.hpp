@@ -27,12 +27,14 @@
 // memory while the block computes on the current one. K, Q and dO are read as B operands by
 // ldmatrix.x4 and V by ldmatrix.x4.trans, two fragments per instruction, from tiles whose rows
 // are padded so those reads hit distinct banks.
-// Registers (ptxas -v, sm_90, 2026-12-05): forward 167 / 255 / 174 at widths 32 / 64 / 128 (two
+// Registers (ptxas -v, sm_90, 2026-12-07): forward 169 / 255 / 176 at widths 32 / 64 / 128 (two
 // row tiles per warp at 32 and 64: each fragment loaded from shared memory feeds two mma, and
-// the registers leave room for two blocks per SM), dq 111 / 141 / 255, dk-dv 140 / 255 / 255;
-// at width 128 dq spills 12 bytes and dk-dv 56 (its K and V fragments and two accumulators of E
+// the registers leave room for two blocks per SM), dq 107 / 139 / 255, dk-dv 138 / 255 / 255;
+// at width 128 dq spills 12 bytes and dk-dv 44 (its K and V fragments and two accumulators of E
 // floats per lane; 0 and 8 bytes before the kernels took blocks of queries, whose key rows'
-// base and length stay live beside the query rows'). Where they fall (nvdisasm of the sm_90
+// base and length stay live beside the query rows'). The grouped dk-dv kernel (141 / 255 / 255)
+// spills 28 bytes at width 64 and 132 at 128: its loop over the group's query sequences and the
+// keys' own stride stay live, which is why multi-head attention runs the other instantiation. Where they fall (nvdisasm of the sm_90
 // cubin, 2026-12-05): per query tile dk-dv stores 4 words and loads 4 beside its 256 mma, dq
 // loads 1 beside 192; the rest is before and after the loop, so the spills cost next to nothing.
 // Reading [B, T, H, E] in place (a run-time row stride) cost the forward at width 32 its third
