@@ -1,8 +1,9 @@
 // The double-precision references of the attention tests (tests/unit/attention_test.cpp,
 // grouped_attention_test.cpp): inputs drawn from a seeded normal and rounded to fp32 (so the
 // layers under test see exactly the reference's values), gradients of sum(out * dout) by central
-// differences of a forward written in double (so a backward pass is checked against the
-// definition, not against its own formulas restated), and the elementwise comparison both use.
+// differences of a forward written in double (differentiate_attention: of q, k and v at once) (so a
+// backward pass is checked against the definition, not against its own formulas restated), and the
+// elementwise comparison both use.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <tpx/kernels/random.hpp>
+#include <utility>
 #include <vector>
 
 namespace tpx::testing {
@@ -46,6 +48,24 @@ std::vector<double> numeric_gradient(std::vector<double> x, const std::vector<do
     g[i] = (up - down) / (2 * h);
   }
   return g;
+}
+
+// An attention layer's reference: its inputs q, k, v and the output gradient dout, its output
+// out = forward(q, k, v) and the gradients of sum(out * dout) by central differences.
+struct differentiated_attention {
+  std::vector<double> q, k, v, dout, out, dq, dk, dv;
+};
+template <class Forward>
+differentiated_attention differentiate_attention(const Forward& forward, std::vector<double> q,
+                                                 std::vector<double> k, std::vector<double> v,
+                                                 std::vector<double> dout) {
+  differentiated_attention r{std::move(q), std::move(k), std::move(v), std::move(dout),
+                             {},           {},           {},           {}};
+  r.out = forward(r.q, r.k, r.v);
+  r.dq = numeric_gradient(r.q, r.dout, [&](const auto& x) { return forward(x, r.k, r.v); });
+  r.dk = numeric_gradient(r.k, r.dout, [&](const auto& x) { return forward(r.q, x, r.v); });
+  r.dv = numeric_gradient(r.v, r.dout, [&](const auto& x) { return forward(r.q, r.k, x); });
+  return r;
 }
 
 // |got - want| <= absolute + relative |want| for every element; names the count beyond and the

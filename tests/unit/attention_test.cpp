@@ -38,7 +38,6 @@ namespace {
 using tpx::testing::as_float;
 using tpx::testing::check_close;
 using tpx::testing::normal_values;
-using tpx::testing::numeric_gradient;
 
 TPX_MESH_AXES(X, Y);
 TPX_DIMS(B, H, T, S, E);
@@ -69,21 +68,11 @@ std::vector<double> attention_reference(const std::vector<double>& q, const std:
   return out;
 }
 
-struct reference {
-  std::vector<double> q = normal_values(nb * nh * nt * ne, 1),
-                      k = normal_values(nb * nh * nt * ne, 2),
-                      v = normal_values(nb * nh * nt * ne, 3),
-                      dout = normal_values(nb * nh * nt * ne, 4);
-  std::vector<double> out = attention_reference(q, k, v);
-  std::vector<double> dq =
-      numeric_gradient(q, dout, [&](const auto& x) { return attention_reference(x, k, v); });
-  std::vector<double> dk =
-      numeric_gradient(k, dout, [&](const auto& x) { return attention_reference(q, x, v); });
-  std::vector<double> dv =
-      numeric_gradient(v, dout, [&](const auto& x) { return attention_reference(q, k, x); });
-};
-const reference& ref() {
-  static const reference r;
+const tpx::testing::differentiated_attention& ref() {
+  const std::int64_t n = nb * nh * nt * ne;
+  static const auto r = tpx::testing::differentiate_attention(
+      attention_reference, normal_values(n, 1), normal_values(n, 2), normal_values(n, 3),
+      normal_values(n, 4));
   return r;
 }
 

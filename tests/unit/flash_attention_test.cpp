@@ -159,64 +159,89 @@ TEST_CASE("mma fragment loads agree with the PTX layout") {
   }
 }
 
-// One case's inputs in the programs' layout (heads first, or [B, T, H, E] with `heads` > 1), the
-// naive reference on them, the programs' outputs and arguments, the forward run with Forward,
-// and the checks of the backward's outputs against the reference.
+// One case's inputs in the programs' layout (heads first, or [B, T, H, E] with `heads` key heads
+// per position), the naive reference on them, the programs' outputs and arguments, the forward
+// run with Forward, and the checks of the backward's outputs against the reference. c counts the
+// key sequences; with `group` > 1 (grouped-query attention) each is read by `group` query
+// sequences, the reference is naive attention with each key sequence repeated for its group, and
+// dk and dv are checked against its gradients summed over the group.
 template <int E, class Forward = flash::forward_tiling<E>>
 struct programs_case {
   attention_case c;
-  std::int64_t heads;
-  std::int64_t n = c.sequences * c.t_len * E;
-  std::vector<bf16> q = draws(n, 1), k = draws(n, 2), v = draws(n, 3), dout = draws(n, 4);
-  naive_attention want{c, E, q, k, v, dout};
-  std::vector<bf16> lq = in_layout(q, E), lk = in_layout(k, E), lv = in_layout(v, E),
-                    ldout = in_layout(dout, E);
-  std::vector<bf16> out = std::vector<bf16>(n), dq = out, dk = out, dv = out;
-  std::vector<float> lse = std::vector<float>(c.sequences * c.t_len),
-                     delta = in_layout(std::vector<float>(want.delta.begin(), want.delta.end()), 1);
-  flash::arguments args{tpx::kernels::attention_shape::whole_sequences({c.t_len, heads}),
+  std::int64_t heads, group;
+  attention_case queries{c.sequences * group, c.t_len};
+  std::int64_t rows = c.t_len * E;  // the elements of one sequence
+  std::int64_t n = queries.sequences * rows, key_n = c.sequences * rows;
+  std::vector<bf16> q = draws(n, 1), k = draws(key_n, 2), v = draws(key_n, 3), dout = draws(n, 4);
+  naive_attention want{queries, E, q, repeated(k), repeated(v), dout};
+  std::vector<bf16> lq = in_layout(q, heads*group, E), lk = in_layout(k, heads, E),
+                    lv = in_layout(v, heads, E), ldout = in_layout(dout, heads*group, E);
+  std::vector<bf16> out = std::vector<bf16>(n), dq = out, dk = std::vector<bf16>(key_n), dv = dk;
+  std::vector<float> lse = std::vector<float>(queries.sequences * c.t_len),
+                     delta = in_layout(std::vector<float>(want.delta.begin(), want.delta.end()),
+                                       heads*group, 1);
+  flash::arguments args{{{c.t_len, heads* group}, {c.t_len, heads}, 0, group},
                         1.0f / std::sqrt(float(E)),
-                        lq.data(),        lk.data(),
-                        lv.data(),        out.data(),
-                        lse.data(),       lse.data(),
-                        ldout.data(),     delta.data(),
-                        dq.data(),        dk.data(),
+                        lq.data(),
+                        lk.data(),
+                        lv.data(),
+                        out.data(),
+                        lse.data(),
+                        lse.data(),
+                        ldout.data(),
+                        delta.data(),
+                        dq.data(),
+                        dk.data(),
                         dv.data()};
 
-  programs_case(attention_case c_, std::int64_t heads_) : c(c_), heads(heads_) {
-    for (std::int64_t sq = 0; sq < c.sequences; ++sq)
+  programs_case(attention_case c_, std::int64_t heads_, std::int64_t group_ = 1)
+      : c(c_), heads(heads_), group(group_) {
+    for (std::int64_t sq = 0; sq < queries.sequences; ++sq)
       for (std::int64_t b = 0; b < blocks(Forward::block_rows); ++b) {
         simt_block forward(flash::warps, flash::forward_shared_bytes<E, Forward>);
         forward.run([&](auto& t) { flash::forward_block<E, Forward>(t, args, b, sq); });
       }
   }
-  template <class V>
-  V in_layout(const V& x, std::int64_t width) const {
-    return interleaved(x, c.t_len, heads, width);
+  // Key sequence s / group for each query sequence s.
+  std::vector<bf16> repeated(const std::vector<bf16>& x) const {
+    std::vector<bf16> r;
+    for (std::int64_t sq = 0; sq < queries.sequences; ++sq)
+      r.insert(r.end(), x.begin() + (sq / group) * rows, x.begin() + (sq / group + 1) * rows);
+    return r;
+  }
+  // A query sequences' array summed over each key sequence's group.
+  std::vector<double> summed(const std::vector<double>& x) const {
+    std::vector<double> r(static_cast<std::size_t>(key_n), 0.0);
+    for (std::int64_t i = 0; i < n; ++i) r[(i / rows / group) * rows + i % rows] += x[i];
+    return r;
   }
   template <class V>
-  V heads_first(const V& x, std::int64_t width) const {
-    return interleaved(x, c.t_len, heads, width, true);
+  V in_layout(const V& x, std::int64_t per_position, std::int64_t width) const {
+    return interleaved(x, c.t_len, per_position, width);
   }
-  std::int64_t blocks(int rows) const { return (c.t_len + rows - 1) / rows; }
+  template <class V>
+  V heads_first(const V& x, std::int64_t per_position, std::int64_t width) const {
+    return interleaved(x, c.t_len, per_position, width, true);
+  }
+  std::int64_t blocks(int block_rows) const { return (c.t_len + block_rows - 1) / block_rows; }
   void check_forward() const {
-    check_close("out", heads_first(out, E), want.out);
-    const auto lse_rows = heads_first(lse, 1);
+    check_close("out", heads_first(out, heads * group, E), want.out);
+    const auto lse_rows = heads_first(lse, heads * group, 1);
     for (std::size_t i = 0; i < lse_rows.size(); ++i)
       CHECK(lse_rows[i] == doctest::Approx(want.lse[i]).epsilon(1e-4));
   }
   void check_backward() const {
-    check_close("dq", heads_first(dq, E), want.dq, want.dq_terms);
-    check_close("dk", heads_first(dk, E), want.dk, want.dk_terms);
-    check_close("dv", heads_first(dv, E), want.dv);
+    check_close("dq", heads_first(dq, heads * group, E), want.dq, want.dq_terms);
+    check_close("dk", heads_first(dk, heads, E), summed(want.dk), summed(want.dk_terms));
+    check_close("dv", heads_first(dv, heads, E), summed(want.dv));
   }
 };
 
 // The programs at head width E with the given tilings (the kernels' own by default): the
-// forward's, dq's and dk-dv's.
+// forward's, dq's and dk-dv's (its grouped instantiation with `group` > 1).
 template <int E, class Forward = flash::forward_tiling<E>, class Dq = flash::backward_tiling,
           class Dkdv = flash::backward_tiling>
-void check_programs(const attention_case& c, std::int64_t heads = 1) {
+void check_programs(const attention_case& c, std::int64_t heads = 1, std::int64_t group = 1) {
   CAPTURE(E);
   CAPTURE(Forward::row_tiles);
   CAPTURE(Forward::cols);
@@ -225,17 +250,24 @@ void check_programs(const attention_case& c, std::int64_t heads = 1) {
   CAPTURE(c.sequences);
   CAPTURE(c.t_len);
   CAPTURE(heads);
-  programs_case<E, Forward> run(c, heads);
-  for (std::int64_t sq = 0; sq < c.sequences; ++sq) {  // the backward reads every row's lse
+  CAPTURE(group);
+  programs_case<E, Forward> run(c, heads, group);
+  // The backward reads every row's lse: the forward has run on every sequence.
+  for (std::int64_t sq = 0; sq < run.queries.sequences; ++sq)
     for (std::int64_t b = 0; b < run.blocks(Dq::block_rows); ++b) {
       simt_block dq_pass(flash::warps, flash::staged_bytes<E, Dq>);
       dq_pass.run([&](auto& t) { flash::dq_block<E, Dq>(t, run.args, b, sq); });
     }
+  for (std::int64_t ks = 0; ks < c.sequences; ++ks)
     for (std::int64_t b = 0; b < run.blocks(Dkdv::block_rows); ++b) {
       simt_block dkdv_pass(flash::warps, flash::dkdv_shared_bytes<E, Dkdv>);
-      dkdv_pass.run([&](auto& t) { flash::dkdv_block<E, Dkdv>(t, run.args, b, sq); });
+      dkdv_pass.run([&](auto& t) {
+        if (group == 1)
+          flash::dkdv_block<E, Dkdv>(t, run.args, b, ks);
+        else
+          flash::dkdv_block<E, Dkdv, true>(t, run.args, b, ks);
+      });
     }
-  }
   run.check_forward();
   run.check_backward();
 }
@@ -417,89 +449,13 @@ TEST_CASE("tensor-core attention programs over a block of queries match naive at
   check_query_block<32>({6, 100}, 30, 45, 3);
 }
 
-// Grouped-query attention: `group` consecutive query sequences read each key sequence
-// (attention_shape::group), heads first or with `heads` key heads per position read in place
-// ([B, T, H, G, E] against [B, S, H, E]). The reference is naive attention of the query sequences
-// against their key sequence repeated for each, its dk and dv summed over the group; the dk-dv
-// program runs once per key sequence.
-template <int E>
-void check_grouped(const attention_case& keys, std::int64_t group, std::int64_t heads = 1) {
-  CAPTURE(E);
-  CAPTURE(keys.sequences);
-  CAPTURE(keys.t_len);
-  CAPTURE(group);
-  CAPTURE(heads);
-  const attention_case queries{keys.sequences * group, keys.t_len};
-  const std::int64_t rows = keys.t_len * E;  // elements of one sequence
-  const std::int64_t nq = queries.sequences * rows, nk = keys.sequences * rows;
-  const std::vector<bf16> q = draws(nq, 5), k = draws(nk, 6), v = draws(nk, 7), dout = draws(nq, 8);
-  const auto repeated = [&](const std::vector<bf16>& x) {  // key sequence s / group for each s
-    std::vector<bf16> r;
-    for (std::int64_t sq = 0; sq < queries.sequences; ++sq)
-      r.insert(r.end(), x.begin() + (sq / group) * rows, x.begin() + (sq / group + 1) * rows);
-    return r;
-  };
-  const naive_attention want{queries, E, q, repeated(k), repeated(v), dout};
-  const auto summed = [&](const std::vector<double>& x) {  // over each key sequence's group
-    std::vector<double> r(static_cast<std::size_t>(nk), 0.0);
-    for (std::int64_t i = 0; i < nq; ++i) r[(i / rows / group) * rows + i % rows] += x[i];
-    return r;
-  };
-  const auto in_layout = [&](const auto& x, std::int64_t per_position, std::int64_t width) {
-    return interleaved(x, keys.t_len, per_position, width);
-  };
-  const auto heads_first = [&](const auto& x, std::int64_t per_position, std::int64_t width) {
-    return interleaved(x, keys.t_len, per_position, width, true);
-  };
-  const std::vector<bf16> lq = in_layout(q, heads * group, E), lk = in_layout(k, heads, E),
-                          lv = in_layout(v, heads, E), ldout = in_layout(dout, heads * group, E);
-  std::vector<bf16> out(nq), dq(nq), dk(nk), dv(nk);
-  std::vector<float> lse(queries.sequences * keys.t_len);
-  const std::vector<float> delta =
-      in_layout(std::vector<float>(want.delta.begin(), want.delta.end()), heads * group, 1);
-  const tpx::kernels::attention_shape shape{
-      {keys.t_len, heads * group}, {keys.t_len, heads}, 0, group};
-  const flash::arguments args{shape,        1.0f / std::sqrt(float(E)),
-                              lq.data(),    lk.data(),
-                              lv.data(),    out.data(),
-                              lse.data(),   lse.data(),
-                              ldout.data(), delta.data(),
-                              dq.data(),    dk.data(),
-                              dv.data()};
-  using Forward = flash::forward_tiling<E>;
-  using Backward = flash::backward_tiling;
-  const auto blocks = [&](int block_rows) { return (keys.t_len + block_rows - 1) / block_rows; };
-  for (std::int64_t sq = 0; sq < queries.sequences; ++sq)
-    for (std::int64_t b = 0; b < blocks(Forward::block_rows); ++b) {
-      simt_block forward(flash::warps, flash::forward_shared_bytes<E, Forward>);
-      forward.run([&](auto& t) { flash::forward_block<E, Forward>(t, args, b, sq); });
-    }
-  for (std::int64_t sq = 0; sq < queries.sequences; ++sq)
-    for (std::int64_t b = 0; b < blocks(Backward::block_rows); ++b) {
-      simt_block dq_pass(flash::warps, flash::staged_bytes<E, Backward>);
-      dq_pass.run([&](auto& t) { flash::dq_block<E, Backward>(t, args, b, sq); });
-    }
-  for (std::int64_t ks = 0; ks < keys.sequences; ++ks)
-    for (std::int64_t b = 0; b < blocks(Backward::block_rows); ++b) {
-      simt_block dkdv_pass(flash::warps, flash::dkdv_shared_bytes<E, Backward>);
-      dkdv_pass.run([&](auto& t) { flash::dkdv_block<E, Backward, true>(t, args, b, ks); });
-    }
-  check_close("out", heads_first(out, heads * group, E), want.out);
-  const std::vector<float> lse_rows = heads_first(lse, heads * group, 1);
-  for (std::size_t i = 0; i < lse_rows.size(); ++i)
-    CHECK(lse_rows[i] == doctest::Approx(want.lse[i]).epsilon(1e-4));
-  check_close("dq", heads_first(dq, heads * group, E), want.dq, want.dq_terms);
-  check_close("dk", heads_first(dk, heads, E), summed(want.dk), summed(want.dk_terms));
-  check_close("dv", heads_first(dv, heads, E), summed(want.dv));
-}
-
-// Groups of 2 and 4 query heads, several tiles with a partial last one, heads first and read in
-// place with 2 key heads per position.
+// Grouped-query attention (programs_case's group): groups of 2, 3 and 4 query heads, several
+// tiles with a partial last one, heads first and read in place with 2 key heads per position.
 TEST_CASE("tensor-core attention programs with grouped queries match repeated-key attention") {
-  check_grouped<64>({1, 130}, 2);
-  check_grouped<32>({2, 100}, 4);
-  check_grouped<64>({2, 70}, 2, 2);
-  check_grouped<128>({2, 70}, 3, 2);
+  check_programs<64>({1, 130}, 1, 2);
+  check_programs<32>({2, 100}, 1, 4);
+  check_programs<64>({2, 70}, 2, 2);
+  check_programs<128>({2, 70}, 2, 3);
 }
 
 }  // namespace

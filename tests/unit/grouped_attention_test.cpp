@@ -33,7 +33,6 @@ namespace {
 using tpx::testing::as_float;
 using tpx::testing::check_close;
 using tpx::testing::normal_values;
-using tpx::testing::numeric_gradient;
 
 TPX_MESH_AXES(X, Y);
 TPX_DIMS(B, T, S, H, G, E);
@@ -79,20 +78,11 @@ std::vector<double> grouped_attention(const extents& n, const std::vector<double
   return out;
 }
 
-struct reference {
-  std::vector<double> q = normal_values(small.queries(), 11), k = normal_values(small.keys(), 12),
-                      v = normal_values(small.keys(), 13),
-                      dout = normal_values(small.queries(), 14);
-  std::vector<double> out = grouped_attention(small, q, k, v);
-  std::vector<double> dq =
-      numeric_gradient(q, dout, [&](const auto& x) { return grouped_attention(small, x, k, v); });
-  std::vector<double> dk =
-      numeric_gradient(k, dout, [&](const auto& x) { return grouped_attention(small, q, x, v); });
-  std::vector<double> dv =
-      numeric_gradient(v, dout, [&](const auto& x) { return grouped_attention(small, q, k, x); });
-};
-const reference& ref() {
-  static const reference r;
+const tpx::testing::differentiated_attention& ref() {
+  static const auto r = tpx::testing::differentiate_attention(
+      [](const auto& q, const auto& k, const auto& v) { return grouped_attention(small, q, k, v); },
+      normal_values(small.queries(), 11), normal_values(small.keys(), 12),
+      normal_values(small.keys(), 13), normal_values(small.queries(), 14));
   return r;
 }
 
@@ -289,32 +279,27 @@ TEST_CASE("fused grouped-query attention over several tiles of keys equals the r
 TEST_CASE("attention of one sequence without batch or head dims, q [T, E], equals the reference") {
   // The ungrouped layers on the smallest operands: T and E alone (B = H = G = 1 in the reference).
   const extents one{1, 5, 1, 1, 4};
-  const auto q = normal_values(one.queries(), 31), k = normal_values(one.keys(), 32),
-             v = normal_values(one.keys(), 33), dout = normal_values(one.queries(), 34);
-  const auto forward = [&](const auto& q_, const auto& k_, const auto& v_) {
-    return grouped_attention(one, q_, k_, v_);
-  };
-  const auto dq = numeric_gradient(q, dout, [&](const auto& x) { return forward(x, k, v); });
-  const auto dk = numeric_gradient(k, dout, [&](const auto& x) { return forward(q, x, v); });
-  const auto dv = numeric_gradient(v, dout, [&](const auto& x) { return forward(q, k, x); });
+  const auto r = tpx::testing::differentiate_attention(
+      [&](const auto& q, const auto& k, const auto& v) { return grouped_attention(one, q, k, v); },
+      normal_values(one.queries(), 31), normal_values(one.keys(), 32),
+      normal_values(one.keys(), 33), normal_values(one.queries(), 34));
   tpx::spmd(tpx::host, tpx::Mesh<X>{1}, [&](auto& rank) {
-    const auto qt = tpx::from_global<float, T<>, E<>>(rank, {T(one.t), E(one.e)}, as_float(q));
-    const auto kt = tpx::from_global<float, S<>, E<>>(rank, {S(one.t), E(one.e)}, as_float(k));
-    const auto vt = tpx::from_global<float, S<>, E<>>(rank, {S(one.t), E(one.e)}, as_float(v));
-    const auto dt = tpx::from_global<float, T<>, E<>>(rank, {T(one.t), E(one.e)}, as_float(dout));
+    const auto qt = tpx::from_global<float, T<>, E<>>(rank, {T(one.t), E(one.e)}, as_float(r.q));
+    const auto kt = tpx::from_global<float, S<>, E<>>(rank, {S(one.t), E(one.e)}, as_float(r.k));
+    const auto vt = tpx::from_global<float, S<>, E<>>(rank, {S(one.t), E(one.e)}, as_float(r.v));
+    const auto dt = tpx::from_global<float, T<>, E<>>(rank, {T(one.t), E(one.e)}, as_float(r.dout));
     const auto fwd = tpx::nn::causal_attention_forward(qt, kt, vt);
     const auto grad = tpx::nn::causal_attention_backward(qt, kt, vt, fwd.probs, dt);
     const auto fused = tpx::nn::fused_causal_attention_forward(qt, kt, vt);
     const auto fused_grad =
         tpx::nn::fused_causal_attention_backward(qt, kt, vt, fused.out, fused.lse, dt);
-    const auto want = forward(q, k, v);
     for (const auto* out : {&fwd.out, &fused.out})
-      check_close(tpx::to_global(*out), want, 2e-5, "out");
-    check_close(tpx::to_global(grad.dq), dq, 1e-4, "dq");
-    check_close(tpx::to_global(grad.dk), dk, 1e-4, "dk");
-    check_close(tpx::to_global(grad.dv), dv, 1e-4, "dv");
-    check_close(tpx::to_global(fused_grad.dq), dq, 1e-4, "fused dq");
-    check_close(tpx::to_global(fused_grad.dk), dk, 1e-4, "fused dk");
-    check_close(tpx::to_global(fused_grad.dv), dv, 1e-4, "fused dv");
+      check_close(tpx::to_global(*out), r.out, 2e-5, "out");
+    check_close(tpx::to_global(grad.dq), r.dq, 1e-4, "dq");
+    check_close(tpx::to_global(grad.dk), r.dk, 1e-4, "dk");
+    check_close(tpx::to_global(grad.dv), r.dv, 1e-4, "dv");
+    check_close(tpx::to_global(fused_grad.dq), r.dq, 1e-4, "fused dq");
+    check_close(tpx::to_global(fused_grad.dk), r.dk, 1e-4, "fused dk");
+    check_close(tpx::to_global(fused_grad.dv), r.dv, 1e-4, "fused dv");
   });
 }
