@@ -86,45 +86,51 @@ struct fused_layout {
       query_position - (group_position < query_position ? 1 : 0);
 };
 
-// Tn's dims as they are split, without those at Positions (the sequence dim, the group dim):
-// its batch dims and E.
-template <class Tn, std::size_t... Positions>
-using batch_dims_t =
-    remove_all_t<typename Tn::dims, type_list<type_at_t<Positions, typename Tn::dims>...>>;
+// Tn's dim at Position as it is split; void past Tn's last dim (where a layout without a group dim
+// puts it).
+template <class Tn, std::size_t Position, bool = (Position < Tn::order)>
+struct dim_at {
+  using type = void;
+};
+template <class Tn, std::size_t Position>
+struct dim_at<Tn, Position, true> {
+  using type = type_at_t<Position, typename Tn::dims>;
+};
+template <class Tn, std::size_t Position>
+using dim_at_t = typename dim_at<Tn, Position>::type;
+
+// The mesh axes of a split dim, none for void.
+template <class D>
+struct axes_of {
+  using type = typename D::axes;
+};
+template <>
+struct axes_of<void> {
+  using type = type_list<>;
+};
 
 template <class Layout, class Qb, class Kb>
 constexpr bool check_batch_splits() {
-  constexpr std::size_t t = Layout::query_position, s = Layout::key_position;
-  if constexpr (!Layout::dims::grouped) {
-    if constexpr (!std::is_same_v<batch_dims_t<Qb, t>, batch_dims_t<Kb, s>>)
-      compile_error<"tpx: fused_causal_attention: the batch dims of q " + Qb::notation + " and k " +
-                    Kb::notation + " must be split over the same mesh axes">{};
-  } else if constexpr (!std::is_same_v<batch_dims_t<Qb, t, Layout::group_position>,
-                                       batch_dims_t<Kb, s>>) {
+  // q's and k's dims as they are split, without the sequence dims and the group dim: the batch
+  // dims and E.
+  using query_batch =
+      remove_all_t<typename Qb::dims, type_list<dim_at_t<Qb, Layout::query_position>,
+                                                dim_at_t<Qb, Layout::group_position>>>;
+  using key_batch = remove_all_t<typename Kb::dims, type_list<dim_at_t<Kb, Layout::key_position>>>;
+  if constexpr (!std::is_same_v<query_batch, key_batch>)
     compile_error<"tpx: fused_causal_attention: the batch dims of q " + Qb::notation + " and k " +
                   Kb::notation + " must be split over the same mesh axes">{};
-  }
   return true;
 }
-
-// The axes that split Tn's dim at Position; none past Tn's last dim (no group dim).
-template <class Tn, std::size_t Position, bool = (Position < Tn::order)>
-struct axes_at {
-  using type = type_list<>;
-};
-template <class Tn, std::size_t Position>
-struct axes_at<Tn, Position, true> {
-  using type = typename type_at_t<Position, typename Tn::dims>::axes;
-};
 
 // The gradient of k or v in fused layout (Kb): a partial sum over the axes that split q's T at
 // Position and its group dim at GroupPosition, each rank's queries' share (Kb itself when both
 // are whole).
 template <class Qt, class Kb, std::size_t Position, std::size_t GroupPosition>
-using key_gradient_t =
-    tensor_with_t<Kb, typename Kb::dims,
-                  as_unreduced_t<unique_t<concat_t<typename axes_at<Qt, Position>::type,
-                                                   typename axes_at<Qt, GroupPosition>::type>>>>;
+using key_gradient_t = tensor_with_t<
+    Kb, typename Kb::dims,
+    as_unreduced_t<unique_t<concat_t<typename axes_of<dim_at_t<Qt, Position>>::type,
+                                     typename axes_of<dim_at_t<Qt, GroupPosition>>::type>>>>;
 
 // sequences (the local (batch, head) pairs), the kernels' layouts of their query and key rows
 // and the block of queries, E and the scale, of operands in fused layout, checked. A block in the

@@ -188,14 +188,14 @@ template <class T>
   // lse and delta of a sequence with a tile of padding: +inf and 0, so rows past the end get
   // probability 0.
   std::vector<float> lse_pad(static_cast<std::size_t>(t_len + tile), INFINITY),
-      delta_pad(static_cast<std::size_t>(t_len + tile), 0.0f), grad(2 * qs.pitch);
+      delta_pad(static_cast<std::size_t>(t_len + tile), 0.0f), grad(qs.pitch);
   // dk and dv of a key sequence, [s_len, pitch] each, summed over its group of query sequences.
   std::vector<float> dk_acc(static_cast<std::size_t>(s_len * qs.pitch)), dv_acc(dk_acc.size());
   alignas(64) float x[tile], p[tile], dp[tile], shift[tile];
   for (std::int64_t b = 0; b < sequences; ++b) {
     const sequence_rows queries(shape.queries, b, e), keys(shape.keys, shape.key_sequence(b), e);
     const bool first_of_group = b % shape.group == 0;
-    const bool last_of_group = (b + 1) % shape.group == 0 || b + 1 == sequences;
+    const bool last_of_group = (b + 1) % shape.group == 0;
     qs.load(q + queries.first * e, queries.stride, e, scale);
     if (first_of_group) {
       ks.load(k + keys.first * e, keys.stride, e, 1.0f);
