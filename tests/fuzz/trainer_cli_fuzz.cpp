@@ -20,7 +20,9 @@
 //     the arguments it did not expect, or a switch given a value it cannot read ("Could not
 //     convert: --bf16 = g"; never a number, which its check would then have read otherwise, as
 //     it did 08 before cli_checks.hpp rewrote accepted numbers), then "Run with --help for more
-//     information."; or the program's own "tpx-train: --mesh: ...".
+//     information."; or the program's own "tpx-train: --mesh: ...", or its one-line refusal of
+//     flags it cannot combine, naming the first ("tpx-gpt: --kv-heads 3 must divide --heads 4
+//     (...)", Family::unsupported and unsupported_on).
 // A broken expectation prints what was parsed and traps, which libFuzzer reports with the input.
 // Seeds: tests/fuzz/corpus/trainer_cli (the command lines of the READMEs and docs/bad-input.md);
 // words: tests/fuzz/trainer_cli.dict.
@@ -138,6 +140,15 @@ void check_refused(const trainer::parsed_command_line<Family>& p, const std::str
   const std::string_view error = p.error;
   const std::string_view first_line = error.substr(0, error.find('\n'));
   if (first_line.starts_with(program + ": --mesh: expected XxY") && error.ends_with("'\n")) return;
+  // The family's refusal of flags each valid alone ("tpx-gpt: --kv-heads 3 must divide --heads
+  // 4 ...", Family::unsupported and unsupported_on): one line, from a flag the program declares.
+  const std::string own = program + ": ";
+  if (first_line.starts_with(own) && error.size() == first_line.size() + 1 &&
+      std::ranges::any_of(declared_flags<Family>(on_gpu), [&](const std::string& flag) {
+        const std::string_view rest = first_line.substr(own.size());
+        return rest.starts_with(flag + " ") && rest.size() > flag.size() + 1;
+      }))
+    return;
   const std::string_view cli11_end = "\nRun with --help for more information.\n";
   // A value given to a switch (--bf16=g) is a conversion error; a number never is: the checks
   // (cli_checks.hpp) accept only text CLI11 converts to the number they checked.
