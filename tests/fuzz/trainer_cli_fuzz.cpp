@@ -142,13 +142,15 @@ void check_refused(const trainer::parsed_command_line<Family>& p, const std::str
   if (first_line.starts_with(program + ": --mesh: expected XxY") && error.ends_with("'\n")) return;
   // The family's refusal of flags each valid alone ("tpx-gpt: --kv-heads 3 must divide --heads
   // 4 ...", Family::unsupported and unsupported_on): one line, from a flag the program declares.
+  const std::vector<std::string> flags = declared_flags<Family>(on_gpu);
   const std::string own = program + ": ";
-  if (first_line.starts_with(own) && error.size() == first_line.size() + 1 &&
-      std::ranges::any_of(declared_flags<Family>(on_gpu), [&](const std::string& flag) {
-        const std::string_view rest = first_line.substr(own.size());
-        return rest.starts_with(flag + " ") && rest.size() > flag.size() + 1;
-      }))
-    return;
+  if (first_line.starts_with(own) && error.size() == first_line.size() + 1) {
+    const std::string_view rest = first_line.substr(own.size());
+    if (std::ranges::any_of(flags, [&](const std::string& flag) {
+          return rest.starts_with(flag + " ") && rest.size() > flag.size() + 1;
+        }))
+      return;
+  }
   const std::string_view cli11_end = "\nRun with --help for more information.\n";
   // A value given to a switch (--bf16=g) is a conversion error; a number never is: the checks
   // (cli_checks.hpp) accept only text CLI11 converts to the number they checked.
@@ -156,7 +158,7 @@ void check_refused(const trainer::parsed_command_line<Family>& p, const std::str
                first_line.starts_with("The following arguments were not expected: ");
   for (const std::string& s : declared_switches<Family>(on_gpu))
     named = named || first_line.starts_with("Could not convert: " + s + " = ");
-  for (const std::string& flag : declared_flags<Family>(on_gpu))
+  for (const std::string& flag : flags)
     named = named || (first_line.starts_with(flag) && first_line.size() > flag.size() &&
                       (first_line[flag.size()] == ':' || first_line[flag.size()] == ' '));
   if (!named || !error.ends_with(cli11_end) || first_line.size() <= 2)
