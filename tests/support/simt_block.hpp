@@ -1,28 +1,29 @@
-// simt_block: one CUDA thread block emulated on host threads, so that a block program written
-// for the GPU (kernels/flash_attention.hpp) runs, and is checked, on a machine without one.
+// simt_block: one CUDA thread block emulated on the host, so that a block program written for
+// the GPU (kernels/flash_attention.hpp) runs, and is checked, on a machine without one.
 //
-// run(program) starts one std::thread per CUDA thread and calls program(thread) on each, where
-// `thread` offers what the block programs use of the hardware: its lane and warp, sync()
-// (__syncthreads), shfl_xor (__shfl_xor_sync over the full warp), mma (mma.sync.m16n8k16,
-// bf16 inputs, fp32 accumulators: d += a b), ldmatrix_x4 and ldmatrix_x4_trans
-// (ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16), cp.async's copy, commit and wait, and the
-// block's shared memory.
+// run(program) runs program(thread) for every CUDA thread of the block, each a fiber of
+// tests/support/fiber_team.hpp on the calling thread, where `thread` offers what the block
+// programs use of the hardware: its lane and warp, sync() (__syncthreads), shfl_xor
+// (__shfl_xor_sync over the full warp), mma (mma.sync.m16n8k16, bf16 inputs, fp32 accumulators:
+// d += a b), ldmatrix_x4 and ldmatrix_x4_trans (ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16),
+// cp.async's copy, commit and wait, and the block's shared memory.
 //
 // A warp-wide operation is one barrier of the warp: each lane posts its operands in its slot,
 // passes the barrier, and reads what it needs of the other lanes' slots. Operations alternate
 // between two sets of slots: a lane that hurries on posts into the other set, and the set it read
 // is written again only after the next barrier, which every reader of this one must have reached
-// first. That is one barrier per operation instead of two (a second one freeing the slots), and
-// the barriers are most of these tests' time: a few cores switching between 32 threads per warp.
+// first. That is one barrier per operation instead of two (a second one freeing the slots).
 // Like the hardware, every lane (thread) must reach every warp operation in the same order; a
-// program that does not deadlocks here as it would misbehave there.
+// program that does not deadlocks, and run() throws naming where each lane waits.
 //
-// The threads are real and only sync() and the warp operations order them, so under
-// ThreadSanitizer (CI's tsan stage runs the unit tests) a program that reads shared memory
-// another thread wrote with no sync() between them is reported as a data race, as
+// Only sync() and the warp operations order the lanes, and ThreadSanitizer is told so
+// (fiber_team.hpp): under it (CI's tsan stage runs the unit tests) a program that reads shared
+// memory another lane wrote with no sync() between them is reported as a data race, as
 // compute-sanitizer's racecheck would on the GPU: removing the sync after flash attention's key
-// staging (over_staged_tiles) gives 101 reports in the first attention test case, in ldmatrix,
-// copy_async_16 and key_block_gradients.
+// staging (over_staged_tiles) gives 308 reports in the first attention test case, in ldmatrix,
+// copy_async_16 and key_block_gradients. The lanes take turns in a fixed order, so such a
+// program also reads the same stale values in every run: without TSan, the same change fails
+// 1559 of the attention test's checks.
 //
 // mma and ldmatrix are written from the PTX ISA's tables ("Matrix Fragments for mma.m16n8k16",
 // "ldmatrix"), element by element, independently of kernels/mma_fragments.hpp, which the
@@ -31,13 +32,14 @@
 // order within an mma is unspecified, so results agree to fp32 rounding).
 #pragma once
 
-#include <barrier>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <thread>
+#include <string>
 #include <tpx/core/bfloat16.hpp>
 #include <vector>
+
+#include "fiber_team.hpp"
 
 namespace tpx::testing {
 
@@ -55,22 +57,22 @@ class simt_block {
   simt_block(int warps, std::size_t shared_bytes)
       : warps_(warps),
         shared_(shared_bytes),
-        block_barrier_(32 * warps),
+        lanes_(32 * warps),
+        block_barrier_(lanes_, 32 * warps, "__syncthreads"),
         slots_(2 * 32 * static_cast<std::size_t>(warps)) {
     warp_barriers_.reserve(warps);
-    for (int w = 0; w < warps; ++w) warp_barriers_.push_back(std::make_unique<std::barrier<>>(32));
+    for (int w = 0; w < warps; ++w)
+      warp_barriers_.push_back(std::make_unique<fiber_team::barrier>(
+          lanes_, 32, std::string("warp ").append(std::to_string(w)).append("'s operation")));
   }
 
   // Runs program(thread_context&) on every thread of the block; returns when all have returned.
   template <class Program>
   void run(const Program& program) {
-    std::vector<std::jthread> threads;
-    threads.reserve(32 * static_cast<std::size_t>(warps_));
-    for (int t = 0; t < 32 * warps_; ++t)
-      threads.emplace_back([this, t, &program] {
-        thread_context context(*this, t);
-        program(context);
-      });
+    lanes_.run([this, &program](int t) {
+      thread_context context(*this, t);
+      program(context);
+    });
   }
 
   class thread_context {
@@ -92,22 +94,30 @@ class simt_block {
       for (int i = 0; i < 4; ++i) mine.a[i] = a[i];
       for (int i = 0; i < 2; ++i) mine.b[i] = b[i];
       meet();
+      // This lane's c0..c3 lie in rows `group` and `group + 8` of D and columns 2 pair and
+      // 2 pair + 1: it reads the rows of A from the lanes holding them (those of its group) and
+      // the columns of B likewise, a sixth of the warp's operands.
+      const int my_group = lane() / 4, my_pair = lane() % 4;
       float a_matrix[16][16], b_matrix[16][8];
       for (int l = 0; l < 32; ++l) {
-        const lane_slot& s = posted(l);
         const int group = l / 4, pair = l % 4;
-        for (int i = 0; i < 8; ++i) {  // a0..a7: register i / 2, half i % 2
-          const int row = group + 8 * ((i / 2) % 2), col = 2 * pair + (i % 2) + 8 * (i / 4);
-          a_matrix[row][col] = element(s.a[i / 2], i % 2);
+        if (group == my_group) {
+          const lane_slot& s = posted(l);
+          for (int i = 0; i < 8; ++i) {  // a0..a7: register i / 2, half i % 2
+            const int row = group + 8 * ((i / 2) % 2), col = 2 * pair + (i % 2) + 8 * (i / 4);
+            a_matrix[row][col] = element(s.a[i / 2], i % 2);
+          }
         }
-        for (int i = 0; i < 4; ++i) {  // b0..b3
-          const int row = 2 * pair + (i % 2) + 8 * (i / 2), col = group;
-          b_matrix[row][col] = element(s.b[i / 2], i % 2);
+        if (group / 2 == my_pair) {
+          const lane_slot& s = posted(l);
+          for (int i = 0; i < 4; ++i) {  // b0..b3
+            const int row = 2 * pair + (i % 2) + 8 * (i / 2), col = group;
+            b_matrix[row][col] = element(s.b[i / 2], i % 2);
+          }
         }
       }
-      const int group = lane() / 4, pair = lane() % 4;
       for (int i = 0; i < 4; ++i) {  // c0..c3
-        const int row = group + 8 * (i / 2), col = 2 * pair + (i % 2);
+        const int row = my_group + 8 * (i / 2), col = 2 * my_pair + (i % 2);
         float sum = d[i];
         for (int k = 0; k < 16; ++k) sum += a_matrix[row][k] * b_matrix[k][col];
         d[i] = sum;
@@ -178,8 +188,9 @@ class simt_block {
  private:
   int warps_;
   std::vector<unsigned char> shared_;
-  std::barrier<> block_barrier_;
-  std::vector<std::unique_ptr<std::barrier<>>> warp_barriers_;
+  fiber_team lanes_;  // one fiber per thread of the block
+  fiber_team::barrier block_barrier_;
+  std::vector<std::unique_ptr<fiber_team::barrier>> warp_barriers_;
   std::vector<lane_slot> slots_;  // two sets of 32 per warp: [set][warp][lane]
 };
 
