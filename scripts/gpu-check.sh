@@ -50,7 +50,8 @@
 #     >= 0.95), the MLP's GEMM with GELU fused into cuBLASLt's epilogue vs unfused, kernel
 #     bandwidth vs device memcpy (target >= 0.8 for elementwise and norms), the fused attention
 #     kernels (and, attention-cp.txt, each rank's block of queries under context parallelism
-#     of 4, as the GPT's --context-parallel layers call them), the tensor-core ones under
+#     of 4, as the GPT's --context-parallel layers call them; attention-gqa.txt, grouped-query
+#     attention, 4 key and value heads for 12 query heads), the tensor-core ones under
 #     each tiling of attention-tilings (which one to make
 #     the kernels' own; attention-tilings.txt, and -gpt.txt in the GPT's [B, T, H, E] layout,
 #     failing if one computes wrong), and the collectives in nccl-tests format on the simulated
@@ -62,8 +63,8 @@
 #     shape: tokens/s, MFU and the ratios; and (compare.py --attention) the fused attention
 #     kernels alone (tpx-bench-cuda attention) against PyTorch's scaled_dot_product_attention with
 #     the flash backend (bench/peers/torch_sdpa.py), forward and backward, bf16, 16 x 12 heads of
-#     64 at T = 1024 and 4096: ms, TFLOP/s and the ratios (target >= 0.9x); when python3 can
-#     import torch
+#     64 at T = 1024 and 4096: ms, TFLOP/s and the ratios (target >= 0.9x), and the same with 4
+#     key and value heads (grouped-query, SDPA's enable_gqa); when python3 can import torch
 #   8 profile: where a step's GPU time goes, at the peers' shapes (bf16, 1x1): phase by phase
 #     (--profile-phases: events on the rank's stream, which need no profiler) for 12 steps of
 #     tpx-gpt-cuda and tpx-train-cuda, into profile-phases-gpt.txt and profile-phases-mlp.txt,
@@ -348,6 +349,8 @@ else
   step "bench attention" bash -o pipefail -c "$bench attention --json $out/attention.json | tee $out/attention.txt"
   step "bench attention under context parallelism (each of 4 ranks' block of T = 4096, bf16, [B, T, H, E])" \
     bash -o pipefail -c "$bench attention -B 8 -T 4096 -t bf16 --layout tokens --context-parallel 4 --json $out/attention-cp.json | tee $out/attention-cp.txt"
+  step "bench attention, grouped-query (12 query heads, 4 key and value heads, bf16)" \
+    bash -o pipefail -c "$bench attention -G 4 -t bf16 --json $out/attention-gqa.json | tee $out/attention-gqa.txt"
   step "bench attention tilings (the tensor-core kernels under other tilings, E = 64 and 128)" \
     bash -o pipefail -c "$bench attention-tilings -E 64,128 --json $out/attention-tilings.json | tee $out/attention-tilings.txt"
   step "bench attention tilings as the GPT lays them out ([B, T, H, E], GPT-2's T = 1024)" \
@@ -386,6 +389,9 @@ else
       --json "$out/peers-gpt.json"
   wanted peers-attention && step "peers: fused attention kernels vs PyTorch SDPA (flash), forward and backward" \
     python3 bench/peers/compare.py --attention --tpx-bench-cuda "$bench" --json "$out/peers-attention.json"
+  wanted peers-attention && step "peers: grouped-query attention kernels vs PyTorch SDPA (enable_gqa), 4 key and value heads, bf16" \
+    python3 bench/peers/compare.py --attention --attention-kv-heads 4 \
+      --tpx-bench-cuda "$bench" --json "$out/peers-attention-gqa.json"
 fi
 
 if ! wanted profile; then

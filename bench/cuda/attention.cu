@@ -8,8 +8,9 @@
 // tokens as the GPT's layers pass them ([B, T, H, E]: kernels::attention_layout with H heads per
 // position). With --context-parallel X it also times each rank's block of queries against the
 // whole sequence's keys, as context parallelism's layers call the kernels (rank X - 1's, the last
-// T / X queries, is the busiest). attention_tilings.cu times the tensor-core kernels under other
-// tilings.
+// T / X queries, is the busiest). With --kv-heads G < H it times grouped-query attention, as the
+// GPT's --kv-heads makes it: G key and value heads, each read by H / G query heads.
+// attention_tilings.cu times the tensor-core kernels under other tilings.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -29,11 +30,11 @@ namespace {
 
 template <class T>
 attention_row measure_one(const std::string& type, std::int64_t batch, std::int64_t heads,
-                          std::int64_t t_len, context_block block, int e, bool tokens, int iters,
-                          int warmup) {
+                          std::int64_t kv_heads, std::int64_t t_len, context_block block, int e,
+                          bool tokens, int iters, int warmup) {
   host_twins<T> twins;  // each row is a shape of its own
   return time_attention<T>(
-      type, "", batch, heads, t_len, block, e, tokens, iters, warmup,
+      type, "", batch, heads, kv_heads, t_len, block, e, tokens, iters, warmup,
       [e](cudaStream_t s, std::int64_t sequences, const kernels::attention_shape& shape,
           float scale, const T* q, const T* k, const T* v, T* out, float* lse) {
         tpx::cuda::fused_attention_forward(s, sequences, shape, e, scale, q, k, v, out, lse);
@@ -50,9 +51,14 @@ attention_row measure_one(const std::string& type, std::int64_t batch, std::int6
 }  // namespace
 
 std::vector<attention_row> measure_attention(std::int64_t batch, std::int64_t heads,
+                                             std::int64_t kv_heads,
                                              const std::vector<std::int64_t>& lengths, int e,
                                              const std::vector<std::string>& types, bool tokens,
                                              int context_parallel, int iters, int warmup) {
+  if (kv_heads < 1 || heads % kv_heads != 0)
+    throw std::invalid_argument("attention: --kv-heads " + std::to_string(kv_heads) +
+                                " must divide --heads " + std::to_string(heads) +
+                                " (each key head serves heads / kv-heads query heads)");
   if (e < 1 || e > kernels::fused_attention_max_head)
     throw std::invalid_argument("attention: head width -E " + std::to_string(e) +
                                 "; the fused kernels take 1 to " +
@@ -72,10 +78,10 @@ std::vector<attention_row> measure_attention(std::int64_t batch, std::int64_t he
   for (const std::string& type : types)
     for (std::int64_t t_len : lengths)
       for (const context_block& block : blocks)
-        rows.push_back(type == "bf16" ? measure_one<bf16>(type, batch, heads, t_len, block, e,
-                                                          tokens, iters, warmup)
-                                      : measure_one<float>(type, batch, heads, t_len, block, e,
-                                                           tokens, iters, warmup));
+        rows.push_back(type == "bf16" ? measure_one<bf16>(type, batch, heads, kv_heads, t_len,
+                                                          block, e, tokens, iters, warmup)
+                                      : measure_one<float>(type, batch, heads, kv_heads, t_len,
+                                                           block, e, tokens, iters, warmup));
   return rows;
 }
 

@@ -108,11 +108,11 @@ attention_row time_tilings(tilings<Forward, Dq, Dkdv>, std::int64_t batch, std::
   const std::string name =
       "fwd " + name_of<Forward>() + ", dq " + name_of<Dq>() + ", dkdv " + name_of<Dkdv>();
   return time_attention<bf16>(
-      "bf16", name, batch, heads, t_len, context_block{}, E, tokens, iters, warmup,
+      "bf16", name, batch, heads, heads, t_len, context_block{}, E, tokens, iters, warmup,
       forward_call<E, Forward>(),
-      [](cudaStream_t s, std::int64_t sequences, const kernels::attention_shape& shape,
-         float scale, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
-         const float* lse, const float* delta, bf16* dq, bf16* dk, bf16* dv) {
+      [](cudaStream_t s, std::int64_t sequences, const kernels::attention_shape& shape, float scale,
+         const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse,
+         const float* delta, bf16* dq, bf16* dk, bf16* dv) {
         tpx::cuda::flash_attention_backward_tiled<E, Dq, Dkdv>(s, sequences, shape, scale, q, k, v,
                                                                dout, lse, delta, dq, dk, dv);
       },
@@ -133,12 +133,11 @@ attention_row time_tilings(one_pass<Tiling, Splits>, std::int64_t batch, std::in
   TPX_CUDA_CHECK(cudaGetDevice(&device));
   TPX_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));  // the rank's (rank_resources.hpp)
   return time_attention<bf16>(
-      "bf16", name, batch, heads, t_len, context_block{}, E, tokens, iters, warmup,
+      "bf16", name, batch, heads, heads, t_len, context_block{}, E, tokens, iters, warmup,
       forward_call<E, flash::forward_tiling<E>>(),
-      [pool, splits](cudaStream_t s, std::int64_t sequences,
-                     const kernels::attention_shape& shape, float scale, const bf16* q,
-                     const bf16* k, const bf16* v, const bf16* dout, const float* lse,
-                     const float* delta, bf16* dq, bf16* dk, bf16* dv) {
+      [pool, splits](cudaStream_t s, std::int64_t sequences, const kernels::attention_shape& shape,
+                     float scale, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+                     const float* lse, const float* delta, bf16* dq, bf16* dk, bf16* dv) {
         // Whole sequences (the tilings' rows have no blocks of queries): one layout.
         tpx::cuda::flash_attention_backward_one_pass<E, Tiling>(s, pool, sequences, shape.queries,
                                                                 scale, q, k, v, dout, lse, delta,

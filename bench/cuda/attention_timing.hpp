@@ -3,9 +3,11 @@
 // forward and backward calls, it times each on B x H sequences of T rows of E, N(0, 1) inputs,
 // scale 1/sqrt(E), laid out heads first ([B x H, T, E], as SDPA's peer takes them) or as the
 // GPT's projections leave them ([B, T, H, E] read in place, a sequence's rows H rows apart:
-// kernels::attention_layout), and compares the first sequence's out, dq, dk and dv with the host
-// twin (tensor/host_fused_attention.hpp) on the same inputs (seeded, so the same for every call of
-// one shape: host_twins keeps each shape's, which the host takes seconds to compute at T = 4096).
+// kernels::attention_layout), and compares the first sequence's out, dq, dk and dv (under
+// grouped-query attention, the first key sequence's and its group's query sequences') with the
+// host twin (tensor/host_fused_attention.hpp) on the same inputs (seeded, so the same for every
+// call of one shape: host_twins keeps each shape's, which the host takes seconds to compute at
+// T = 4096).
 // With a context_block of X ranks, the queries are rank r's block of each sequence, T / X rows
 // from position r T / X, against all T keys, as context parallelism's layers call the kernels
 // (nn/attention.hpp gathers the keys over the ranks).
@@ -59,62 +61,75 @@ inline double attention_forward_flops(std::int64_t sequences, std::int64_t queri
          (static_cast<double>(first) + tq / 2.0);
 }
 
-// The first sequence's t_len rows of e elements (its queries' or its keys'), `step` rows apart in
-// a device array, as one [t_len, e] array.
+// The first `count` sequences' t_len rows of e elements (queries' or keys'), in a device array
+// whose positions hold `heads` sequences' rows each (kernels::attention_layout), as one host array
+// in the same layout with `count` sequences: heads first (heads = 1) the first count x t_len
+// rows, else [t_len, count, e].
 template <class T>
-std::vector<T> first_sequence(const tpx::cuda::device_buffer<T>& b, std::int64_t t_len, int e,
-                              std::int64_t step) {
-  std::vector<T> host(static_cast<std::size_t>(t_len * e));
+std::vector<T> first_sequences(const tpx::cuda::device_buffer<T>& b, std::int64_t count,
+                               std::int64_t t_len, int e, std::int64_t heads) {
+  std::vector<T> host(static_cast<std::size_t>(count * t_len * e));
   const std::size_t row = static_cast<std::size_t>(e) * sizeof(T);
-  TPX_CUDA_CHECK(cudaMemcpy2D(host.data(), row, b.data(), row * static_cast<std::size_t>(step), row,
-                              static_cast<std::size_t>(t_len), cudaMemcpyDeviceToHost));
+  if (heads == 1) {
+    TPX_CUDA_CHECK(
+        cudaMemcpy(host.data(), b.data(), host.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  const std::size_t width = row * static_cast<std::size_t>(count);
+  TPX_CUDA_CHECK(cudaMemcpy2D(host.data(), width, b.data(), row * static_cast<std::size_t>(heads),
+                              width, static_cast<std::size_t>(t_len), cudaMemcpyDeviceToHost));
   return host;
 }
 
-// The host twin's out, dq, dk and dv of the first sequence, by (T, E, rank, ranks).
+// The host twin's out, dq, dk and dv of the first key sequence's group, by (T, E, rank, ranks,
+// group).
 template <class T>
 struct host_outputs {
   std::vector<T> out, dq, dk, dv;
 };
 template <class T>
-using host_twins = std::map<std::tuple<std::int64_t, int, int, int>, host_outputs<T>>;
+using host_twins = std::map<std::tuple<std::int64_t, int, int, int, std::int64_t>, host_outputs<T>>;
 
-// The host twin of one sequence: q and dout [queries, e], k and v [keys, e], in `shape`'s
-// positions.
+// The host twin of `sequences` query sequences (one key sequence's group): q and dout in
+// shape.queries' layout, k and v one sequence of shape.keys.t_len rows, in `shape`'s positions.
 template <class T>
-host_outputs<T> host_twin(const kernels::attention_shape& shape, int e, float scale,
-                          const std::vector<T>& q, const std::vector<T>& k, const std::vector<T>& v,
-                          const std::vector<T>& dout) {
-  const std::int64_t queries = shape.queries.t_len;
+host_outputs<T> host_twin(std::int64_t sequences, const kernels::attention_shape& shape, int e,
+                          float scale, const std::vector<T>& q, const std::vector<T>& k,
+                          const std::vector<T>& v, const std::vector<T>& dout) {
+  const std::int64_t rows = sequences * shape.queries.t_len;
   host_outputs<T> h{std::vector<T>(q.size()), std::vector<T>(q.size()), std::vector<T>(k.size()),
                     std::vector<T>(k.size())};
-  std::vector<float> lse(static_cast<std::size_t>(queries)),
-      delta(static_cast<std::size_t>(queries));
-  tpx::detail::host_fused_attention_forward(1, shape, e, scale, q.data(), k.data(), v.data(),
-                                            h.out.data(), lse.data());
-  for (std::int64_t t = 0; t < queries; ++t)
+  std::vector<float> lse(static_cast<std::size_t>(rows)), delta(static_cast<std::size_t>(rows));
+  tpx::detail::host_fused_attention_forward(sequences, shape, e, scale, q.data(), k.data(),
+                                            v.data(), h.out.data(), lse.data());
+  for (std::int64_t t = 0; t < rows; ++t)
     for (std::int64_t i = 0; i < e; ++i)
       delta[t] += kernels::product_term<T>{h.out.data(), dout.data(), e}(t, i);
-  tpx::detail::host_fused_attention_backward(1, shape, e, scale, q.data(), k.data(), v.data(),
-                                             dout.data(), lse.data(), delta.data(), h.dq.data(),
-                                             h.dk.data(), h.dv.data());
+  tpx::detail::host_fused_attention_backward(sequences, shape, e, scale, q.data(), k.data(),
+                                             v.data(), dout.data(), lse.data(), delta.data(),
+                                             h.dq.data(), h.dk.data(), h.dv.data());
   return h;
 }
 
 // One row: forward(stream, sequences, shape, scale, q, k, v, out, lse) and
 // backward(stream, sequences, shape, scale, q, k, v, dout, lse, delta, dq, dk, dv) timed and
 // checked as above (`tokens`: in [B, T, H, E], else heads first; `block`: which queries), the
-// host twin taken from `twins` or added to it; `type` and `tiling` label the row.
+// host twin taken from `twins` or added to it; `type` and `tiling` label the row. With
+// kv_heads < heads, grouped-query attention: B x kv_heads key sequences, each read by
+// heads / kv_heads consecutive query heads (kernels::attention_shape::group), checked on the
+// first key sequence and the query sequences of its group.
 template <class T, class Forward, class Backward>
 attention_row time_attention(const std::string& type, const std::string& tiling, std::int64_t batch,
-                             std::int64_t heads, std::int64_t t_len, context_block block, int e,
-                             bool tokens, int iters, int warmup, const Forward& forward_call,
-                             const Backward& backward_call, host_twins<T>& twins) {
+                             std::int64_t heads, std::int64_t kv_heads, std::int64_t t_len,
+                             context_block block, int e, bool tokens, int iters, int warmup,
+                             const Forward& forward_call, const Backward& backward_call,
+                             host_twins<T>& twins) {
   namespace cu = tpx::cuda;
   cu::rank_resources r(0, {});
   const cudaStream_t s = r.stream();
   const std::int64_t sequences = batch * heads, queries = block.queries(t_len);
-  const std::int64_t rows = sequences * queries, n = rows * e, key_n = sequences * t_len * e;
+  const std::int64_t group = heads / kv_heads;
+  const std::int64_t rows = sequences * queries, n = rows * e, key_n = batch * kv_heads * t_len * e;
   const float scale = 1.0f / std::sqrt(static_cast<float>(e));
   auto q = random_buffer<T>(r, n, 1), k = random_buffer<T>(r, key_n, 2);
   auto v = random_buffer<T>(r, key_n, 3), dout = random_buffer<T>(r, n, 4);
@@ -124,9 +139,12 @@ attention_row time_attention(const std::string& type, const std::string& tiling,
   cu::device_buffer<float> lse(static_cast<std::size_t>(rows), r.pool(), s);
   cu::device_buffer<float> delta(static_cast<std::size_t>(rows), r.pool(), s);
 
-  const std::int64_t heads_per_position = tokens ? heads : 1;
-  const kernels::attention_shape shape{
-      {queries, heads_per_position}, {t_len, heads_per_position}, block.first(t_len)};
+  const std::int64_t query_heads_per_position = tokens ? heads : 1;
+  const std::int64_t key_heads_per_position = tokens ? kv_heads : 1;
+  const kernels::attention_shape shape{{queries, query_heads_per_position},
+                                       {t_len, key_heads_per_position},
+                                       block.first(t_len),
+                                       group};
   const auto forward = [&] {
     forward_call(s, sequences, shape, scale, q.data(), k.data(), v.data(), out.data(), lse.data());
   };
@@ -140,27 +158,28 @@ attention_row time_attention(const std::string& type, const std::string& tiling,
   const double backward_seconds = seconds_per_call(s, iters, warmup, backward);
   r.synchronize();
 
-  // The first sequence against the host twin. Its rows are other elements of the random arrays in
-  // the two layouts, so `twins` must hold one layout's (each bench run takes one).
-  const std::int64_t step = heads_per_position;
-  const auto first = [&](const cu::device_buffer<T>& b) {
-    return first_sequence(b, queries, e, step);
+  // The first key sequence and its group's query sequences against the host twin. Their rows are
+  // other elements of the random arrays in the two layouts, so `twins` must hold one layout's
+  // (each bench run takes one).
+  const auto first_queries = [&](const cu::device_buffer<T>& b) {
+    return first_sequences(b, group, queries, e, query_heads_per_position);
   };
   const auto first_keys = [&](const cu::device_buffer<T>& b) {
-    return first_sequence(b, t_len, e, step);
+    return first_sequences(b, 1, t_len, e, key_heads_per_position);
   };
-  const std::tuple<std::int64_t, int, int, int> twin_key{t_len, e, block.rank, block.ranks};
+  const std::tuple<std::int64_t, int, int, int, std::int64_t> twin_key{t_len, e, block.rank,
+                                                                       block.ranks, group};
   auto twin = twins.find(twin_key);
   if (twin == twins.end()) {
-    const kernels::attention_shape one{{queries}, {t_len}, shape.first};
+    const kernels::attention_shape one{{queries, tokens ? group : 1}, {t_len}, shape.first, group};
     twin = twins
-               .emplace(twin_key, host_twin(one, e, scale, first(q), first_keys(k), first_keys(v),
-                                            first(dout)))
+               .emplace(twin_key, host_twin(group, one, e, scale, first_queries(q), first_keys(k),
+                                            first_keys(v), first_queries(dout)))
                .first;
   }
   const host_outputs<T>& h = twin->second;
   const double diff = std::max(
-      {relative_difference(first(out), h.out), relative_difference(first(dq), h.dq),
+      {relative_difference(first_queries(out), h.out), relative_difference(first_queries(dq), h.dq),
        relative_difference(first_keys(dk), h.dk), relative_difference(first_keys(dv), h.dv)});
 
   const double flops = attention_forward_flops(sequences, queries, shape.first, e);
@@ -168,6 +187,7 @@ attention_row time_attention(const std::string& type, const std::string& tiling,
           tiling,
           batch,
           heads,
+          kv_heads,
           t_len,
           block.rank,
           block.ranks,

@@ -12,7 +12,8 @@
 //       ms and TFLOP/s of the fused causal attention kernels, forward and backward, to set beside
 //       PyTorch's SDPA (bench/peers/torch_sdpa.py; target: tpx >= 0.9x); heads first, or with
 //       --layout tokens in the GPT's [B, T, H, E]; with --context-parallel X also each rank's
-//       block of T / X queries against the T keys, as context parallelism calls the kernels
+//       block of T / X queries against the T keys, as context parallelism calls the kernels;
+//       with --kv-heads G grouped-query attention, G key and value heads for the H query heads
 //   tpx-bench-cuda attention-tilings -B 16 -H 12 -T 1024,4096 -E 64,128 --json tilings.json
 //       the same for the tensor-core kernels under the tilings attention_tilings.cu lists, bf16,
 //       the kernels' own first
@@ -60,15 +61,23 @@ void add_common(CLI::App& app, common_options& o) {
 
 // The attention benches' sequences: -B x -H of each length in -T (GPT-2's 16 x 12 by default),
 // heads first or (--layout tokens) [B, T, H, E] as the GPT's layers pass them; attention's
-// --context-parallel X adds the rows of each rank's block of queries.
+// --context-parallel X adds the rows of each rank's block of queries, its --kv-heads G makes it
+// grouped-query attention (0: G = H, multi-head).
 struct attention_shape {
-  std::int64_t batch = 16, heads = 12;
+  std::int64_t batch = 16, heads = 12, kv_heads = 0;
   std::vector<std::int64_t> lengths = {1024, 4096};
   std::string layout = "heads";
   int context_parallel = 1;
   bool tokens() const { return layout == "tokens"; }
+  std::int64_t key_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   std::string described() const {
-    return tokens() ? "[B, T, H, E] read in place" : "heads first, [B x H, T, E]";
+    std::string d = tokens() ? "[B, T, H, E] read in place" : "heads first, [B x H, T, E]";
+    if (key_heads() != heads)
+      d.append(", grouped-query: ")
+          .append(std::to_string(key_heads()))
+          .append(" key and value heads, ")
+          .append(tokens() ? "[B, T, G, E]" : "[B x G, T, E]");
+    return d;
   }
 };
 
@@ -179,6 +188,7 @@ void report_attention(const std::vector<bc::attention_row>& measured, const atte
     json row = {{"type", r.type},
                 {"batch", r.batch},
                 {"heads", r.heads},
+                {"kv_heads", r.kv_heads},
                 {"t", r.t_len},
                 {"rank", r.rank},
                 {"ranks", r.ranks},
@@ -192,15 +202,16 @@ void report_attention(const std::vector<bc::attention_row>& measured, const atte
     rows.push_back(row);
   }
   if (!o.json.empty())
-    b::write_json(
-        o.json, std::string("cuda_") + (tilings ? "attention_tilings" : "attention"), command,
-        {{"iters", o.iters},
-         {"warmup", o.warmup},
-         {"batch", shape.batch},
-         {"heads", shape.heads},
-         {"layout", shape.layout},
-         {"context_parallel", shape.context_parallel}},
-        rows);
+    b::write_json(o.json, std::string("cuda_") + (tilings ? "attention_tilings" : "attention"),
+                  command,
+                  {{"iters", o.iters},
+                   {"warmup", o.warmup},
+                   {"batch", shape.batch},
+                   {"heads", shape.heads},
+                   {"kv_heads", shape.key_heads()},
+                   {"layout", shape.layout},
+                   {"context_parallel", shape.context_parallel}},
+                  rows);
 }
 
 // The kernels' bf16 results are within a few bf16 ulps of the host twin's (the outputs'
@@ -224,9 +235,9 @@ int rows_off_the_host_twin(const std::vector<bc::attention_row>& rows) {
 
 int run_attention(const attention_shape& shape, int e, const std::vector<std::string>& types,
                   const common_options& o, const std::string& command) {
-  const std::vector<bc::attention_row> rows = bc::measure_attention(
-      shape.batch, shape.heads, shape.lengths, e, types, shape.tokens(), shape.context_parallel,
-      o.iters, o.warmup);
+  const std::vector<bc::attention_row> rows =
+      bc::measure_attention(shape.batch, shape.heads, shape.key_heads(), shape.lengths, e, types,
+                            shape.tokens(), shape.context_parallel, o.iters, o.warmup);
   report_attention(rows, shape, "attention", o, command);
   return rows_off_the_host_twin(rows) > 0 ? 1 : 0;
 }
@@ -337,6 +348,10 @@ int main(int argc, char** argv) {
       ->add_option("-X,--context-parallel", attention_s.context_parallel,
                    "also time each of X ranks' block of T / X queries against the T keys")
       ->check(CLI::Range(1, 1 << 16));
+  attention
+      ->add_option("-G,--kv-heads", attention_s.kv_heads,
+                   "key and value heads, dividing -H: grouped-query attention (default: -H)")
+      ->check(CLI::Range(1, 1 << 20));
   add_common(*attention, attention_o);
 
   common_options tilings_o;

@@ -64,7 +64,8 @@ std::vector<bandwidth_row> measure_kernels(std::int64_t elements, std::int64_t r
 struct attention_row {
   std::string type;    // bf16, fp32
   std::string tiling;  // attention-tilings' rows: the tensor-core kernels' tilings; else empty
-  std::int64_t batch = 0, heads = 0, t_len = 0;
+  // kv_heads < heads: grouped-query attention, heads / kv_heads query heads per key head.
+  std::int64_t batch = 0, heads = 0, kv_heads = 0, t_len = 0;
   // The queries: rank `rank` of `ranks`' block of each sequence under context parallelism, T /
   // ranks rows from position rank T / ranks against all T keys; 0 of 1: the whole sequence.
   int rank = 0, ranks = 1;
@@ -78,8 +79,11 @@ struct attention_row {
   double max_rel_diff = 0;
 };
 // With context_parallel = X > 1, each length's whole-sequence row is followed by one row per
-// rank's block of X (each length a multiple of X).
+// rank's block of X (each length a multiple of X). kv_heads (dividing heads) key and value heads:
+// grouped-query attention where fewer than heads, k and v [batch x kv_heads, t_len, e] (or
+// [batch, t_len, kv_heads, e]); the FLOPs are the same, the keys' traffic a group's fraction.
 std::vector<attention_row> measure_attention(std::int64_t batch, std::int64_t heads,
+                                             std::int64_t kv_heads,
                                              const std::vector<std::int64_t>& lengths, int e,
                                              const std::vector<std::string>& types, bool tokens,
                                              int context_parallel, int iters, int warmup);

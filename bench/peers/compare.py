@@ -29,7 +29,8 @@ both. This script runs them and prints the table and the ratios:
     (--attention-types bf16,fp32 adds fp32, where SDPA has no flash kernel); ms per call,
     TFLOP/s as FlashAttention counts them (forward 4 B H T^2 E / 2, backward 2.5x) and the speed
     ratios SDPA ms / tpx ms (target: >= 0.9 forward and backward). Run on an H200 on
-    2026-11-27: bench/README.md has the figures.
+    2026-11-27: bench/README.md has the figures. --attention-kv-heads G compares grouped-query
+    attention (G key and value heads; SDPA's enable_gqa): not yet measured.
 
 On a shared machine --rounds R runs every host configuration R times, alternating the order, and
 keeps each one's best round (the JSON keeps every round, with the load average before each run).
@@ -44,6 +45,7 @@ run under --python (default: this interpreter), which needs jax (host) or torch 
   python3 bench/peers/compare.py --gpu                    # on a GPU machine
   python3 bench/peers/compare.py --gpt                    # the GPT example, on a GPU machine
   python3 bench/peers/compare.py --attention              # the attention kernel, on a GPU machine
+  python3 bench/peers/compare.py --attention --attention-kv-heads 4   # grouped-query
 """
 import argparse
 import json
@@ -388,18 +390,22 @@ def attention(a):
     binary = os.path.join(workdir, os.path.basename(tpx))
     shutil.copy2(tpx, binary)
     b, h, e = a.attention_batch, a.attention_heads, a.attention_head_dim
+    g = a.attention_kv_heads or h
     n, w = a.gpu_steps, a.gpu_warmup
+    grouped = f" ({g} key and value heads)" if g != h else ""
     print(f"compare --attention: {tpx} (run from a copy) against bench/peers/torch_sdpa.py with "
-          f"{a.python}; causal, {b} x {h} heads of {e}, T={a.attention_lengths}, "
+          f"{a.python}; causal, {b} x {h} heads of {e}{grouped}, T={a.attention_lengths}, "
           f"{a.attention_types}, {n} timed calls after {w}")
     tpx_json = os.path.join(workdir, "attention.json")
-    run([binary, "attention", "-B", str(b), "-H", str(h), "-E", str(e), "-T", a.attention_lengths,
-         "-t", a.attention_types, "-n", str(n), "-w", str(w), "--json", tpx_json])
+    run([binary, "attention", "-B", str(b), "-H", str(h), "-G", str(g), "-E", str(e),
+         "-T", a.attention_lengths, "-t", a.attention_types, "-n", str(n), "-w", str(w),
+         "--json", tpx_json])
     with open(tpx_json) as f:
         tpx_rows = json.load(f)["rows"]
     sdpa = run_peer(a.python, "torch_sdpa.py",
                     ["--device", a.torch_device, "--types", a.attention_types, "--batch", str(b),
-                     "--heads", str(h), "--head-dim", str(e), "--lengths", a.attention_lengths,
+                     "--heads", str(h), "--kv-heads", str(g), "--head-dim", str(e),
+                     "--lengths", a.attention_lengths,
                      "--steps", str(n), "--warmup", str(w)])
     sdpa_rows = {(r["type"], r["t"]): r for r in sdpa["rows"]}
     target = 0.9
@@ -422,7 +428,8 @@ def attention(a):
             cells += [f"{r[f'{way}_ms']:.3f} ({r[f'{way}_tflops']:.1f})",
                       f"{peer[f'{way}_ms']:.3f} ({peer[f'{way}_tflops']:.1f})", f"{ratio:.2f}"]
         results.append(row)
-        print(f"| {r['type']} {b}x{h}, T={r['t']}, E={e} | " + " | ".join(cells) +
+        heads = f"{b}x{h}" + (f" ({g} kv)" if g != h else "")
+        print(f"| {r['type']} {heads}, T={r['t']}, E={e} | " + " | ".join(cells) +
               f" | {peer['backend']} | {r['max_rel_diff']:.2g} |")
     print()
     print(f"target >= {target}x SDPA forward and backward: " +
@@ -453,6 +460,9 @@ def main():
                    help="tpx-bench-cuda (default build/cuda/bench/cuda/tpx-bench-cuda)")
     p.add_argument("--attention-batch", type=int, default=16)
     p.add_argument("--attention-heads", type=int, default=12)
+    p.add_argument("--attention-kv-heads", type=int, default=0,
+                   help="--attention: key and value heads, dividing --attention-heads: "
+                        "grouped-query attention (0: as many as query heads)")
     p.add_argument("--attention-head-dim", type=int, default=64)
     p.add_argument("--attention-lengths", default="1024,4096", help="--attention: sequence lengths T")
     p.add_argument("--attention-types", default="bf16", help="--attention: bf16, fp32 (comma-separated)")

@@ -5,7 +5,9 @@ The peer of `tpx-bench-cuda attention` (bench/cuda/attention.cu) for issue 11's 
 fused attention kernel >= 0.9x SDPA's flash attention, forward and backward, at T = 1024 and
 4096): torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) with q, k, v
 [B, H, T, E] (tpx's [B x H, T, E] in the same memory order), N(0, 1), the default scale
-1/sqrt(E). The flash backend is forced (torch.nn.attention.sdpa_kernel(FLASH_ATTENTION)); where
+1/sqrt(E). With --kv-heads G < H, grouped-query attention: k and v [B, G, T, E] and
+enable_gqa=True (PyTorch >= 2.5), query head h reading key head h // (H / G), as tpx's
+`tpx-bench-cuda attention --kv-heads G` does. The flash backend is forced (torch.nn.attention.sdpa_kernel(FLASH_ATTENTION)); where
 it cannot run (fp32, a CPU, an old PyTorch) the script says so and lets PyTorch pick, and the
 JSON names the backend that ran.
 
@@ -20,6 +22,7 @@ perf_counter). TFLOP/s count FlashAttention's benchmarks' FLOPs, as the tpx side
 4 B H T^2 E / 2 (causal), backward 2.5x the forward.
 
   python3 bench/peers/torch_sdpa.py --device cuda --types bf16,fp32 --lengths 1024,4096
+  python3 bench/peers/torch_sdpa.py --device cuda --types bf16 --kv-heads 4   # grouped-query
 """
 import argparse
 import contextlib
@@ -40,6 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--types", default="bf16", help="comma-separated: bf16, fp32")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--kv-heads", type=int, default=0,
+                   help="key and value heads, dividing --heads: grouped-query attention (0: --heads)")
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--lengths", default="1024,4096", help="comma-separated sequence lengths T")
     p.add_argument("--steps", type=int, default=20, help="timed calls (after --warmup)")
@@ -54,6 +59,9 @@ def parse_args(argv=None):
         p.error(f"--types {','.join(a.types)}: each must be bf16 or fp32")
     if min(a.batch, a.heads, a.head_dim, *a.lengths) < 1 or a.steps < 1 or a.warmup < 0:
         p.error("--batch, --heads, --head-dim, --lengths and --steps must be >= 1, --warmup >= 0")
+    a.kv_heads = a.kv_heads or a.heads
+    if a.kv_heads < 1 or a.heads % a.kv_heads:
+        p.error(f"--kv-heads {a.kv_heads} must divide --heads {a.heads}")
     return a
 
 
@@ -99,13 +107,32 @@ def seconds_per_call(torch, a, fn):
     return start.elapsed_time(stop) / 1e3 / a.steps
 
 
+def grouped_query_flags(torch, a):
+    """SDPA's keyword for grouped-query attention where --kv-heads asks for it."""
+    if a.kv_heads == a.heads:
+        return {}
+    import inspect
+    try:
+        takes_gqa = "enable_gqa" in inspect.signature(
+            torch.nn.functional.scaled_dot_product_attention).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: try the call
+        takes_gqa = True
+    if not takes_gqa:
+        sys.exit(f"torch_sdpa: --kv-heads {a.kv_heads}: PyTorch {torch.__version__}'s "
+                 "scaled_dot_product_attention has no enable_gqa (PyTorch >= 2.5 has)")
+    return {"enable_gqa": True}
+
+
 def measure(torch, dev, a, dtype_name, t):
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
     shape = (a.batch, a.heads, t, a.head_dim)
-    q, k, v = (torch.randn(shape, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
+    key_shape = (a.batch, a.kv_heads, t, a.head_dim)
+    q = torch.randn(shape, device=dev, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(key_shape, device=dev, dtype=dtype, requires_grad=True) for _ in range(2))
     dout = torch.randn(shape, device=dev, dtype=dtype)
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    attend = lambda: sdpa(q, k, v, is_causal=True)  # noqa: E731
+    gqa = grouped_query_flags(torch, a)
+    attend = lambda: sdpa(q, k, v, is_causal=True, **gqa)  # noqa: E731
     backend, backend_name = flash_or_default(torch, attend)
     with backend():
         forward_s = seconds_per_call(torch, a, attend)
@@ -113,7 +140,8 @@ def measure(torch, dev, a, dtype_name, t):
         backward_s = seconds_per_call(
             torch, a, lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
     flops = forward_flops(a, t)
-    return {"type": dtype_name, "batch": a.batch, "heads": a.heads, "t": t, "e": a.head_dim,
+    return {"type": dtype_name, "batch": a.batch, "heads": a.heads, "kv_heads": a.kv_heads,
+            "t": t, "e": a.head_dim,
             "backend": backend_name, "forward_ms": forward_s * 1e3,
             "forward_tflops": flops / forward_s * 1e-12, "backward_ms": backward_s * 1e3,
             "backward_tflops": 2.5 * flops / backward_s * 1e-12}
@@ -123,8 +151,9 @@ def main(argv=None):
     a = parse_args(argv)
     torch, dev = common.setup(a, "torch_sdpa")
     name = torch.cuda.get_device_name() if a.device == "cuda" else "cpu"
+    grouped = f" ({a.kv_heads} key and value heads)" if a.kv_heads != a.heads else ""
     print(f"torch_sdpa: torch {torch.__version__} {name}, causal SDPA, {a.batch} x {a.heads} heads of "
-          f"{a.head_dim}, {a.steps} calls after {a.warmup}")
+          f"{a.head_dim}{grouped}, {a.steps} calls after {a.warmup}")
     print(f"# {'type':>5} {'T':>6} {'backend':>8} {'fwd(ms)':>11} {'fwd TFLOP/s':>12} {'bwd(ms)':>11} "
           f"{'bwd TFLOP/s':>12}")
     rows = []
