@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
 # Which layout to train a model with on N devices, in one command: dry-runs an example trainer
-# (--dry-run: the real step on meta tensors, nothing computed) on every mesh of N ranks, and for
-# tpx-train every cut into pipeline stages in each schedule, then prices all the reports with
-# tpx-plan --reports on a hardware profile and prints its table and recommendation.
+# (--dry-run: the real step on meta tensors, nothing computed) on every mesh of N ranks, for
+# tpx-gpt with and without context parallelism, for tpx-train also every cut into pipeline stages
+# in each schedule, then prices all the reports with tpx-plan --reports on a hardware profile and
+# prints its table and recommendation.
 #
 #   scripts/plan-layouts.sh 8 --hardware h100 --axis-link-bw X=50e9 -- --layers 16 \
 #       --d-model 4096 --ffn 16384 --batch 16384 --bf16
 #
 # N comes first; the flags after it, up to `--`, are tpx-plan's (the profile, --axis-link-bw,
 # --json); those after `--` are the trainer's model flags, as for a run (not --mesh, --pipeline,
-# --microbatches or --schedule, which this sweeps). The layouts: every XxY (and, for tpx-gpt,
-# RxXxY with R > 1 replicas: HSDP) of N ranks; for tpx-train also every P x X x Y with P > 1
-# stages, in each schedule of --schedules, over --microbatches M. A layout the trainer refuses
-# (layers or batch that do not cut evenly) is listed as skipped with its reason. Options, before N:
+# --microbatches or --schedule, which this sweeps). The layouts:
+#   - every XxY of N ranks, and for tpx-gpt every RxXxY with R > 1 replicas (HSDP);
+#   - for tpx-gpt, each of those whose X has more than one rank also with context parallelism
+#     (STEM-cp: --context-parallel, X splitting every sequence instead of the batch; with
+#     --fused-attention in the model flags also --load-balance), unless the model flags choose it;
+#   - for tpx-train, every P x X x Y with P > 1 stages, in each schedule of --schedules, over
+#     --microbatches M;
+#   - with --memory-savers, each of the above also with what trades time for memory: activation
+#     checkpointing (STEM-ckpt: --checkpoint-every sqrt) and, for a pipeline whose X has more than
+#     one rank, FSDP's collectives in every pass (STEM-perpass: --fsdp-per-pass; STEM-ckpt-perpass:
+#     both), unless the model flags set them. tpx-plan recommends the fastest layout that fits, so
+#     a saver wins only where the faster layouts do not fit (a sweep where none fits says so).
+# A layout the trainer refuses (layers or batch that do not cut evenly) is listed as skipped with
+# its reason. Options, before N:
 #   --program PATH     the trainer (default build/default/examples/tpx-train; tpx-gpt works too)
 #   --plan PATH        tpx-plan (default build/default/examples/tpx-plan)
 #   --microbatches M   a pipeline's microbatches (default 8)
@@ -22,6 +33,7 @@
 #   --out DIR          keep the reports in DIR (default: a temporary folder, removed)
 #   --plot PNG         draw the priced layouts into PNG as well (scripts/plot-plan.sh)
 #   --jobs J           dry runs at once (default: the cores, nproc)
+#   --memory-savers    also each layout with activation checkpointing and per-pass FSDP (above)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 program=$root/build/default/examples/tpx-train
@@ -31,12 +43,18 @@ schedules=1f1b,zero-bubble,interleaved,zero-bubble-v
 out=""
 plot=""
 jobs=$(nproc 2>/dev/null || echo 1)
+memory_savers=0
 usage() {
   echo "usage: $0 [--program PATH] [--plan PATH] [--microbatches M] [--schedules LIST] [--out DIR]" \
-       "[--plot PNG] [--jobs J] N [TPX-PLAN FLAGS...] -- [MODEL FLAGS...]" >&2
+       "[--plot PNG] [--jobs J] [--memory-savers] N [TPX-PLAN FLAGS...] -- [MODEL FLAGS...]" >&2
   exit 2
 }
 while (($#)) && [[ $1 == --* ]]; do
+  if [[ $1 == --memory-savers ]]; then
+    memory_savers=1
+    shift
+    continue
+  fi
   (($# >= 2)) || usage
   case $1 in
     --program) program=$2 ;;
@@ -68,9 +86,10 @@ done
 [[ -z $plot ]] || command -v gnuplot >/dev/null ||
   { echo "plan-layouts: --plot needs gnuplot (gnuplot-nox: scripts/install-deps.sh)" >&2; exit 2; }
 help=$("$program" --help 2>&1)
-has_pipeline=0 has_replicas=0
+has_pipeline=0 has_replicas=0 has_context=0
 [[ $help == *--pipeline* ]] && has_pipeline=1
 [[ $help == *RxXxY* ]] && has_replicas=1
+[[ $help == *--context-parallel* ]] && has_context=1
 
 if [[ -z $out ]]; then
   out=$(mktemp -d)
@@ -79,8 +98,32 @@ else
   mkdir -p "$out"
 fi
 
-# The layouts, as "file-stem|trainer flags".
+# The layouts, as "file-stem|trainer flags", each followed by its memory savers' variants, a
+# mesh's context-parallel layout after its own.
 layouts=()
+saves_activations=1 saves_gathers=1  # the model flags choose these themselves
+[[ " ${model_flags[*]} " == *" --checkpoint-every "* || " ${model_flags[*]} " == *" --checkpoint-every="* ]] &&
+  saves_activations=0
+[[ " ${model_flags[*]} " == *" --fsdp-per-pass "* ]] && saves_gathers=0
+[[ " ${model_flags[*]} " == *" --context-parallel "* ]] && has_context=0
+context_flags="--context-parallel"
+[[ " ${model_flags[*]} " == *" --fused-attention "* && " ${model_flags[*]} " != *" --load-balance "* ]] &&
+  context_flags+=" --load-balance"
+add_mesh() {  # add_mesh STEM FLAGS X: the layout, and with X > 1 ranks its context-parallel one
+  add_layout "$1" "$2" 0
+  if ((has_context && $3 > 1)); then add_layout "$1-cp" "$2 $context_flags" 0; fi
+  return 0
+}
+add_layout() {  # add_layout STEM FLAGS PER_PASS_APPLIES
+  layouts+=("$1|$2")
+  ((memory_savers)) || return 0
+  ((saves_activations)) && layouts+=("$1-ckpt|$2 --checkpoint-every sqrt")
+  if (($3 && saves_gathers)); then
+    layouts+=("$1-perpass|$2 --fsdp-per-pass")
+    ((saves_activations)) && layouts+=("$1-ckpt-perpass|$2 --checkpoint-every sqrt --fsdp-per-pass")
+  fi
+  return 0
+}
 IFS=, read -r -a schedule_list <<<"$schedules"
 for ((p = 1; p <= ranks; ++p)); do
   ((ranks % p == 0)) || continue
@@ -89,10 +132,11 @@ for ((p = 1; p <= ranks; ++p)); do
     ((ranks / p % x == 0)) || continue
     y=$((ranks / p / x))
     if ((p == 1)); then
-      layouts+=("${x}x${y}|--mesh ${x}x${y}")
+      add_mesh "${x}x${y}" "--mesh ${x}x${y}" "$x"
     else
       for s in "${schedule_list[@]}"; do
-        layouts+=("${x}x${y}-p${p}-${s}|--mesh ${x}x${y} --pipeline $p --microbatches $microbatches --schedule $s")
+        add_layout "${x}x${y}-p${p}-${s}" \
+          "--mesh ${x}x${y} --pipeline $p --microbatches $microbatches --schedule $s" $((x > 1))
       done
     fi
   done
@@ -103,7 +147,7 @@ if ((has_replicas)); then
     for ((x = 1; x <= ranks / r; ++x)); do
       ((ranks / r % x == 0)) || continue
       y=$((ranks / r / x))
-      layouts+=("${r}x${x}x${y}|--mesh ${r}x${x}x${y}")
+      add_mesh "${r}x${x}x${y}" "--mesh ${r}x${x}x${y}" "$x"
     done
   done
 fi
@@ -160,5 +204,12 @@ if [[ -n $plot ]]; then
   [[ -n $json ]] || { json=$out/plan.json; plan_flags+=(--json "$json"); }
 fi
 cd "$out"
-"$plan_exe" --reports "${reports[@]}" "${plan_flags[@]}"
+status=0
+priced=$("$plan_exe" --reports "${reports[@]}" "${plan_flags[@]}") || status=$?
+printf '%s\n' "$priced"
+((status == 0)) || exit "$status"
+if ((!memory_savers)) && [[ $priced == *"none of the reports fits"* ]]; then
+  echo "plan-layouts: --memory-savers adds each layout with activation checkpointing and, for" \
+       "pipelines, per-pass FSDP, which may fit" >&2
+fi
 [[ -z $plot ]] || bash "$root/scripts/plot-plan.sh" "$json" "$plot" >&2

@@ -201,10 +201,17 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
               reports.size(), std::string(hw.name).c_str(), hw.flops, hw.link_bw, hw.memory);
   std::printf("# bounds from the profile's peaks, not measurements; memory is tensors only (a GPU\n"
               "# process also holds the CUDA context, cuBLASLt's workspace and NCCL's buffers)\n");
+  std::string fp32_files;  // one line for them all: a sweep prices dozens of reports
+  std::size_t fp32_count = 0;
   for (const priced_report& p : reports)
-    if (!p.bf16)
-      std::printf("# %s is fp32: the profile's FLOP/s is its bf16 peak; give --flops for fp32\n",
-                  p.file.c_str());
+    if (!p.bf16) {
+      fp32_files.append(fp32_count++ == 0 ? "" : ", ").append(p.file);
+    }
+  if (fp32_count > 0)
+    std::printf("# %s fp32: the profile's FLOP/s is its bf16 peak; give --flops for fp32\n",
+                fp32_count == reports.size() && fp32_count > 1
+                    ? "every report is"
+                    : (fp32_files + (fp32_count == 1 ? " is" : " are")).c_str());
   for (const priced_report& p : reports)
     if (!p.pipeline.empty())
       std::printf("# %s: a pipeline (%s): its stages idle %.1f%% of the step (the bubble, in "

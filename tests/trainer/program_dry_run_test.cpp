@@ -290,6 +290,19 @@ TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that 
   CHECK(plan.at("recommendation").get<std::string>() == fastest);
   CHECK(r.output.find("# recommendation: " + fastest) != std::string::npos);
 
+  // The fp32 reports are named on one line (a sweep prices dozens): "every report", or the fp32
+  // ones among bf16 ones.
+  CHECK(r.output.find("# every report is fp32: the profile's FLOP/s is its bf16 peak") !=
+        std::string::npos);
+  const fs::path bf16_file = folder / "2x2-bf16.json";
+  dry_run_report(TPX_GPT, "--mesh 2x2 --bf16 " + model, bf16_file);
+  const std::string first = (folder / "4x1.json").string(), last = (folder / "1x4.json").string();
+  const command_result types = run_command(std::string(TPX_PLAN) + " --reports " + first + " " +
+                                           bf16_file.string() + " " + last);
+  INFO(types.output);
+  CHECK(types.output.find(std::string("# ").append(first).append(", ").append(last).append(
+            " are fp32: ")) != std::string::npos);
+
   const command_result unknown_axis = run_command(std::string(TPX_PLAN) + " --reports" + files + " --axis-link-bw Z=1e9");
   CHECK(unknown_axis.status != 0);
   CHECK(unknown_axis.output.find("--axis-link-bw Z: no report's mesh has an axis Z") != std::string::npos);
