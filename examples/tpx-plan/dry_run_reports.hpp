@@ -212,11 +212,12 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
                 fp32_count == reports.size() && fp32_count > 1
                     ? "every report is"
                     : (fp32_files + (fp32_count == 1 ? " is" : " are")).c_str());
-  for (const priced_report& p : reports)
-    if (!p.pipeline.empty())
-      std::printf("# %s: a pipeline (%s): its stages idle %.1f%% of the step (the bubble, in "
-                  "its compute time)\n",
-                  p.file.c_str(), p.pipeline.c_str(), 100 * p.bubble);
+  const bool pipelines = std::any_of(reports.begin(), reports.end(),
+                                     [](const priced_report& p) { return !p.pipeline.empty(); });
+  if (pipelines)
+    std::printf(
+        "# bubble: the share of a pipeline's step its stages idle in its schedule (1F1B's\n"
+        "# (P - 1) / (M + P - 1)), counted in its compute time\n");
   for (const priced_report& p : reports)
     if (p.mfu_ceiling > 1) {
       std::printf("# a ceiling above 100%%: the model FLOPs (the trainers' MFU: 6 per parameter\n"
@@ -227,8 +228,9 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
   int file_width = 14;  // the report column: as wide as the longest file name
   for (const priced_report& p : reports)
     file_width = std::max(file_width, static_cast<int>(p.file.size()));
-  std::printf("#\n# %-*s %-9s %6s %10s %11s %11s %11s %6s  %s\n", file_width, "report", "mesh",
+  std::printf("#\n# %-*s %-9s %6s %10s %11s %11s %11s %6s%s  %s\n", file_width, "report", "mesh",
               "ranks", "peak GiB", "compute ms", "comm ms", "step ms", "MFU",
+              pipelines ? "  bubble" : "",
               "communication per set of axes (ms) of the rank that communicates longest");
   priced_table table{nlohmann::json::array(), ""};
   const priced_report* best = nullptr;
@@ -246,10 +248,15 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
       axes_text = "none";
     else if (p.comm_rank != 0)
       axes_text = "rank " + std::to_string(p.comm_rank) + ": " + axes_text;
-    std::printf("  %-*s %-9s %6d %10.2f %11.3f %11.3f %11.3f %5.1f%%  %s%s\n", file_width,
+    char bubble[16] = "";  // "   20.0%", or "       -" for a report without stages
+    if (pipelines && p.pipeline.empty())
+      std::snprintf(bubble, sizeof bubble, "  %6s", "-");
+    else if (pipelines)
+      std::snprintf(bubble, sizeof bubble, "  %5.1f%%", 100 * p.bubble);
+    std::printf("  %-*s %-9s %6d %10.2f %11.3f %11.3f %11.3f %5.1f%%%s  %s%s\n", file_width,
                 p.file.c_str(), p.mesh.c_str(), p.ranks, p.peak_bytes / (1 << 30),
                 p.compute_seconds * 1e3, p.comm_total_seconds * 1e3,
-                p.step_overlapped_seconds * 1e3, 100 * p.mfu_ceiling, axes_text.c_str(),
+                p.step_overlapped_seconds * 1e3, 100 * p.mfu_ceiling, bubble, axes_text.c_str(),
                 p.fits ? "" : "; does not fit");
     const auto rate = [](const priced_report& r) {
       return r.model_flops / r.step_overlapped_seconds;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -333,8 +334,20 @@ TEST_CASE("tpx-plan counts a pipeline's bubble in its compute time") {
                                        " --flops 1e12 --link-bw 1e9 --json " + out.string());
   INFO(r.output);
   REQUIRE(r.status == 0);
-  CHECK(r.output.find(": a pipeline (2 stages, 1f1b, 4 microbatches): its stages idle 20.0% of the step") !=
+  CHECK(r.output.find("# bubble: the share of a pipeline's step its stages idle") !=
         std::string::npos);
+  // The bubble column of each report's row: "  4.json  1x2 P=2  4  ...  MFU  20.0%  ...".
+  const auto bubble_column = [&](const std::string& file_name) {
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream words(line);
+      std::vector<std::string> w{std::istream_iterator<std::string>(words), {}};
+      if (w.size() > 9 && fs::path(w[0]).filename() == file_name) return w[9];
+    }
+    return std::string("no row");
+  };
+  CHECK(bubble_column("4.json") == "20.0%");  // 1/5
+  CHECK(bubble_column("8.json") == "11.1%");  // 1/9
   std::ifstream in(out);
   const nlohmann::json plan = nlohmann::json::parse(in);
   REQUIRE(plan.at("rows").size() == reports.size());
