@@ -41,8 +41,12 @@ with open(f"{out}/title.txt", "w") as f:
             f'{m["link_bw"]:.3g} B/s per link{links}); * recommended, pale: does not fit')
 PY
 
+# 1600 pixels wide, or 28 per layout where more (a sweep with --memory-savers prices dozens), so
+# that the names under the bars do not run into each other.
+layouts=$(wc -l <"$data/layouts.dat")
+width=$((layouts * 28 + 200 > 1600 ? layouts * 28 + 200 : 1600))
 gnuplot <<GP
-set terminal pngcairo size 1600,700 font ",11" noenhanced
+set terminal pngcairo size $width,760 font ",11" noenhanced
 set output '$png'
 set title "$(cat "$data/title.txt")"
 set style fill solid 0.9 border -1
@@ -52,6 +56,7 @@ set ylabel 'ms per step (log scale)'
 set grid ytics
 set xtics rotate by -45 nomirror
 set xrange [-0.7:*]
+set rmargin 14  # the last names, slanting right
 set key top left
 # The bars take each row's colour; the key, the colours of a layout that fits.
 plot '$data/layouts.dat' using (\$1 - 0.2):3:4:xtic(2) with boxes lc rgb variable notitle, \
