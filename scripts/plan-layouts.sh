@@ -101,13 +101,15 @@ fi
 # The layouts, as "file-stem|trainer flags", each followed by its memory savers' variants, a
 # mesh's context-parallel layout after its own.
 layouts=()
-saves_activations=1 saves_gathers=1  # the model flags choose these themselves
-[[ " ${model_flags[*]} " == *" --checkpoint-every "* || " ${model_flags[*]} " == *" --checkpoint-every="* ]] &&
-  saves_activations=0
-[[ " ${model_flags[*]} " == *" --fsdp-per-pass "* ]] && saves_gathers=0
-[[ " ${model_flags[*]} " == *" --context-parallel "* ]] && has_context=0
+model_flags_have() {  # model_flags_have FLAG: the model flags give FLAG (or FLAG=VALUE)
+  [[ " ${model_flags[*]} " == *" $1 "* || " ${model_flags[*]} " == *" $1="* ]]
+}
+saves_activations=1 saves_gathers=1  # unless the model flags choose these themselves
+model_flags_have --checkpoint-every && saves_activations=0
+model_flags_have --fsdp-per-pass && saves_gathers=0
+model_flags_have --context-parallel && has_context=0
 context_flags="--context-parallel"
-[[ " ${model_flags[*]} " == *" --fused-attention "* && " ${model_flags[*]} " != *" --load-balance "* ]] &&
+model_flags_have --fused-attention && ! model_flags_have --load-balance &&
   context_flags+=" --load-balance"
 add_mesh() {  # add_mesh STEM FLAGS X: the layout, and with X > 1 ranks its context-parallel one
   add_layout "$1" "$2" 0

@@ -89,12 +89,15 @@ for stem in "${expected[@]}"; do
   with_savers+=("$stem" "$stem-ckpt")
   [[ $stem == 2x1-p2-* ]] && with_savers+=("$stem-perpass" "$stem-ckpt-perpass")
 done
-check "each layout is followed by its savers, per-pass FSDP only where X has 2 ranks" \
-  python3 - savers.json "${with_savers[@]}" <<'PY'
+priced_in_order() {  # priced_in_order JSON STEM...: tpx-plan's rows are exactly STEM.json, in order
+  python3 - "$@" <<'PY'
 import json, sys
 reports = [row["report"] for row in json.load(open(sys.argv[1]))["rows"]]
 sys.exit(0 if reports == [stem + ".json" for stem in sys.argv[2:]] else 1)
 PY
+}
+check "each layout is followed by its savers, per-pass FSDP only where X has 2 ranks" \
+  priced_in_order savers.json "${with_savers[@]}"
 memory=$(python3 - savers.json <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]
@@ -137,11 +140,7 @@ status=$?
 check "the tpx-gpt sweep succeeds" test "$status" -eq 0
 check "9 tpx-gpt layouts priced" contains "plan-layouts: 9 layouts priced, 0 skipped"
 check "each mesh whose X has 2 or more ranks is followed by its context-parallel layout" \
-  python3 - gpt.json 1x4 2x2 2x2-cp 4x1 4x1-cp 2x1x2 2x2x1 2x2x1-cp 4x1x1 <<'PY'
-import json, sys
-reports = [row["report"] for row in json.load(open(sys.argv[1]))["rows"]]
-sys.exit(0 if reports == [stem + ".json" for stem in sys.argv[2:]] else 1)
-PY
+  priced_in_order gpt.json 1x4 2x2 2x2-cp 4x1 4x1-cp 2x1x2 2x2x1 2x2x1-cp 4x1x1
 described() {  # described STEM TEXT: the dry-run report of STEM says TEXT
   python3 -c 'import json, sys; sys.exit(sys.argv[2] not in json.load(open(sys.argv[1]))["description"])' \
     "gpt/$1.json" "$2"

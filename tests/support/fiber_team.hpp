@@ -252,13 +252,16 @@ class fiber_team {
   std::string deadlock_report() const {
     std::string report = "fiber_team: deadlock, no fiber can go on:";
     int first = 0;
+    std::string first_state = state(0);
     for (int i = 1; i <= size(); ++i) {
-      if (i < size() && state(i) == state(first)) continue;
+      std::string next_state = i < size() ? state(i) : "";
+      if (i < size() && next_state == first_state) continue;
       report += i - 1 == first ? "\n  fiber " : "\n  fibers ";
       report += std::to_string(first);
       if (i - 1 != first) (report += '-') += std::to_string(i - 1);
-      report += state(first);
+      report += first_state;
       first = i;
+      first_state = std::move(next_state);
     }
     return report;
   }
