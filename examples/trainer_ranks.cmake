@@ -11,7 +11,8 @@
 # the object library tpx_DIR_command_line of DIR/command_line.cpp, the family's command line (CLI11;
 # trainer/command_line.hpp says why), linked by both programs of the family, host and CUDA;
 # tpx_trainer_dry_run(DIR) likewise is tpx_DIR_dry_run, DIR/dry_run.cpp, the family's --dry-run
-# (trainer/dry_run.hpp). Called by examples/ and tests/, whichever of them is built; the first call
+# (trainer/dry_run.hpp); tpx_gpt_generate is gpt/generate.cpp, tpx-gpt's --generate, linked by both
+# GPT programs and the generation test. Called by examples/ and tests/, whichever of them is built; the first call
 # defines the library.
 include_guard(GLOBAL)
 
@@ -56,4 +57,8 @@ function(tpx_trainer_dry_run dir)
   set(gpt_models gpt/dry_run_model.cpp)
   _tpx_example_objects(tpx_${dir}_dry_run SOURCES ${dir}/dry_run.cpp ${${dir}_models}
                        LIBRARIES tpx::io)
+endfunction()
+
+function(tpx_gpt_generate)
+  _tpx_example_objects(tpx_gpt_generate SOURCES gpt/generate.cpp LIBRARIES tpx::tpx tpx::io)
 endfunction()

@@ -12,9 +12,12 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
+#include <tpx/io/json_integer.hpp>
 #include <vector>
 
+#include "../trainer/command_line.hpp"
 #include "../trainer/model_family.hpp"
 #include "model.hpp"
 
@@ -56,6 +59,50 @@ struct family {
             {"vocab", c.vocab},
             {"seed", c.seed}};
   }
+  // The config of a checkpoint's shape (shape(c) as saved in `where`): what --generate builds
+  // its model from. A key saved before it was recorded stands for the default config's value, as
+  // when a run resumes (trainer::load_checkpoint). The layout (attention kernels, parallelism) is
+  // not the model's and keeps its default.
+  static config config_of(const nlohmann::json& saved, const std::string& where) {
+    const nlohmann::json before_recorded = shape(config{});
+    const auto field = [&](const char* key) { return saved.value(key, before_recorded.at(key)); };
+    const auto whole = [&]<class T>(const char* key, T& into, T least) {
+      into = tpx::io::json_integer<T>(field(key), std::string("the shape's ") + key, where);
+      if (into < least)
+        throw std::runtime_error("gpt: " + where + ": the shape's " + key + " is " +
+                                 std::to_string(into) + ", less than " + std::to_string(least));
+    };
+    const auto either = [&](const char* key, const char* yes, const char* no) {
+      const nlohmann::json value = field(key);
+      if (value != yes && value != no)
+        throw std::runtime_error("gpt: " + where + ": the shape's " + key + " is " + value.dump() +
+                                 ", expected \"" + yes + "\" or \"" + no + "\"");
+      return value == yes;
+    };
+    config c;
+    whole("batch", c.batch, std::int64_t{1});
+    whole("seq", c.seq, std::int64_t{1});
+    whole("heads", c.heads, std::int64_t{1});
+    whole("head_dim", c.head_dim, std::int64_t{1});
+    whole("ffn", c.ffn, std::int64_t{1});
+    whole("layers", c.layers, 1);
+    whole("vocab", c.vocab, std::int64_t{256});
+    whole("seed", c.seed, std::uint64_t{0});
+    std::int64_t group = 1;
+    whole("query_group", group, std::int64_t{1});
+    if (c.heads % group != 0)
+      throw std::runtime_error("gpt: " + where + ": the shape's query_group " +
+                               std::to_string(group) + " does not divide its " +
+                               std::to_string(c.heads) + " heads");
+    c.kv_heads = group == 1 ? 0 : c.heads / group;
+    c.swiglu = either("mlp", "swiglu", "gelu");
+    c.rope = either("positions", "rotary", "learned");
+    return c;
+  }
+  // tpx-gpt --generate: prints the text the model of the newest valid checkpoint in --ckpt-dir
+  // writes (generation.hpp); returns the process's exit code. Compiled in generate.cpp.
+  static constexpr bool writes_text = true;
+  static int generate_main(const char* program, const trainer::command_line<family>& c);
   // Every position predicts the byte after it.
   static double tokens_per_step(const config& c) { return static_cast<double>(c.batch * c.seq); }
   // The weights of the matrix products: Q, K, V, O and the MLP's two (SwiGLU's three) per block,

@@ -301,19 +301,10 @@ struct batch {
   std::optional<token_layouts<Space, B<R>, T<X, Y>, T<X>>> blocks;
 };
 
-// The batch of `step`: row b is a window of seq + 1 bytes of the text (trainer::text_data, made
-// with context = seq), a function of (seed, step, b) only, its positions in order or, with
-// config::load_balance, in the load-balanced order over X. Read on the host, copied to Space.
-template <class Space>
-batch<Space> load_batch(const tpx::rank_context& rank, const trainer::text_data& data,
-                        const config& c, std::int64_t step) {
-  const std::int64_t x_ranks = rank.axis<X>().size;
-  const auto token = [&](std::int64_t i) -> std::int32_t {
-    const std::int64_t column = i % columns, t = (i / columns) % c.seq, b = i / columns / c.seq;
-    const std::int64_t p = c.load_balance ? tpx::nn::load_balanced_position(t, c.seq, x_ranks) : t;
-    if (column == position) return static_cast<std::int32_t>(p);
-    return data.byte_at(c.seed, step, c.batch, b, static_cast<int>(p + column));
-  };
+// A batch of c's sizes whose int32 element i of [B, T, W] (row-major over the whole batch) is
+// token(i), read on the host and copied to Space, in the layouts of c's model.
+template <class Space, class Token>
+batch<Space> batch_of(const tpx::rank_context& rank, const config& c, const Token& token) {
   auto load = [&]<class Tn>(Tn* kind) {
     (void)kind;
     tpx::host_twin_t<Tn> h(rank, {B(c.batch), T(c.seq), W(columns)});
@@ -331,6 +322,21 @@ batch<Space> load_batch(const tpx::rank_context& rank, const trainer::text_data&
   else
     load_both(b.rows);
   return b;
+}
+
+// The batch of `step`: row b is a window of seq + 1 bytes of the text (trainer::text_data, made
+// with context = seq), a function of (seed, step, b) only, its positions in order or, with
+// config::load_balance, in the load-balanced order over X.
+template <class Space>
+batch<Space> load_batch(const tpx::rank_context& rank, const trainer::text_data& data,
+                        const config& c, std::int64_t step) {
+  const std::int64_t x_ranks = rank.axis<X>().size;
+  return batch_of<Space>(rank, c, [&](std::int64_t i) -> std::int32_t {
+    const std::int64_t column = i % columns, t = (i / columns) % c.seq, b = i / columns / c.seq;
+    const std::int64_t p = c.load_balance ? tpx::nn::load_balanced_position(t, c.seq, x_ranks) : t;
+    if (column == position) return static_cast<std::int32_t>(p);
+    return data.byte_at(c.seed, step, c.batch, b, static_cast<int>(p + column));
+  });
 }
 
 // h's elements into the batch d, whose tensors keep their buffers (the input of a recorded step,
@@ -445,6 +451,18 @@ class transformer {
   // (Defined below the class, not inline, so that a file can declare its instantiations extern
   // and link them from the one file that compiles them: TPX_GPT_LAYOUTS below.)
   scalar forward_backward(const params& p, const batch<Space>& tokens, params& grads) const;
+
+  // The logits [B_RX, T, V_Y] of every position of the batch's input bytes: forward_backward's
+  // passes up to the LM head, nothing kept for a backward pass and nothing overlapped (text
+  // generation, generation.hpp). Compiled only where it is called.
+  auto logits(const params& p, const batch<Space>& tokens) const {
+    stream x = embed_forward(p, tokens_of(tokens));
+    for (std::size_t l = 0; l < p.norm1.size(); ++l)
+      x = std::move(block_forward(gather_block(p, static_cast<int>(l)), x).out);
+    const head_weights w = gather_head(p);
+    auto normed = tpx::nn::rmsnorm_forward(x, w.norm);
+    return tpx::einsum<D>(enter_sublayer::forward(std::move(normed.y)), w.head);
+  }
 
  private:
   // fn(), on the rank's communication thread while this thread goes on (c_.overlap), or now.

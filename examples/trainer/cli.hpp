@@ -22,6 +22,7 @@
 
 #include "command_line.hpp"
 #include "dry_run.hpp"
+#include "model_family.hpp"
 #include "peak.hpp"
 #include "phase_table.hpp"
 #include "run_description.hpp"
@@ -67,7 +68,8 @@ inline std::string link_bytes_log_field(const step_report& r) {
 }
 
 // Answers a command line that trains nothing: prints its --help or the parser's refusal, or runs
-// its --dry-run; returns the process's exit code, or nothing when the command line asks to train.
+// its --dry-run or --generate; returns the process's exit code, or nothing when the command line
+// asks to train.
 template <class Family>
 std::optional<int> answer_without_training(const parsed_command_line<Family>& parsed,
                                            const char* program) {
@@ -77,6 +79,8 @@ std::optional<int> answer_without_training(const parsed_command_line<Family>& pa
     return parsed.status;
   }
   if (parsed.options->dry_run) return dry_run_main<Family>(program, *parsed.options);
+  if constexpr (writes_text<Family>)
+    if (parsed.options->generate.bytes > 0) return Family::generate_main(program, *parsed.options);
   return std::nullopt;
 }
 

@@ -16,6 +16,7 @@
 // `template TPX_TRAINER_COMMAND_LINE(trainer::mlp);` in the file that compiles it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,14 @@
 #include "run_options.hpp"
 
 namespace trainer {
+
+// What --generate asks for (a family whose model writes text: model_family.hpp's writes_text).
+struct generation_request {
+  int bytes = 0;              // --generate N: 0 trains instead
+  std::string prompt = "\n";  // what the model continues
+  double temperature = 0.8;   // 0: the most likely byte every time
+  std::uint64_t seed = 1;     // --sample-seed: the draws'
+};
 
 // What the command line asks for.
 template <class Family>
@@ -33,6 +42,7 @@ struct command_line {
   int log_every = 10;      // a progress line every N steps
   double peak_gflops = 0;  // what MFU divides by; 0: measure it
   bool dry_run = false;    // --dry-run: report what a step would take instead (dry_run.hpp)
+  generation_request generate;  // --generate: write text with a checkpoint's model instead
 };
 
 // What parse_command_line found: the options, or else the status to exit with after printing

@@ -31,6 +31,13 @@ concept with_overlap = requires(Config c) {
   { c.overlap } -> std::convertible_to<bool>;
 };
 
+// A family whose model writes text (the GPT's: Family::writes_text): its programs take
+// --generate, answered by Family::generate_main(program, command_line) instead of training.
+template <class Family>
+concept writes_text = requires {
+  requires Family::writes_text;
+};
+
 // A flag whose value is one of `choices`, setting a string of the model's config ("--schedule").
 struct choice_flag {
   const char* name;

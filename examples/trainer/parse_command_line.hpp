@@ -179,6 +179,35 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
                  "naming the collective (and, with threads, the ranks that never came)")
       ->capture_default_str()
       ->check(finite_number(0, bound::open));
+  if constexpr (writes_text<Family>) {
+    generation_request& g = c.generate;
+    CLI::Option* generate =
+        app.add_option("--generate", g.bytes,
+                       "train nothing: print N bytes that the model of --ckpt-dir's newest valid "
+                       "checkpoint writes after --prompt, each drawn from its prediction given "
+                       "the bytes before it (one host rank, fp32; the model's sizes are the "
+                       "checkpoint's, so no model or training flag goes with it)")
+            ->transform(whole_number(1))
+            ->needs("--ckpt-dir");
+    app.add_option("--prompt", g.prompt,
+                   "with --generate: the text the model continues (default: a newline)")
+        ->check(CLI::Validator(
+            [](const std::string& text) {
+              return text.empty() ? std::string("expected at least one byte") : std::string();
+            },
+            "TEXT"))
+        ->needs(generate);
+    app.add_option("--temperature", g.temperature,
+                   "with --generate: draw each byte from softmax(logits / T); 0: the most likely "
+                   "byte every time")
+        ->capture_default_str()
+        ->check(finite_number(0, bound::closed))
+        ->needs(generate);
+    app.add_option("--sample-seed", g.seed, "with --generate: the seed of the draws")
+        ->capture_default_str()
+        ->transform(whole_number<std::uint64_t>(0))
+        ->needs(generate);
+  }
   CLI::Option* dry_run = app.add_flag("--dry-run", c.dry_run,
                "train nothing: print what a step of this run would take on each rank of the "
                "mesh (tensor memory, matrix FLOPs, what each axis's collectives move), found by "
@@ -200,6 +229,19 @@ parsed_command_line<Family> parse_command_line(int argc, const char* const* argv
     result.error = error.str();
     return result;
   }
+  // --generate takes the model from its checkpoint and trains nothing: a model or training flag
+  // beside it is refused rather than ignored.
+  if (c.generate.bytes > 0)
+    for (const CLI::Option* given : app.get_options()) {
+      const std::string name = given->get_name();
+      if (given->count() == 0 || name == "--generate" || name == "--prompt" ||
+          name == "--temperature" || name == "--sample-seed" || name == "--ckpt-dir")
+        continue;
+      result.status = 1;
+      result.error = std::string(program) + ": --generate trains nothing and reads the model, " +
+                     "its sizes included, from the checkpoint in --ckpt-dir: drop " + name + "\n";
+      return result;
+    }
   try {
     std::tie(o.mesh_r, o.mesh_x, o.mesh_y) = parse_mesh(mesh, replicas);
   } catch (const std::exception& e) {

@@ -14,6 +14,9 @@
 //     --weight-decay, --clip and --peak-gflops finite and >= 0; a mesh of positive sizes whose
 //     product is an int; a timeout of at least 1 ms; a backend offered; --resume only with a
 //     checkpoint folder; --dry-run without --ckpt-dir, --profile-phases or --cuda-graph;
+//     tpx-gpt's --generate N at least 0 (0: not asked), and when asked, with a checkpoint folder
+//     and neither --dry-run nor --resume, a --prompt of at least one byte, a --temperature finite
+//     and >= 0;
 //   - --help: the help text on standard output, exit status 0;
 //   - an error on standard error, non-zero status, that starts as the programs' errors do:
 //     CLI11's naming a declared flag ("--steps: expected ...", "--resume requires --ckpt-dir"),
@@ -85,6 +88,9 @@ std::vector<std::string> declared_flags(bool on_gpu) {
       "--log",          "--log-every",  "--report-every", "--peak-gflops",
       "--timeout",      "--backend",    "--help"};
   if constexpr (requires { config.overlap; }) flags.emplace_back("--overlap");
+  if constexpr (trainer::writes_text<Family>)
+    for (const char* flag : {"--generate", "--prompt", "--temperature", "--sample-seed"})
+      flags.emplace_back(flag);
   for (const trainer::size_flag& f : Family::size_flags(config)) flags.emplace_back(f.name);
   for (const std::string& s : declared_switches<Family>(on_gpu)) flags.push_back(s);
   return flags;
@@ -126,6 +132,13 @@ void check_accepted(const trainer::command_line<Family>& c,
   expect(!o.resume || !o.ckpt_dir.empty(), "--resume with an empty --ckpt-dir");
   expect(!c.dry_run || (o.ckpt_dir.empty() && !o.profile_phases && !o.cuda_graph),
          "--dry-run with --ckpt-dir, --profile-phases or --cuda-graph");
+  const trainer::generation_request& g = c.generate;
+  expect(g.bytes >= 0, "--generate " + std::to_string(g.bytes));
+  expect(g.bytes == 0 || (!o.ckpt_dir.empty() && !c.dry_run && !o.resume),
+         "--generate with an empty --ckpt-dir, --dry-run or --resume");
+  expect(!g.prompt.empty(), "an empty --prompt");
+  expect(std::isfinite(g.temperature) && g.temperature >= 0,
+         "--temperature " + std::to_string(g.temperature));
 }
 
 // A refusal: the help text, or an error that starts as the programs' errors do (see the top).

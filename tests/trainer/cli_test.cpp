@@ -147,6 +147,19 @@ TEST_CASE("malformed or out-of-range flags are refused with what was expected") 
       {train, "--pipeline 2 --mesh 2x2x2", "--mesh: expected XxY with positive sizes"},
       {train, "--microbatches 4", "tpx-train: --microbatches is a flag of --pipeline P"},
       {train, "--fsdp-per-pass", "tpx-train: --fsdp-per-pass is a flag of --pipeline P"},
+      {gpt, "--generate 5", "--generate requires --ckpt-dir"},
+      {gpt, "--generate 0 --ckpt-dir ck", "--generate: expected a whole number from 1"},
+      {gpt, "--prompt abc", "--prompt requires --generate"},
+      {gpt, "--generate 5 --ckpt-dir ck --prompt ''", "--prompt: expected at least one byte"},
+      {gpt, "--generate 5 --ckpt-dir ck --temperature -1",
+       "--temperature: expected a finite number >= 0, got '-1'"},
+      {gpt, "--generate 5 --ckpt-dir ck --heads 2",
+       "tpx-gpt: --generate trains nothing and reads the model, its sizes included, from the "
+       "checkpoint in --ckpt-dir: drop --heads"},
+      {gpt, "--generate 5 --ckpt-dir ck --mesh 1x1", "drop --mesh"},
+      {gpt, "--generate 5 --ckpt-dir /nonexistent/tpx-ck",
+       "tpx-gpt: tpx: /nonexistent/tpx-ck: holds no checkpoint"},
+      {train, "--generate 5", "not expected: 5 --generate"},  // the MLP writes no text
       {plan, "-d nan", "--d-model: expected a finite number > 0, got 'nan'"},
       {plan, "--flops 0", "--flops: expected a finite number > 0, got '0'"},
       {plan, "--mesh 99999,99999", "--mesh 99999,99999: more devices than an int counts"},
@@ -217,6 +230,34 @@ TEST_CASE("--resume with --steps not beyond the checkpoint's step is refused") {
     check_refused({TPX_TRAIN, flags + " --resume --steps " + steps,
                    "is of step 3; --steps " + std::string(steps) + " leaves nothing to train"});
   CHECK(run(TPX_TRAIN, flags + " --resume --steps 4").status == 0);
+}
+
+TEST_CASE("tpx-gpt --generate prints the prompt and the bytes its checkpoint's model writes") {
+  const fs::path ckpt = scratch("generate");
+  REQUIRE(run(TPX_GPT,
+              "--mesh 2x1 --steps 2 --batch 4 --seq 8 --heads 2 --head-dim 4 --ffn 8 "
+              "--layers 1 --rope --ckpt-dir " +
+                  ckpt.string())
+              .status == 0);
+  // Standard output is the text alone (any bytes: read from a file); the line saying what wrote
+  // it goes to standard error.
+  const std::string flags = "--generate 20 --prompt Freedom --ckpt-dir " + ckpt.string();
+  const fs::path first = ckpt / "first.txt", second = ckpt / "second.txt";
+  const auto generate_into = [&](const fs::path& file) {  // standard error still comes back
+    return run_command("(" + std::string(TPX_GPT) + " " + flags + " >" + file.string() + ")");
+  };
+  const result said = generate_into(first);
+  INFO(said.output);
+  CHECK(said.status == 0);
+  const std::string text = read(first);
+  REQUIRE(text.size() == 7 + 20 + 1);  // the prompt, 20 bytes, a newline
+  CHECK(text.starts_with("Freedom"));
+  CHECK(text.back() == '\n');
+  CHECK(said.output.find("tpx-gpt: 20 bytes in ") != std::string::npos);
+  CHECK(said.output.find("by the model of step 2 in " + ckpt.string() + " (") != std::string::npos);
+  CHECK(said.output.find("rotary positions") != std::string::npos);  // the checkpoint's model
+  REQUIRE(generate_into(second).status == 0);
+  CHECK(read(second) == text);  // the same seed, the same text
 }
 
 TEST_CASE("a non-finite loss stops the run before the step is saved or logged") {
