@@ -135,6 +135,9 @@ struct family {
   static std::string unsupported_on(const config& c, int r, int x, int y) {
     return gpt::unsupported_on(c, r, x, y);
   }
+  static std::string idle_ranks(const config& c, int r, int x, int y) {
+    return gpt::idle_ranks(c, r, x, y);
+  }
   static std::vector<trainer::switch_flag> switch_flags(config& c) {
     return {{"--fused-attention", &c.fused_attention,
              "attention by the fused kernels (tile by tile, O(T) memory; nn/fused_attention.hpp) "

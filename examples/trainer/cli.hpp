@@ -104,6 +104,8 @@ int train_main(int argc, char** argv, const char* program, const std::string& ab
     if (!log_path.empty()) log = std::make_unique<std::ofstream>(open_log(log_path, o.text));
     std::printf("%s: %s, %d steps, %s\n", program, layout_text(o).c_str(), o.steps,
                 model_text(o).c_str());
+    if (const std::string idle = idle_ranks_text(o); !idle.empty())
+      std::printf("%s: note: %s\n", program, idle.c_str());
     const double flops = Family::flops_per_step(o.model);
     const double tokens = Family::tokens_per_step(o.model);
     double peak = peak_gflops * 1e9;

@@ -188,6 +188,8 @@ int dry_run_main(const char* program, const command_line<Family>& c) {
     std::ofstream log;
     if (!c.log_path.empty()) log = open_log(c.log_path, o.text);
     std::printf("%s --dry-run: %s, %s\n", program, layout_text(o).c_str(), model_text(o).c_str());
+    if (const std::string idle = idle_ranks_text(o); !idle.empty())
+      std::printf("%s --dry-run: note: %s\n", program, idle.c_str());
     std::fflush(stdout);
     const std::vector<step_usage> ranks = detail::dry_run_ranks(o);
     std::printf("Nothing was computed or moved: %s ran two training steps on meta tensors (shapes\n"

@@ -48,6 +48,17 @@ std::string model_text(const run_options<Family>& o) {
   return text;
 }
 
+// The ranks of o's mesh that its model leaves without work, in a sentence for the lines a run
+// and a dry run start with (optional: Family::idle_ranks(config, r, x, y)); empty when every
+// rank has its share.
+template <class Family>
+std::string idle_ranks_text(const run_options<Family>& o) {
+  if constexpr (requires { Family::idle_ranks(o.model, 1, 1, 1); })
+    return Family::idle_ranks(o.model, o.mesh_r, o.mesh_x, o.mesh_y);
+  else
+    return {};
+}
+
 // The --log file, opened for writing; refused when it is the training text, which writing it
 // would overwrite (any spelling of the path), or when it cannot be written.
 inline std::ofstream open_log(const std::string& log_path, const std::string& text) {

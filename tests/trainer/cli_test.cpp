@@ -16,7 +16,9 @@
 // table with every phase of tpx-train's step, marked as often per step as the model runs it, and
 // the JSONL log's last line the same phases, marks and times (no earlier line has them).
 // tpx-gpt --no-sequence-parallel and --context-parallel (with either attention) name their
-// layouts and log the default layout's losses. tpx-train --pipeline refuses stages, microbatches
+// layouts and log the default layout's losses, and a note under the first line names the ranks
+// a layout leaves without rows or key heads (only then). tpx-gpt --generate prints the prompt and
+// the bytes its checkpoint's model writes on standard output, the same for the same seed. tpx-train --pipeline refuses stages, microbatches
 // and schedules that do not cut the model and the batch evenly, naming which.
 #include <doctest/doctest.h>
 
@@ -258,6 +260,23 @@ TEST_CASE("tpx-gpt --generate prints the prompt and the bytes its checkpoint's m
   CHECK(said.output.find("rotary positions") != std::string::npos);  // the checkpoint's model
   REQUIRE(generate_into(second).status == 0);
   CHECK(read(second) == text);  // the same seed, the same text
+}
+
+TEST_CASE("tpx-gpt names the ranks its layout leaves without work, and only those") {
+  const std::string tiny = "--steps 1 --seq 8 --heads 2 --head-dim 4 --ffn 8 --layers 1";
+  const result heads = run(TPX_GPT, tiny + " --mesh 1x2 --batch 2 --kv-heads 1");
+  INFO(heads.output);
+  CHECK(heads.status == 0);
+  CHECK(heads.output.find("tpx-gpt: note: ranks without a key head: 1 of each 2 of Y (1 key and "
+                          "value heads)") != std::string::npos);
+  const result rows = run(TPX_GPT, tiny + " --mesh 3x1 --batch 2 --dry-run");
+  INFO(rows.output);
+  CHECK(rows.status == 0);
+  CHECK(rows.output.find("tpx-gpt --dry-run: note: ranks without a row: 1 of the 3 of R x X "
+                         "(--batch 2)") != std::string::npos);
+  const result busy = run(TPX_GPT, tiny + " --mesh 2x2 --batch 2");
+  CHECK(busy.status == 0);
+  CHECK(busy.output.find("note:") == std::string::npos);
 }
 
 TEST_CASE("a non-finite loss stops the run before the step is saved or logged") {
