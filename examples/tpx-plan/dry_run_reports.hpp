@@ -34,6 +34,7 @@ namespace plan {
 // One report, priced.
 struct priced_report {
   std::string file, program, mesh;
+  std::string description;  // the dry run's: its layout and model, as its first line gives them
   bool bf16 = false;
   int ranks = 0;
   double peak_bytes = 0;  // the largest rank's, tensors only
@@ -104,6 +105,7 @@ inline priced_report price_report(const std::string& file, const tpx::cost::hard
   p.file = file;
   p.program = report.at("program").get<std::string>();
   p.mesh = report.at("mesh").get<std::string>();
+  p.description = report.value("description", std::string());
   p.bf16 = report.at("bf16").get<bool>();
   const nlohmann::json& ranks = report.at("ranks");
   p.ranks = static_cast<int>(ranks.size());
@@ -262,20 +264,23 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
       return r.model_flops / r.step_overlapped_seconds;
     };
     if (p.fits && (!best || rate(p) > rate(*best))) best = &p;
-    table.rows.push_back({{"report", p.file},
-                          {"program", p.program},
-                          {"mesh", p.mesh},
-                          {"ranks", p.ranks},
-                          {"peak_bytes", p.peak_bytes},
-                          {"fits", p.fits},
-                          {"compute_ms", p.compute_seconds * 1e3},
-                          {"bubble", p.bubble},
-                          {"comm_ms", p.comm_total_seconds * 1e3},
-                          {"comm_ms_by_axes", comm},
-                          {"comm_rank", p.comm_rank},
-                          {"step_ms", p.step_overlapped_seconds * 1e3},
-                          {"step_ms_without_overlap", p.step_serial_seconds * 1e3},
-                          {"mfu_ceiling", p.mfu_ceiling}});
+    table.rows.push_back(
+        {{"report", p.file},
+         {"program", p.program},
+         {"mesh", p.mesh},
+         {"ranks", p.ranks},
+         {"peak_bytes", p.peak_bytes},
+         {"fits", p.fits},
+         {"compute_ms", p.compute_seconds * 1e3},
+         {"bubble", p.bubble},
+         {"pipeline", p.pipeline.empty() ? nlohmann::json() : nlohmann::json(p.pipeline)},
+         {"description", p.description},
+         {"comm_ms", p.comm_total_seconds * 1e3},
+         {"comm_ms_by_axes", comm},
+         {"comm_rank", p.comm_rank},
+         {"step_ms", p.step_overlapped_seconds * 1e3},
+         {"step_ms_without_overlap", p.step_serial_seconds * 1e3},
+         {"mfu_ceiling", p.mfu_ceiling}});
   }
   if (best) {
     table.recommendation = best->file;

@@ -14,7 +14,8 @@
 // memory and link bandwidth for each rank count it ran), or with one given by --flops,
 // --memory-bw and --link-bw, which also override the other two; --links gives how many physical
 // links carry each mesh axis (a TPU v5p axis spread over several ICI axes). --json FILE writes the
-// table.
+// table, each report's row also with what the printed table has no room for: a pipeline's
+// stages, schedule and microbatches, and the dry run's description of its layout and model.
 //
 //   tpx-plan --hardware h100 --reports 8x1.json 4x2.json 2x4.json --axis-link-bw X=50e9
 //

@@ -284,6 +284,8 @@ TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that 
     CHECK(row.at("step_ms").get<double>() == doctest::Approx(step_ms).epsilon(1e-12));
     const bool fits = peak_of(report) <= memory;
     CHECK(row.at("fits").get<bool>() == fits);
+    CHECK(row.at("pipeline").is_null());  // no stages
+    CHECK(row.at("description") == report.at("description"));
     const double rate = report.at("model_flops").get<double>() / step_ms;
     if (fits && rate > fastest_rate) fastest = row.at("report").get<std::string>(), fastest_rate = rate;
   }
@@ -359,6 +361,10 @@ TEST_CASE("tpx-plan counts a pipeline's bubble in its compute time") {
       busiest = std::max(busiest, rank.at("matrix_flops").get<double>());
     CHECK(row.at("mesh").get<std::string>() == "1x1 P=2");
     CHECK(row.at("bubble").get<double>() == doctest::Approx(bubbles[i]).epsilon(1e-12));
+    // The schedule the table has no room for, and the dry run's own description.
+    CHECK(row.at("pipeline").get<std::string>() ==
+          "2 stages, 1f1b, " + std::to_string(i == 0 ? 4 : 8) + " microbatches");
+    CHECK(row.at("description") == reports[i].at("description"));
     CHECK(row.at("compute_ms").get<double>() ==
           doctest::Approx(busiest / 1e12 / (1 - bubbles[i]) * 1e3).epsilon(1e-12));
   }
