@@ -135,8 +135,24 @@ struct family {
   static std::string unsupported_on(const config& c, int r, int x, int y) {
     return gpt::unsupported_on(c, r, x, y);
   }
+  // The ranks of an r x x x y mesh that c leaves without work, in a sentence: with fewer rows
+  // than the ranks the batch is split over (R and X, or R alone under context parallelism), or
+  // fewer key heads than ranks of Y (their query heads go with them), some ranks hold none and
+  // wait through the products the others compute.
   static std::string idle_ranks(const config& c, int r, int x, int y) {
-    return gpt::idle_ranks(c, r, x, y);
+    const std::string batch = "--batch " + std::to_string(c.batch);
+    std::string idle = c.context_parallel ? trainer::ranks_without_rows(c.batch, r, "R", batch)
+                                          : trainer::ranks_without_rows(
+                                                c.batch, std::int64_t{r} * x, "R x X", batch);
+    if (c.key_heads() < y)
+      idle += std::string(idle.empty() ? "" : "; ") +
+              "ranks without a key head: " + std::to_string(y - c.key_heads()) + " of each " +
+              std::to_string(y) + " of Y (" + std::to_string(c.key_heads()) +
+              " key and value heads), which wait through " +
+              "attention and its projections (at least " + std::to_string(y) +
+              " key heads, or a Y of at most " + std::to_string(c.key_heads()) +
+              ", keep each busy)";
+    return idle;
   }
   static std::vector<trainer::switch_flag> switch_flags(config& c) {
     return {{"--fused-attention", &c.fused_attention,

@@ -999,28 +999,6 @@ inline std::string unsupported_on(const config& c, int r, int x, int y) {
   return {};
 }
 
-// The ranks of an r x x x y mesh that config c leaves without work, in a sentence; empty when
-// every rank has some: with fewer rows than the ranks the batch is split over (R and X, or R
-// alone under context parallelism), or fewer key heads than ranks of Y (their query heads go
-// with them), some ranks hold none and wait through the products the others compute.
-inline std::string idle_ranks(const config& c, int r, int x, int y) {
-  std::string idle;
-  const std::int64_t row_ranks = c.context_parallel ? r : std::int64_t{r} * x;
-  if (c.batch < row_ranks)
-    idle = "ranks without a row: " + std::to_string(row_ranks - c.batch) + " of the " +
-           std::to_string(row_ranks) + " of " + (c.context_parallel ? "R" : "R x X") +
-           " (--batch " + std::to_string(c.batch) + "), which only join the collectives (a " +
-           "batch of at least " + std::to_string(row_ranks) + " keeps each busy)";
-  if (c.key_heads() < y)
-    idle += std::string(idle.empty() ? "" : "; ") +
-            "ranks without a key head: " + std::to_string(y - c.key_heads()) + " of each " +
-            std::to_string(y) + " of Y (" + std::to_string(c.key_heads()) +
-            " key and value heads), which wait through " +
-            "attention and its projections (at least " + std::to_string(y) + " key heads, or a " +
-            "Y of at most " + std::to_string(c.key_heads()) + ", keeps each busy)";
-  return idle;
-}
-
 // The model of config c: the transformer with sequence parallelism, or without it when
 // c.plain_tensor_parallel, and with context parallelism when c.context_parallel. All take the
 // same parameters and give the same loss and gradients (to rounding: the sums over X and Y run in

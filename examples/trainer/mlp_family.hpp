@@ -42,6 +42,10 @@ struct mlp {
   // One prediction (the byte after the context) per row.
   static double tokens_per_step(const config& c) { return static_cast<double>(c.batch); }
   static double flops_per_step(const config& c) { return model<float>::flops_for(c); }
+  // The ranks of the mesh that c leaves without a row of the batch (split over X), in a sentence.
+  static std::string idle_ranks(const config& c, int, int x, int) {
+    return ranks_without_rows(c.batch, x, "X", "--batch " + std::to_string(c.batch));
+  }
   static std::string describe(const config& c) {
     return "batch " + std::to_string(c.batch) + ", D=" + std::to_string(c.d_model) +
            ", F=" + std::to_string(c.ffn) + ", " + std::to_string(c.layers) + " layers";

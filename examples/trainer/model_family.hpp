@@ -38,6 +38,17 @@ concept writes_text = requires {
   requires Family::writes_text;
 };
 
+// The note a family's idle_ranks (run_options.hpp) gives for a batch split over fewer rows than
+// ranks: "ranks without a row: 1 of the 3 of X (--batch 2 ...)"; empty when each rank has one.
+// `axes` names the axes the rows are split over, `rows_are` what the rows are.
+inline std::string ranks_without_rows(std::int64_t rows, std::int64_t ranks,
+                                      const std::string& axes, const std::string& rows_are) {
+  if (rows >= ranks) return {};
+  return "ranks without a row: " + std::to_string(ranks - rows) + " of the " +
+         std::to_string(ranks) + " of " + axes + " (" + rows_are + "), which only join the " +
+         "collectives (at least " + std::to_string(ranks) + " rows keep each busy)";
+}
+
 // A flag whose value is one of `choices`, setting a string of the model's config ("--schedule").
 struct choice_flag {
   const char* name;

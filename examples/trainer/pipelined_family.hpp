@@ -87,6 +87,14 @@ struct pipelined_mlp {
              "stage; zero-bubble and zero-bubble-v: weight gradients apart from input ones)",
              names}};
   }
+  // The ranks of a stage that c leaves without a row of a microbatch (split over X), in a
+  // sentence.
+  static std::string idle_ranks(const config& c, int, int x, int) {
+    const std::int64_t rows = c.batch / c.microbatches;
+    return ranks_without_rows(rows, x, "X",
+                              "--batch " + std::to_string(c.batch) + " in --microbatches " +
+                                  std::to_string(c.microbatches) + " of " + std::to_string(rows));
+  }
   // What the stages, microbatches, layers and batch cannot make, as the sentence for the user.
   static std::string unsupported(const config& c) {
     try {

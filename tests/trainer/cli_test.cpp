@@ -16,10 +16,12 @@
 // table with every phase of tpx-train's step, marked as often per step as the model runs it, and
 // the JSONL log's last line the same phases, marks and times (no earlier line has them).
 // tpx-gpt --no-sequence-parallel and --context-parallel (with either attention) name their
-// layouts and log the default layout's losses, and a note under the first line names the ranks
-// a layout leaves without rows or key heads (only then). tpx-gpt --generate prints the prompt and
-// the bytes its checkpoint's model writes on standard output, the same for the same seed. tpx-train --pipeline refuses stages, microbatches
-// and schedules that do not cut the model and the batch evenly, naming which.
+// layouts and log the default layout's losses. A note under a run's or dry run's first line
+// names the ranks a layout leaves without rows (tpx-gpt, tpx-train, its pipeline's microbatches)
+// or key heads (tpx-gpt), and only then. tpx-gpt --generate prints the prompt and
+// the bytes its checkpoint's model writes on standard output, the same for the same seed. tpx-train
+// --pipeline refuses stages, microbatches and schedules that do not cut the model and the batch
+// evenly, naming which.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -262,7 +264,7 @@ TEST_CASE("tpx-gpt --generate prints the prompt and the bytes its checkpoint's m
   CHECK(read(second) == text);  // the same seed, the same text
 }
 
-TEST_CASE("tpx-gpt names the ranks its layout leaves without work, and only those") {
+TEST_CASE("the trainers name the ranks a layout leaves without work, and only those") {
   const std::string tiny = "--steps 1 --seq 8 --heads 2 --head-dim 4 --ffn 8 --layers 1";
   const result heads = run(TPX_GPT, tiny + " --mesh 1x2 --batch 2 --kv-heads 1");
   INFO(heads.output);
@@ -274,6 +276,13 @@ TEST_CASE("tpx-gpt names the ranks its layout leaves without work, and only thos
   CHECK(rows.status == 0);
   CHECK(rows.output.find("tpx-gpt --dry-run: note: ranks without a row: 1 of the 3 of R x X "
                          "(--batch 2)") != std::string::npos);
+  const std::string mlp = "--steps 1 --d-model 8 --ffn 8 --layers 2 --dry-run";
+  const result pipeline =
+      run(TPX_TRAIN, mlp + " --mesh 4x1 --batch 4 --pipeline 2 --microbatches 2");
+  INFO(pipeline.output);
+  CHECK(pipeline.output.find("tpx-train --dry-run: note: ranks without a row: 2 of the 4 of X "
+                             "(--batch 4 in --microbatches 2 of 2)") != std::string::npos);
+  CHECK(run(TPX_TRAIN, mlp + " --mesh 4x1 --batch 4").output.find("note:") == std::string::npos);
   const result busy = run(TPX_GPT, tiny + " --mesh 2x2 --batch 2");
   CHECK(busy.status == 0);
   CHECK(busy.output.find("note:") == std::string::npos);
