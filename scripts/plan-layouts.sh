@@ -23,7 +23,8 @@
 #     both), unless the model flags set them. tpx-plan recommends the fastest layout that fits, so
 #     a saver wins only where the faster layouts do not fit (a sweep where none fits says so).
 # A layout the trainer refuses (layers or batch that do not cut evenly) is listed as skipped with
-# its reason. Options, before N:
+# its reason; one that leaves ranks without work (fewer rows or key heads than ranks to split
+# them over) is priced, with the dry run's note naming them. Options, before N:
 #   --program PATH     the trainer (default build/default/examples/tpx-train; tpx-gpt works too)
 #   --plan PATH        tpx-plan (default build/default/examples/tpx-plan)
 #   --microbatches M   a pipeline's microbatches (default 8)
@@ -182,6 +183,9 @@ for layout in "${layouts[@]}"; do
     skipped=$((skipped + 1))
   else
     reports+=("$stem.json")
+    # The dry run's note on ranks the layout leaves without work (rows, key heads), if any.
+    note=$(sed -n 's/^.* --dry-run: note: //p' "$out/$stem.out" | head -n 1)
+    [[ -z $note ]] || echo "plan-layouts: $stem: $note" >&2
   fi
   rm -f "$out/$stem.out"
 done

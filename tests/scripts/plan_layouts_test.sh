@@ -30,6 +30,7 @@ check() {  # check DESCRIPTION COMMAND...
   if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; failures=$((failures + 1)); fi
 }
 contains() { [[ $output == *"$1"* ]]; }
+not_contains() { ! contains "$1"; }
 
 output=$(bash "$root/scripts/plan-layouts.sh" --program "$train" --plan "$plan" --out reports \
   --plot layouts.png 4 --flops 1e12 --link-bw 1e9 --memory 1e12 --json plan.json -- --layers 4 \
@@ -141,6 +142,9 @@ check "the tpx-gpt sweep succeeds" test "$status" -eq 0
 check "9 tpx-gpt layouts priced" contains "plan-layouts: 9 layouts priced, 0 skipped"
 check "each mesh whose X has 2 or more ranks is followed by its context-parallel layout" \
   priced_in_order gpt.json 1x4 2x2 2x2-cp 4x1 4x1-cp 2x1x2 2x2x1 2x2x1-cp 4x1x1
+check "a layout that leaves ranks without a row says so" \
+  contains "plan-layouts: 4x1: ranks without a row: 2 of the 4 of R x X (--batch 2)"
+check "one that does not, says nothing" not_contains "plan-layouts: 2x2: "
 described() {  # described STEM TEXT: the dry-run report of STEM says TEXT
   python3 -c 'import json, sys; sys.exit(sys.argv[2] not in json.load(open(sys.argv[1]))["description"])' \
     "gpt/$1.json" "$2"
