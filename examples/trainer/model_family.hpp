@@ -2,8 +2,11 @@
 // command_line.hpp's flags) beyond its types: the size flags a program offers for it, its switches
 // and choices (optional: Family::switch_flags, Family::choice_flags), a note for the end of --help
 // (optional: Family::help_footer), and the combinations of them it refuses (optional:
-// Family::unsupported(config), the sentence for the user, or empty). A family whose config has a
-// bool `overlap` gets --overlap on|off, with Family::overlap_help saying what it moves. A flag is
+// Family::unsupported(config), the sentence for the user, or empty), the ranks a mesh leaves
+// without work (optional: Family::idle_ranks(config, r, x, y), a sentence the run's first lines
+// give as a note, or empty), and whether its model writes text (optional: writes_text below). A
+// family whose config has a bool `overlap` gets --overlap on|off, with Family::overlap_help
+// saying what it moves. A flag is
 // data (a name, the field it sets, a line of help), not a CLI11 call, so that a family's header
 // needs no command-line library and the command line checks every size alike (a whole number from
 // `least`, 1 unless the family says otherwise, up to the field's largest value).
@@ -38,9 +41,9 @@ concept writes_text = requires {
   requires Family::writes_text;
 };
 
-// The note a family's idle_ranks (run_options.hpp) gives for a batch split over fewer rows than
-// ranks: "ranks without a row: 1 of the 3 of X (--batch 2 ...)"; empty when each rank has one.
-// `axes` names the axes the rows are split over, `rows_are` what the rows are.
+// The note a family's idle_ranks (above) gives for a batch split over fewer rows than ranks: "ranks
+// without a row: 1 of the 3 of X (--batch 2 ...)"; empty when each rank has one. `axes` names the
+// axes the rows are split over, `rows_are` what the rows are.
 inline std::string ranks_without_rows(std::int64_t rows, std::int64_t ranks,
                                       const std::string& axes, const std::string& rows_are) {
   if (rows >= ranks) return {};
