@@ -46,8 +46,8 @@
 // all-gather form) makes X split each sequence instead of the batch: the batch is split over R
 // only, the stream is x[B_R, T_XY, D] (each rank of X a block of every row's positions, Y
 // splitting the block further between sublayers), a sublayer's input h[B_R, T_X, D], and q
-// [B_R, T_X, H_Y, G, E] a block of queries. Attention needs every key before a query, so k and v are
-// all-gathered over X to [B_R, S, H_Y, E] (rotary embedding turns them first, each rank its own
+// [B_R, T_X, H_Y, G, E] a block of queries. Attention needs every key before a query, so k and v
+// are all-gathered over X to [B_R, S, H_Y, E] (rotary embedding turns them first, each rank its own
 // positions); nn/attention.hpp masks by each query's global position, and the types give dk and
 // dv as partial sums over X, {U_X}, which the gather's adjoint reduce-scatters back onto the
 // rank's block. Everything else is unchanged, the types carrying it: a weight's gradient
@@ -84,13 +84,8 @@
 // on the 2-core machine it was measured on, the communication threads take cores from the
 // computation and cost 14-23% of the throughput (examples/gpt/README.md).
 //
-// Tokens are bytes; a batch is [B, T, W] int32 with three columns per position: the input byte,
-// the target byte (the next one) and the position, which indexes PosE through the same embedding
-// lookup as the bytes (with rotary embedding, the rotation finds a row's position from its
-// index). The model reads them twice: split like the residual stream, [B_RX, T_Y, W], for the
-// embeddings, and like a sublayer's input, with the sequence whole, [B_RX, T, W], for the loss
-// (plain TP reads the second for both; the batch loads the first all the same, so that its type
-// is one); with context parallelism, [B_R, T_XY, W] and [B_R, T_X, W].
+// The tokens it reads are batch.hpp's; its config, mesh and dims config.hpp's; its parameters
+// parameters.hpp's.
 #pragma once
 
 #include <cmath>
@@ -109,285 +104,18 @@
 #include <tpx/nn/rotary.hpp>
 #include <tpx/spmd/background.hpp>
 #include <tpx/spmd/phase_clock.hpp>
-#include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
 #include "../trainer/block_stack.hpp"
-#include "../trainer/tensor_set.hpp"
-#include "../trainer/text_data.hpp"
+#include "batch.hpp"
+#include "config.hpp"
+#include "parameters.hpp"
+#include "step_chain.hpp"
 
 namespace gpt {
-
-// R: replicas (pure data parallel: HSDP's replicate axis), X: data parallel + FSDP, Y: tensor +
-// sequence parallel
-TPX_MESH_AXES(R, X, Y);
-// batch, query and key positions, model width, key (and value) heads, query heads per key head,
-// head width, MLP width, vocabulary, columns
-TPX_DIMS(B, T, S, D, H, G, E, F, V, W);
-
-using tpx::AllGather;
-using tpx::ReduceScatter;
-
-// The model's mesh, R major: ranks that share an R coordinate are consecutive, so that with one
-// replica per node the FSDP and TP collectives (over X and Y) stay within a node and only the
-// gradients' AllReduce over R crosses nodes. Mesh{1, x, y} is the two-axis FSDP + TP layout.
-using mesh = tpx::Mesh<R, X, Y>;
-
-struct config {
-  std::int64_t batch = 16;
-  std::int64_t seq = 32;
-  std::int64_t heads = 4;     // query heads
-  std::int64_t kv_heads = 0;  // key and value heads (0: as many as query heads), H over Y
-  std::int64_t head_dim = 16;
-  std::int64_t ffn = 256;
-  int layers = 2;
-  int checkpoint_every = 0;  // activation checkpointing: keep every C-th block input (0: all)
-  bool overlap = false;      // gathers and gradient reduce-scatters on the communication thread
-  std::uint64_t seed = 1;
-  // Tokens are bytes, so only the first 256 rows of the embedding and columns of the head are
-  // ever used; a larger vocabulary (GPT-2's 50304) sizes them as a real model's, for benchmarks.
-  std::int64_t vocab = 256;
-  // Rotary position embedding of queries and keys (Llama's, GPT-NeoX's; nn/rotary.hpp, base
-  // 10000) instead of the learned position table PosE, which the model then does not have.
-  bool rope = false;
-  // Attention by the fused kernels (nn/fused_attention.hpp: O(T) memory, the probabilities
-  // recomputed in the backward pass) rather than the reference (nn/attention.hpp), which keeps
-  // the [T, T] probabilities and is the faster of the two on the host (BLAS GEMMs).
-  bool fused_attention = false;
-  // Megatron's tensor parallelism without its sequence parallelism: the residual stream whole
-  // and the same on every rank of Y, one AllReduce over Y after each sublayer (see model).
-  bool plain_tensor_parallel = false;
-  // SwiGLU's gated MLP (Llama's) instead of GELU's: a third matrix, Wgate, column-parallel like
-  // Win, and silu(h Wgate) * (h Win) where GELU(h Win) was.
-  bool swiglu = false;
-  // Context parallelism over X (Llama 3's, all-gather based): X splits each sequence instead of
-  // the batch, so every rank of X holds a block of every row's positions; keys and values are
-  // all-gathered over X before attention and their gradients reduce-scattered after it. With
-  // sequence parallelism only; either attention takes a block of queries.
-  bool context_parallel = false;
-  // Context parallelism's sequences in the load-balanced order (Megatron's, Llama 3's;
-  // nn/sequence_order.hpp): each sequence cut into 2 chunks per rank of X, rank x holding chunks x
-  // and 2X-1-x, so that every rank's queries see as many keys. With the fused attention only
-  // (the reference computes every score of a block, so its blocks cost alike already).
-  bool load_balance = false;
-  std::int64_t d_model() const { return heads * head_dim; }
-  std::int64_t key_heads() const { return kv_heads > 0 ? kv_heads : heads; }
-  std::int64_t group() const { return heads / key_heads(); }  // query heads per key head
-};
-
-// The columns of a batch's token tensor [B, T, W].
-enum token_column : std::int64_t { input_byte = 0, target_byte = 1, position = 2, columns = 3 };
-
-// Every parameter-shaped tensor of the model, fp32, in memory space Space: the master weights,
-// their gradients and the two Adam moments are each one of these. None is split over R: each
-// replica holds the same shards (HSDP), written once to a checkpoint (io/checkpoint_writer.hpp).
-template <class Space>
-struct model_tensors : trainer::tensor_set<model_tensors<Space>> {
-  template <class T, class... Spec>
-  using Tensor = tpx::BasicTensor<Space, T, Spec...>;
-  using table = Tensor<float, V<X>, D<Y>>;
-  using norm = Tensor<float, D<Y, X>>;
-  // Wq, Wk, Wv: column-parallel by key heads (Wq's G query heads of each with it)
-  using query_projection = Tensor<float, D<X>, H<Y>, G<>, E<>>;
-  using key_projection = Tensor<float, D<X>, H<Y>, E<>>;
-
-  table token_embed;
-  std::optional<Tensor<float, T<X>, D<Y>>> position_embed;  // without config::rope only
-  std::vector<norm> norm1, norm2;
-  std::vector<query_projection> wq;
-  std::vector<key_projection> wk, wv;
-  std::vector<Tensor<float, H<Y>, G<>, E<>, D<X>>> wo;  // row-parallel by heads
-  std::vector<Tensor<float, D<X>, F<Y>>> w_in;
-  std::vector<Tensor<float, D<X>, F<Y>>> w_gate;  // with config::swiglu only: empty otherwise
-  std::vector<Tensor<float, F<Y>, D<X>>> w_out;
-  norm final_norm;
-  Tensor<float, D<X>, V<Y>> head;
-
-  // Zeros of every parameter's shape.
-  model_tensors(const tpx::rank_context& rank, const config& c)
-      : token_embed(rank, {V(c.vocab), D(c.d_model())}),
-        final_norm(rank, {D(c.d_model())}),
-        head(rank, {D(c.d_model()), V(c.vocab)}) {
-    const std::int64_t d = c.d_model();
-    if (!c.rope) position_embed.emplace(rank, tpx::Shape{T(c.seq), D(d)});
-    for (int l = 0; l < c.layers; ++l) {
-      norm1.emplace_back(rank, tpx::Shape{D(d)});
-      norm2.emplace_back(rank, tpx::Shape{D(d)});
-      const std::int64_t h = c.key_heads(), g = c.group(), e = c.head_dim;
-      wq.emplace_back(rank, tpx::Shape{D(d), H(h), G(g), E(e)});
-      for (auto* w : {&wk, &wv}) w->emplace_back(rank, tpx::Shape{D(d), H(h), E(e)});
-      wo.emplace_back(rank, tpx::Shape{H(h), G(g), E(e), D(d)});
-      w_in.emplace_back(rank, tpx::Shape{D(d), F(c.ffn)});
-      if (c.swiglu) w_gate.emplace_back(rank, tpx::Shape{D(d), F(c.ffn)});
-      w_out.emplace_back(rank, tpx::Shape{F(c.ffn), D(d)});
-    }
-  }
-
-  // Every tensor by name, in order (tensor_set::for_each walks it).
-  template <class Self, class Fn, class... Others>
-  static void visit(Self& self, Fn& f, Others&... others) {
-    f(std::string("token_embed"), self.token_embed, others.token_embed...);
-    if (self.position_embed)
-      f(std::string("position_embed"), *self.position_embed, *others.position_embed...);
-    for (std::size_t l = 0; l < self.norm1.size(); ++l) {
-      const std::string p = "block." + std::to_string(l) + ".";
-      f(p + "norm1", self.norm1[l], others.norm1[l]...);
-      f(p + "wq", self.wq[l], others.wq[l]...);
-      f(p + "wk", self.wk[l], others.wk[l]...);
-      f(p + "wv", self.wv[l], others.wv[l]...);
-      f(p + "wo", self.wo[l], others.wo[l]...);
-      f(p + "norm2", self.norm2[l], others.norm2[l]...);
-      f(p + "w_in", self.w_in[l], others.w_in[l]...);
-      if (!self.w_gate.empty()) f(p + "w_gate", self.w_gate[l], others.w_gate[l]...);
-      f(p + "w_out", self.w_out[l], others.w_out[l]...);
-    }
-    f(std::string("final_norm"), self.final_norm, others.final_norm...);
-    f(std::string("head"), self.head, others.head...);
-  }
-};
-
-template <class Rank>
-model_tensors(const Rank&, const config&) -> model_tensors<tpx::space_of_t<Rank>>;
-
-// The initial weights, the same on every mesh: N(0, 1/fan_in) for projections, N(0, 1) for the
-// embedding tables, ones for norms.
-template <class Space>
-void initialize(model_tensors<Space>& p, const config& c) {
-  std::uint64_t seed = c.seed * 1000;
-  auto normal = [&](auto& t, double fan_in) {
-    const float scale = static_cast<float>(1.0 / std::sqrt(fan_in));
-    const std::uint64_t s = ++seed;
-    trainer::fill_staged(t, [&](std::int64_t i) {
-      return scale * tpx::kernels::normal_at(s, static_cast<std::uint64_t>(i));
-    });
-  };
-  auto ones = [](auto& t) { trainer::fill_staged(t, [](std::int64_t) { return 1.0f; }); };
-  const auto d = static_cast<double>(c.d_model());
-  normal(p.token_embed, 1.0);
-  if (p.position_embed) normal(*p.position_embed, 1.0);
-  for (std::size_t l = 0; l < p.norm1.size(); ++l) {
-    ones(p.norm1[l]);
-    ones(p.norm2[l]);
-    normal(p.wq[l], d);
-    for (auto* w : {&p.wk[l], &p.wv[l]}) normal(*w, d);
-    normal(p.wo[l], d);
-    normal(p.w_in[l], d);
-    if (c.swiglu) normal(p.w_gate[l], d);
-    normal(p.w_out[l], static_cast<double>(c.ffn));
-  }
-  ones(p.final_norm);
-  normal(p.head, d);
-}
-
-// A step's tokens, twice: split like the residual stream, and like a sublayer's input (the
-// sequence gathered over Y). Rows: how the batch dim is split; StreamPositions and Positions:
-// how the sequence is, in the stream and in a sublayer.
-template <class Space, class Rows, class StreamPositions, class Positions>
-struct token_layouts {
-  tpx::BasicTensor<Space, std::int32_t, Rows, StreamPositions, W<>> stream;
-  tpx::BasicTensor<Space, std::int32_t, Rows, Positions, W<>> sublayer;
-};
-
-// A step's batch, in the layouts of the model it is for: data parallel over X (the rows split
-// over R and X, each rank's sublayers seeing whole sequences), or context parallel over X
-// (config::context_parallel: the rows split over R, each sequence over X, and over Y too in the
-// stream). The other is empty.
-template <class Space>
-struct batch {
-  std::optional<token_layouts<Space, B<R, X>, T<Y>, T<>>> rows;
-  std::optional<token_layouts<Space, B<R>, T<X, Y>, T<X>>> blocks;
-};
-
-// A batch of c's sizes whose int32 element i of [B, T, W] (row-major over the whole batch) is
-// token(i), read on the host and copied to Space, in the layouts of c's model.
-template <class Space, class Token>
-batch<Space> batch_of(const tpx::rank_context& rank, const config& c, const Token& token) {
-  auto load = [&]<class Tn>(Tn* kind) {
-    (void)kind;
-    tpx::host_twin_t<Tn> h(rank, {B(c.batch), T(c.seq), W(columns)});
-    tpx::fill_with(h, token);
-    return tpx::in_space<Space>(std::move(h));
-  };
-  batch<Space> b;
-  const auto load_both = [&](auto& layouts) {
-    using L = typename std::remove_reference_t<decltype(layouts)>::value_type;
-    layouts.emplace(L{load(static_cast<decltype(L::stream)*>(nullptr)),
-                      load(static_cast<decltype(L::sublayer)*>(nullptr))});
-  };
-  if (c.context_parallel)
-    load_both(b.blocks);
-  else
-    load_both(b.rows);
-  return b;
-}
-
-// The batch of `step`: row b is a window of seq + 1 bytes of the text (trainer::text_data, made
-// with context = seq), a function of (seed, step, b) only, its positions in order or, with
-// config::load_balance, in the load-balanced order over X.
-template <class Space>
-batch<Space> load_batch(const tpx::rank_context& rank, const trainer::text_data& data,
-                        const config& c, std::int64_t step) {
-  const std::int64_t x_ranks = rank.axis<X>().size;
-  return batch_of<Space>(rank, c, [&](std::int64_t i) -> std::int32_t {
-    const std::int64_t column = i % columns, t = (i / columns) % c.seq, b = i / columns / c.seq;
-    const std::int64_t p = c.load_balance ? tpx::nn::load_balanced_position(t, c.seq, x_ranks) : t;
-    if (column == position) return static_cast<std::int32_t>(p);
-    return data.byte_at(c.seed, step, c.batch, b, static_cast<int>(p + column));
-  });
-}
-
-// h's elements into the batch d, whose tensors keep their buffers (the input of a recorded step,
-// trainer::recorded_training).
-template <class Space>
-void copy_batch(batch<Space>& d, const batch<tpx::host_space>& h) {
-  const auto copy = [](auto& device, const auto& host) {
-    tpx::copy_from_host(device->stream, host->stream);
-    tpx::copy_from_host(device->sublayer, host->sublayer);
-  };
-  if (d.rows) copy(d.rows, h.rows);
-  if (d.blocks) copy(d.blocks, h.blocks);
-}
-
-// A chain of collectives named as types, and its adjoint: the adjoints of the steps in reverse
-// (no step: the tensor as it is, both ways). A tensor handed over (an rvalue) goes through as one,
-// so that on an axis of one rank each step moves its buffer on instead of copying it
-// (ops/collectives.hpp).
-template <class... Steps>
-struct step_chain {
-  template <tpx::AnyTensor Tn>
-  static auto forward(Tn&& t) {
-    if constexpr (sizeof...(Steps) == 0)
-      return std::decay_t<Tn>(std::forward<Tn>(t));
-    else
-      return run<Steps...>(std::forward<Tn>(t));
-  }
-  template <tpx::AnyTensor Tn>
-  static auto backward(Tn&& t) {
-    if constexpr (sizeof...(Steps) == 0)
-      return std::decay_t<Tn>(std::forward<Tn>(t));
-    else
-      return reversed<Steps...>(std::forward<Tn>(t));
-  }
-
- private:
-  template <class First, class... Rest, class Tn>
-  static auto run(Tn&& t) {
-    if constexpr (sizeof...(Rest) == 0)
-      return tpx::apply<First>(std::forward<Tn>(t));
-    else
-      return run<Rest...>(tpx::apply<First>(std::forward<Tn>(t)));
-  }
-  template <class First, class... Rest, class Tn>
-  static auto reversed(Tn&& t) {
-    if constexpr (sizeof...(Rest) == 0)
-      return tpx::apply<tpx::adjoint_t<First>>(std::forward<Tn>(t));
-    else
-      return tpx::apply<tpx::adjoint_t<First>>(reversed<Rest...>(std::forward<Tn>(t)));
-  }
-};
 
 // How the model splits its activations: the residual stream split along the sequence over Y
 // (sequence parallel) or whole on every rank of Y (plain tensor parallel), and X splitting the
@@ -968,36 +696,6 @@ auto transformer<Tc, Space, Layout>::forward_backward(
   prefix TPX_GPT_FORWARD_BACKWARD(Tc, Space, sequence_parallel);     \
   prefix TPX_GPT_FORWARD_BACKWARD(Tc, Space, plain_tensor_parallel); \
   prefix TPX_GPT_FORWARD_BACKWARD(Tc, Space, context_parallel)
-
-// Why the model cannot be built as c asks, in the command line's words; empty when it can.
-inline std::string unsupported(const config& c) {
-  if (c.context_parallel && c.plain_tensor_parallel)
-    return "--context-parallel needs sequence parallelism (drop --no-sequence-parallel)";
-  if (c.load_balance && !c.context_parallel)
-    return "--load-balance orders each sequence's chunks over the ranks of context parallelism: "
-           "add --context-parallel";
-  if (c.load_balance && !c.fused_attention)
-    return "--load-balance evens out the fused attention's work (the reference attention "
-           "computes every score of a block, so its blocks cost alike): add --fused-attention";
-  if (c.kv_heads > 0 && c.heads % c.kv_heads != 0)
-    return "--kv-heads " + std::to_string(c.kv_heads) + " must divide --heads " +
-           std::to_string(c.heads) + " (each key and value head serves as many query heads)";
-  if (c.rope && c.head_dim % 2 != 0)
-    return "--rope turns pairs of a head's elements: --head-dim " + std::to_string(c.head_dim) +
-           " is odd";
-  return {};
-}
-
-// Why the model cannot run as c asks on a mesh of r x x x y ranks; empty when it can.
-inline std::string unsupported_on(const config& c, int r, int x, int y) {
-  (void)r;
-  (void)y;
-  if (c.load_balance && c.seq % (2 * x) != 0)
-    return "--load-balance cuts each sequence into 2 chunks per rank of X: --seq " +
-           std::to_string(c.seq) + " is not a multiple of 2 x " + std::to_string(x) + " = " +
-           std::to_string(2 * x);
-  return {};
-}
 
 // The model of config c: the transformer with sequence parallelism, or without it when
 // c.plain_tensor_parallel, and with context parallelism when c.context_parallel. All take the
