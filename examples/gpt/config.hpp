@@ -17,9 +17,6 @@ TPX_MESH_AXES(R, X, Y);
 // head width, MLP width, vocabulary, columns
 TPX_DIMS(B, T, S, D, H, G, E, F, V, W);
 
-using tpx::AllGather;
-using tpx::ReduceScatter;
-
 // The model's mesh, R major: ranks that share an R coordinate are consecutive, so that with one
 // replica per node the FSDP and TP collectives (over X and Y) stay within a node and only the
 // gradients' AllReduce over R crosses nodes. Mesh{1, x, y} is the two-axis FSDP + TP layout.

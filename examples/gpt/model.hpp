@@ -117,6 +117,9 @@
 
 namespace gpt {
 
+using tpx::AllGather;
+using tpx::ReduceScatter;
+
 // How the model splits its activations: the residual stream split along the sequence over Y
 // (sequence parallel) or whole on every rank of Y (plain tensor parallel), and X splitting the
 // batch (data parallel: both of those) or each sequence (context parallel, on the
