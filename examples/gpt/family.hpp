@@ -59,13 +59,11 @@ struct family {
             {"vocab", c.vocab},
             {"seed", c.seed}};
   }
-  // The config of a checkpoint's shape (shape(c) as saved in `where`): what --generate builds
-  // its model from. A key saved before it was recorded stands for the default config's value, as
-  // when a run resumes (trainer::load_checkpoint). The layout (attention kernels, parallelism) is
-  // not the model's and keeps its default.
-  static config config_of(const nlohmann::json& saved, const std::string& where) {
-    const nlohmann::json before_recorded = shape(config{});
-    const auto field = [&](const char* key) { return saved.value(key, before_recorded.at(key)); };
+  // The config of a checkpoint's shape (trainer::recorded_shape of the state saved in `where`):
+  // what --generate builds its model from. The layout (attention kernels, parallelism) is not the
+  // model's and keeps its default.
+  static config config_of(const nlohmann::json& recorded, const std::string& where) {
+    const auto field = [&](const char* key) { return recorded.at(key); };
     const auto whole = [&]<class T>(const char* key, T& into, T least) {
       into = tpx::io::json_integer<T>(field(key), std::string("the shape's ") + key, where);
       if (into < least)

@@ -20,7 +20,7 @@ generated generate_from_checkpoint(const std::string& dir, std::string_view prom
                                    const std::function<void(char)>& on_byte) {
   require_prompt(prompt);
   tpx::io::checkpoint_reader in = tpx::io::checkpoint_reader::open_newest_valid(dir, std::cerr);
-  generated out{in.step(), family::config_of(in.state(), dir), {}};
+  generated out{in.step(), family::config_of(trainer::recorded_shape<family>(in.state()), dir), {}};
   tpx::spmd(tpx::host, mesh{1, 1, 1}, [&](auto& rank) {
     model_tensors<tpx::host_space> params(rank, out.model);
     params.for_each([&](const std::string& name, auto& t) { in.load("param." + name, t); });

@@ -58,7 +58,7 @@ inline std::string generate(const tpx::rank_context& rank,
   require_prompt(prompt);
   const config c = generation_config(model);
   const transformer<float, tpx::host_space, layout::sequence_parallel> net(rank, c);
-  std::string text(prompt), written;
+  std::string text(prompt);
   const auto seq = static_cast<std::size_t>(c.seq);
   for (int i = 0; i < count; ++i) {
     const std::string_view window =
@@ -76,10 +76,9 @@ inline std::string generate(const tpx::rank_context& rank,
     const char byte = static_cast<char>(sample_byte(
         last, s.temperature, tpx::kernels::uniform_at(s.seed, static_cast<std::uint64_t>(i))));
     text.push_back(byte);
-    written.push_back(byte);
     if (on_byte) on_byte(byte);
   }
-  return written;
+  return text.substr(prompt.size());
 }
 
 // What generate_from_checkpoint wrote, and with which checkpoint's model.

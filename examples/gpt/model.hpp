@@ -190,9 +190,7 @@ class transformer {
     stream x = embed_forward(p, tokens_of(tokens));
     for (std::size_t l = 0; l < p.norm1.size(); ++l)
       x = std::move(block_forward(gather_block(p, static_cast<int>(l)), x).out);
-    const head_weights w = gather_head(p);
-    auto normed = tpx::nn::rmsnorm_forward(x, w.norm);
-    return tpx::einsum<D>(enter_sublayer::forward(std::move(normed.y)), w.head);
+    return head_forward(gather_head(p), x).logits;
   }
 
  private:
@@ -627,22 +625,34 @@ class transformer {
 
   // Final norm, logits [B_RX, T, V_Y] (the vocabulary stays split: nn/cross_entropy's
   // vocab-parallel loss), mean cross-entropy over every position, and their backward pass.
+  // The final norm's statistics and output (its sequence whole) and the logits [B_RX, T, V_Y]:
+  // the training step's and generation's (logits) forward pass of the head.
+  struct head_activations {
+    rstd norm_rstd;
+    whole h;
+    Tensor<Tc, rows, positions, V<Y>> logits;
+  };
+  head_activations head_forward(const head_weights& w, const stream& x) const {
+    tpx::mark_phase("final norm");
+    auto normed = tpx::nn::rmsnorm_forward(x, w.norm);
+    whole h = enter_sublayer::forward(std::move(normed.y));
+    tpx::mark_phase("LM head");
+    auto logits = tpx::einsum<D>(h, w.head);
+    return {std::move(normed.rstd), std::move(h), std::move(logits)};
+  }
+
   head_result head_forward_backward(const head_weights& w, const stream& x,
                                     const sublayer_tokens& tokens, params& grads,
                                     gradient_reductions& reductions) const {
-    tpx::mark_phase("final norm");
-    auto normed = tpx::nn::rmsnorm_forward(x, w.norm);
-    const whole h = enter_sublayer::forward(std::move(normed.y));
-    tpx::mark_phase("LM head");
-    auto logits = tpx::einsum<D>(h, w.head);
+    head_activations a = head_forward(w, x);
     // Logits [B_RX, T, V_Y], handed over: their gradient is written in their place.
     tpx::mark_phase("cross-entropy");
-    auto ce = tpx::nn::cross_entropy(std::move(logits), tokens, target_byte);
+    auto ce = tpx::nn::cross_entropy(std::move(a.logits), tokens, target_byte);
     tpx::mark_phase("LM head backward");
-    reductions.add(gather_weight{}, grads.head, tpx::einsum<B, T>(h, ce.dlogits));  // [D_X, V_Y]
+    reductions.add(gather_weight{}, grads.head, tpx::einsum<B, T>(a.h, ce.dlogits));  // [D_X, V_Y]
     const stream_gradient dh = enter_sublayer::backward(tpx::einsum<V>(ce.dlogits, w.head));
     tpx::mark_phase("final norm backward");
-    auto dnorm = tpx::nn::rmsnorm_backward(x, w.norm, normed.rstd, dh);
+    auto dnorm = tpx::nn::rmsnorm_backward(x, w.norm, a.norm_rstd, dh);
     reductions.add(gather_norm{}, grads.final_norm, std::move(dnorm.dw));
     reductions.start();
     return {std::move(ce.loss), std::move(dnorm.dx)};

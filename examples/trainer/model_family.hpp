@@ -14,6 +14,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <variant>
 #include <vector>
@@ -50,6 +51,17 @@ inline std::string ranks_without_rows(std::int64_t rows, std::int64_t ranks,
   return "ranks without a row: " + std::to_string(ranks - rows) + " of the " +
          std::to_string(ranks) + " of " + axes + " (" + rows_are + "), which only join the " +
          "collectives (at least " + std::to_string(ranks) + " rows keep each busy)";
+}
+
+// The shape (Family::shape) a checkpoint's saved state records, each key of the shape with its
+// saved value or, for a key saved before it was recorded (tpx-gpt's mlp, 2026-12-05), the default
+// config's: what every run had then. --resume compares it with the run's (training.hpp's
+// load_checkpoint); --generate builds its model from it (gpt::family::config_of).
+template <class Family>
+nlohmann::json recorded_shape(const nlohmann::json& state) {
+  nlohmann::json shape = Family::shape(typename Family::config{});
+  for (auto& [key, value] : shape.items()) value = state.value(key, value);
+  return shape;
 }
 
 // A flag whose value is one of `choices`, setting a string of the model's config ("--schedule").

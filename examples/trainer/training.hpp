@@ -175,17 +175,15 @@ inline int resume_step(const tpx::io::checkpoint_reader& in, const std::string& 
 }
 
 // Loads the checkpoint of `step` in o.ckpt_dir into this rank's shards, once its shape
-// (Family::shape) is this run's. A key of the shape that the checkpoint lacks, saved before the
-// key was recorded (tpx-gpt's mlp, 2026-12-05), stands for the default config's value: what every
-// run had then.
+// (recorded_shape, model_family.hpp) is this run's.
 template <class Family, class Tensors>
 void load_checkpoint(const run_options<Family>& o, int step, Tensors& params, Tensors& m,
                      Tensors& v) {
   tpx::io::checkpoint_reader in(o.ckpt_dir, step);
-  const nlohmann::json shape = Family::shape(o.model);
-  const nlohmann::json before_recorded = Family::shape(typename Family::config{});
+  const nlohmann::json recorded = recorded_shape<Family>(in.state());
+  const nlohmann::json shape = Family::shape(o.model);  // alive while items() walks it
   for (const auto& [key, now] : shape.items()) {
-    const nlohmann::json saved = in.state().value(key, before_recorded.at(key));
+    const nlohmann::json& saved = recorded.at(key);
     if (saved != now)
       throw std::runtime_error("trainer: --resume: the checkpoint in " + o.ckpt_dir + " has " +
                                key + " = " + saved.dump() + ", this run " + now.dump());

@@ -7,7 +7,8 @@
 //     an inverse-CDF draw picks each byte within one draw of N times its probability, computed
 //     here independently; at temperature 0 the first largest logit; never a column past the 256
 //     bytes;
-//   - family::config_of reads back the shape a checkpoint records (and refuses one it cannot);
+//   - family::config_of reads back the shape a checkpoint records, a key saved before it was
+//     recorded as the default config's (trainer::recorded_shape), and refuses one it cannot;
 //   - end to end: a model trained on 2x1 until it has learned a text that repeats the alphabet,
 //     read from its checkpoint onto one rank, continues a prompt greedily with exactly the text's
 //     next bytes, and the same seed draws the same bytes.
@@ -122,7 +123,8 @@ TEST_CASE("config_of reads back the shape a checkpoint records") {
   }
   nlohmann::json before_groups = gpt::family::shape(gpt_test::tiny());
   before_groups.erase("query_group");  // saved before it was recorded: multi-head attention
-  CHECK(gpt::family::config_of(before_groups, "ck").key_heads() == gpt_test::tiny().heads);
+  CHECK(gpt::family::config_of(trainer::recorded_shape<gpt::family>(before_groups), "ck")
+            .key_heads() == gpt_test::tiny().heads);
   nlohmann::json bad = gpt::family::shape(gpt_test::tiny());
   bad["mlp"] = "relu";
   CHECK_THROWS_WITH_AS(gpt::family::config_of(bad, "ck"), doctest::Contains("mlp is \"relu\""),
