@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Draws tpx-plan --reports' --json file (scripts/plan-layouts.sh --plot draws its sweep so): one
 # group of bars per layout, fastest first, its compute time (a pipeline's with its bubble) beside
-# its communication time (the rank that communicates longest), and a mark at the step with
-# communication overlapped, the longer of the two. The recommended layout's name carries a star;
+# its communication time (the rank that communicates longest), a mark at its step as the program
+# overlaps the two (the communication of its background tasks hidden behind the products, the
+# rest not) and a hollow one at the bound where all of it were hidden (the longer of the two).
+# The recommended layout's name carries a star;
 # a layout whose tensors do not fit in the profile's memory is drawn pale. The picture of
 # bench/README.md's "Every layout at once".
 #
@@ -21,8 +23,8 @@ if not rows or "report" not in rows[0]:
     sys.exit(f"plot-plan: {sys.argv[1]} is not tpx-plan's --json of --reports")
 out = sys.argv[2]
 rows = sorted(rows, key=lambda r: r["step_ms"])
-# x, name, compute ms, its colour, communication ms, its colour, step ms (pale where it does
-# not fit)
+# x, name, compute ms, its colour, communication ms, its colour (pale where it does not fit),
+# step ms, step ms with all communication hidden
 colours = {True: (0x1b9e77, 0xd95f02), False: (0xb8e0d4, 0xf5c9a6)}
 with open(f"{out}/layouts.dat", "w") as f:
     for x, r in enumerate(rows):
@@ -30,7 +32,7 @@ with open(f"{out}/layouts.dat", "w") as f:
         if r["report"] == doc["recommendation"]:
             name = "* " + name
         compute, comm = colours[bool(r["fits"])]
-        f.write(f'{x} "{name}" {r["compute_ms"]} {compute} {r["comm_ms"]} {comm} {r["step_ms"]}\n')
+        f.write(f'{x} "{name}" {r["compute_ms"]} {compute} {r["comm_ms"]} {comm} {r["step_ms"]} {r["step_ms_all_hidden"]}\n')
 m = doc["machine"]
 # The axes tpx-plan's command line gave links of their own: --axis-link-bw X=50e9 (or =X=50e9).
 words = doc["command"].replace("--axis-link-bw=", "--axis-link-bw ").split()
@@ -61,7 +63,8 @@ set key top left
 # The bars take each row's colour; the key, the colours of a layout that fits.
 plot '$data/layouts.dat' using (\$1 - 0.2):3:4:xtic(2) with boxes lc rgb variable notitle, \
      '' using (\$1 + 0.2):5:6 with boxes lc rgb variable notitle, \
-     '' using 1:7 with points pt 7 ps 1.3 lc rgb 'black' title 'step, overlapped', \
+     '' using 1:7 with points pt 7 ps 1.3 lc rgb 'black' title 'step, as the program overlaps', \
+     '' using 1:8 with points pt 6 ps 1.3 lc rgb 'black' title 'step, were all communication hidden', \
      keyentry with boxes lc rgb '#1b9e77' title 'compute (with the bubble)', \
      keyentry with boxes lc rgb '#d95f02' title 'communication, longest rank'
 GP

@@ -127,7 +127,8 @@ struct family {
            (c.fused_attention ? ", fused attention" : "") +
            (c.plain_tensor_parallel ? ", no sequence parallelism" : "") +
            (c.context_parallel ? ", context parallel over X" : "") +
-           (c.load_balance ? " (load-balanced)" : "");
+           (c.load_balance ? " (load-balanced)" : "") +
+           (c.overlap ? ", FSDP collectives in the background" : "");
   }
   static std::string unsupported(const config& c) { return gpt::unsupported(c); }
   static std::string unsupported_on(const config& c, int r, int x, int y) {

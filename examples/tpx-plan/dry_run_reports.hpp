@@ -1,20 +1,24 @@
 // tpx-plan --reports: the example trainers' dry runs priced on a hardware profile. A --dry-run
 // report (`tpx-gpt --dry-run --mesh 4x2 ... --log 4x2.json`: examples/trainer/dry_run_main.hpp)
 // holds the exact counts of one training step of the real program on every rank: tensor memory,
-// the FLOPs of its matrix products, and its link bytes per set of mesh axes. This prices them:
-// the busiest rank's products at the profile's FLOP/s (a pipeline's, tpx-train --pipeline,
+// the FLOPs of its matrix products, its link bytes per set of mesh axes, and which of those its
+// background tasks move beside its products (tpx::in_background, with --overlap on: tpx-gpt's
+// gathers and reduce-scatters of the blocks' weights, a pipeline's passes between stages). This
+// prices them: each rank's products at the profile's FLOP/s (a pipeline's, tpx-train --pipeline,
 // spread over the share of the step its schedule keeps each stage busy: the bubble's ticks are
-// idle), each rank's link bytes per set of axes at its link bandwidth (the profile's, or
-// --axis-link-bw's for an axis that leaves the node; a set of several axes at its slowest), the
-// communication of the rank that communicates longest (a pipeline's first stage gathers the
-// embedding, its last the head: the ranks differ), and the step as the longer of the two
-// (communication hidden behind compute: the bound a perfectly overlapped step reaches) and as
-// their sum (nothing hidden). The MFU ceiling is the model FLOPs per device over the profile's
-// FLOP/s and the overlapped step; the recommendation is the report whose mesh trains fastest, the
-// most model FLOPs per second of the whole mesh (for one model and batch: the shortest step),
-// among those whose largest rank's tensors fit in device memory. These are the cost model's
-// bounds from the profile's peaks, not measurements: a kernel below peak or a collective below
-// its bus bandwidth makes a real step longer.
+// idle), its link bytes per set of axes at its link bandwidth (the profile's, or --axis-link-bw's
+// for an axis that leaves the node; a set of several axes at its slowest), and its step as the
+// program runs it: the communication on the rank's own thread, which the products wait for, plus
+// the longer of its products and its background communication (the links carry both kinds, so
+// the step is at least their sum too). The step is the slowest rank's. Beside it, the two bounds:
+// every collective hidden behind the products (the longer of the busiest rank's products and the
+// longest communication) and none (their sum). The MFU ceiling is the model FLOPs per device
+// over the profile's FLOP/s and the step; the recommendation is the report whose mesh trains
+// fastest, the most model FLOPs per second of the whole mesh (for one model and batch: the
+// shortest step), among those whose largest rank's tensors fit in device memory. These are the
+// cost model's bounds from the profile's peaks, not measurements: a kernel below peak, a
+// collective below its bus bandwidth, or a background task waited for before its products are
+// done makes a real step longer.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +35,13 @@
 
 namespace plan {
 
+// One set of axes' communication on a rank, in seconds: all of it, and what background tasks
+// moved.
+struct axes_seconds {
+  std::string axes;
+  double seconds = 0, background_seconds = 0;
+};
+
 // One report, priced.
 struct priced_report {
   std::string file, program, mesh;
@@ -39,13 +50,15 @@ struct priced_report {
   int ranks = 0;
   double peak_bytes = 0;  // the largest rank's, tensors only
   bool fits = false;
-  double compute_seconds = 0;                               // the busiest rank's products
-  double bubble = 0;     // a pipeline's: the share of the step each stage idles
-  std::string pipeline;  // a pipeline's settings, "2 stages, 1f1b, 8 microbatches"
-  std::vector<std::pair<std::string, double>> comm_seconds;  // comm_rank's, per set of axes
-  double comm_total_seconds = 0;
+  double compute_seconds = 0;  // the busiest rank's products
+  double bubble = 0;           // a pipeline's: the share of the step each stage idles
+  std::string pipeline;        // a pipeline's settings, "2 stages, 1f1b, 8 microbatches"
+  std::vector<axes_seconds> comm_seconds;                      // comm_rank's, per set of axes
+  double comm_total_seconds = 0, comm_background_seconds = 0;  // comm_rank's
   int comm_rank = 0;  // the rank that communicates longest
-  double step_overlapped_seconds = 0, step_serial_seconds = 0;
+  double step_seconds = 0;  // as the program overlaps: the slowest rank's
+  int step_rank = 0;        // that rank
+  double step_all_hidden_seconds = 0, step_serial_seconds = 0;  // the bounds
   double mfu_ceiling = 0;
   double model_flops = 0;      // of a step, on all ranks
   std::set<std::string> axes;  // the mesh's axes in sets of more than one rank
@@ -85,10 +98,11 @@ inline nlohmann::json read_report(const std::string& file) {
         !report.contains("ranks") || report.at("ranks").empty())
       throw std::runtime_error("no dry run's figures");
     for (const nlohmann::json& rank : report.at("ranks"))
-      if (!rank.contains("traffic"))
-        throw std::runtime_error("no traffic of rank " +
-                                 rank.value("rank", nlohmann::json()).dump() +
-                                 " (a report of an older tpx: run the --dry-run again)");
+      for (const char* traffic : {"traffic", "background_traffic"})
+        if (!rank.contains(traffic))
+          throw std::runtime_error(std::string("no ") + traffic + " of rank " +
+                                   rank.value("rank", nlohmann::json()).dump() +
+                                   " (a report of an older tpx: run the --dry-run again)");
     return report;
   } catch (const std::exception& e) {
     throw std::runtime_error(file + ": not a --dry-run report of tpx-gpt or tpx-train (--dry-run --log FILE "
@@ -109,11 +123,8 @@ inline priced_report price_report(const std::string& file, const tpx::cost::hard
   p.bf16 = report.at("bf16").get<bool>();
   const nlohmann::json& ranks = report.at("ranks");
   p.ranks = static_cast<int>(ranks.size());
-  double busiest = 0;
-  for (const nlohmann::json& r : ranks) {
+  for (const nlohmann::json& r : ranks)
     p.peak_bytes = std::max(p.peak_bytes, r.at("peak_bytes").get<double>());
-    busiest = std::max(busiest, r.at("matrix_flops").get<double>());
-  }
   p.fits = hw.memory <= 0 || p.peak_bytes <= hw.memory;
   if (report.contains("pipeline")) {
     const nlohmann::json& pipeline = report.at("pipeline");
@@ -126,29 +137,47 @@ inline priced_report price_report(const std::string& file, const tpx::cost::hard
                  std::to_string(pipeline.at("microbatches").get<int>()) + " microbatches";
     p.mesh += " P=" + stages;  // --mesh XxY, and --pipeline P
   }
-  p.compute_seconds = busiest / hw.flops / (1 - p.bubble);
+  // The link seconds of a rank's collectives per set of axes.
+  const auto link_seconds = [&](const nlohmann::json& traffic, const std::string& axes) {
+    double link_bytes = 0;
+    if (traffic.contains(axes))
+      for (const nlohmann::json& c : traffic.at(axes))
+        link_bytes += c.at("link_bytes").get<double>();
+    return link_bytes / link_bandwidth(axes, hw, axis_link_bw);
+  };
   for (const nlohmann::json& rank : ranks) {
-    std::vector<std::pair<std::string, double>> comm_seconds;
-    double total = 0;
-    for (const auto& [axes, collectives] : rank.at("traffic").items()) {
-      for (const std::string& axis : axes_in(axes)) p.axes.insert(axis);
-      double link_bytes = 0;
-      for (const nlohmann::json& c : collectives) link_bytes += c.at("link_bytes").get<double>();
-      if (link_bytes == 0) continue;  // a set of axes the step reduces nothing over
-      const double seconds = link_bytes / link_bandwidth(axes, hw, axis_link_bw);
-      comm_seconds.emplace_back(axes, seconds);
-      total += seconds;
+    const double compute = rank.at("matrix_flops").get<double>() / hw.flops / (1 - p.bubble);
+    std::vector<axes_seconds> comm_seconds;
+    double total = 0, background = 0;
+    const nlohmann::json& traffic = rank.at("traffic");
+    for (auto set = traffic.begin(); set != traffic.end(); ++set) {
+      for (const std::string& axis : axes_in(set.key())) p.axes.insert(axis);
+      const axes_seconds seconds{set.key(), link_seconds(traffic, set.key()),
+                                 link_seconds(rank.at("background_traffic"), set.key())};
+      if (seconds.seconds == 0) continue;  // a set of axes the step reduces nothing over
+      comm_seconds.push_back(seconds);
+      total += seconds.seconds;
+      background += seconds.background_seconds;
     }
-    if (&rank == &ranks.front() || total > p.comm_total_seconds) {
+    const bool first = &rank == &ranks.front();
+    const int index = rank.at("rank").get<int>();
+    p.compute_seconds = std::max(p.compute_seconds, compute);
+    if (first || total > p.comm_total_seconds) {
       p.comm_seconds = std::move(comm_seconds);
       p.comm_total_seconds = total;
-      p.comm_rank = rank.at("rank").get<int>();
+      p.comm_background_seconds = background;
+      p.comm_rank = index;
+    }
+    const double step = total - background + std::max(compute, background);
+    if (first || step > p.step_seconds) {
+      p.step_seconds = step;
+      p.step_rank = index;
     }
   }
-  p.step_overlapped_seconds = std::max(p.compute_seconds, p.comm_total_seconds);
+  p.step_all_hidden_seconds = std::max(p.compute_seconds, p.comm_total_seconds);
   p.step_serial_seconds = p.compute_seconds + p.comm_total_seconds;
   p.model_flops = report.at("model_flops").get<double>();
-  p.mfu_ceiling = p.model_flops / p.ranks / hw.flops / p.step_overlapped_seconds;
+  p.mfu_ceiling = p.model_flops / p.ranks / hw.flops / p.step_seconds;
   return p;
 }
 
@@ -227,24 +256,34 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
                   "# attention skips\n");
       break;
     }
+  std::printf(
+      "# step: each rank's communication outside background tasks, plus the longer of its\n"
+      "# products and its communication in them (bg), the slowest rank's; exposed: the\n"
+      "# step less the products\n");
   int file_width = 14;  // the report column: as wide as the longest file name
   for (const priced_report& p : reports)
     file_width = std::max(file_width, static_cast<int>(p.file.size()));
-  std::printf("#\n# %-*s %-9s %6s %10s %11s %11s %11s %6s%s  %s\n", file_width, "report", "mesh",
-              "ranks", "peak GiB", "compute ms", "comm ms", "step ms", "MFU",
+  std::printf("#\n# %-*s %-9s %6s %10s %11s %11s %11s %11s %6s%s  %s\n", file_width, "report",
+              "mesh", "ranks", "peak GiB", "compute ms", "comm ms", "exposed ms", "step ms", "MFU",
               pipelines ? "  bubble" : "",
-              "communication per set of axes (ms) of the rank that communicates longest");
+              "communication per set of axes (ms; bg: in background tasks) of the rank that "
+              "communicates longest");
   priced_table table{nlohmann::json::array(), ""};
   const priced_report* best = nullptr;
   for (const priced_report& p : reports) {
-    std::string axes_text;  // "X 0.123, Y 0.456"
-    nlohmann::json comm = nlohmann::json::object();
-    for (const auto& [axes, seconds] : p.comm_seconds) {
-      char part[64];
-      std::snprintf(part, sizeof part, "%s%s %.3f", axes_text.empty() ? "" : ", ", axes.c_str(),
-                    seconds * 1e3);
+    std::string axes_text;  // "X 0.123 (0.123 bg), Y 0.456"
+    nlohmann::json comm = nlohmann::json::object(), background = nlohmann::json::object();
+    for (const axes_seconds& a : p.comm_seconds) {
+      char part[96];
+      std::snprintf(part, sizeof part, "%s%s %.3f", axes_text.empty() ? "" : ", ", a.axes.c_str(),
+                    a.seconds * 1e3);
       axes_text += part;
-      comm[axes] = seconds * 1e3;
+      if (a.background_seconds > 0) {
+        std::snprintf(part, sizeof part, " (%.3f bg)", a.background_seconds * 1e3);
+        axes_text += part;
+      }
+      comm[a.axes] = a.seconds * 1e3;
+      background[a.axes] = a.background_seconds * 1e3;
     }
     if (axes_text.empty())
       axes_text = "none";
@@ -255,14 +294,12 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
       std::snprintf(bubble, sizeof bubble, "  %6s", "-");
     else if (pipelines)
       std::snprintf(bubble, sizeof bubble, "  %5.1f%%", 100 * p.bubble);
-    std::printf("  %-*s %-9s %6d %10.2f %11.3f %11.3f %11.3f %5.1f%%%s  %s%s\n", file_width,
+    std::printf("  %-*s %-9s %6d %10.2f %11.3f %11.3f %11.3f %11.3f %5.1f%%%s  %s%s\n", file_width,
                 p.file.c_str(), p.mesh.c_str(), p.ranks, p.peak_bytes / (1 << 30),
                 p.compute_seconds * 1e3, p.comm_total_seconds * 1e3,
-                p.step_overlapped_seconds * 1e3, 100 * p.mfu_ceiling, bubble, axes_text.c_str(),
-                p.fits ? "" : "; does not fit");
-    const auto rate = [](const priced_report& r) {
-      return r.model_flops / r.step_overlapped_seconds;
-    };
+                (p.step_seconds - p.compute_seconds) * 1e3, p.step_seconds * 1e3,
+                100 * p.mfu_ceiling, bubble, axes_text.c_str(), p.fits ? "" : "; does not fit");
+    const auto rate = [](const priced_report& r) { return r.model_flops / r.step_seconds; };
     if (p.fits && (!best || rate(p) > rate(*best))) best = &p;
     table.rows.push_back(
         {{"report", p.file},
@@ -276,19 +313,25 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
          {"pipeline", p.pipeline.empty() ? nlohmann::json() : nlohmann::json(p.pipeline)},
          {"description", p.description},
          {"comm_ms", p.comm_total_seconds * 1e3},
+         {"comm_background_ms", p.comm_background_seconds * 1e3},
          {"comm_ms_by_axes", comm},
+         {"comm_background_ms_by_axes", background},
          {"comm_rank", p.comm_rank},
-         {"step_ms", p.step_overlapped_seconds * 1e3},
+         {"step_ms", p.step_seconds * 1e3},
+         {"exposed_ms", (p.step_seconds - p.compute_seconds) * 1e3},
+         {"step_rank", p.step_rank},
+         {"step_ms_all_hidden", p.step_all_hidden_seconds * 1e3},
          {"step_ms_without_overlap", p.step_serial_seconds * 1e3},
          {"mfu_ceiling", p.mfu_ceiling}});
   }
   if (best) {
     table.recommendation = best->file;
-    std::printf("# recommendation: %s (mesh %s, the fastest that fits: %.3g model FLOP/s over its %d "
-                "devices, a step of %.3f ms with communication overlapped, %.3f ms without)\n",
-                best->file.c_str(), best->mesh.c_str(),
-                best->model_flops / best->step_overlapped_seconds, best->ranks,
-                best->step_overlapped_seconds * 1e3, best->step_serial_seconds * 1e3);
+    std::printf(
+        "# recommendation: %s (mesh %s, the fastest that fits: %.3g model FLOP/s over its %d "
+        "devices, a step of %.3f ms; %.3f with every collective hidden, %.3f with none)\n",
+        best->file.c_str(), best->mesh.c_str(), best->model_flops / best->step_seconds, best->ranks,
+        best->step_seconds * 1e3, best->step_all_hidden_seconds * 1e3,
+        best->step_serial_seconds * 1e3);
   } else {
     std::printf("# recommendation: none of the reports fits in %.3g bytes per device\n", hw.memory);
   }

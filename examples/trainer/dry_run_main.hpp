@@ -2,11 +2,13 @@
 // measure_step_usage (step_usage.hpp) on meta tensors under tpx::spmd(tpx::dry_run, ...), one
 // after another, and the report says per rank what the second step took: memory, FLOPs and the
 // collectives' traffic, which differ between ranks (a pipeline's first stage gathers the
-// embedding, its last the head). Memory is the memory
-// meter's: tensors, not what a GPU process also holds (the CUDA context, cuBLASLt's workspace,
-// NCCL's buffers, the pool's slack). The FLOPs are those of the products the step runs
-// (recomputation under activation checkpointing and attention's masked or repeated products
-// included), beside the model FLOPs the progress line's MFU counts.
+// embedding, its last the head). Memory is the memory meter's: tensors, not what a GPU process
+// also holds (the CUDA context, cuBLASLt's workspace, NCCL's buffers, the pool's slack). The
+// traffic is all of the step's and, beside it, the part its background tasks move while the step
+// computes (--overlap on: tpx::in_background), which tpx-plan prices as hidden behind the
+// products, the rest as not. The FLOPs are those of the products the step runs (recomputation
+// under activation checkpointing and attention's masked or repeated products included), beside
+// the model FLOPs the progress line's MFU counts.
 #pragma once
 
 #include <algorithm>
@@ -143,30 +145,38 @@ inline void print_traffic(const std::vector<step_usage>& ranks) {
   const step_usage& rank_0 = ranks[0];
   struct row {
     std::string axes, collective;
-    tpx::traffic_count count;
+    tpx::traffic_count count, background;
   };
   std::vector<row> rows;
-  tpx::traffic_count total;
-  for (const tpx::axes_traffic& axes : rank_0.traffic) {
+  tpx::traffic_count total, total_background;
+  for (std::size_t set = 0; set < rank_0.traffic.size(); ++set) {
+    const tpx::axes_traffic& axes = rank_0.traffic[set];
     for (tpx::detail::CollectiveOp op : tpx::collective_traffic::operations) {
       const tpx::traffic_count& t = axes.traffic.of(op);
       if (t.calls == 0) continue;
-      rows.push_back({axes.axes, std::string(tpx::detail::op_name(op)), t});
+      const tpx::traffic_count& b = rank_0.background_traffic[set].traffic.of(op);
+      rows.push_back({axes.axes, std::string(tpx::detail::op_name(op)), t, b});
       total += t;
+      total_background += b;
     }
   }
-  std::printf("communication per step of rank 0 (link: what a ring puts on the rank's link, nccl-tests' bus bytes):\n");
+  std::printf(
+      "communication per step of rank 0 (link: what a ring puts on the rank's link, nccl-tests' "
+      "bus bytes;\n"
+      "in background: the link bytes of the calls its background tasks make beside the "
+      "products):\n");
   const byte_unit unit = unit_for(total.data_bytes);
-  std::printf("  %-8s %-16s %8s %11s %s %11s %s\n", "axes", "collective", "calls", "data", unit.name, "link",
-              unit.name);
+  std::printf("  %-8s %-16s %8s %11s %s %11s %s %9s %s\n", "axes", "collective", "calls", "data",
+              unit.name, "link", unit.name, "in background", unit.name);
   if (rows.empty()) {
     std::printf("  none: every axis of this mesh has one rank\n");
     return;
   }
-  rows.push_back({"all", "", total});
+  rows.push_back({"all", "", total, total_background});
   for (const row& r : rows)
-    std::printf("  %-8s %-16s %8lld %15.1f %15.1f\n", r.axes.c_str(), r.collective.c_str(),
-                static_cast<long long>(r.count.calls), r.count.data_bytes / unit.bytes, r.count.link_bytes / unit.bytes);
+    std::printf("  %-8s %-16s %8lld %15.1f %15.1f %17.1f\n", r.axes.c_str(), r.collective.c_str(),
+                static_cast<long long>(r.count.calls), r.count.data_bytes / unit.bytes,
+                r.count.link_bytes / unit.bytes, r.background.link_bytes / unit.bytes);
   const auto by_link_bytes = [](const step_usage& a, const step_usage& b) {
     return link_bytes(a) < link_bytes(b);
   };
@@ -212,11 +222,13 @@ int dry_run_main(const char* program, const command_line<Family>& c) {
                             {"model_flops", Family::flops_per_step(o.model)}};
       if (!pipeline.is_null()) out["pipeline"] = pipeline;
       for (const step_usage& u : ranks)
-        out["ranks"].push_back({{"rank", u.rank},
-                                {"state_bytes", u.state_bytes},
-                                {"peak_bytes", u.peak_bytes},
-                                {"matrix_flops", u.matrix_flops},
-                                {"traffic", detail::traffic_json(u.traffic)}});
+        out["ranks"].push_back(
+            {{"rank", u.rank},
+             {"state_bytes", u.state_bytes},
+             {"peak_bytes", u.peak_bytes},
+             {"matrix_flops", u.matrix_flops},
+             {"traffic", detail::traffic_json(u.traffic)},
+             {"background_traffic", detail::traffic_json(u.background_traffic)}});
       log << out.dump() << "\n" << std::flush;
       if (!log) throw std::runtime_error("cannot write the log " + c.log_path);
       std::printf("log: %s\n", c.log_path.c_str());

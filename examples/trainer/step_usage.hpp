@@ -1,8 +1,10 @@
 // What a training step of a model family takes on one rank: its tensor memory, the FLOPs of its
-// matrix products and what its collectives move over each set of mesh axes. measure_step_usage
-// sets up the training state as train_rank does (training.hpp: parameters, gradients and both
-// AdamW moments, then the network) and runs two steps of train_step, the first to reach the steady
-// state (the second step holds what the first made and kept), and measures the second.
+// matrix products, what its collectives move over each set of mesh axes and how much of that its
+// background tasks move beside its computation (tpx::in_background: what --overlap on can hide).
+// measure_step_usage sets up the training state as train_rank does (training.hpp: parameters,
+// gradients and both AdamW moments, then the network) and runs two steps of train_step, the first
+// to reach the steady state (the second step holds what the first made and kept), and measures
+// the second.
 //
 // --dry-run runs it on meta tensors (dry_run_main.hpp), where nothing is computed; the trainer
 // tests run it on a real run too and check that both read the same (tests/trainer/
@@ -26,6 +28,8 @@ struct step_usage {
   double matrix_flops = 0;       // of the second step (counted by meta tensors only)
   std::vector<tpx::axes_traffic> traffic;  // of the second step, by set of mesh axes
                                            // (rank_context::traffic_by_axis_names)
+  std::vector<tpx::axes_traffic> background_traffic;  // the part of it background tasks moved,
+                                                      // beside the step's computation
 };
 
 template <class Tc, class Space, class Family, class Rank>
@@ -39,12 +43,17 @@ step_usage measure_step_usage(Rank& rank, const run_options<Family>& o, const te
   usage.state_bytes = rank.memory().live_bytes();
   rank.memory().reset_peak();
   train_step(rank, net, o, data, 0, params, grads, m, v);
-  const std::vector<tpx::axes_traffic> before = rank.traffic_by_axis_names();
+  using tpx::traffic_part;
+  const std::vector<tpx::axes_traffic> before = rank.traffic_by_axis_names(),
+                                       background_before =
+                                           rank.traffic_by_axis_names(traffic_part::background);
   const double flops_before = tpx::dry_run_flops(rank);
   train_step(rank, net, o, data, 1, params, grads, m, v);
   usage.peak_bytes = rank.memory().peak_bytes();
   usage.matrix_flops = tpx::dry_run_flops(rank) - flops_before;
   usage.traffic = tpx::traffic_since(rank.traffic_by_axis_names(), before);
+  usage.background_traffic =
+      tpx::traffic_since(rank.traffic_by_axis_names(traffic_part::background), background_before);
   return usage;
 }
 

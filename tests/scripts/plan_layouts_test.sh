@@ -13,10 +13,13 @@
 # least a plain layout needs (read from that sweep's rows), only savers fit, and the
 # recommendation is the one of them with the shortest step, while without --memory-savers none
 # fits and the sweep points to the option; a saver the model flags already choose is not added
-# again. For tpx-gpt the layouts are the meshes 1x4, 2x2, 4x1 and, with replicas, 2x1x2, 2x2x1
-# and 4x1x1, each whose X has more than one rank followed by its context-parallel one (-cp, its
-# report saying so; load-balanced with --fused-attention): 9 priced, 6 when the model flags choose
-# --context-parallel themselves. A bad N or --jobs is refused with a usage line.
+# again. The pipelines pass between stages in the background (--overlap on). For tpx-gpt the
+# layouts are the meshes 1x4, 2x2, 4x1 and, with replicas, 2x1x2, 2x2x1 and 4x1x1, each whose X
+# has more than one rank followed by its context-parallel one (-cp, its report saying so;
+# load-balanced with --fused-attention): 9 priced, 6 when the model flags choose
+# --context-parallel themselves; all with FSDP's collectives in the background, which tpx-plan
+# prices as hidden, unless the model flags say --overlap off. A bad N or --jobs is refused with a
+# usage line.
 #   bash tests/scripts/plan_layouts_test.sh SOURCE_DIR TPX_TRAIN TPX_PLAN TPX_GPT
 set -uo pipefail
 root=$1 train=$2 plan=$3 gpt=$4
@@ -49,6 +52,12 @@ expected=(1x4 2x2 4x1 1x2-p2-1f1b 1x2-p2-zero-bubble 1x2-p2-interleaved 1x2-p2-z
 for stem in "${expected[@]}"; do
   check "$stem.json is kept" test -s "reports/$stem.json"
 done
+check "the pipelines pass between stages in the background (--overlap on), the meshes have no overlap" \
+  python3 - reports <<'PY'
+import json, sys
+said = lambda stem: "passes in the background" in json.load(open(f"{sys.argv[1]}/{stem}.json"))["description"]
+sys.exit(0 if said("1x2-p2-1f1b") and said("1x1-p4-zero-bubble") and not said("2x2") else 1)
+PY
 check "tpx-plan prices the 13 reports, recommending one of them" python3 - plan.json "${expected[@]}" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
@@ -152,12 +161,20 @@ described() {  # described STEM TEXT: the dry-run report of STEM says TEXT
 not_described() { ! described "$@"; }
 check "a -cp report is context-parallel" described 4x1-cp "context parallel over X"
 check "its mesh's own is not" not_described 4x1 "context parallel"
+check "the tpx-gpt layouts overlap FSDP's collectives (--overlap on)" \
+  described 2x2 "FSDP collectives in the background"
+check "and tpx-plan prices what they hide" python3 - gpt.json <<'PY'
+import json, sys
+row = {r["report"]: r for r in json.load(open(sys.argv[1]))["rows"]}["2x2.json"]
+sys.exit(0 if 0 < row["comm_background_ms"] and row["step_ms"] < row["step_ms_without_overlap"] else 1)
+PY
 gpt_sweep gpt-fused.json --fused-attention
 check "with --fused-attention the -cp layouts are load-balanced" \
   described 2x2-cp "context parallel over X (load-balanced)"
-gpt_sweep gpt-chosen.json --context-parallel
+gpt_sweep gpt-chosen.json --context-parallel --overlap off
 check "with --context-parallel in the model flags no -cp layout is added: 6 priced" \
   contains "plan-layouts: 6 layouts priced, 0 skipped"
+check "with --overlap off in the model flags nothing overlaps" not_described 2x2 "in the background"
 output=$(bash "$root/scripts/plan-layouts.sh" --program "$train" --plan "$plan" --jobs 0 4 2>&1)
 status=$?
 check "--jobs 0 is refused" test "$status" -eq 2

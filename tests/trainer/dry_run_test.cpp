@@ -8,7 +8,8 @@
 //     with checkpointing, and cut into 2 or 4 stages in every schedule, with FSDP and tensor
 //     parallelism inside the stages, FSDP's collectives once per step or in every pass, and
 //     checkpointing within the pieces (a pipeline's stages differ: the first gathers the
-//     embedding, the last the head);
+//     embedding, the last the head), and the part of it the background tasks move, with the
+//     passes between stages in the background (--overlap on) and not;
 //   - the FLOPs its products count, summed over the ranks, are the model's FLOPs as the trainer
 //     counts them for MFU (6 per weight and token), on every mesh and cut into stages (plus the
 //     one-element sum of each rank's per-stage loss).
@@ -55,9 +56,13 @@ TEST_CASE("a pipelined MLP's dry run reads the real run's memory and traffic, ra
     auto o = trainer_test::pipelined(l.stages, l.x, l.y, l.schedule);
     o.model.checkpoint_every = l.every;
     o.model.fsdp_per_pass = l.fsdp_per_pass;
-    check_dry_run_reads_the_real_run(o, trainer::mesh_text(o) + ", " + l.schedule +
-                                            ", checkpoint every " + std::to_string(l.every) +
-                                            (l.fsdp_per_pass ? ", FSDP in every pass" : ""));
+    for (const bool overlap : {false, true}) {
+      o.model.overlap = overlap;
+      check_dry_run_reads_the_real_run(o, trainer::mesh_text(o) + ", " + l.schedule +
+                                              ", checkpoint every " + std::to_string(l.every) +
+                                              (l.fsdp_per_pass ? ", FSDP in every pass" : "") +
+                                              (overlap ? ", passes in the background" : ""));
+    }
   }
 }
 

@@ -5,7 +5,10 @@
 //     collective's calls and bytes over every set of mesh axes, are those of a real run on the
 //     thread backend (dry_run_test_support.hpp), to the byte, on meshes with uneven shards,
 //     replicas, checkpointing, both attentions, both MLPs, learned and rotary positions, with and
-//     without sequence parallelism, and with context parallelism (both attentions);
+//     without sequence parallelism, and with context parallelism (both attentions); and so is
+//     the part the background tasks move (--overlap on: FSDP's gathers and reduce-scatters of
+//     the blocks' weights), with the memory held between steps (the peak then depends on when
+//     the communication thread runs the tasks);
 //   - the FLOPs its products count, summed over the ranks, are the model's FLOPs as the trainer
 //     counts them for MFU (6 per weight and token, plus attention's 12 L T D), plus one forward
 //     pass of every block under activation checkpointing; with the fused attention, its products
@@ -82,6 +85,20 @@ TEST_CASE("a dry run of the GPT's step reads the real run's memory and traffic, 
   grouped.fused_attention = true;
   check_dry_run_reads_the_real_run(gpt_options(1, 1, 4, grouped),
                                    "GPT with grouped queries on 1x4, fused attention");
+  gpt::config overlap = gpt_config(true, 1);
+  overlap.overlap = true;
+  for (const auto& [r, x, y] : {std::tuple{1, 2, 2}, std::tuple{2, 2, 1}}) {
+    const auto o = gpt_options(r, x, y, overlap);
+    check_dry_run_reads_the_real_run(o, "GPT with overlap on " + trainer::mesh_text(o) +
+                                            ", fused attention, checkpoint every 1");
+    // FSDP's gathers and reduce-scatters of the blocks' weights run in the background: over X
+    // (and R) every rank moves some of its traffic there.
+    for (const trainer::step_usage& u : usage<host_path_meta_space>(tpx::dry_run, o))
+      for (const tpx::axes_traffic& t : u.background_traffic) {
+        INFO("rank " << u.rank << ", axes " << t.axes);
+        if (t.axes == "X" || t.axes == "R") CHECK(t.traffic.total().link_bytes > 0);
+      }
+  }
   gpt::config context = gpt_config(false, 1);
   context.context_parallel = true;
   check_dry_run_reads_the_real_run(gpt_options(2, 2, 2, context),

@@ -7,8 +7,9 @@
 // dry-run tests (dry_run_test.cpp) compare a dry run with a real one in-process; this one proves
 // the programs' flag, report and log, that a real run's log reads what the dry run counts, and
 // (with tpx-plan: TPX_PLAN) that tpx-plan --reports prices the reports as they say, a pipeline's
-// with its schedule's bubble. tpx-train --pipeline's report (tpx-train-cuda's in the CUDA tests)
-// carries its stages and bubble.
+// with its schedule's bubble, a run with --overlap on with its background tasks' traffic hidden
+// behind its products, and one without with none hidden. tpx-train --pipeline's report
+// (tpx-train-cuda's in the CUDA tests) carries its stages and bubble.
 //
 // The CUDA programs answer what needs no GPU on a machine without one (examples/trainer/
 // cuda_main.hpp): --help, a refused flag and --dry-run, so that a user sizes a GPU run from a
@@ -78,6 +79,24 @@ rank_communication longest_communication(const nlohmann::json& report, Bandwidth
     if (c.ms > longest.ms) longest = c;
   }
   return longest;
+}
+
+// The step of the report's slowest rank as the program overlaps it, in ms: each rank's
+// communication outside background tasks, then the longer of its products (at `flops`) and its
+// communication in them, each set of axes' link bytes at bandwidth(axes).
+template <class Bandwidth>
+double program_step_ms(const nlohmann::json& report, double flops, Bandwidth bandwidth) {
+  double slowest = 0;
+  for (const nlohmann::json& rank : report.at("ranks")) {
+    double all_ms = 0, background_ms = 0;
+    for (const auto& [axes, collectives] : rank.at("traffic").items())
+      all_ms += link_bytes_of(collectives) / bandwidth(axes) * 1e3;
+    for (const auto& [axes, collectives] : rank.at("background_traffic").items())
+      background_ms += link_bytes_of(collectives) / bandwidth(axes) * 1e3;
+    const double compute_ms = rank.at("matrix_flops").get<double>() / flops * 1e3;
+    slowest = std::max(slowest, all_ms - background_ms + std::max(compute_ms, background_ms));
+  }
+  return slowest;
 }
 
 std::int64_t held_bytes(const nlohmann::json& report) {
@@ -231,18 +250,32 @@ TEST_CASE("--pipeline's dry run reports its stages and its schedule's bubble") {
 
 #ifdef TPX_PLAN
 TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that fits") {
-  // Three meshes of the same GPT, priced on a made-up device: 1 TFLOP/s, links of 1 GB/s, X's of
-  // 0.5 GB/s, and memory just short of the largest rank's peak among the three, so that one mesh
-  // does not fit. Each row is worked out here from the reports.
+  // Three meshes of the same GPT, and 2x2 with --overlap on, priced on a made-up device: 1
+  // TFLOP/s, links of 1 GB/s, X's of 0.5 GB/s, and memory just short of the largest rank's peak
+  // among them, so that one mesh does not fit. Each row is worked out here from the reports.
   const fs::path folder = scratch("plan");
   const std::string model = "--batch 8 --seq 16 --heads 4 --head-dim 8 --ffn 64 --layers 2";
   std::vector<nlohmann::json> reports;
   std::string files;
-  for (const std::string mesh : {"4x1", "2x2", "1x4"}) {
-    const fs::path file = folder / (mesh + ".json");
-    reports.push_back(dry_run_report(TPX_GPT, "--mesh " + mesh + " " + model, file));
+  for (const std::string layout : {"4x1", "2x2", "1x4", "2x2 --overlap on"}) {
+    const fs::path file =
+        folder / (layout.substr(0, 3) + (layout.size() > 3 ? "-overlap" : "") + ".json");
+    reports.push_back(dry_run_report(TPX_GPT, "--mesh " + layout + " " + model, file));
     files.append(" ").append(file.string());  // not `" " + ...`: GCC 12 -O3 -Wrestrict
   }
+  // With --overlap on, part of each rank's traffic over X (FSDP's) runs in background tasks;
+  // without, none.
+  for (std::size_t i = 0; i < reports.size(); ++i)
+    for (const nlohmann::json& rank : reports[i].at("ranks")) {
+      const nlohmann::json& traffic = rank.at("traffic");
+      for (auto set = traffic.begin(); set != traffic.end(); ++set) {
+        INFO("report " << i << ", rank " << rank.at("rank") << ", axes " << set.key());
+        const double background = link_bytes_of(rank.at("background_traffic").at(set.key()));
+        CHECK(background <= link_bytes_of(set.value()));
+        if (i < 3) CHECK(background == 0);
+        if (i == 3 && set.key() == "X") CHECK(background > 0);
+      }
+    }
   const auto peak_of = [](const nlohmann::json& report) {
     double peak = 0;
     for (const nlohmann::json& r : report.at("ranks")) peak = std::max(peak, r.at("peak_bytes").get<double>());
@@ -280,8 +313,18 @@ TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that 
       CHECK(row.at("comm_ms_by_axes").at(axes).get<double>() == doctest::Approx(ms).epsilon(1e-12));
     const double comm_ms = longest.ms;
     CHECK(row.at("comm_ms").get<double>() == doctest::Approx(comm_ms).epsilon(1e-12));
-    const double step_ms = std::max(compute_ms, comm_ms);
+    const double step_ms = program_step_ms(report, flops, [&](const std::string& axes) {
+      return axes.find('X') != std::string::npos ? x_link_bw : link_bw;
+    });
     CHECK(row.at("step_ms").get<double>() == doctest::Approx(step_ms).epsilon(1e-12));
+    CHECK(row.at("exposed_ms").get<double>() ==
+          doctest::Approx(step_ms - compute_ms).epsilon(1e-12));
+    CHECK(row.at("step_ms_all_hidden").get<double>() ==
+          doctest::Approx(std::max(compute_ms, comm_ms)).epsilon(1e-12));
+    CHECK(row.at("step_ms_without_overlap").get<double>() ==
+          doctest::Approx(compute_ms + comm_ms).epsilon(1e-12));
+    // Without background tasks nothing hides: the step is the products and all communication.
+    if (i < 3) CHECK(step_ms == doctest::Approx(compute_ms + comm_ms).epsilon(1e-12));
     const bool fits = peak_of(report) <= memory;
     CHECK(row.at("fits").get<bool>() == fits);
     CHECK(row.at("pipeline").is_null());  // no stages
@@ -291,6 +334,9 @@ TEST_CASE("tpx-plan prices dry-run reports and recommends the fastest mesh that 
   }
   CHECK(!fastest.empty());
   CHECK(plan.at("recommendation").get<std::string>() == fastest);
+  // Overlap shortens 2x2's step by what its background tasks hide.
+  CHECK(plan.at("rows")[3].at("step_ms").get<double>() <
+        plan.at("rows")[1].at("step_ms").get<double>());
   CHECK(r.output.find("# recommendation: " + fastest) != std::string::npos);
 
   // The fp32 reports are named on one line (a sweep prices dozens): "every report", or the fp32
@@ -338,13 +384,13 @@ TEST_CASE("tpx-plan counts a pipeline's bubble in its compute time") {
   REQUIRE(r.status == 0);
   CHECK(r.output.find("# bubble: the share of a pipeline's step its stages idle") !=
         std::string::npos);
-  // The bubble column of each report's row: "  4.json  1x2 P=2  4  ...  MFU  20.0%  ...".
+  // The bubble column of each report's row: "  4.json  1x1 P=2  2  ...  MFU  20.0%  ...".
   const auto bubble_column = [&](const std::string& file_name) {
     std::istringstream lines(r.output);
     for (std::string line; std::getline(lines, line);) {
       std::istringstream words(line);
       std::vector<std::string> w{std::istream_iterator<std::string>(words), {}};
-      if (w.size() > 9 && fs::path(w[0]).filename() == file_name) return w[9];
+      if (w.size() > 10 && fs::path(w[0]).filename() == file_name) return w[10];
     }
     return std::string("no row");
   };
@@ -408,16 +454,20 @@ TEST_CASE("a dry run reports each rank's traffic; tpx-plan prices the longest to
   CHECK(row.at("comm_rank").get<int>() == 2);
   CHECK(row.at("comm_ms").get<double>() == doctest::Approx(longest.ms).epsilon(1e-12));
 
-  // A report without every rank's traffic (an older tpx's) is refused, naming the file.
-  nlohmann::json old = report;
-  old.at("ranks").at(1).erase("traffic");
-  const fs::path old_file = folder / "old.json";
-  std::ofstream(old_file) << old.dump();
-  const command_result refused =
-      run_command(std::string(TPX_PLAN) + " --reports " + old_file.string());
-  CHECK(refused.status != 0);
-  CHECK(refused.output.find(old_file.string() + ": not a --dry-run report") != std::string::npos);
-  CHECK(refused.output.find("no traffic of rank 1") != std::string::npos);
+  // A report without every rank's traffic, or its background tasks' (an older tpx's), is
+  // refused, naming the file.
+  for (const char* key : {"traffic", "background_traffic"}) {
+    INFO(key);
+    nlohmann::json old = report;
+    old.at("ranks").at(1).erase(key);
+    const fs::path old_file = folder / "old.json";
+    std::ofstream(old_file) << old.dump();
+    const command_result refused =
+        run_command(std::string(TPX_PLAN) + " --reports " + old_file.string());
+    CHECK(refused.status != 0);
+    CHECK(refused.output.find(old_file.string() + ": not a --dry-run report") != std::string::npos);
+    CHECK(refused.output.find(std::string("no ") + key + " of rank 1") != std::string::npos);
+  }
 }
 #endif
 

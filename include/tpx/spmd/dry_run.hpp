@@ -16,7 +16,9 @@
 // its tensors (to_host leaves the host's memory as it was). A rank that throws stops the run with
 // spmd_error, "tpx: rank 2 (X=1, Y=0) failed: ...", as on the other backends. The rank has no
 // communication thread: tpx::in_background runs its task at once, which allocates and moves what
-// the task would, in the same order.
+// the task would, in the same order, but on a second set of silent communicators, as the host
+// launcher's communication thread does: so rank.traffic_by_axes(traffic_part::background) says,
+// as in a real run, which of the traffic a program overlaps with its computation.
 #pragma once
 
 #include <exception>
@@ -26,6 +28,7 @@
 
 #include "tpx/comm/any_communicator.hpp"
 #include "tpx/sharding/mesh.hpp"
+#include "tpx/spmd/background_lane.hpp"
 #include "tpx/spmd/rank.hpp"
 #include "tpx/spmd/spmd.hpp"
 #include "tpx/tensor/meta_space.hpp"
@@ -66,6 +69,29 @@ class silent_communicator {
   int rank_;
 };
 
+// A dry-run rank's backend state: the FLOPs its meta tensors count, and a background lane on
+// which tpx::in_background runs a task at once, with the task's collectives on the rank's
+// background communicators (rank_context::group() hands those out on the rank's communication
+// thread, which the calling thread stands for while the task runs).
+class dry_run_state final : public meta_counter, public background_lane {
+ public:
+  explicit dry_run_state(const rank_context& rank) : rank_(&rank) {}
+  background_lane* lane() override { return this; }
+  void enter() override { detail::communication_thread_of = rank_; }
+  std::unique_ptr<lane_join> leave() override {
+    detail::communication_thread_of = nullptr;
+    return std::make_unique<done>();
+  }
+  bool entered() const override { return detail::communication_thread_of == rank_; }
+
+ private:
+  // The task ran at once: nothing to wait for.
+  struct done final : lane_join {
+    void wait() override {}
+  };
+  const rank_context* rank_;
+};
+
 // The matrix FLOPs the rank's meta tensors have counted so far (0 outside a dry run).
 inline double dry_run_flops(const rank_context& rank) {
   const auto* counter = dynamic_cast<const meta_counter*>(rank.backend());
@@ -78,17 +104,21 @@ void spmd(dry_run_backend, const Mesh<Axes...>& mesh, Fn&& fn) {
   constexpr unsigned masks = 1u << MeshT::axis_count;
   for (int r = 0; r < mesh.rank_count(); ++r) {
     std::vector<std::unique_ptr<communicator_model<silent_communicator>>> comms;
-    std::vector<any_communicator*> groups(masks, nullptr);
+    std::vector<any_communicator*> groups(masks, nullptr), background_groups(masks, nullptr);
     for (unsigned mask = 1; mask < masks; ++mask) {
       int size = 1, index = 0;  // the group's ranks, and r's place among them (rank order)
       for (int a = 0; a < MeshT::axis_count; ++a)
         if (mask & (1u << a)) size *= mesh.size(a), index = index * mesh.size(a) + mesh.coord(r, a);
-      comms.push_back(std::make_unique<communicator_model<silent_communicator>>(silent_communicator(size, index)));
-      groups[mask] = comms.back().get();
+      for (std::vector<any_communicator*>* set : {&groups, &background_groups}) {
+        comms.push_back(std::make_unique<communicator_model<silent_communicator>>(
+            silent_communicator(size, index)));
+        (*set)[mask] = comms.back().get();
+      }
     }
     MetaRank<MeshT> rank(mesh, r, detail::axis_places(mesh, r), std::move(groups));
-    meta_counter counter;
-    rank.set_backend(&counter);
+    rank.set_communication_thread(nullptr, std::move(background_groups));
+    dry_run_state state(rank);
+    rank.set_backend(&state);
     try {
       fn(rank);
     } catch (const std::exception& e) {

@@ -49,6 +49,9 @@ struct axis_place {
   int coord = 0;  // this rank's coordinate on it
 };
 
+// Which of a rank's traffic to count: all of it, or what its background tasks moved.
+enum class traffic_part { all, background };
+
 // A rank's communication so far, in seconds: all of it, and the part its computation waited for
 // (tpx::communication_time, spmd/background.hpp).
 struct communication_seconds {
@@ -149,20 +152,24 @@ class rank_context {
   }
 
   // What this rank's collectives have moved, per set of axes, indexed like the groups (bit i =
-  // axes()[i]; [0] unused): its own thread's and its communication thread's together.
-  std::vector<collective_traffic> traffic_by_axes() const {
+  // axes()[i]; [0] unused): its own thread's and its communication thread's together, or with
+  // traffic_part::background only the communication thread's, what background tasks moved while
+  // the rank's own thread computed (spmd/background.hpp; the host launcher's and a dry run's: a
+  // CUDA rank's tasks share its communicators and count as its own).
+  std::vector<collective_traffic> traffic_by_axes(traffic_part part = traffic_part::all) const {
     std::vector<collective_traffic> traffic(groups_.size());
     for (std::size_t mask = 1; mask < groups_.size(); ++mask) {
-      if (groups_[mask] != nullptr) traffic[mask] += groups_[mask]->traffic();
+      if (groups_[mask] != nullptr && part == traffic_part::all)
+        traffic[mask] += groups_[mask]->traffic();
       if (mask < background_groups_.size() && background_groups_[mask] != nullptr)
         traffic[mask] += background_groups_[mask]->traffic();
     }
     return traffic;
   }
-  // traffic_by_axes() by the names of the axes, {"X", ...}, {"Y", ...}, {"X, Y", ...}, in the
+  // traffic_by_axes(part) by the names of the axes, {"X", ...}, {"Y", ...}, {"X, Y", ...}, in the
   // same order, for the sets whose groups hold more than one rank (a group of one moves nothing).
-  std::vector<axes_traffic> traffic_by_axis_names() const {
-    const std::vector<collective_traffic> traffic = traffic_by_axes();
+  std::vector<axes_traffic> traffic_by_axis_names(traffic_part part = traffic_part::all) const {
+    const std::vector<collective_traffic> traffic = traffic_by_axes(part);
     std::vector<axes_traffic> named;
     for (std::size_t mask = 1; mask < traffic.size(); ++mask) {
       std::string names;
