@@ -17,10 +17,10 @@
 #     --fused-attention in the model flags also --load-balance), unless the model flags choose it;
 #   - for tpx-train, every P x X x Y with P > 1 stages, in each schedule of --schedules, over
 #     --microbatches M;
-#   - each with the program's overlap of communication and computation (--overlap on: tpx-gpt's
-#     FSDP gathers and reduce-scatters, a pipeline's passes between stages; tpx-train's MLP
-#     without stages has none), unless the model flags set --overlap: tpx-plan prices the traffic
-#     of background tasks as hidden behind the products and the rest as not;
+#   - each with the program's overlap of communication and computation (--overlap on: FSDP's
+#     gathers and reduce-scatters of the blocks, a pipeline's passes between stages), unless the
+#     model flags set --overlap: tpx-plan prices the traffic of background tasks as hidden behind
+#     the products and the rest as not;
 #   - with --memory-savers, each of the above also with what trades time for memory: activation
 #     checkpointing (STEM-ckpt: --checkpoint-every sqrt) and, for a pipeline whose X has more than
 #     one rank, FSDP's collectives in every pass (STEM-perpass: --fsdp-per-pass; STEM-ckpt-perpass:
@@ -113,11 +113,8 @@ saves_activations=1 saves_gathers=1  # unless the model flags choose these thems
 model_flags_have --checkpoint-every && saves_activations=0
 model_flags_have --fsdp-per-pass && saves_gathers=0
 model_flags_have --context-parallel && has_context=0
-overlap_meshes="" overlap_pipelines=""  # " --overlap on" where the program takes it
-if ! model_flags_have --overlap; then
-  [[ $help == *--overlap* ]] && overlap_meshes=" --overlap on"
-  ((has_pipeline)) && overlap_pipelines=" --overlap on"
-fi
+overlap=""  # " --overlap on" where the program takes it
+if ! model_flags_have --overlap && [[ $help == *--overlap* ]]; then overlap=" --overlap on"; fi
 context_flags="--context-parallel"
 model_flags_have --fused-attention && ! model_flags_have --load-balance &&
   context_flags+=" --load-balance"
@@ -144,11 +141,11 @@ for ((p = 1; p <= ranks; ++p)); do
     ((ranks / p % x == 0)) || continue
     y=$((ranks / p / x))
     if ((p == 1)); then
-      add_mesh "${x}x${y}" "--mesh ${x}x${y}$overlap_meshes" "$x"
+      add_mesh "${x}x${y}" "--mesh ${x}x${y}$overlap" "$x"
     else
       for s in "${schedule_list[@]}"; do
         add_layout "${x}x${y}-p${p}-${s}" \
-          "--mesh ${x}x${y} --pipeline $p --microbatches $microbatches --schedule $s$overlap_pipelines" $((x > 1))
+          "--mesh ${x}x${y} --pipeline $p --microbatches $microbatches --schedule $s$overlap" $((x > 1))
       done
     fi
   done
@@ -159,7 +156,7 @@ if ((has_replicas)); then
     for ((x = 1; x <= ranks / r; ++x)); do
       ((ranks / r % x == 0)) || continue
       y=$((ranks / r / x))
-      add_mesh "${r}x${x}x${y}" "--mesh ${r}x${x}x${y}$overlap_meshes" "$x"
+      add_mesh "${r}x${x}x${y}" "--mesh ${r}x${x}x${y}$overlap" "$x"
     done
   done
 fi

@@ -64,9 +64,10 @@
 // type (load_balanced<X>: rotary embedding, the fused attention); the position column carries
 // each index's true position to PosE, and the loss, a mean over positions, ignores the order.
 //
-// Communication can overlap computation (config::overlap; tpx-gpt --overlap on): a block's
-// weights are gathered together, on the rank's communication thread (tpx::in_background; on a
-// CUDA rank, its second stream), one block visit ahead in the block loop's order
+// Communication can overlap computation (config::overlap; tpx-gpt --overlap on;
+// trainer/overlap.hpp, shared with the MLP trainer): a block's weights are gathered together, on
+// the rank's communication thread (tpx::in_background; on a CUDA rank, its second stream), one
+// block visit ahead in the block loop's order
 // (trainer::block_visits: the forward pass, the recomputation of checkpointed segments, the
 // backward pass), so block l + 1's all-gathers run while block l computes (the final norm's and
 // the head's during the last block's forward pass). A block's gradients are reduce-scattered
@@ -90,8 +91,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -110,6 +109,7 @@
 #include <vector>
 
 #include "../trainer/block_stack.hpp"
+#include "../trainer/overlap.hpp"
 #include "batch.hpp"
 #include "config.hpp"
 #include "parameters.hpp"
@@ -194,12 +194,6 @@ class transformer {
   }
 
  private:
-  // fn(), on the rank's communication thread while this thread goes on (c_.overlap), or now.
-  template <class Fn>
-  auto start(Fn fn) const {
-    return c_.overlap ? tpx::in_background(rank_, std::move(fn)) : tpx::at_once(std::move(fn));
-  }
-
   // The parameter cast to the compute type (in fp32: as it is), then all-gathered by Chain.
   template <class Chain, class P>
   auto gathered(const P& master) const {
@@ -257,43 +251,15 @@ class transformer {
     return x;
   }
 
-  // The gradients' reduce-scatters: added as the backward pass computes each partial gradient,
-  // started together (transformer::start) when it is done with a block (the head, the tables), as
-  // FSDP reduce-scatters per unit, and all done by wait(). One task per block keeps the tasks, and
-  // the communication thread's wake-ups, few; each partial gradient lives until its task ends.
-  class gradient_reductions {
-   public:
-    explicit gradient_reductions(const transformer& m) : m_(m) {}
-
-    // grad = partial, the partial gradient of a parameter that Chain gathers, reduce-scattered
-    // onto the parameter's shards by Chain's adjoint and summed over the replicas
-    // (parameter_gradient), in fp32 like the master.
-    template <class Chain, class Grad, class Partial>
-    void add(Chain, Grad& grad, Partial partial) {
-      // Handed to the reduction, which runs once: over axes of one rank its steps move the
-      // partial's buffer on.
-      batch_.push_back([&grad, partial = std::make_shared<Partial>(std::move(partial))] {
-        grad = parameter_gradient<Chain>(std::move(*partial));
-      });
+  // The gradients' reduce-scatters (trainer::gradient_reductions: started per block, as FSDP
+  // reduce-scatters per unit), each partial gradient becoming parameter_gradient's.
+  struct parameter_reduction {
+    template <class Chain, class Partial>
+    static auto gradient(Partial&& partial) {
+      return parameter_gradient<Chain>(std::forward<Partial>(partial));
     }
-
-    // Starts the reductions added since the last start as one task.
-    void start() {
-      started_.push_back(m_.start([batch = std::move(batch_)] {
-        for (const std::function<void()>& reduce : batch) reduce();
-      }));
-      batch_.clear();
-    }
-
-    void wait() {
-      for (tpx::pending<void>& task : started_) task.get();
-    }
-
-   private:
-    const transformer& m_;
-    std::vector<std::function<void()>> batch_;
-    std::vector<tpx::pending<void>> started_;
   };
+  using gradient_reductions = trainer::gradient_reductions<parameter_reduction>;
 
   // The tables' gradients: [V, D]{U_RXY} and [T, D]{U_RXY} (each rank saw its rows), reduced
   // onto the tables' shards [V_X, D_Y] and [T_X, D_Y] and over the replicas.
@@ -329,40 +295,6 @@ class transformer {
     if (c_.swiglu) w.w_gate.emplace(gathered<gather_weight>(p.w_gate[l]));
     return w;
   }
-
-  // Every block's gathered weights in the order the block loop visits the blocks, each started
-  // (see start) one visit ahead: while the block before it computes.
-  class block_weight_stream {
-   public:
-    block_weight_stream(const transformer& m, const params& p, std::vector<int> visits)
-        : m_(m), p_(p), visits_(std::move(visits)) {
-      fetch_next();
-    }
-
-    // Block l's weights, l being the next visit's block; starts gathering the visit's after.
-    block_weights take(int l) {
-      if (next_ >= visits_.size() || visits_[next_] != l)
-        throw std::logic_error("gpt: block " + std::to_string(l) +
-                               " was visited out of trainer::block_visits' order");
-      block_weights w = ahead_->get();
-      ++next_;
-      fetch_next();
-      return w;
-    }
-
-   private:
-    void fetch_next() {
-      ahead_.reset();
-      if (next_ < visits_.size())
-        ahead_ = m_.start([&m = m_, &p = p_, l = visits_[next_]] { return m.gather_block(p, l); });
-    }
-
-    const transformer& m_;
-    const params& p_;
-    const std::vector<int> visits_;
-    std::size_t next_ = 0;
-    std::optional<tpx::pending<block_weights>> ahead_;
-  };
 
   // Attention's operands come from the projections as [B, T, H, G, E] (q) and [B, S, H, E] (k,
   // v), and its output and gradients are needed in those layouts, where the products with the
@@ -666,15 +598,18 @@ template <class Tc, class Space, layout Layout>
 auto transformer<Tc, Space, Layout>::forward_backward(
     const params& p, const batch<Space>& tokens, params& grads) const -> scalar {
   const int layers = static_cast<int>(p.norm1.size());
-  block_weight_stream weights(*this, p, trainer::block_visits(layers, c_.checkpoint_every));
+  trainer::prefetched_blocks<block_weights> weights(
+      rank_, c_.overlap, [this, &p](int l) { return gather_block(p, l); },
+      trainer::block_visits(layers, c_.checkpoint_every));
   std::optional<tpx::pending<head_weights>> head;
-  gradient_reductions reductions(*this);
+  gradient_reductions reductions(rank_, c_.overlap);
   std::optional<scalar> loss;
   tpx::mark_phase("embedding forward");
   const stream_gradient dx = trainer::stack_forward_backward(
       layers, c_.checkpoint_every, embed_forward(p, tokens_of(tokens)),
       [&](int l, const stream& x) {
-        if (l + 1 == layers && !head) head = start([this, &p] { return gather_head(p); });
+        if (l + 1 == layers && !head)
+          head = trainer::start_task(rank_, c_.overlap, [this, &p] { return gather_head(p); });
         tpx::mark_phase("block weights");
         return block_forward(weights.take(l), x);
       },

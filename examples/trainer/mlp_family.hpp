@@ -20,6 +20,10 @@ struct mlp {
   template <class Tc, class Space>
   using network = model<Tc, Space>;
   static constexpr const char* about = "a byte-level MLP language model";
+  static constexpr const char* overlap_help =
+      "on: all-gather each block's weights one block ahead and reduce-scatter its gradients on "
+      "each rank's communication thread while it computes (FSDP's prefetch); off: each weight "
+      "where it is used, on the rank's own thread (the same results, bit for bit)";
   static constexpr const char* help_footer =
       "Pipeline stages (tpx-train only): --pipeline P cuts the model into P stages over a mesh of "
       "P x X x Y ranks; tpx-train --pipeline 2 --help lists its flags (--microbatches, "
@@ -46,9 +50,13 @@ struct mlp {
   static std::string idle_ranks(const config& c, int, int x, int) {
     return ranks_without_rows(c.batch, x, "X", "--batch " + std::to_string(c.batch));
   }
-  static std::string describe(const config& c) {
+  // The sizes, which a pipeline's description starts with too.
+  static std::string sizes(const config& c) {
     return "batch " + std::to_string(c.batch) + ", D=" + std::to_string(c.d_model) +
            ", F=" + std::to_string(c.ffn) + ", " + std::to_string(c.layers) + " layers";
+  }
+  static std::string describe(const config& c) {
+    return sizes(c) + (c.overlap ? ", FSDP collectives in the background" : "");
   }
   static std::vector<size_flag> size_flags(config& c) {
     return {{"--d-model", &c.d_model, "model width D"},

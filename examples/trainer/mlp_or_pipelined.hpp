@@ -1,6 +1,6 @@
 // Which model family a command line of tpx-train or tpx-train-cuda names: with --pipeline P the
 // MLP cut into P pipeline stages (pipelined_family.hpp), else the MLP (mlp_family.hpp). A flag
-// only the pipelined model has (--microbatches, --schedule, --fsdp-per-pass, --overlap) without
+// only the pipelined model has (--microbatches, --schedule, --fsdp-per-pass) without
 // --pipeline is refused, naming it, rather than ignored.
 //
 //   return trainer::with_mlp_or_pipelined(argc, argv, "tpx-train", [&]<class Family>() {
@@ -39,8 +39,6 @@ inline std::string pipeline_flag_in(int argc, char** argv) {
   for (const auto& f : pipelined_mlp::size_flags(staged)) own.push_back(f.name);
   for (const auto& f : pipelined_mlp::switch_flags(staged)) own.push_back(f.name);
   for (const auto& f : pipelined_mlp::choice_flags(staged)) own.push_back(f.name);
-  if constexpr (with_overlap<pipelined_mlp::config> && !with_overlap<mlp::config>)
-    own.push_back("--overlap");  // the command line's (parse_command_line.hpp)
   for (const auto& f : mlp::size_flags(plain)) std::erase(own, std::string(f.name));
   for (const std::string& name : own)
     if (names_flag(argc, argv, name)) return name;

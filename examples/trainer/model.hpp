@@ -16,6 +16,16 @@
 // forward pass is recomputed during the backward pass (seed 000, activation checkpointing;
 // block_stack.hpp, shared with the GPT example); with 0 nothing is recomputed.
 //
+// With config::overlap (tpx-train --overlap on) FSDP's communication overlaps the products
+// (overlap.hpp, shared with the GPT example): each block's three weights are gathered together
+// one block visit ahead, on the rank's communication thread (a CUDA rank's second stream), the
+// final norm's and the head's during the last block's forward pass, and each block's gradients
+// are reduce-scattered together while the next block's backward pass runs; the collectives over
+// Y, into and out of each block, and the embedding tables' gathers stay on the rank's own thread.
+// The operations and their data are those without overlap, so the results are the same bits;
+// memory holds two blocks' gathered weights instead of one weight, and a block's partial
+// gradients until their task has run.
+//
 // The tensors live in the rank's memory space (Space: host memory under spmd(tpx::host, ...),
 // the GPU under a CUDA launcher), and the whole step runs there: GEMMs, collectives, the layers
 // of tpx/nn (embedding, RMSNorm over D_Y, vocab-parallel cross-entropy, clipping, AdamW). The
@@ -27,9 +37,8 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <stdexcept>
-#include <type_traits>
+#include <string>
 #include <tpx/nn/adamw.hpp>
 #include <tpx/nn/cross_entropy.hpp>
 #include <tpx/nn/embedding.hpp>
@@ -39,9 +48,11 @@
 #include <tpx/spmd/phase_clock.hpp>
 #include <tpx/tensor/staging.hpp>
 #include <tpx/tpx.hpp>
+#include <type_traits>
 #include <vector>
 
 #include "block_stack.hpp"
+#include "overlap.hpp"
 #include "tensor_set.hpp"
 #include "text_data.hpp"
 
@@ -61,6 +72,10 @@ struct config {
   int layers = 4;
   int context = 3;
   int checkpoint_every = 0;  // 0: keep every activation
+  // FSDP's gathers and reduce-scatters of the blocks and the head in background tasks while the
+  // products run (model::forward_backward); a pipeline's passes between stages
+  // (pipelined_model.hpp).
+  bool overlap = false;
   std::uint64_t seed = 1;
   float init_scale = 1.0f;
   static constexpr std::int64_t vocab = 256;
@@ -313,10 +328,30 @@ class model {
     }
   }
 
+  // A block's weights gathered ahead (config::overlap), and the final norm and head.
+  struct block_weights {
+    Tensor<Tc, D<Y>> norm;
+    Tensor<Tc, D<>, F<Y>> w_in;
+    Tensor<Tc, F<Y>, D<>> w_out;
+  };
+  block_weights gather_block(const params& p, int l) const {
+    return {gathered<gather_weight>(p.norm[l]), gathered<gather_weight>(p.w_in[l]),
+            gathered<gather_weight>(p.w_out[l])};
+  }
+  struct head_weights {
+    Tensor<Tc, D<Y>> final_norm;
+    Tensor<Tc, D<>, V<Y>> head;
+  };
+  head_weights gather_head(const params& p) const {
+    return {gathered<gather_weight>(p.final_norm), gathered<gather_weight>(p.head)};
+  }
+
   // Loss of the global batch (the same scalar on every rank, in Space); grads receives each
-  // parameter's gradient, reduce-scattered onto the parameter's sharding.
+  // parameter's gradient, reduce-scattered onto the parameter's sharding. With config::overlap,
+  // FSDP's collectives in background tasks (see the top of the file).
   loss_t forward_backward(const params& p, const tokens_t& tokens, params& grads) const
       requires(sizeof...(Lead) == 0) {
+    if (c_.overlap) return forward_backward_overlapped(p, tokens, grads);
     std::optional<loss_t> loss;
     tpx::mark_phase("embedding forward");  // each part marks its phase (--profile-phases)
     const act dx = stack_forward_backward(
@@ -332,6 +367,47 @@ class model {
         });
     tpx::mark_phase("embedding backward");
     embed_backward(tokens, dx, grads);
+    return std::move(*loss);
+  }
+
+  // forward_backward with each block's weights gathered a visit ahead and its gradients
+  // reduce-scattered per block, in background tasks.
+  loss_t forward_backward_overlapped(const params& p, const tokens_t& tokens, params& grads) const
+      requires(sizeof...(Lead) == 0) {
+    const int layers = static_cast<int>(p.norm.size());
+    prefetched_blocks<block_weights> weights(
+        rank_, true, [this, &p](int l) { return gather_block(p, l); },
+        block_visits(layers, c_.checkpoint_every));
+    std::optional<tpx::pending<head_weights>> head;
+    gradient_reductions<shard_reduction> reductions(rank_, true);
+    deferred_gradients deferred(grads, reductions);
+    std::optional<loss_t> loss;
+    tpx::mark_phase("embedding forward");
+    const act dx = stack_forward_backward(
+        layers, c_.checkpoint_every, embed_forward(p, tokens),
+        [&](int l, const act& x) {
+          if (l + 1 == layers && !head)
+            head = start_task(rank_, true, [this, &p] { return gather_head(p); });
+          tpx::mark_phase("block weights");
+          return block_forward(weights.take(l), l, x);
+        },
+        [&](const act& x) {
+          head_result h = head_forward_backward(head->get(), x, tokens, deferred);
+          reductions.start();
+          loss = std::move(h.loss);
+          return std::move(h.dx);
+        },
+        [&](int l, const block_state& s, const act& dout) {
+          tpx::mark_phase("block weights");
+          act dx_block = block_backward(weights.take(l), l, s, dout, deferred);
+          reductions.start();
+          return dx_block;
+        });
+    tpx::mark_phase("embedding backward");
+    embed_backward(tokens, dx, deferred);
+    reductions.start();
+    tpx::mark_phase("gradient reductions (wait)");
+    reductions.wait();
     return std::move(*loss);
   }
 
@@ -386,16 +462,16 @@ class model {
 
   template <class Weights>
   block_state block_forward(const Weights& p, int l, const act& x) const {
+    const auto& w = block_of(p, l);
     tpx::mark_phase("norm");
-    const auto& norm = use<gather_weight>(p.norm[l]);                  // [D_Y]
+    const auto& norm = use<gather_weight>(w.norm);                     // [D_Y]
     auto normed = tpx::nn::rmsnorm_forward(x, norm);                   // h[B_X, D_Y]
     auto h_full = tpx::apply<gather_act>(std::move(normed.y));         // [B_X, D]
     // [B_X, D] *_D [D, F_Y], GELU fused into the product's store
     tpx::mark_phase("MLP up (GELU)");
-    auto up = tpx::nn::gelu_product<D>(h_full, use<gather_weight>(p.w_in[l]));
+    auto up = tpx::nn::gelu_product<D>(h_full, use<gather_weight>(w.w_in));
     tpx::mark_phase("MLP down");
-    auto o_partial =
-        tpx::contract<F>(up.out, use<gather_weight>(p.w_out[l]));  // [B_X, D]{U_Y}
+    auto o_partial = tpx::contract<F>(up.out, use<gather_weight>(w.w_out));  // [B_X, D]{U_Y}
     act out = tpx::add(x, tpx::apply<scatter_out>(std::move(o_partial)));
     return {x,
             std::move(normed.rstd),
@@ -422,17 +498,18 @@ class model {
   input_gradient block_input_gradient(const Weights& p, int l, const block_state& s,
                                       const act& dout, Grads& grads,
                                       bool accumulate = false) const {
+    const auto& w = block_of(p, l);
     tpx::mark_phase("MLP down backward");
     auto do_full = tpx::apply<tpx::adjoint_t<scatter_out>>(dout);  // [B_X, D]
-    const auto& w_out = use<gather_weight>(p.w_out[l]);            // [F_Y, D]
+    const auto& w_out = use<gather_weight>(w.w_out);               // [F_Y, D]
     // (dOut *_D W_out) * GELU'(a): [B_X, F_Y], GELU' fused into the product's store
     auto da = tpx::nn::gelu_product_backward<D>(s.a, do_full, w_out);
     tpx::mark_phase("MLP up backward");
-    const auto& w_in = use<gather_weight>(p.w_in[l]);  // [D, F_Y]
+    const auto& w_in = use<gather_weight>(w.w_in);  // [D, F_Y]
     const act dh =
         tpx::apply<tpx::adjoint_t<gather_act>>(tpx::contract<F>(da, w_in));  // [B_X, D_Y]
     tpx::mark_phase("norm backward");
-    const auto& norm = use<gather_weight>(p.norm[l]);
+    const auto& norm = use<gather_weight>(w.norm);
     auto dnorm = tpx::nn::rmsnorm_backward(s.x, norm, s.rstd, dh);
     deposit<gather_weight>(grads.norm[l], std::move(dnorm.dw), accumulate);  // [D_YX]
     return {tpx::add(dout, dnorm.dx), {std::move(do_full), std::move(da)}};
@@ -450,7 +527,8 @@ class model {
   }
 
   // Both: the block's whole backward pass.
-  act block_backward(const params& p, int l, const block_state& s, const act& dout, params& grads,
+  template <class Weights, class Grads>
+  act block_backward(const Weights& p, int l, const block_state& s, const act& dout, Grads& grads,
                      bool accumulate = false) const {
     input_gradient g = block_input_gradient(p, l, s, dout, grads, accumulate);
     block_weight_gradient(l, s, g.kept, grads, accumulate);
@@ -507,6 +585,59 @@ class model {
       return tpx::apply<Step>(tpx::cast<Tc>(master));
   }
 
+  // Block l's weights as its passes use them: a params' masters or a pipeline's gathered_weights,
+  // by reference, or a block_weights gathered ahead.
+  template <class Norm, class In, class Out>
+  struct block_refs {
+    const Norm& norm;
+    const In& w_in;
+    const Out& w_out;
+  };
+  template <class Weights>
+  static auto block_of(const Weights& p, int l) {
+    using norm_t = std::decay_t<decltype(p.norm[l])>;
+    using in_t = std::decay_t<decltype(p.w_in[l])>;
+    using out_t = std::decay_t<decltype(p.w_out[l])>;
+    return block_refs<norm_t, in_t, out_t>{p.norm[l], p.w_in[l], p.w_out[l]};
+  }
+  static const block_weights& block_of(const block_weights& w, int) { return w; }
+
+  // What a partial gradient becomes in a background task (config::overlap): reduce-scattered onto
+  // its master's shard by the adjoint of the gather Step, then fp32, as deposit makes it.
+  struct shard_reduction {
+    template <class Step, class Partial>
+    static auto gradient(Partial&& partial) {
+      return tpx::cast<float>(tpx::apply<tpx::adjoint_t<Step>>(std::forward<Partial>(partial)));
+    }
+  };
+  // A gradient of params that `reductions` reduce-scatters in a background task: deposit hands
+  // the partial sum to them. deferred_gradients holds one for each gradient of a params.
+  template <class Grad>
+  struct deferred {
+    Grad* grad;
+    gradient_reductions<shard_reduction>* reductions;
+  };
+  struct deferred_gradients {
+    template <class Grad>
+    using slots = std::vector<deferred<Grad>>;
+    slots<typename decltype(params::embed)::value_type> embed;
+    slots<typename decltype(params::norm)::value_type> norm;
+    slots<typename decltype(params::w_in)::value_type> w_in;
+    slots<typename decltype(params::w_out)::value_type> w_out;
+    deferred<decltype(params::final_norm)> final_norm;
+    deferred<decltype(params::head)> head;
+
+    deferred_gradients(params& g, gradient_reductions<shard_reduction>& r)
+        : final_norm{&g.final_norm, &r}, head{&g.head, &r} {
+      for (auto& e : g.embed) embed.push_back({&e, &r});
+      for (std::size_t l = 0; l < g.norm.size(); ++l) {
+        norm.push_back({&g.norm[l], &r});
+        w_in.push_back({&g.w_in[l], &r});
+        w_out.push_back({&g.w_out[l], &r});
+      }
+    }
+  };
+
   // The weight w as the passes use it: gathered by Step when it still splits a dim over X (a
   // master weight), as it is when it does not (gathered_weights').
   template <class Step, class Weight>
@@ -535,6 +666,12 @@ class model {
     else
       store(grad, tpx::cast<float>(tpx::apply<tpx::adjoint_t<Step>>(std::forward<Partial>(value))),
             accumulate);
+  }
+
+  // To the background task that reduce-scatters it (config::overlap).
+  template <class Step, class Grad, class Partial>
+  static void deposit(deferred<Grad>& grad, Partial&& value, bool /*accumulate*/) {
+    grad.reductions->add(Step{}, *grad.grad, std::forward<Partial>(value));
   }
 
   // Into the part of a partial_gradients that only the pieces running it hold.

@@ -28,7 +28,7 @@ struct size_flag {
   int least = 1;  // the smallest value the model accepts
 };
 
-// A model config with a bool `overlap` (the GPT's, the pipelined MLP's): its programs take
+// A model config with a bool `overlap` (the GPT's, the MLP's): its programs take
 // --overlap on|off, which Family::overlap_help describes.
 template <class Config>
 concept with_overlap = requires(Config c) {

@@ -50,7 +50,7 @@ struct pipelined_mlp {
   static double tokens_per_step(const config& c) { return mlp::tokens_per_step(c); }
   static double flops_per_step(const config& c) { return mlp::flops_per_step(c); }
   static std::string describe(const config& c) {
-    return mlp::describe(c) + ", " + std::to_string(c.stages) + " pipeline stages (" + c.schedule +
+    return mlp::sizes(c) + ", " + std::to_string(c.stages) + " pipeline stages (" + c.schedule +
            ", " + std::to_string(c.microbatches) + " microbatches" +
            (c.fsdp_per_pass ? ", FSDP collectives in every pass" : "") +
            (c.overlap ? ", passes in the background)" : ")");

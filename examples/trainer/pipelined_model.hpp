@@ -76,7 +76,7 @@ struct pipeline_config : config {
   int microbatches = 4;
   std::string schedule = "1f1b";
   bool fsdp_per_pass = false;  // FSDP's collectives over X in every pass, not once per step
-  bool overlap = false;        // the passes between stages on the communication thread
+  // config::overlap: here the passes between stages on the communication thread
 };
 
 // The orders by the names `schedule` takes.

@@ -1,7 +1,8 @@
 // The example trainers on the CUDA backend follow the host run. The MLP trainer: the losses of
 // the first 20 steps of tpx-train-cuda's program (spmd(tpx::cuda_simulated, ...): a 2x2 mesh of
-// streams on one GPU, device tensors) equal those of the host backend on the same 2x2 mesh within
-// 1e-4 relative. Not bit for bit: cuBLASLt and the host BLAS sum the products in another order,
+// streams on one GPU, device tensors), with and without FSDP's collectives on each rank's second
+// stream (--overlap on), equal those of the host backend on the same 2x2 mesh within 1e-4
+// relative. Not bit for bit: cuBLASLt and the host BLAS sum the products in another order,
 // the gradient norm is summed in fp32 on the GPU (double on the host), and AdamW carries the
 // differences forward; fp32 GEMMs do not use TF32 (rank_options::tf32 is off by default). The
 // host side of this comparison is tests/trainer/mesh_equivalence_test.cpp's 1e-5 agreement
@@ -36,22 +37,28 @@
 #include "../trainer/trainer_test_support.hpp"
 
 namespace {
-// The first 20 losses of the launcher's run and the host's, on the same mesh, within 1e-4.
+// The first 20 losses of the launcher's run (with FSDP's collectives on each rank's second
+// stream: overlap) and the host's, on the same mesh, within 1e-4.
 template <class Launcher>
-void check_follows_host(int mesh_x, int mesh_y, Launcher launcher) {
+void check_follows_host(int mesh_x, int mesh_y, Launcher launcher, bool overlap = false) {
   trainer::options o = trainer_test::small(mesh_x, mesh_y);
   o.steps = 20;
   const std::vector<float> host = trainer_test::losses(o);
+  o.model.overlap = overlap;
   std::vector<float> device;
   trainer::run(o, [&](const trainer::step_report& r) { device.push_back(r.loss); }, launcher);
   REQUIRE(device.size() == host.size());
   const float worst = trainer_test::worst_relative_difference(device, host);
-  INFO("mesh " << mesh_x << "x" << mesh_y << ": worst relative loss difference " << worst);
+  INFO("mesh " << mesh_x << "x" << mesh_y << (overlap ? ", overlap" : "")
+               << ": worst relative loss difference " << worst);
   CHECK(worst <= 1e-4f);
 }
 }  // namespace
 
-TEST_CASE("trainer: the simulated CUDA mesh follows the host run") { check_follows_host(2, 2, tpx::cuda_simulated); }
+TEST_CASE("trainer: the simulated CUDA mesh follows the host run") {
+  check_follows_host(2, 2, tpx::cuda_simulated);
+  check_follows_host(2, 2, tpx::cuda_simulated, true);
+}
 
 TEST_CASE("trainer: NCCL follows the host run, one rank per GPU") {
   check_follows_host(1, 1, tpx::cuda_devices);

@@ -13,7 +13,8 @@
 # least a plain layout needs (read from that sweep's rows), only savers fit, and the
 # recommendation is the one of them with the shortest step, while without --memory-savers none
 # fits and the sweep points to the option; a saver the model flags already choose is not added
-# again. The pipelines pass between stages in the background (--overlap on). For tpx-gpt the
+# again. Every layout overlaps (--overlap on): the meshes' FSDP collectives, the pipelines' passes
+# between stages. For tpx-gpt the
 # layouts are the meshes 1x4, 2x2, 4x1 and, with replicas, 2x1x2, 2x2x1 and 4x1x1, each whose X
 # has more than one rank followed by its context-parallel one (-cp, its report saying so;
 # load-balanced with --fused-attention): 9 priced, 6 when the model flags choose
@@ -52,11 +53,13 @@ expected=(1x4 2x2 4x1 1x2-p2-1f1b 1x2-p2-zero-bubble 1x2-p2-interleaved 1x2-p2-z
 for stem in "${expected[@]}"; do
   check "$stem.json is kept" test -s "reports/$stem.json"
 done
-check "the pipelines pass between stages in the background (--overlap on), the meshes have no overlap" \
+check "with --overlap on: the meshes gather and reduce-scatter in the background, the pipelines pass" \
   python3 - reports <<'PY'
 import json, sys
-said = lambda stem: "passes in the background" in json.load(open(f"{sys.argv[1]}/{stem}.json"))["description"]
-sys.exit(0 if said("1x2-p2-1f1b") and said("1x1-p4-zero-bubble") and not said("2x2") else 1)
+said = lambda stem, text: text in json.load(open(f"{sys.argv[1]}/{stem}.json"))["description"]
+sys.exit(0 if said("2x2", "FSDP collectives in the background") and
+         said("1x2-p2-1f1b", "passes in the background") and
+         said("1x1-p4-zero-bubble", "passes in the background") else 1)
 PY
 check "tpx-plan prices the 13 reports, recommending one of them" python3 - plan.json "${expected[@]}" <<'PY'
 import json, sys

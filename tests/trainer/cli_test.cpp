@@ -316,37 +316,46 @@ TEST_CASE("a non-finite loss stops the run before the step is saved or logged") 
   }
 }
 
-TEST_CASE("tpx-gpt's log gives the exposed communication share, at most the total share") {
+TEST_CASE("tpx-gpt's and tpx-train's log give the exposed communication share, at most the total") {
   // Each line's "exposed_collective_share" <= its "collective_share" (equal with --overlap off),
-  // beside the fields scripts/plot-loss.sh reads.
+  // beside the fields scripts/plot-loss.sh reads; with --overlap on the first line says so.
   const fs::path dir = scratch("exposed-share");
-  for (const std::string overlap : {"on", "off"}) {
-    const std::string log = (dir / ("log-" + overlap + ".jsonl")).string();
-    const result r = run(TPX_GPT,
-                         "--mesh 2x1 --steps 4 --batch 4 --seq 8 --heads 2 --head-dim 4 "
-                         "--ffn 8 --layers 2 --peak-gflops 10 --overlap " +
-                             overlap + " --log " + log);
-    INFO(overlap, "\n", r.output);
-    REQUIRE(r.status == 0);
-    std::istringstream lines(read(log));
-    int checked = 0;
-    for (std::string line; std::getline(lines, line); ++checked) {
-      INFO(line);
-      const auto field = [&](const std::string& name) {
-        const std::size_t at = line.find("\"" + name + "\": ");
-        REQUIRE(at != std::string::npos);
-        return std::stod(line.substr(at + name.size() + 4));
-      };
-      CHECK(line.starts_with("{\"step\": " + std::to_string(checked) + ", \"loss\": "));
-      const double total = field("collective_share"), exposed = field("exposed_collective_share");
-      CHECK(total > 0);
-      if (overlap == "on")
-        CHECK(exposed <= total);
-      else
-        CHECK(exposed == total);
+  struct program {
+    const char* path;
+    std::string flags;
+  };
+  for (const program& p :
+       {program{TPX_GPT, "--batch 4 --seq 8 --heads 2 --head-dim 4 --ffn 8 --layers 2"},
+        program{TPX_TRAIN, "--batch 8 --d-model 8 --ffn 16 --layers 2"}})
+    for (const std::string overlap : {"on", "off"}) {
+      const std::string log =
+          (dir / (fs::path(p.path).filename().string() + "-" + overlap + ".jsonl")).string();
+      std::string args = "--mesh 2x1 --steps 4 --peak-gflops 10 ";  // appended: GCC 12 -Wrestrict
+      args.append(p.flags).append(" --overlap ").append(overlap).append(" --log ").append(log);
+      const result r = run(p.path, args);
+      INFO(p.path, " --overlap ", overlap, "\n", r.output);
+      REQUIRE(r.status == 0);
+      CHECK((r.output.find("FSDP collectives in the background") != std::string::npos) ==
+            (overlap == "on"));
+      std::istringstream lines(read(log));
+      int checked = 0;
+      for (std::string line; std::getline(lines, line); ++checked) {
+        INFO(line);
+        const auto field = [&](const std::string& name) {
+          const std::size_t at = line.find("\"" + name + "\": ");
+          REQUIRE(at != std::string::npos);
+          return std::stod(line.substr(at + name.size() + 4));
+        };
+        CHECK(line.starts_with("{\"step\": " + std::to_string(checked) + ", \"loss\": "));
+        const double total = field("collective_share"), exposed = field("exposed_collective_share");
+        CHECK(total > 0);
+        if (overlap == "on")
+          CHECK(exposed <= total);
+        else
+          CHECK(exposed == total);
+      }
+      CHECK(checked == 4);
     }
-    CHECK(checked == 4);
-  }
 }
 
 TEST_CASE("tpx-gpt's other layouts say so and log the losses of the default one's run") {

@@ -8,8 +8,8 @@
 //     with checkpointing, and cut into 2 or 4 stages in every schedule, with FSDP and tensor
 //     parallelism inside the stages, FSDP's collectives once per step or in every pass, and
 //     checkpointing within the pieces (a pipeline's stages differ: the first gathers the
-//     embedding, the last the head), and the part of it the background tasks move, with the
-//     passes between stages in the background (--overlap on) and not;
+//     embedding, the last the head), and the part of it the background tasks move, with
+//     FSDP's collectives or the passes between stages in the background (--overlap on) and not;
 //   - the FLOPs its products count, summed over the ranks, are the model's FLOPs as the trainer
 //     counts them for MFU (6 per weight and token), on every mesh and cut into stages (plus the
 //     one-element sum of each rank's per-stage loss).
@@ -36,9 +36,13 @@ using dry_run_test::usage;
 
 TEST_CASE("a dry run of the MLP trainer's step reads the real run's memory and traffic, rank by rank") {
   for (const auto& [x, y, every] : {std::tuple{1, 1, 0}, std::tuple{2, 2, 0}, std::tuple{4, 1, 2}, std::tuple{1, 3, 1}}) {
-    const trainer::options o = trainer_test::small(x, y, every);
-    check_dry_run_reads_the_real_run(o, "MLP on " + trainer::mesh_text(o) + ", checkpoint every " +
-                                            std::to_string(every));
+    trainer::options o = trainer_test::small(x, y, every);
+    for (const bool overlap : {false, true}) {
+      o.model.overlap = overlap;
+      check_dry_run_reads_the_real_run(o, "MLP on " + trainer::mesh_text(o) +
+                                              ", checkpoint every " + std::to_string(every) +
+                                              (overlap ? ", FSDP in the background" : ""));
+    }
   }
 }
 
