@@ -1,12 +1,15 @@
 // The dry-run backend (spmd/dry_run.hpp) and its meta tensors (tensor/meta_space.hpp) on a typed
 // program: each rank's tensors are counted on its memory meter at their shard's size and hold no
 // host-readable values, its products count 2 m n k FLOPs each (worked out here from the shapes),
-// ranks run one after another with their own coordinates, and a rank that throws stops the run
-// with the rank named, as the thread backend does.
+// ranks run one after another with their own coordinates, a rank that throws stops the run with
+// the rank named, as the thread backend does, and a background task (tpx::in_background) runs at
+// once with its collectives counted apart, as the background traffic, as the host launcher's
+// communication thread counts them.
 #include <doctest/doctest.h>
 
 #include <stdexcept>
 #include <string>
+#include <tpx/spmd/background.hpp>
 #include <tpx/spmd/dry_run.hpp>
 #include <tpx/tpx.hpp>
 #include <vector>
@@ -57,4 +60,26 @@ TEST_CASE("a dry run's rank that throws stops the run, named") {
   };
   CHECK_THROWS_WITH_AS(run(), "tpx: rank 2 (X=1, Y=0) failed: out of ideas", tpx::spmd_error);
   CHECK(ranks_run == std::vector<int>{0, 1, 2});
+}
+
+TEST_CASE(
+    "a dry run's background task runs at once, its collectives counted as background traffic") {
+  using tpx::traffic_part;
+  tpx::spmd(tpx::dry_run, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) {
+    auto w = tpx::randn<float, B<X>, D<>>(rank, {B(8), D(3)}, 1);  // 4 rows of 3 per rank of X
+    auto gathered = tpx::in_background(rank, [&] {
+      // A task started inside a task runs at once too, on the same background communicators.
+      return tpx::in_background(rank, [&] { return tpx::all_gather<X>(w); }).get();
+    });
+    const auto over_x = [&](traffic_part part) {
+      return rank.traffic_by_axes(part)[1].of(tpx::detail::CollectiveOp::all_gather);
+    };
+    // Run already: the gathered [8, 3] is counted, as background traffic only.
+    CHECK(over_x(traffic_part::background) == tpx::traffic_count{1, 8 * 3 * 4, 8 * 3 * 4 / 2.0});
+    CHECK(over_x(traffic_part::all) == over_x(traffic_part::background));
+    CHECK(gathered.get().global_extent(0) == 8);
+    tpx::all_gather<X>(w);  // on the rank's own thread: all of the traffic, not the background's
+    CHECK(over_x(traffic_part::all).calls == 2);
+    CHECK(over_x(traffic_part::background).calls == 1);
+  });
 }
