@@ -145,10 +145,7 @@ struct row {
 
 // What the rank's collectives have put on its link so far, over every set of mesh axes.
 double link_bytes_so_far(const tpx::rank_context& rank) {
-  double bytes = 0;
-  for (const tpx::axes_traffic& axes : rank.traffic_by_axis_names())
-    bytes += axes.traffic.total().link_bytes;
-  return bytes;
+  return tpx::link_bytes(rank.traffic_by_axis_names());
 }
 
 std::string mesh_name(int x, int y) { return "X=" + std::to_string(x) + ",Y=" + std::to_string(y); }

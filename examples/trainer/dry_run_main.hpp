@@ -132,13 +132,6 @@ inline nlohmann::json traffic_json(const std::vector<tpx::axes_traffic>& traffic
   return json;
 }
 
-// What a rank's collectives put on its links in a step, over every set of axes.
-inline double link_bytes(const step_usage& u) {
-  double bytes = 0;
-  for (const tpx::axes_traffic& axes : u.traffic) bytes += axes.traffic.total().link_bytes;
-  return bytes;
-}
-
 // The table of rank 0's collectives per set of mesh axes (those of more than one rank), in the
 // unit that suits their total, and, where the ranks' link bytes differ, the least and the most.
 inline void print_traffic(const std::vector<step_usage>& ranks) {
@@ -178,15 +171,15 @@ inline void print_traffic(const std::vector<step_usage>& ranks) {
                 static_cast<long long>(r.count.calls), r.count.data_bytes / unit.bytes,
                 r.count.link_bytes / unit.bytes, r.background.link_bytes / unit.bytes);
   const auto by_link_bytes = [](const step_usage& a, const step_usage& b) {
-    return link_bytes(a) < link_bytes(b);
+    return tpx::link_bytes(a.traffic) < tpx::link_bytes(b.traffic);
   };
   const auto least = std::min_element(ranks.begin(), ranks.end(), by_link_bytes);
   const auto most = std::max_element(ranks.begin(), ranks.end(), by_link_bytes);
-  if (link_bytes(*least) != link_bytes(*most))
+  const double low = tpx::link_bytes(least->traffic), high = tpx::link_bytes(most->traffic);
+  if (low != high)
     std::printf("  the ranks differ: over all axes, from %s (rank %d) to %s (rank %d), %s more\n",
-                bytes_text(link_bytes(*least)).c_str(), least->rank,
-                bytes_text(link_bytes(*most)).c_str(), most->rank,
-                bytes_text(link_bytes(*most) - link_bytes(*least)).c_str());
+                bytes_text(low).c_str(), least->rank, bytes_text(high).c_str(), most->rank,
+                bytes_text(high - low).c_str());
 }
 
 }  // namespace detail

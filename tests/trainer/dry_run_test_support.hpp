@@ -75,20 +75,12 @@ inline void check_same_traffic(const std::vector<tpx::axes_traffic>& dry,
   }
 }
 
-// The link bytes of a rank's traffic, over every set of axes.
-inline double link_bytes(const std::vector<tpx::axes_traffic>& traffic) {
-  double bytes = 0;
-  for (const tpx::axes_traffic& t : traffic) bytes += t.traffic.total().link_bytes;
-  return bytes;
-}
-
 template <class Family>
 void check_dry_run_reads_the_real_run(const trainer::run_options<Family>& o,
                                       const std::string& what) {
   const auto real = usage<tpx::testing::device_like_space>(tpx::host, o);
   const auto dry = usage<host_path_meta_space>(tpx::dry_run, o);
-  bool overlap = false;  // the MLP without stages has no --overlap
-  if constexpr (requires { o.model.overlap; }) overlap = o.model.overlap;
+  const bool overlap = o.model.overlap;
   REQUIRE(real.size() == dry.size());
   for (std::size_t r = 0; r < real.size(); ++r) {
     INFO(what << ", rank " << r);
@@ -102,8 +94,8 @@ void check_dry_run_reads_the_real_run(const trainer::run_options<Family>& o,
                        "background tasks' traffic");
   }
   // Something moved, where the mesh has more than one rank; in the background only with overlap.
-  if (real.size() > 1) CHECK(link_bytes(real[0].traffic) > 0);
-  if (!overlap) CHECK(link_bytes(real[0].background_traffic) == 0);
+  if (real.size() > 1) CHECK(tpx::link_bytes(real[0].traffic) > 0);
+  if (!overlap) CHECK(tpx::link_bytes(real[0].background_traffic) == 0);
 }
 
 inline double total_flops(const std::vector<trainer::step_usage>& ranks) {

@@ -120,4 +120,11 @@ inline std::vector<axes_traffic> traffic_since(std::vector<axes_traffic> now,
   return now;
 }
 
+// What a list of them put on the rank's link, over every set of axes.
+inline double link_bytes(const std::vector<axes_traffic>& traffic) {
+  double bytes = 0;
+  for (const axes_traffic& axes : traffic) bytes += axes.traffic.total().link_bytes;
+  return bytes;
+}
+
 }  // namespace tpx
