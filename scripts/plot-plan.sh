@@ -2,8 +2,9 @@
 # Draws tpx-plan --reports' --json file (scripts/plan-layouts.sh --plot draws its sweep so): one
 # group of bars per layout, fastest first, its compute time (a pipeline's with its bubble) beside
 # its communication time (the rank that communicates longest), a mark at its step as the program
-# overlaps the two (the communication of its background tasks hidden behind the products, the
-# rest not) and a hollow one at the bound where all of it were hidden (the longer of the two).
+# overlaps the two (its dry run's timeline replayed: a background task hidden behind the products
+# the program computes before it waits for the task) and a hollow one at the bound where all of
+# it were hidden (the longer of the two).
 # The recommended layout's name carries a star;
 # a layout whose tensors do not fit in the profile's memory is drawn pale. The picture of
 # bench/README.md's "Every layout at once".

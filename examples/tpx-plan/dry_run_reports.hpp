@@ -1,24 +1,28 @@
 // tpx-plan --reports: the example trainers' dry runs priced on a hardware profile. A --dry-run
 // report (`tpx-gpt --dry-run --mesh 4x2 ... --log 4x2.json`: examples/trainer/dry_run_main.hpp)
 // holds the exact counts of one training step of the real program on every rank: tensor memory,
-// the FLOPs of its matrix products, its link bytes per set of mesh axes, and which of those its
-// background tasks move beside its products (tpx::in_background, with --overlap on: tpx-gpt's
-// gathers and reduce-scatters of the blocks' weights, a pipeline's passes between stages). This
-// prices them: each rank's products at the profile's FLOP/s (a pipeline's, tpx-train --pipeline,
-// spread over the share of the step its schedule keeps each stage busy: the bubble's ticks are
-// idle), its link bytes per set of axes at its link bandwidth (the profile's, or --axis-link-bw's
-// for an axis that leaves the node; a set of several axes at its slowest), and its step as the
-// program runs it: the communication on the rank's own thread, which the products wait for, plus
-// the longer of its products and its background communication (the links carry both kinds, so
-// the step is at least their sum too). The step is the slowest rank's. Beside it, the two bounds:
-// every collective hidden behind the products (the longer of the busiest rank's products and the
-// longest communication) and none (their sum). The MFU ceiling is the model FLOPs per device
-// over the profile's FLOP/s and the step; the recommendation is the report whose mesh trains
-// fastest, the most model FLOPs per second of the whole mesh (for one model and batch: the
-// shortest step), among those whose largest rank's tensors fit in device memory. These are the
-// cost model's bounds from the profile's peaks, not measurements: a kernel below peak, a
-// collective below its bus bandwidth, or a background task waited for before its products are
-// done makes a real step longer.
+// the FLOPs of its matrix products, its link bytes per set of mesh axes, which of those its
+// background tasks move (tpx::in_background, with --overlap on: FSDP's gathers and reduce-scatters,
+// a pipeline's passes between stages), and the rank's timeline, the order of it all
+// (tpx/spmd/dry_run_timeline.hpp). This prices them: each rank's products at the profile's FLOP/s
+// (a pipeline's, tpx-train --pipeline, spread over the share of the step its schedule keeps each
+// stage busy: the bubble's ticks are idle), its link bytes per set of axes at its link bandwidth
+// (the profile's, or --axis-link-bw's for an axis that leaves the node; a set of several axes at
+// its slowest), and its step as the program runs it, by replaying the timeline: the rank's
+// products and its own collectives one after another, its background tasks one after another
+// beside them, each from the later of its start and the end of the task before, and the rank
+// waiting where the program waits for a task that has not ended. So a task hides only behind the
+// work the program does between its start and the wait for it (one block's products, for a
+// prefetch one block ahead; the first microbatch's, for a pipeline's gathers at the start of the
+// step). The step is the slowest rank's. Beside it, the two bounds: every collective hidden behind
+// the products (the longer of the busiest rank's products and the longest communication) and none
+// (their sum). The MFU ceiling is the model FLOPs per device over the profile's FLOP/s and the
+// step; the recommendation is the report whose mesh trains fastest, the most model FLOPs per
+// second of the whole mesh (for one model and batch: the shortest step), among those whose
+// largest rank's tensors fit in device memory. These are the cost model's figures from the
+// profile's peaks, not measurements: a kernel below peak, a collective below its bus bandwidth,
+// or a background task sharing a link with the rank's own collectives (the replay gives each its
+// own) makes a real step longer.
 #pragma once
 
 #include <algorithm>
@@ -98,9 +102,9 @@ inline nlohmann::json read_report(const std::string& file) {
         !report.contains("ranks") || report.at("ranks").empty())
       throw std::runtime_error("no dry run's figures");
     for (const nlohmann::json& rank : report.at("ranks"))
-      for (const char* traffic : {"traffic", "background_traffic"})
-        if (!rank.contains(traffic))
-          throw std::runtime_error(std::string("no ") + traffic + " of rank " +
+      for (const char* part : {"traffic", "background_traffic", "timeline"})
+        if (!rank.contains(part))
+          throw std::runtime_error(std::string("no ") + part + " of rank " +
                                    rank.value("rank", nlohmann::json()).dump() +
                                    " (a report of an older tpx: run the --dry-run again)");
     return report;
@@ -108,6 +112,33 @@ inline nlohmann::json read_report(const std::string& file) {
     throw std::runtime_error(file + ": not a --dry-run report of tpx-gpt or tpx-train (--dry-run --log FILE "
                              "writes one): " + e.what());
   }
+}
+
+// A rank's step from its timeline (a --dry-run report's, in order: {"flops": F, "link_bytes":
+// {...}} the rank's own work, {"start": k, "link_bytes": {...}} background task k, {"wait": k}),
+// its products at `flops_rate` FLOP/s and link bytes at link_time(link_bytes) seconds: the rank
+// works and communicates in turn, its tasks run in the order they started on one lane, each from
+// the later of its start and the end of the task before, and a wait lasts until the task's end.
+// The step ends when both the rank and the lane are done.
+template <class LinkTime>
+double replayed_step(const nlohmann::json& timeline, double flops_rate, const LinkTime& link_time) {
+  double rank_time = 0, lane_free = 0;
+  std::map<int, double> ends;  // each task's
+  for (const nlohmann::json& event : timeline) {
+    if (event.contains("start")) {
+      lane_free = std::max(rank_time, lane_free) + link_time(event.at("link_bytes"));
+      ends[event.at("start").get<int>()] = lane_free;
+    } else if (event.contains("wait")) {
+      const auto end = ends.find(event.at("wait").get<int>());
+      if (end == ends.end())
+        throw std::runtime_error("a wait for task " + event.at("wait").dump() +
+                                 ", which the timeline does not start before it");
+      rank_time = std::max(rank_time, end->second);
+    } else {
+      rank_time += event.at("flops").get<double>() / flops_rate + link_time(event.at("link_bytes"));
+    }
+  }
+  return std::max(rank_time, lane_free);
 }
 
 // The report in `file`, priced on hw; throws std::runtime_error naming the file when it is not
@@ -145,6 +176,13 @@ inline priced_report price_report(const std::string& file, const tpx::cost::hard
         link_bytes += c.at("link_bytes").get<double>();
     return link_bytes / link_bandwidth(axes, hw, axis_link_bw);
   };
+  // The link seconds of a timeline event's {"X": bytes, ...}.
+  const auto link_time = [&](const nlohmann::json& link_bytes) {
+    double seconds = 0;
+    for (auto set = link_bytes.begin(); set != link_bytes.end(); ++set)
+      seconds += set.value().get<double>() / link_bandwidth(set.key(), hw, axis_link_bw);
+    return seconds;
+  };
   for (const nlohmann::json& rank : ranks) {
     const double compute = rank.at("matrix_flops").get<double>() / hw.flops / (1 - p.bubble);
     std::vector<axes_seconds> comm_seconds;
@@ -168,7 +206,13 @@ inline priced_report price_report(const std::string& file, const tpx::cost::hard
       p.comm_background_seconds = background;
       p.comm_rank = index;
     }
-    const double step = total - background + std::max(compute, background);
+    double step = 0;
+    try {
+      step = replayed_step(rank.at("timeline"), hw.flops * (1 - p.bubble), link_time);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(file + ": rank " + std::to_string(index) +
+                               "'s timeline: " + e.what());
+    }
     if (first || step > p.step_seconds) {
       p.step_seconds = step;
       p.step_rank = index;
@@ -257,9 +301,9 @@ inline priced_table print_priced_reports(const std::vector<priced_report>& repor
       break;
     }
   std::printf(
-      "# step: each rank's communication outside background tasks, plus the longer of its\n"
-      "# products and its communication in them (bg), the slowest rank's; exposed: the\n"
-      "# step less the products\n");
+      "# step: each rank's dry-run timeline replayed, its products and own collectives in turn,\n"
+      "# its background tasks' collectives (bg) beside them, waited for where the program waits;\n"
+      "# the slowest rank's; exposed: the step less the products\n");
   int file_width = 14;  // the report column: as wide as the longest file name
   for (const priced_report& p : reports)
     file_width = std::max(file_width, static_cast<int>(p.file.size()));

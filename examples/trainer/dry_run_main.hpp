@@ -132,6 +132,31 @@ inline nlohmann::json traffic_json(const std::vector<tpx::axes_traffic>& traffic
   return json;
 }
 
+// {"X": bytes, ...}: what a list of collectives puts on the rank's link per set of mesh axes.
+inline nlohmann::json link_bytes_json(const std::vector<tpx::axes_traffic>& traffic) {
+  nlohmann::json json = nlohmann::json::object();
+  for (const tpx::axes_traffic& axes : traffic)
+    if (const double bytes = axes.traffic.total().link_bytes; bytes > 0) json[axes.axes] = bytes;
+  return json;
+}
+
+// A rank's step in order (tpx::timeline_event), as tpx-plan --reports replays it:
+// {"flops": F, "link_bytes": {...}} for the rank's own work, {"start": k, "link_bytes": {...}}
+// for background task k and what it moves, {"wait": k} for the wait for it.
+inline nlohmann::json timeline_json(const std::vector<tpx::timeline_event>& timeline) {
+  nlohmann::json json = nlohmann::json::array();
+  for (const tpx::timeline_event& e : timeline) {
+    using kind = tpx::timeline_event::kind;
+    if (e.what == kind::work)
+      json.push_back({{"flops", e.matrix_flops}, {"link_bytes", link_bytes_json(e.traffic)}});
+    else if (e.what == kind::start)
+      json.push_back({{"start", e.task}, {"link_bytes", link_bytes_json(e.traffic)}});
+    else
+      json.push_back({{"wait", e.task}});
+  }
+  return json;
+}
+
 // The table of rank 0's collectives per set of mesh axes (those of more than one rank), in the
 // unit that suits their total, and, where the ranks' link bytes differ, the least and the most.
 inline void print_traffic(const std::vector<step_usage>& ranks) {
@@ -215,13 +240,13 @@ int dry_run_main(const char* program, const command_line<Family>& c) {
                             {"model_flops", Family::flops_per_step(o.model)}};
       if (!pipeline.is_null()) out["pipeline"] = pipeline;
       for (const step_usage& u : ranks)
-        out["ranks"].push_back(
-            {{"rank", u.rank},
-             {"state_bytes", u.state_bytes},
-             {"peak_bytes", u.peak_bytes},
-             {"matrix_flops", u.matrix_flops},
-             {"traffic", detail::traffic_json(u.traffic)},
-             {"background_traffic", detail::traffic_json(u.background_traffic)}});
+        out["ranks"].push_back({{"rank", u.rank},
+                                {"state_bytes", u.state_bytes},
+                                {"peak_bytes", u.peak_bytes},
+                                {"matrix_flops", u.matrix_flops},
+                                {"traffic", detail::traffic_json(u.traffic)},
+                                {"background_traffic", detail::traffic_json(u.background_traffic)},
+                                {"timeline", detail::timeline_json(u.timeline)}});
       log << out.dump() << "\n" << std::flush;
       if (!log) throw std::runtime_error("cannot write the log " + c.log_path);
       std::printf("log: %s\n", c.log_path.c_str());

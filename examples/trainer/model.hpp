@@ -254,8 +254,9 @@ class model {
 
   // Every weight of a params that a piece running `ends` uses, all-gathered over X in the
   // compute type: what the passes below use when a pipeline gathers its weights once per step
-  // instead of in every pass (pipelined_model.hpp). The passes take either: a weight that still
-  // splits a dim over X is gathered where it is used, one already gathered is used as it is.
+  // instead of in every pass (pipeline_fsdp.hpp fills it part by part: gather_embedding, then
+  // gather_block and gather_head below). The passes take either: a weight that still splits a
+  // dim over X is gathered where it is used, one already gathered is used as it is.
   struct gathered_weights {
     std::vector<Tensor<Tc, V<>, D<Y>>> embed;  // none unless the piece embeds
     std::vector<Tensor<Tc, D<Y>>> norm;
@@ -264,25 +265,15 @@ class model {
     std::optional<Tensor<Tc, D<Y>>> final_norm;  // none unless the piece runs the head
     std::optional<Tensor<Tc, D<>, V<Y>>> head;
   };
-  gathered_weights gather_weights(const params& p, ends_run ends = {}) const {
-    gathered_weights g;
-    if (ends.embedding)
-      for (const auto& e : p.embed) g.embed.push_back(gathered<gather_embed>(e));
-    for (std::size_t l = 0; l < p.norm.size(); ++l) {
-      g.norm.push_back(gathered<gather_weight>(p.norm[l]));
-      g.w_in.push_back(gathered<gather_weight>(p.w_in[l]));
-      g.w_out.push_back(gathered<gather_weight>(p.w_out[l]));
-    }
-    if (ends.head) {
-      g.final_norm = gathered<gather_weight>(p.final_norm);
-      g.head = gathered<gather_weight>(p.head);
-    }
-    return g;
+  std::vector<Tensor<Tc, V<>, D<Y>>> gather_embedding(const params& p) const {
+    std::vector<Tensor<Tc, V<>, D<Y>>> tables;
+    for (const auto& e : p.embed) tables.push_back(gathered<gather_embed>(e));
+    return tables;
   }
 
   // Every weight gradient of a piece running `ends` as the passes compute it, a partial sum over X
   // in fp32 ([D, F_Y]{U_X}): what a pipeline adds up over its microbatches and reduce-scatters
-  // onto the masters' shards once per step (reduce_gradients), where the passes given a params
+  // onto the masters' shards once per step (pipeline_fsdp.hpp), where the passes given a params
   // reduce-scatter each microbatch's. The passes write into either.
   template <class... Spec>
   using partial = Tensor<float, Spec..., tpx::Unreduced<X>>;
@@ -312,23 +303,8 @@ class model {
     }
     return g;
   }
-  // The partial gradients reduce-scattered over X onto the masters' shards, into grads (whose
-  // parts that g lacks keep what they hold).
-  void reduce_gradients(partial_gradients&& g, params& grads) const {
-    for (std::size_t k = 0; k < g.embed.size(); ++k)
-      grads.embed[k] = tpx::apply<tpx::adjoint_t<gather_embed>>(std::move(g.embed[k]));
-    for (std::size_t l = 0; l < g.norm.size(); ++l) {
-      grads.norm[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.norm[l]));
-      grads.w_in[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.w_in[l]));
-      grads.w_out[l] = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(g.w_out[l]));
-    }
-    if (g.head) {
-      grads.final_norm = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(*g.final_norm));
-      grads.head = tpx::apply<tpx::adjoint_t<gather_weight>>(std::move(*g.head));
-    }
-  }
-
-  // A block's weights gathered ahead (config::overlap), and the final norm and head.
+  // A block's weights gathered ahead (config::overlap; a pipeline's pipeline_fsdp.hpp), and the
+  // final norm and head.
   struct block_weights {
     Tensor<Tc, D<Y>> norm;
     Tensor<Tc, D<>, F<Y>> w_in;

@@ -31,8 +31,10 @@ struct pipelined_mlp {
   static constexpr const char* overlap_help =
       "on: each tick's passes of activations and their gradients between stages run on each "
       "rank's communication thread while it computes, and the stages no longer meet at every "
-      "tick (nn::run_pipeline's in_background); off: at the end of each tick on the rank's own "
-      "thread (the same results, bit for bit)";
+      "tick (nn::run_pipeline's in_background); so do FSDP's once-per-step gathers, each "
+      "block's ahead of the first pass that uses it, and reduce-scatters, each block's behind "
+      "the rest of the last backward pass; off: all on the rank's own thread (the same results, "
+      "bit for bit)";
 
   template <class Space>
   static void initialize(tensors<Space>& p, const config& c) {
@@ -53,7 +55,9 @@ struct pipelined_mlp {
     return mlp::sizes(c) + ", " + std::to_string(c.stages) + " pipeline stages (" + c.schedule +
            ", " + std::to_string(c.microbatches) + " microbatches" +
            (c.fsdp_per_pass ? ", FSDP collectives in every pass" : "") +
-           (c.overlap ? ", passes in the background)" : ")");
+           (!c.overlap        ? ")"
+            : c.fsdp_per_pass ? ", passes in the background)"
+                              : ", passes and FSDP collectives in the background)");
   }
   // The pipeline's settings and its schedule's bubble, the share of a step each stage idles
   // (pipeline_schedule::bubble): --dry-run reports them, and tpx-plan counts the bubble in the

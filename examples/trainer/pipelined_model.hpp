@@ -26,18 +26,22 @@
 // segment forward again from it first (block_stack.hpp's segments, which do not cross pieces):
 // the same operations on the same inputs, so the same results to the bit.
 //
-// FSDP's collectives over X run once per step, not once per pass: each chunk's weights are
-// all-gathered before the first pass and kept through the step (model::gathered_weights), and
-// the weight gradients are added up over the microbatches as partial sums over X
-// (model::partial_gradients) and reduce-scattered after the last; the embedding's only on the
-// stage whose chunk is the first piece, the final norm's and head's only on the last piece's.
-// FSDP without a pipeline runs them in each pass, which the 2M passes of a piece would repeat 2M
-// times (M for the gradients); pipeline_config's fsdp_per_pass (tpx-train --fsdp-per-pass) does
-// so, holding less, and so does a mesh whose X has one rank, over which nothing moves (the
-// gathered copies would only take memory).
+// FSDP's collectives over X run once per step, not once per pass (pipeline_fsdp.hpp): each
+// chunk's weights are all-gathered part by part before the first pass uses them and kept through
+// the step (model::gathered_weights), and the weight gradients are added up over the microbatches
+// as partial sums over X (model::partial_gradients), each part's reduce-scattered once the last
+// microbatch has added to it; the embedding's only on the stage whose chunk is the first piece,
+// the final norm's and head's only on the last piece's. With config::overlap, as the passes
+// between stages, these gathers and reductions run in the background: the first forward pass
+// waits for a block's weights only as it reaches the block, and the last backward pass goes on
+// while the blocks behind it reduce. FSDP without a pipeline runs them in each pass, which the 2M
+// passes of a piece would repeat 2M times (M for the gradients); pipeline_config's fsdp_per_pass
+// (tpx-train --fsdp-per-pass) does so, holding less, and so does a mesh whose X has one rank, over
+// which nothing moves (the gathered copies would only take memory).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -49,6 +53,7 @@
 
 #include "block_stack.hpp"
 #include "model.hpp"
+#include "pipeline_fsdp.hpp"
 #include "tensor_set.hpp"
 
 namespace trainer {
@@ -76,7 +81,8 @@ struct pipeline_config : config {
   int microbatches = 4;
   std::string schedule = "1f1b";
   bool fsdp_per_pass = false;  // FSDP's collectives over X in every pass, not once per step
-  // config::overlap: here the passes between stages on the communication thread
+  // config::overlap: the passes between stages, and FSDP's gathers and reductions, in the
+  // background
 };
 
 // The orders by the names `schedule` takes.
@@ -306,28 +312,38 @@ class pipelined_model {
     tpx::BasicTensor<Space, float, S<P>> losses(rank_, {S(plan_.stages())});
     const int every = c_.checkpoint_every;
     // What the passes take: each chunk's weights gathered over X once for the step and its
-    // weight gradients added up as partial sums over X, reduce-scattered once after the last
-    // microbatch; or (fsdp_per_pass) the masters, gathered again in every pass, and the
-    // gradients' shards, each microbatch's reduce-scattered in its pass. A chunk gathers the
-    // embedding only if it is the first piece, the final norm and head only if the last.
-    std::vector<typename piece_model::gathered_weights> gathered;
-    std::vector<typename piece_model::partial_gradients> partials;
+    // weight gradients added up as partial sums over X, each part's reduce-scattered once its
+    // last microbatch has added to it (pipeline_fsdp.hpp; in background tasks with overlap); or
+    // (fsdp_per_pass) the masters, gathered again in every pass, and the gradients' shards, each
+    // microbatch's reduce-scattered in its pass. A chunk gathers the embedding only if it is the
+    // first piece, the final norm and head only if the last.
+    const bool overlap = passes_ == tpx::nn::pipeline_passes::in_background;
+    std::deque<chunk_fsdp<piece_model>> fsdp;  // by chunk; none when the passes take the masters
+    typename chunk_fsdp<piece_model>::reductions_t reductions(rank_, overlap);
     if (!fsdp_per_pass_ && rank_.axis<X>().size > 1)  // over one rank nothing would move
-      for (int chunk = 0; chunk < plan_.chunks(); ++chunk) {
-        const typename piece_model::ends_run ends{.embedding = first(chunk), .head = last(chunk)};
-        gathered.push_back(net_.gather_weights(p.chunks[chunk], ends));
-        partials.push_back(net_.zero_partials(per_piece_, ends));
-      }
+      for (int chunk = 0; chunk < plan_.chunks(); ++chunk)
+        fsdp.emplace_back(
+            net_, rank_, overlap, p.chunks[chunk], per_piece_,
+            typename piece_model::ends_run{.embedding = first(chunk), .head = last(chunk)});
     const auto with_weights = [&](int chunk, const auto& pass) {
-      return gathered.empty() ? pass(p.chunks[chunk], grads.chunks[chunk])
-                              : pass(gathered[chunk], partials[chunk]);
+      return fsdp.empty() ? pass(p.chunks[chunk], grads.chunks[chunk])
+                          : pass(fsdp[chunk].weights(), fsdp[chunk].partials());
     };
+    // fn(fsdp[chunk]) when the chunk's FSDP runs once per step: waiting for a gathered part
+    // before a pass uses it, reducing a part's gradients after its last microbatch.
+    const auto once_per_step = [&](int chunk, const auto& fn) {
+      if (!fsdp.empty()) fn(fsdp[chunk]);
+    };
+    // The backward passes (and weight steps) each chunk has begun: the M-th is its last.
+    std::vector<int> backwards(plan_.chunks()), weight_steps(plan_.chunks());
     const auto forward = [&](int m, int chunk, act in) {
       return with_weights(chunk, [&](const auto& piece, auto&) {
         auto& held = states[chunk][m];
         held.resize(static_cast<std::size_t>(per_piece_));
+        if (first(chunk)) once_per_step(chunk, [](auto& f) { f.ready_embedding(); });
         act x = first(chunk) ? net_.embed_forward(piece, batch[m]) : std::move(in);
         for (int i = 0; i < per_piece_; ++i) {
+          once_per_step(chunk, [i](auto& f) { f.ready_block(i); });
           if (every == 0) {
             held[i] = net_.block_forward(piece, i, x);
             x = held[i]->out;
@@ -344,12 +360,18 @@ class pipelined_model {
     // checkpointing, each segment of `every` blocks runs forward again from its kept input first
     // (segments do not cross pieces).
     const auto backward = [&](int m, int chunk, act dout, bool weights) {
+      const bool final = ++backwards[chunk] == microbatches;
+      const auto reduce = [&](auto part) {  // part(fsdp, grads) after the last microbatch
+        if (final) once_per_step(chunk, [&](auto& f) { part(f, grads.chunks[chunk]); });
+      };
       return with_weights(chunk, [&](const auto& piece, auto& grad) {
         auto& held = states[chunk][m];
         const bool accumulate = m > 0;
         if (last(chunk)) {
+          once_per_step(chunk, [](auto& f) { f.ready_head(); });
           auto head = net_.head_forward_backward(piece, *outputs[chunk][m], batch[m], grad,
                                                  accumulate, share);
+          reduce([&](auto& f, auto& g) { f.reduce_head(g, reductions); });
           losses = tpx::add(losses, head.loss);
           dout = std::move(head.dx);
           outputs[chunk][m].reset();
@@ -360,6 +382,7 @@ class pipelined_model {
             if (weights) {
               net_.block_weight_gradient(i, *held[i], g.kept, grad, accumulate);
               held[i].reset();
+              reduce([&](auto& f, auto& to) { f.reduce_block(i, to, reductions); });
             } else {
               kept[chunk][m].push_back(std::move(g.kept));  // the last block's first
             }
@@ -379,7 +402,10 @@ class pipelined_model {
           });
           inputs[chunk][m].clear();
         }
-        if (first(chunk)) net_.embed_backward(batch[m], dout, grad, accumulate);
+        if (first(chunk)) {
+          net_.embed_backward(batch[m], dout, grad, accumulate);
+          reduce([&](auto& f, auto& to) { f.reduce_embedding(to, reductions); });
+        }
         return dout;
       });
     };
@@ -393,18 +419,23 @@ class pipelined_model {
           like, plan_, passes_, forward,
           [&](int m, int chunk, act dout) { return backward(m, chunk, std::move(dout), false); },
           [&](int m, int chunk) {
+            const bool final = ++weight_steps[chunk] == microbatches;
             with_weights(chunk, [&](const auto&, auto& grad) {
-              for (int i = 0; i < per_piece_; ++i)
+              for (int i = 0; i < per_piece_; ++i) {
                 net_.block_weight_gradient(i, *states[chunk][m][i],
                                            kept[chunk][m][per_piece_ - 1 - i], grad, m > 0);
+                if (final)
+                  once_per_step(
+                      chunk, [&](auto& f) { f.reduce_block(i, grads.chunks[chunk], reductions); });
+              }
               return 0;
             });
             states[chunk][m].clear();
             kept[chunk][m].clear();
           });
     }
-    for (std::size_t chunk = 0; chunk < partials.size(); ++chunk)
-      net_.reduce_gradients(std::move(partials[chunk]), grads.chunks[chunk]);
+    tpx::mark_phase("gradient reductions (wait)");
+    reductions.wait();
     // The step's loss: the [S_P] losses summed over S (0 but on the loss's stage), over P.
     return tpx::all_reduce<P>(tpx::sum<S>(losses));
   }

@@ -1,6 +1,7 @@
 // What a training step of a model family takes on one rank: its tensor memory, the FLOPs of its
 // matrix products, what its collectives move over each set of mesh axes and how much of that its
-// background tasks move beside its computation (tpx::in_background: what --overlap on can hide).
+// background tasks move beside its computation (tpx::in_background: what --overlap on can hide),
+// and in a dry run the order of it all (the rank's timeline: which work each task can hide behind).
 // measure_step_usage sets up the training state as train_rank does (training.hpp: parameters,
 // gradients and both AdamW moments, then the network) and runs two steps of train_step, the first
 // to reach the steady state (the second step holds what the first made and kept), and measures
@@ -30,6 +31,7 @@ struct step_usage {
                                            // (rank_context::traffic_by_axis_names)
   std::vector<tpx::axes_traffic> background_traffic;  // the part of it background tasks moved,
                                                       // beside the step's computation
+  std::vector<tpx::timeline_event> timeline;  // of the second step, in order (a dry run's only)
 };
 
 template <class Tc, class Space, class Family, class Rank>
@@ -48,7 +50,9 @@ step_usage measure_step_usage(Rank& rank, const run_options<Family>& o, const te
                                        background_before =
                                            rank.traffic_by_axis_names(traffic_part::background);
   const double flops_before = tpx::dry_run_flops(rank);
+  tpx::record_timeline(rank);
   train_step(rank, net, o, data, 1, params, grads, m, v);
+  usage.timeline = tpx::take_timeline(rank);
   usage.peak_bytes = rank.memory().peak_bytes();
   usage.matrix_flops = tpx::dry_run_flops(rank) - flops_before;
   usage.traffic = tpx::traffic_since(rank.traffic_by_axis_names(), before);

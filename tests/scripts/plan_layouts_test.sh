@@ -58,8 +58,8 @@ check "with --overlap on: the meshes gather and reduce-scatter in the background
 import json, sys
 said = lambda stem, text: text in json.load(open(f"{sys.argv[1]}/{stem}.json"))["description"]
 sys.exit(0 if said("2x2", "FSDP collectives in the background") and
-         said("1x2-p2-1f1b", "passes in the background") and
-         said("1x1-p4-zero-bubble", "passes in the background") else 1)
+         said("2x1-p2-1f1b", "passes and FSDP collectives in the background") and
+         said("1x1-p4-zero-bubble", "passes and FSDP collectives in the background") else 1)
 PY
 check "tpx-plan prices the 13 reports, recommending one of them" python3 - plan.json "${expected[@]}" <<'PY'
 import json, sys

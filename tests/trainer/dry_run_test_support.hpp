@@ -11,6 +11,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -75,6 +76,29 @@ inline void check_same_traffic(const std::vector<tpx::axes_traffic>& dry,
   }
 }
 
+// The dry run's timeline of a rank's step holds all of it: its work events add up to the step's
+// products and to its traffic outside background tasks, its tasks' starts to the background
+// traffic; each task starts once, is waited for once, after its start, and only with overlap.
+inline void check_timeline_holds_the_step(const trainer::step_usage& u, bool overlap) {
+  using kind = tpx::timeline_event::kind;
+  double flops = 0, own = 0, background = 0;
+  std::vector<int> started, waited;
+  for (const tpx::timeline_event& e : u.timeline) {
+    if (e.what == kind::work) flops += e.matrix_flops, own += tpx::link_bytes(e.traffic);
+    if (e.what == kind::start) background += tpx::link_bytes(e.traffic), started.push_back(e.task);
+    if (e.what == kind::wait) {
+      CHECK(std::find(started.begin(), started.end(), e.task) != started.end());
+      waited.push_back(e.task);
+    }
+  }
+  CHECK(flops == doctest::Approx(u.matrix_flops).epsilon(1e-12));
+  CHECK(background == doctest::Approx(tpx::link_bytes(u.background_traffic)).epsilon(1e-12));
+  CHECK(own + background == doctest::Approx(tpx::link_bytes(u.traffic)).epsilon(1e-12));
+  std::sort(waited.begin(), waited.end());
+  CHECK(waited == started);  // started in order 0, 1, ...: sorted already
+  if (!overlap) CHECK(started.empty());
+}
+
 template <class Family>
 void check_dry_run_reads_the_real_run(const trainer::run_options<Family>& o,
                                       const std::string& what) {
@@ -92,6 +116,7 @@ void check_dry_run_reads_the_real_run(const trainer::run_options<Family>& o,
     check_same_traffic(dry[r].traffic, real[r].traffic, "all traffic");
     check_same_traffic(dry[r].background_traffic, real[r].background_traffic,
                        "background tasks' traffic");
+    check_timeline_holds_the_step(dry[r], overlap);
   }
   // Something moved, where the mesh has more than one rank; in the background only with overlap.
   if (real.size() > 1) CHECK(tpx::link_bytes(real[0].traffic) > 0);

@@ -146,47 +146,60 @@ TEST_CASE("the trainer's model cut into pipeline stages takes the whole model's 
 // FSDP's collectives once per step: each weight a stage's chunks use is all-gathered over X once
 // and its gradient reduce-scattered once, whatever the microbatches; the embedding's context
 // tables only where a chunk is the first piece, the final norm and head only where one is the
-// last, so a stage gathers 3 per block of its chunks, plus those.
+// last, so a stage gathers 3 per block of its chunks, plus those. With the passes in the
+// background (--overlap on) all of them are background tasks' traffic; without, none is.
 TEST_CASE("a pipeline stage gathers each weight it uses once per step, and no other") {
   const config c = small();
   const text_data data(run_options<mlp>{}.text, c.context);
-  for (const pipeline_order order : {pipeline_order::one_f_one_b, pipeline_order::zero_bubble_v}) {
-    CAPTURE(tpx::nn::order_name(order));
-    const tpx::nn::pipeline_schedule plan(2, 4, order);
-    const int per_piece = blocks_per_piece(c, plan.pieces());
-    struct counts {
-      int stage;
-      std::int64_t weights, gathers, scatters;
-    };
-    std::vector<counts> ranks;
-    std::mutex lock;
-    tpx::spmd(tpx::host, tpx::Mesh<P, X, Y>{2, 2, 1}, [&](auto& rank) {
-      pipelined_tensors<tpx::host_space> p(rank, c, plan), grads(rank, c, plan);
-      initialize(p, c, plan);
-      const pipelined_model<float> net(rank, c, plan);
-      net.forward_backward(p, load_microbatches<tpx::host_space>(rank, data, c, 0, 4), grads);
-      const int stage = rank.template axis<P>().coord;
-      counts n{stage, 0, -1, -1};
-      for (int chunk = 0; chunk < plan.chunks(); ++chunk) {
-        const int piece = plan.piece(stage, chunk);
-        n.weights += 3 * per_piece + (piece == 0 ? c.context : 0) +
-                     (piece == plan.pieces() - 1 ? 2 : 0);  // norm, W_in, W_out; E_k; norm, head
-      }
-      for (const tpx::axes_traffic& t : rank.traffic_by_axis_names())
-        if (t.axes == "X") {
-          n.gathers = t.traffic.of(tpx::detail::CollectiveOp::all_gather).calls;
-          n.scatters = t.traffic.of(tpx::detail::CollectiveOp::reduce_scatter).calls;
+  using tpx::nn::pipeline_passes;
+  for (const pipeline_order order : {pipeline_order::one_f_one_b, pipeline_order::zero_bubble_v})
+    for (const pipeline_passes passes :
+         {pipeline_passes::in_step, pipeline_passes::in_background}) {
+      CAPTURE(tpx::nn::order_name(order));
+      const bool overlap = passes == pipeline_passes::in_background;
+      CAPTURE(overlap);
+      const tpx::nn::pipeline_schedule plan(2, 4, order);
+      const int per_piece = blocks_per_piece(c, plan.pieces());
+      struct counts {
+        int stage;
+        std::int64_t weights, gathers, scatters, background_gathers, background_scatters;
+      };
+      std::vector<counts> ranks;
+      std::mutex lock;
+      tpx::spmd(tpx::host, tpx::Mesh<P, X, Y>{2, 2, 1}, [&](auto& rank) {
+        pipelined_tensors<tpx::host_space> p(rank, c, plan), grads(rank, c, plan);
+        initialize(p, c, plan);
+        const pipelined_model<float> net(rank, c, plan, passes);
+        net.forward_backward(p, load_microbatches<tpx::host_space>(rank, data, c, 0, 4), grads);
+        const int stage = rank.template axis<P>().coord;
+        counts n{stage, 0, -1, -1, 0, 0};
+        for (int chunk = 0; chunk < plan.chunks(); ++chunk) {
+          const int piece = plan.piece(stage, chunk);
+          n.weights += 3 * per_piece + (piece == 0 ? c.context : 0) +
+                       (piece == plan.pieces() - 1 ? 2 : 0);  // norm, W_in, W_out; E_k; norm, head
         }
-      const std::lock_guard<std::mutex> guard(lock);
-      ranks.push_back(n);
-    });
-    REQUIRE(ranks.size() == 4);
-    for (const counts& n : ranks) {
-      CAPTURE(n.stage);
-      CHECK(n.gathers == n.weights);
-      CHECK(n.scatters == n.weights);
+        for (const tpx::axes_traffic& t : rank.traffic_by_axis_names())
+          if (t.axes == "X") {
+            n.gathers = t.traffic.of(tpx::detail::CollectiveOp::all_gather).calls;
+            n.scatters = t.traffic.of(tpx::detail::CollectiveOp::reduce_scatter).calls;
+          }
+        for (const tpx::axes_traffic& t : rank.traffic_by_axis_names(tpx::traffic_part::background))
+          if (t.axes == "X") {
+            n.background_gathers = t.traffic.of(tpx::detail::CollectiveOp::all_gather).calls;
+            n.background_scatters = t.traffic.of(tpx::detail::CollectiveOp::reduce_scatter).calls;
+          }
+        const std::lock_guard<std::mutex> guard(lock);
+        ranks.push_back(n);
+      });
+      REQUIRE(ranks.size() == 4);
+      for (const counts& n : ranks) {
+        CAPTURE(n.stage);
+        CHECK(n.gathers == n.weights);
+        CHECK(n.scatters == n.weights);
+        CHECK(n.background_gathers == (overlap ? n.weights : 0));
+        CHECK(n.background_scatters == (overlap ? n.weights : 0));
+      }
     }
-  }
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // ranks run one after another with their own coordinates, a rank that throws stops the run with
 // the rank named, as the thread backend does, and a background task (tpx::in_background) runs at
 // once with its collectives counted apart, as the background traffic, as the host launcher's
-// communication thread counts them.
+// communication thread counts them, and the rank's timeline records its work between each task's
+// start and the wait for it.
 #include <doctest/doctest.h>
 
 #include <stdexcept>
@@ -81,5 +82,51 @@ TEST_CASE(
     tpx::all_gather<X>(w);  // on the rank's own thread: all of the traffic, not the background's
     CHECK(over_x(traffic_part::all).calls == 2);
     CHECK(over_x(traffic_part::background).calls == 1);
+  });
+}
+
+TEST_CASE("a dry run's timeline: the rank's work between each task's start and the wait for it") {
+  // Each rank: a product, a task gathering w over X, a product, the wait for it, its own gather
+  // over X, a task started before the recording (not in it) and waited in it. Every figure below
+  // is worked out from the shapes: a [4, 3] x [3, 5] product is 2 * 4 * 3 * 5 FLOPs; gathering
+  // the [8, 3] fp32 w over 2 ranks puts 8 * 3 * 4 / 2 bytes on the rank's link.
+  using kind = tpx::timeline_event::kind;
+  tpx::spmd(tpx::dry_run, tpx::Mesh<X, Y>{2, 2}, [&](auto& rank) {
+    auto w = tpx::randn<float, B<X>, D<>>(rank, {B(8), D(3)}, 1);
+    auto v = tpx::randn<float, D<>, F<>>(rank, {D(3), F(5)}, 2);
+    auto earlier = tpx::in_background(rank, [&] { return tpx::all_gather<X>(w); });
+    tpx::record_timeline(rank);
+    const auto product = tpx::matmul(w, v);  // [4, 3] x [3, 5] on each rank
+    auto gathered = tpx::in_background(rank, [&] {
+      // A task inside a task runs in it: its traffic is the outer task's.
+      return tpx::in_background(rank, [&] { return tpx::all_gather<X>(w); }).get();
+    });
+    const auto second = tpx::matmul(w, v);
+    gathered.get();
+    tpx::all_gather<X>(w);
+    earlier.get();
+    const std::vector<tpx::timeline_event> t = tpx::take_timeline(rank);
+    const double flops = 2.0 * 4 * 3 * 5, link = 8 * 3 * 4 / 2.0;
+    REQUIRE(t.size() == 5);
+    CHECK(t[0].what == kind::work);
+    CHECK(t[0].matrix_flops == flops);
+    CHECK(tpx::link_bytes(t[0].traffic) == 0);
+    CHECK(t[1].what == kind::start);
+    CHECK(t[1].task == 0);
+    REQUIRE(t[1].traffic.size() == 3);  // X, Y and X, Y: the sets of more than one rank
+    CHECK(t[1].traffic[0].axes == "X");
+    CHECK(t[1].traffic[0].traffic.total().link_bytes == link);
+    CHECK(tpx::link_bytes(t[1].traffic) == link);
+    CHECK(t[2].what == kind::work);
+    CHECK(t[2].matrix_flops == flops);
+    CHECK(tpx::link_bytes(t[2].traffic) == 0);
+    CHECK(t[3].what == kind::wait);
+    CHECK(t[3].task == 0);
+    // Then its own gather, in the work take_timeline closes (the earlier task's wait is not in
+    // the timeline).
+    CHECK(t[4].what == kind::work);
+    CHECK(t[4].matrix_flops == 0);
+    CHECK(tpx::link_bytes(t[4].traffic) == link);
+    CHECK(tpx::take_timeline(rank).empty());  // stopped
   });
 }

@@ -18,7 +18,9 @@
 // communication thread: tpx::in_background runs its task at once, which allocates and moves what
 // the task would, in the same order, but on a second set of silent communicators, as the host
 // launcher's communication thread does: so rank.traffic_by_axes(traffic_part::background) says,
-// as in a real run, which of the traffic a program overlaps with its computation.
+// as in a real run, which of the traffic a program overlaps with its computation; and
+// record_timeline / take_timeline give the order of it (dry_run_timeline.hpp): the rank's work
+// between each task's start and the wait for it, what a cost model needs to price the overlap.
 #pragma once
 
 #include <exception>
@@ -29,6 +31,7 @@
 #include "tpx/comm/any_communicator.hpp"
 #include "tpx/sharding/mesh.hpp"
 #include "tpx/spmd/background_lane.hpp"
+#include "tpx/spmd/dry_run_timeline.hpp"
 #include "tpx/spmd/rank.hpp"
 #include "tpx/spmd/spmd.hpp"
 #include "tpx/tensor/meta_space.hpp"
@@ -69,33 +72,54 @@ class silent_communicator {
   int rank_;
 };
 
-// A dry-run rank's backend state: the FLOPs its meta tensors count, and a background lane on
-// which tpx::in_background runs a task at once, with the task's collectives on the rank's
-// background communicators (rank_context::group() hands those out on the rank's communication
-// thread, which the calling thread stands for while the task runs).
+// A dry-run rank's backend state: the FLOPs its meta tensors count, a background lane on which
+// tpx::in_background runs a task at once, with the task's collectives on the rank's background
+// communicators (rank_context::group() hands those out on the rank's communication thread, which
+// the calling thread stands for while the task runs), and the rank's timeline when it is
+// recorded (dry_run_timeline.hpp).
 class dry_run_state final : public meta_counter, public background_lane {
  public:
-  explicit dry_run_state(const rank_context& rank) : rank_(&rank) {}
+  explicit dry_run_state(const rank_context& rank) : timeline(rank, matrix_flops), rank_(&rank) {}
   background_lane* lane() override { return this; }
-  void enter() override { detail::communication_thread_of = rank_; }
+  void enter() override {
+    started_ = timeline.task_started();
+    detail::communication_thread_of = rank_;
+  }
   std::unique_ptr<lane_join> leave() override {
     detail::communication_thread_of = nullptr;
-    return std::make_unique<done>();
+    timeline.task_ended(started_);
+    return std::make_unique<done>(timeline, started_);
   }
   bool entered() const override { return detail::communication_thread_of == rank_; }
 
+  detail::timeline_recorder timeline;
+
  private:
-  // The task ran at once: nothing to wait for.
+  // The task ran at once: nothing to wait for but the wait, which the timeline records.
   struct done final : lane_join {
-    void wait() override {}
+    done(detail::timeline_recorder& timeline, int task) : timeline(timeline), task(task) {}
+    void wait() override { timeline.task_waited(task); }
+    detail::timeline_recorder& timeline;
+    int task;
   };
   const rank_context* rank_;
+  int started_ = -1;
 };
 
 // The matrix FLOPs the rank's meta tensors have counted so far (0 outside a dry run).
 inline double dry_run_flops(const rank_context& rank) {
   const auto* counter = dynamic_cast<const meta_counter*>(rank.backend());
   return counter != nullptr ? counter->matrix_flops : 0;
+}
+
+// Starts recording the rank's timeline afresh (dry_run_timeline.hpp); nothing outside a dry run.
+inline void record_timeline(const rank_context& rank) {
+  if (auto* state = dynamic_cast<dry_run_state*>(rank.backend())) state->timeline.begin();
+}
+// The timeline recorded since record_timeline, which stops; empty outside a dry run.
+inline std::vector<timeline_event> take_timeline(const rank_context& rank) {
+  auto* state = dynamic_cast<dry_run_state*>(rank.backend());
+  return state != nullptr ? state->timeline.take() : std::vector<timeline_event>{};
 }
 
 template <MeshAxis... Axes, class Fn>
