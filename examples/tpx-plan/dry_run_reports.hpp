@@ -130,9 +130,10 @@ double replayed_step(const nlohmann::json& timeline, double flops_rate, const Li
       ends[event.at("start").get<int>()] = lane_free;
     } else if (event.contains("wait")) {
       const auto end = ends.find(event.at("wait").get<int>());
-      if (end == ends.end())
-        throw std::runtime_error("a wait for task " + event.at("wait").dump() +
-                                 ", which the timeline does not start before it");
+      if (end == ends.end())  // appended, not `"..." + std::string`: GCC 12's -Wrestrict at -O3
+        throw std::runtime_error(std::string("a wait for task ")
+                                     .append(event.at("wait").dump())
+                                     .append(", which the timeline does not start before it"));
       rank_time = std::max(rank_time, end->second);
     } else {
       rank_time += event.at("flops").get<double>() / flops_rate + link_time(event.at("link_bytes"));

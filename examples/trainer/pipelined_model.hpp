@@ -360,9 +360,9 @@ class pipelined_model {
     // checkpointing, each segment of `every` blocks runs forward again from its kept input first
     // (segments do not cross pieces).
     const auto backward = [&](int m, int chunk, act dout, bool weights) {
-      const bool final = ++backwards[chunk] == microbatches;
+      const bool last_microbatch = ++backwards[chunk] == microbatches;
       const auto reduce = [&](auto part) {  // part(fsdp, grads) after the last microbatch
-        if (final) once_per_step(chunk, [&](auto& f) { part(f, grads.chunks[chunk]); });
+        if (last_microbatch) once_per_step(chunk, [&](auto& f) { part(f, grads.chunks[chunk]); });
       };
       return with_weights(chunk, [&](const auto& piece, auto& grad) {
         auto& held = states[chunk][m];
@@ -419,12 +419,12 @@ class pipelined_model {
           like, plan_, passes_, forward,
           [&](int m, int chunk, act dout) { return backward(m, chunk, std::move(dout), false); },
           [&](int m, int chunk) {
-            const bool final = ++weight_steps[chunk] == microbatches;
+            const bool last_microbatch = ++weight_steps[chunk] == microbatches;
             with_weights(chunk, [&](const auto&, auto& grad) {
               for (int i = 0; i < per_piece_; ++i) {
                 net_.block_weight_gradient(i, *states[chunk][m][i],
                                            kept[chunk][m][per_piece_ - 1 - i], grad, m > 0);
-                if (final)
+                if (last_microbatch)
                   once_per_step(
                       chunk, [&](auto& f) { f.reduce_block(i, grads.chunks[chunk], reductions); });
               }

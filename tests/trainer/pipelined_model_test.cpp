@@ -7,8 +7,9 @@
 // piece's. On meshes P x X x Y of 2x1x1, 2x2x2 (FSDP over X and tensor parallelism over Y inside
 // each stage, uneven shards) and 4x1x1, in GPipe, 1F1B, zero-bubble, interleaved (two chunks per
 // stage) and zero-bubble V (embedding and loss both on stage 0), with 4 microbatches; also with
-// the passes over P in the background. And FSDP's collectives over X: one all-gather and one
-// reduce-scatter per step of each weight a stage uses, none of those it does not.
+// the passes over P (and FSDP's collectives) in the background. And FSDP's collectives over X:
+// one all-gather and one reduce-scatter per step of each weight a stage uses, none of those it
+// does not, in background tasks exactly when the passes are.
 #include "../../examples/trainer/pipelined_model.hpp"
 
 #include <doctest/doctest.h>
