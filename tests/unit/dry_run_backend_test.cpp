@@ -128,5 +128,20 @@ TEST_CASE("a dry run's timeline: the rank's work between each task's start and t
     CHECK(t[4].matrix_flops == 0);
     CHECK(tpx::link_bytes(t[4].traffic) == link);
     CHECK(tpx::take_timeline(rank).empty());  // stopped
+    // A task of one recording waited for in the next is in neither's waits; each recording
+    // numbers its tasks from 0.
+    tpx::record_timeline(rank);
+    auto held = tpx::in_background(rank, [&] { return tpx::all_gather<X>(w); });
+    CHECK(tpx::take_timeline(rank).size() == 1);  // its start
+    tpx::record_timeline(rank);
+    auto next = tpx::in_background(rank, [&] { return tpx::all_gather<X>(w); });
+    held.get();
+    next.get();
+    const std::vector<tpx::timeline_event> later = tpx::take_timeline(rank);
+    REQUIRE(later.size() == 2);
+    CHECK(later[0].what == kind::start);
+    CHECK(later[0].task == 0);
+    CHECK(later[1].what == kind::wait);
+    CHECK(later[1].task == 0);
   });
 }

@@ -44,7 +44,7 @@ class timeline_recorder {
 
   void begin() {
     events_.clear();
-    started_ = 0;
+    first_ = started_;
     recording_ = true;
     mark_own();
     flops_mark_ = matrix_flops_;
@@ -55,14 +55,14 @@ class timeline_recorder {
     return std::move(events_);
   }
 
-  // A task starts (the rank's work up to here is one event); returns its number, or -1 when not
-  // recording.
+  // A task starts (the rank's work up to here is one event); returns its number among the
+  // rank's recorded tasks, or -1 when not recording.
   int task_started() {
     if (!recording_) return -1;
     close_work();
-    events_.push_back({timeline_event::kind::start, started_++, 0, {}});
+    events_.push_back({timeline_event::kind::start, started_ - first_, 0, {}});
     background_mark_ = rank_.traffic_by_axis_names(traffic_part::background);
-    return events_.back().task;
+    return started_++;
   }
   // The task that started last has run (a dry run runs each at once): what it moved is its
   // start's.
@@ -72,10 +72,11 @@ class timeline_recorder {
         traffic_since(rank_.traffic_by_axis_names(traffic_part::background), background_mark_);
     flops_mark_ = matrix_flops_;  // what the task computed is not the rank's work
   }
+  // The rank waits for a task: one of this recording's, or one started before it (not recorded).
   void task_waited(int task) {
-    if (!recording_ || task < 0) return;
+    if (!recording_ || task < first_) return;
     close_work();
-    events_.push_back({timeline_event::kind::wait, task, 0, {}});
+    events_.push_back({timeline_event::kind::wait, task - first_, 0, {}});
   }
 
  private:
@@ -100,7 +101,8 @@ class timeline_recorder {
   const double& matrix_flops_;
   bool recording_ = false;
   std::vector<timeline_event> events_;
-  int started_ = 0;
+  int started_ = 0;  // the tasks recorded, in every recording
+  int first_ = 0;    // the first of this recording's
   double flops_mark_ = 0;
   std::vector<axes_traffic> own_mark_, background_mark_;
 };
