@@ -303,6 +303,15 @@ class model {
     }
     return g;
   }
+  // What a partial gradient becomes in a background task (config::overlap, gradient_reductions):
+  // reduce-scattered onto its master's shard by the adjoint of the gather Step, then fp32, as
+  // deposit makes it (a pipeline's partial_gradients are fp32 already: the cast moves them).
+  struct shard_reduction {
+    template <class Step, class Partial>
+    static auto gradient(Partial&& partial) {
+      return tpx::cast<float>(tpx::apply<tpx::adjoint_t<Step>>(std::forward<Partial>(partial)));
+    }
+  };
   // A block's weights gathered ahead (config::overlap; a pipeline's pipeline_fsdp.hpp), and the
   // final norm and head.
   struct block_weights {
@@ -578,14 +587,6 @@ class model {
   }
   static const block_weights& block_of(const block_weights& w, int) { return w; }
 
-  // What a partial gradient becomes in a background task (config::overlap): reduce-scattered onto
-  // its master's shard by the adjoint of the gather Step, then fp32, as deposit makes it.
-  struct shard_reduction {
-    template <class Step, class Partial>
-    static auto gradient(Partial&& partial) {
-      return tpx::cast<float>(tpx::apply<tpx::adjoint_t<Step>>(std::forward<Partial>(partial)));
-    }
-  };
   // A gradient of params that `reductions` reduce-scatters in a background task: deposit hands
   // the partial sum to them. deferred_gradients holds one for each gradient of a params.
   template <class Grad>

@@ -31,15 +31,6 @@
 
 namespace trainer {
 
-// What a partial sum over X becomes: reduce-scattered onto its master's shard by the adjoint of
-// the gather Step (partial gradients are fp32 already, as the masters).
-struct partial_reduction {
-  template <class Step, class Partial>
-  static auto gradient(Partial&& partial) {
-    return tpx::apply<tpx::adjoint_t<Step>>(std::forward<Partial>(partial));
-  }
-};
-
 // One chunk's weights and weight gradients over a step, for a pipeline whose X has more than one
 // rank. Net is the piece's model (model<Tc, Space, S<P>>).
 template <class Net>
@@ -49,7 +40,7 @@ class chunk_fsdp {
   using weights_t = typename Net::gathered_weights;
   using partials_t = typename Net::partial_gradients;
   using ends_t = typename Net::ends_run;
-  using reductions_t = gradient_reductions<partial_reduction>;
+  using reductions_t = gradient_reductions<typename Net::shard_reduction>;
 
   chunk_fsdp(const chunk_fsdp&) = delete;
   chunk_fsdp& operator=(const chunk_fsdp&) = delete;
