@@ -120,10 +120,22 @@ inline std::vector<axes_traffic> traffic_since(std::vector<axes_traffic> now,
   return now;
 }
 
+// The same for two lists indexed by sets of axes (rank_context::traffic_by_axes).
+inline std::vector<collective_traffic> traffic_since(
+    std::vector<collective_traffic> now, const std::vector<collective_traffic>& earlier) {
+  for (std::size_t i = 0; i < now.size() && i < earlier.size(); ++i) now[i] -= earlier[i];
+  return now;
+}
+
 // What a list of them put on the rank's link, over every set of axes.
 inline double link_bytes(const std::vector<axes_traffic>& traffic) {
   double bytes = 0;
   for (const axes_traffic& axes : traffic) bytes += axes.traffic.total().link_bytes;
+  return bytes;
+}
+inline double link_bytes(const std::vector<collective_traffic>& traffic) {
+  double bytes = 0;
+  for (const collective_traffic& axes : traffic) bytes += axes.total().link_bytes;
   return bytes;
 }
 

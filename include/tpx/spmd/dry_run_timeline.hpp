@@ -61,15 +61,15 @@ class timeline_recorder {
     if (!recording_) return -1;
     close_work();
     events_.push_back({timeline_event::kind::start, started_ - first_, 0, {}});
-    background_mark_ = rank_.traffic_by_axis_names(traffic_part::background);
+    background_mark_ = rank_.traffic_by_axes(traffic_part::background);
     return started_++;
   }
   // The task that started last has run (a dry run runs each at once): what it moved is its
   // start's.
   void task_ended(int task) {
     if (!recording_ || task < 0) return;
-    events_.back().traffic =
-        traffic_since(rank_.traffic_by_axis_names(traffic_part::background), background_mark_);
+    events_.back().traffic = rank_.named_by_axes(
+        traffic_since(rank_.traffic_by_axes(traffic_part::background), background_mark_));
     flops_mark_ = matrix_flops_;  // what the task computed is not the rank's work
   }
   // The rank waits for a task: one of this recording's, or one started before it (not recorded).
@@ -80,21 +80,22 @@ class timeline_recorder {
   }
 
  private:
-  // The rank's own collectives so far: all of its traffic less its background tasks'.
-  std::vector<axes_traffic> own_traffic() const {
-    return traffic_since(rank_.traffic_by_axis_names(),
-                         rank_.traffic_by_axis_names(traffic_part::background));
+  // The rank's own collectives so far, by set of axes (named only in the events: the marks are
+  // taken at every event): all of its traffic less its background tasks'.
+  std::vector<collective_traffic> own_traffic() const {
+    return traffic_since(rank_.traffic_by_axes(), rank_.traffic_by_axes(traffic_part::background));
   }
   void mark_own() { own_mark_ = own_traffic(); }
 
   // The rank's work since the last event, as one event (none when it did nothing).
   void close_work() {
-    std::vector<axes_traffic> own = own_traffic();
-    timeline_event work{timeline_event::kind::work, -1, matrix_flops_ - flops_mark_,
-                        traffic_since(own, own_mark_)};
+    std::vector<collective_traffic> own = own_traffic();
+    const std::vector<collective_traffic> moved = traffic_since(own, own_mark_);
+    const double flops = matrix_flops_ - flops_mark_;
     own_mark_ = std::move(own);
     flops_mark_ = matrix_flops_;
-    if (work.matrix_flops > 0 || link_bytes(work.traffic) > 0) events_.push_back(std::move(work));
+    if (flops > 0 || link_bytes(moved) > 0)
+      events_.push_back({timeline_event::kind::work, -1, flops, rank_.named_by_axes(moved)});
   }
 
   const rank_context& rank_;
@@ -104,7 +105,7 @@ class timeline_recorder {
   int started_ = 0;  // the tasks recorded, in every recording
   int first_ = 0;    // the first of this recording's
   double flops_mark_ = 0;
-  std::vector<axes_traffic> own_mark_, background_mark_;
+  std::vector<collective_traffic> own_mark_, background_mark_;
 };
 
 }  // namespace detail

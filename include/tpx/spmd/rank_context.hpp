@@ -169,7 +169,10 @@ class rank_context {
   // traffic_by_axes(part) by the names of the axes, {"X", ...}, {"Y", ...}, {"X, Y", ...}, in the
   // same order, for the sets whose groups hold more than one rank (a group of one moves nothing).
   std::vector<axes_traffic> traffic_by_axis_names(traffic_part part = traffic_part::all) const {
-    const std::vector<collective_traffic> traffic = traffic_by_axes(part);
+    return named_by_axes(traffic_by_axes(part));
+  }
+  // A list indexed like traffic_by_axes' (a difference of two, say) by the names of the axes.
+  std::vector<axes_traffic> named_by_axes(const std::vector<collective_traffic>& traffic) const {
     std::vector<axes_traffic> named;
     for (std::size_t mask = 1; mask < traffic.size(); ++mask) {
       std::string names;
