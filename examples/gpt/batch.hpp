@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../trainer/tensor_set.hpp"
 #include "../trainer/text_data.hpp"
 #include "config.hpp"
 
@@ -47,14 +48,13 @@ struct batch {
 };
 
 // A batch of c's sizes whose int32 element i of [B, T, W] (row-major over the whole batch) is
-// token(i), read on the host and copied to Space, in the layouts of c's model.
+// token(i), read on the host and copied to Space (trainer::staged_tensor: in a dry run, not
+// read), in the layouts of c's model.
 template <class Space, class Token>
 batch<Space> batch_of(const tpx::rank_context& rank, const config& c, const Token& token) {
   auto load = [&]<class Tn>(Tn* kind) {
     (void)kind;
-    tpx::host_twin_t<Tn> h(rank, {B(c.batch), T(c.seq), W(columns)});
-    tpx::fill_with(h, token);
-    return tpx::in_space<Space>(std::move(h));
+    return trainer::staged_tensor<Tn>(rank, {B(c.batch), T(c.seq), W(columns)}, token);
   };
   batch<Space> b;
   const auto load_both = [&](auto& layouts) {

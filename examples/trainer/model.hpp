@@ -201,20 +201,17 @@ void initialize(model_tensors<Space>& p, const config& c) {
 template <class Space = tpx::host_space>
 using batch_tokens = tpx::BasicTensor<Space, std::int32_t, B<X>, W<>>;
 
-// The batch of `step`, read on the host and copied to Space (the step's one host-to-device copy).
-// Every token is a byte, so within the vocabulary the embedding and the loss index with.
+// The batch of `step`, read on the host and copied to Space (the step's one host-to-device copy;
+// staged_tensor). Every token is a byte, so within the vocabulary the embedding and the loss
+// index with.
 template <class Space>
 batch_tokens<Space> load_batch(const tpx::rank_context& rank, const text_data& data,
                                const config& c, std::int64_t step) {
-  batch_tokens<> t(rank, {B(c.batch), W(c.context + 1)});
+  static_assert(config::vocab == 256, "trainer: every byte is a token: the vocabulary is 256");
   const std::int64_t width = c.context + 1;
-  tpx::fill_with(t, [&](std::int64_t i) {
+  return staged_tensor<batch_tokens<Space>>(rank, {B(c.batch), W(width)}, [&](std::int64_t i) {
     return data.byte_at(c.seed, step, c.batch, i / width, static_cast<int>(i % width));
   });
-  for (const std::int32_t token : t.local())
-    if (token < 0 || token >= config::vocab)
-      throw std::logic_error("trainer: token " + std::to_string(token) + " outside the vocabulary");
-  return tpx::in_space<Space>(std::move(t));
 }
 
 // Forward and backward passes in compute type Tc (float or tpx::bf16), on tensors of Space.

@@ -246,15 +246,13 @@ pipeline_batch<Space> load_microbatches(const tpx::rank_context& rank, const tex
   const std::int64_t rows = c.batch / microbatches, width = c.context + 1;
   const std::int64_t stages = rank.axis<P>().size;
   pipeline_batch<Space> out;
-  for (int m = 0; m < microbatches; ++m) {
-    tpx::BasicTensor<tpx::host_space, std::int32_t, S<P>, B<X>, W<>> t(
-        rank, {S(stages), B(rows), W(width)});
-    tpx::fill_with(t, [&](std::int64_t i) {
-      const std::int64_t row = m * rows + (i / width) % rows;
-      return data.byte_at(c.seed, step, c.batch, row, static_cast<int>(i % width));
-    });
-    out.microbatches.push_back(tpx::in_space<Space>(std::move(t)));
-  }
+  using tokens = tpx::BasicTensor<Space, std::int32_t, S<P>, B<X>, W<>>;
+  for (int m = 0; m < microbatches; ++m)
+    out.microbatches.push_back(
+        staged_tensor<tokens>(rank, {S(stages), B(rows), W(width)}, [&](std::int64_t i) {
+          const std::int64_t row = m * rows + (i / width) % rows;
+          return data.byte_at(c.seed, step, c.batch, row, static_cast<int>(i % width));
+        }));
   return out;
 }
 

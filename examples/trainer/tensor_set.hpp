@@ -7,7 +7,7 @@
 // Derived lists its tensors once, in a static visit(self, f, others...) that calls
 // f(name, self's tensor, each other set's tensor of that name); for_each calls it on this set,
 // const or not, so the MLP trainer's and the GPT example's models share the walk. fill_staged
-// sets one of those tensors at initialization.
+// sets one of those tensors at initialization, staged_tensor makes a step's batch.
 #pragma once
 
 #include <tpx/tensor/meta_space.hpp>
@@ -17,15 +17,28 @@
 
 namespace trainer {
 
-// Overwrites t with value_at(global index), filled on the host and copied to t's space (at
-// initialization, outside the training step); nothing for a tensor without values (a dry run's).
+// A tensor Tn of `shape` whose element at global index i is value_at(i), filled on the host and
+// copied to Tn's space (a step's batch: the step's one copy to a device); for a tensor without
+// values (a dry run's) only made, without a host copy or a call of value_at, which would be most
+// of a dry run's time.
+template <tpx::AnyTensor Tn, class Fn>
+Tn staged_tensor(const tpx::rank_context& rank, const typename Tn::shape_type& shape,
+                 Fn&& value_at) {
+  if constexpr (tpx::holds_values<typename Tn::space>) {
+    tpx::host_twin_t<Tn> h(rank, shape);
+    tpx::fill_with(h, value_at);
+    return tpx::in_space<typename Tn::space>(std::move(h));
+  } else {
+    return Tn(rank, shape);
+  }
+}
+
+// Overwrites t with value_at(global index), as staged_tensor makes it (at initialization, outside
+// the training step); nothing for a tensor without values.
 template <tpx::AnyTensor Tn, class Fn>
 void fill_staged(Tn& t, Fn&& value_at) {
-  if constexpr (tpx::holds_values<typename Tn::space>) {
-    tpx::host_twin_t<Tn> h(t.context(), t.shape());
-    tpx::fill_with(h, value_at);
-    t = tpx::in_space<typename Tn::space>(std::move(h));
-  }
+  if constexpr (tpx::holds_values<typename Tn::space>)
+    t = staged_tensor<Tn>(t.context(), t.shape(), std::forward<Fn>(value_at));
 }
 
 template <class Derived>
