@@ -37,7 +37,6 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <tpx/nn/adamw.hpp>
 #include <tpx/nn/cross_entropy.hpp>
